@@ -1,0 +1,162 @@
+//! The admin crate's error types, one per edge.
+//!
+//! # Key Components
+//! - [`StorageError`]: anything the storage layer (sqlx, migrations, the secret box) reports.
+//! - [`SidecarError`]: why [`crate::spawn`] could not start the sidecar (bad database URL,
+//!   unreachable PostgreSQL or Redis, admin port in use).
+//! - [`AdminError`]: what the blocking CLI helpers in [`crate::cli`] return.
+//!
+//! # Error handling
+//! Every message is safe to print: URLs are shown with their credentials removed
+//! ([`redact_url`]) and no token ever reaches an error.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The database URL is not one we understand.
+    #[error("unsupported database URL {0:?}: expected postgres://, postgresql:// or sqlite://")]
+    BadUrl(String),
+    /// The database could not be reached or opened.
+    #[error("cannot open database {target}: {source}")]
+    Connect {
+        /// The redacted URL or file path.
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Applying migrations failed.
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A query failed.
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    /// The data directory or key file could not be read or written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The secret key is malformed (wrong length, not base64).
+    #[error("secret key: {0}")]
+    SecretKey(String),
+    /// A stored token could not be decrypted (wrong key or corrupted column).
+    #[error("cannot decrypt a stored secret (wrong CODEX_GATEWAY_SECRET_KEY / secret.key?)")]
+    Decrypt,
+    /// A stored value has an unexpected shape.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+// === impl StorageError ===
+
+impl StorageError {
+    /// True when the error means "the database is unreachable right now" (worth retrying),
+    /// as opposed to a bug or a constraint violation.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Connect { .. } => true,
+            Self::Db(e) => matches!(
+                e,
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Tls(_)
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SidecarError {
+    /// Storage could not be opened or migrated.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// Redis was configured but is unreachable.
+    #[error("cannot connect to Redis at {url}: {reason}")]
+    Redis {
+        /// The redacted URL.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The admin listener could not be bound.
+    #[error("cannot bind the admin API on {addr}: {source}")]
+    Bind {
+        /// The requested address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP client (OAuth refresh, quota polling) could not be built.
+    #[error("cannot build the sidecar HTTP client: {0}")]
+    HttpClient(String),
+    /// The runtime or the thread could not be created.
+    #[error("cannot start the sidecar thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// The sidecar thread died before it reported readiness.
+    #[error("the sidecar thread exited during startup")]
+    StartupAborted,
+}
+
+/// What the CLI helpers report.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The small runtime for the command could not be built.
+    #[error("cannot start a runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// Invalid input (empty key name, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// Nothing matched.
+    #[error("{0}")]
+    NotFound(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(String),
+}
+
+/// Removes `user:password@` from a URL so it can be logged; non-URLs are returned unchanged.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?', '#']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{tail}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_credentials() {
+        assert_eq!(
+            redact_url("postgres://u:p@db:5432/x?sslmode=require"),
+            "postgres://***@db:5432/x?sslmode=require"
+        );
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact_url("sqlite://a.db"), "sqlite://a.db");
+        assert_eq!(redact_url("/tmp/x"), "/tmp/x");
+    }
+}

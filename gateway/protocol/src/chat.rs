@@ -1,0 +1,1 @@
+//! `/v1/chat/completions` <-> Codex Responses translation (codex-protocol.md §3).

@@ -1,0 +1,204 @@
+//! Lazy reads of the few fields the gateway needs from Responses events, plus the event
+//! taxonomy the commit barrier uses.
+//!
+//! # Key Components
+//! - [`event_type`]: the JSON `type` without building a DOM.
+//! - [`EventClass`] / [`classify_event`]: leading (held back before commit), output (commits),
+//!   terminal (completed / incomplete / failed / error).
+//! - [`Usage`] / [`usage_of_terminal`]: token usage from a terminal event.
+//! - [`RateLimits`] / [`rate_limits_event`]: quota from a `codex.rate_limits` event.
+
+use sonic_rs::JsonValueTrait;
+
+/// The JSON `type` of an event payload.
+pub fn event_type(data: &[u8]) -> Option<&str> {
+    let v = sonic_rs::get(data, &["type"]).ok()?;
+    let raw = v.as_raw_str();
+    // fast path: plain string without escapes
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        return None;
+    }
+    // `raw` points into `data` when the value is a plain string: re-slice the same bytes so the
+    // result borrows `data`, and verify that instead of assuming it.
+    let base = data.as_ptr() as usize;
+    let start = (inner.as_ptr() as usize).checked_sub(base)?;
+    let bytes = data.get(start..start + inner.len())?;
+    (bytes == inner.as_bytes()).then(|| std::str::from_utf8(bytes).ok())?
+}
+
+/// Where an event stands relative to the commit barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventClass {
+    /// Held back until commit (created, in_progress, queued, rate limits, metadata).
+    Leading,
+    /// Real output: the first one commits the attempt.
+    Output,
+    /// `response.completed` / `response.done`.
+    Completed,
+    /// `response.incomplete`.
+    Incomplete,
+    /// `response.failed` or `error`.
+    Failed,
+}
+
+/// Classifies an event by type.
+pub fn classify_event(ty: &str) -> EventClass {
+    match ty {
+        "response.created" | "response.in_progress" | "response.queued" | "codex.rate_limits"
+        | "response.metadata" | "codex.response.metadata" => EventClass::Leading,
+        "response.completed" | "response.done" => EventClass::Completed,
+        "response.incomplete" => EventClass::Incomplete,
+        "response.failed" | "error" => EventClass::Failed,
+        _ => EventClass::Output,
+    }
+}
+
+/// Token usage of one response.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// input_tokens
+    pub input_tokens: u64,
+    /// input_tokens_details.cached_tokens
+    pub cached_tokens: u64,
+    /// output_tokens
+    pub output_tokens: u64,
+    /// output_tokens_details.reasoning_tokens
+    pub reasoning_tokens: u64,
+    /// total_tokens (or the sum)
+    pub total_tokens: u64,
+}
+
+/// Reads `response.usage` from a terminal event's data.
+pub fn usage_of_terminal(data: &[u8]) -> Option<Usage> {
+    let u = sonic_rs::get(data, &["response", "usage"]).ok()?;
+    let v: sonic_rs::Value = sonic_rs::from_str(u.as_raw_str()).ok()?;
+    let n = |p: &[&str]| {
+        let mut cur = Some(&v);
+        for k in p {
+            cur = cur.and_then(|c| c.get(k));
+        }
+        cur.and_then(|c| c.as_u64()).unwrap_or(0)
+    };
+    let input_tokens = n(&["input_tokens"]);
+    let output_tokens = n(&["output_tokens"]);
+    let total = n(&["total_tokens"]);
+    Some(Usage {
+        input_tokens,
+        cached_tokens: n(&["input_tokens_details", "cached_tokens"]),
+        output_tokens,
+        reasoning_tokens: n(&["output_tokens_details", "reasoning_tokens"]),
+        total_tokens: if total == 0 { input_tokens + output_tokens } else { total },
+    })
+}
+
+/// One quota window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    /// Used percent (0..=100).
+    pub used_percent: Option<f64>,
+    /// Window length in minutes.
+    pub window_minutes: Option<u64>,
+    /// Reset instant (unix seconds).
+    pub reset_at: Option<u64>,
+}
+
+/// Quota read from headers or a `codex.rate_limits` event.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RateLimits {
+    /// The 5 h window.
+    pub primary: Window,
+    /// The weekly window.
+    pub secondary: Window,
+}
+
+impl RateLimits {
+    /// True when nothing was found.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Reads the `x-codex-{primary,secondary}-*` headers through a lookup function.
+pub fn rate_limits_from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> RateLimits {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let window = |w: &str| {
+        let f = |suffix: &str| get(&format!("x-codex-{w}-{suffix}")).map(str::trim);
+        Window {
+            used_percent: f("used-percent").and_then(|s| s.parse().ok()),
+            window_minutes: f("window-minutes").and_then(|s| s.parse().ok()),
+            reset_at: f("reset-at").and_then(|s| s.parse().ok()).or_else(|| {
+                f("reset-after-seconds")
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .map(|s| now + s)
+            }),
+        }
+    };
+    RateLimits {
+        primary: window("primary"),
+        secondary: window("secondary"),
+    }
+}
+
+/// Reads a `codex.rate_limits` event.
+pub fn rate_limits_event(data: &[u8]) -> Option<RateLimits> {
+    let v: sonic_rs::Value = sonic_rs::from_slice(data).ok()?;
+    let rl = v.get("rate_limits")?;
+    let w = |name: &str| {
+        let x = rl.get(name);
+        Window {
+            used_percent: x.and_then(|x| x.get("used_percent")).and_then(|p| p.as_f64()),
+            window_minutes: x
+                .and_then(|x| x.get("window_minutes"))
+                .and_then(|p| p.as_u64()),
+            reset_at: x.and_then(|x| x.get("reset_at")).and_then(|p| p.as_u64()),
+        }
+    };
+    Some(RateLimits {
+        primary: w("primary"),
+        secondary: w("secondary"),
+    })
+}
+
+/// `response.error{code,message,type}` of a `response.failed` event, or `error{...}` of an
+/// `error` event, as raw JSON.
+pub fn stream_error(data: &[u8]) -> Option<String> {
+    sonic_rs::get(data, &["response", "error"])
+        .or_else(|_| sonic_rs::get(data, &["error"]))
+        .ok()
+        .map(|v| v.as_raw_str().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_type_lazily() {
+        assert_eq!(
+            event_type(br#"{"type":"response.output_text.delta","delta":"x"}"#),
+            Some("response.output_text.delta")
+        );
+        assert_eq!(event_type(b"not json"), None);
+        assert_eq!(classify_event("response.created"), EventClass::Leading);
+        assert_eq!(classify_event("response.output_item.added"), EventClass::Output);
+        assert_eq!(classify_event("response.failed"), EventClass::Failed);
+    }
+
+    #[test]
+    fn usage_and_limits() {
+        let u = usage_of_terminal(br#"{"type":"response.completed","response":{"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":15}}}"#).unwrap();
+        assert_eq!((u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens), (10, 4, 5, 2, 15));
+        let h = [("x-codex-primary-used-percent", "42.5"), ("x-codex-primary-reset-at", "1700000000"), ("x-codex-secondary-used-percent", "7")];
+        let rl = rate_limits_from_headers(|k| h.iter().find(|(n, _)| *n == k).map(|(_, v)| *v));
+        assert_eq!(rl.primary.used_percent, Some(42.5));
+        assert_eq!(rl.primary.reset_at, Some(1_700_000_000));
+        assert_eq!(rl.secondary.used_percent, Some(7.0));
+        let ev = rate_limits_event(br#"{"type":"codex.rate_limits","rate_limits":{"primary":{"used_percent":12.0,"window_minutes":300,"reset_at":5},"secondary":{"used_percent":1.5}}}"#).unwrap();
+        assert_eq!(ev.primary.window_minutes, Some(300));
+        assert_eq!(ev.secondary.used_percent, Some(1.5));
+    }
+}

@@ -1,0 +1,19 @@
+//! The Codex / OpenAI protocol layer: pure functions and small state machines, no I/O, no
+//! runtime. The data plane (`gateway`) drives them; benches measure them in isolation.
+//!
+//! # Key Components
+//! - [`sse`]: incremental SSE event splitting of upstream bytes, and frame encoding.
+//! - [`normalize`]: client `/v1/responses` body -> Codex upstream body (codex-protocol.md §2.3).
+//! - [`classify`]: the one failure classifier for upstream errors (HTTP bodies and in-stream
+//!   `response.failed`), codex-protocol.md §2.6.
+//! - [`openai_error`]: OpenAI-shaped error bodies (`{"error":{"message","type","code"}}`).
+//! - [`events`]: lazy extraction of the few fields the gateway reads from events.
+//! - [`chat`]: `/v1/chat/completions` <-> Responses translation (request encoder, stream
+//!   decoder, non-stream aggregator), codex-protocol.md §3.
+
+pub mod chat;
+pub mod classify;
+pub mod events;
+pub mod normalize;
+pub mod openai_error;
+pub mod sse;

@@ -1,0 +1,254 @@
+//! Client `/v1/responses` body -> the body the Codex backend accepts (codex-protocol.md §2.3).
+//!
+//! # Key Components
+//! - [`normalize_responses`]: one DOM pass over the client body; returns the upstream body and
+//!   the fields routing needs ([`Normalized`]).
+//! - [`DROPPED_FIELDS`]: parameters the backend rejects with "Unsupported parameter".
+//!
+//! # Error handling
+//! Malformed bodies give a [`NormalizeError`] that the gateway maps to a 400
+//! `invalid_request_error` naming the offending `param`.
+
+use sonic_rs::{json, JsonValueMutTrait, JsonValueTrait, Value};
+
+/// Parameters the Codex backend rejects; dropped before sending.
+pub const DROPPED_FIELDS: &[&str] = &[
+    "max_output_tokens",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "logprobs",
+    "top_logprobs",
+    "n",
+    "seed",
+    "stop",
+    "user",
+    "logit_bias",
+    "metadata",
+    "stream_options",
+    "truncation",
+    "context_management",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "safety_identifier",
+    "disable_response_storage",
+    "background",
+];
+
+/// A normalized request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalized {
+    /// The body to send upstream.
+    pub body: Vec<u8>,
+    /// The requested model.
+    pub model: String,
+    /// Whether the client asked for an SSE stream.
+    pub stream: bool,
+    /// A `previous_response_id` the client sent (not forwarded over HTTP).
+    pub previous_response_id: Option<String>,
+    /// The client's `prompt_cache_key`, an affinity signal.
+    pub prompt_cache_key: Option<String>,
+}
+
+/// Why a body cannot be normalized.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{message}")]
+pub struct NormalizeError {
+    /// Human message.
+    pub message: String,
+    /// The offending parameter.
+    pub param: Option<&'static str>,
+}
+
+fn err(message: impl Into<String>, param: Option<&'static str>) -> NormalizeError {
+    NormalizeError {
+        message: message.into(),
+        param,
+    }
+}
+
+/// Normalizes a client `/v1/responses` body for the Codex backend.
+pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
+    let mut v: Value = sonic_rs::from_slice(body).map_err(|e| {
+        err(
+            format!("We could not parse the JSON body of your request: {e}"),
+            None,
+        )
+    })?;
+    let obj = v
+        .as_object_mut()
+        .ok_or_else(|| err("The request body must be a JSON object.", None))?;
+
+    let model = match obj.get(&"model") {
+        Some(m) if m.as_str().is_some_and(|s| !s.is_empty()) => {
+            m.as_str().unwrap_or_default().to_owned()
+        }
+        Some(_) => return Err(err("`model` must be a non-empty string.", Some("model"))),
+        None => return Err(err("Missing required parameter: 'model'.", Some("model"))),
+    };
+    let stream = match obj.get(&"stream") {
+        None => false,
+        Some(s) if s.is_null() => false,
+        Some(s) => s
+            .as_bool()
+            .ok_or_else(|| err("`stream` must be a boolean.", Some("stream")))?,
+    };
+    let previous_response_id = obj
+        .remove(&"previous_response_id")
+        .and_then(|p| p.as_str().map(str::to_owned));
+    let prompt_cache_key = obj
+        .get(&"prompt_cache_key")
+        .and_then(|p| p.as_str().map(str::to_owned));
+
+    for f in DROPPED_FIELDS {
+        obj.remove(f);
+    }
+    // WebSocket envelope fields never go over HTTP.
+    obj.remove(&"type");
+    obj.remove(&"generate");
+
+    // instructions: required upstream, may be empty.
+    match obj.get(&"instructions") {
+        Some(i) if i.is_str() => {}
+        Some(i) if i.is_null() => {
+            obj.insert(&"instructions", "");
+        }
+        Some(_) => {
+            return Err(err(
+                "`instructions` must be a string.",
+                Some("instructions"),
+            ))
+        }
+        None => {
+            obj.insert(&"instructions", "");
+        }
+    }
+
+    // input: string -> one user message; array: system role -> developer.
+    match obj.get_mut(&"input") {
+        None => {
+            obj.insert(&"input", Value::new_array());
+        }
+        Some(input) if input.is_str() => {
+            let text = input.as_str().unwrap_or_default().to_owned();
+            *input = json!([{
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}]
+            }]);
+        }
+        Some(input) if input.is_array() => {
+            if let Some(items) = input.as_array_mut() {
+                for item in items.iter_mut() {
+                    if let Some(o) = item.as_object_mut() {
+                        if o.get(&"role").and_then(|r| r.as_str()) == Some("system") {
+                            o.insert(&"role", "developer");
+                        }
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(err(
+                "`input` must be a string or an array of input items.",
+                Some("input"),
+            ))
+        }
+    }
+
+    // tools: legacy web search variants -> web_search.
+    if let Some(tools) = obj.get_mut(&"tools").and_then(|t| t.as_array_mut()) {
+        for t in tools.iter_mut() {
+            if let Some(o) = t.as_object_mut() {
+                let is_ws = o
+                    .get(&"type")
+                    .and_then(|x| x.as_str())
+                    .is_some_and(|ty| ty.starts_with("web_search"));
+                if is_ws {
+                    o.insert(&"type", "web_search");
+                }
+            }
+        }
+    }
+
+    // service_tier: only `priority` is accepted (`fast` means priority).
+    let tier = obj
+        .get(&"service_tier")
+        .map(|t| t.as_str().map(str::to_owned));
+    match tier {
+        Some(Some(t)) if t == "priority" || t == "fast" => {
+            obj.insert(&"service_tier", "priority");
+        }
+        Some(_) => {
+            obj.remove(&"service_tier");
+        }
+        None => {}
+    }
+
+    obj.insert(&"store", false);
+    obj.insert(&"stream", true);
+
+    let body = sonic_rs::to_vec(&v).map_err(|e| err(format!("cannot encode body: {e}"), None))?;
+    Ok(Normalized {
+        body,
+        model,
+        stream,
+        previous_response_id,
+        prompt_cache_key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> (Normalized, Value) {
+        let n = normalize_responses(s.as_bytes()).unwrap();
+        let v: Value = sonic_rs::from_slice(&n.body).unwrap();
+        (n, v)
+    }
+
+    #[test]
+    fn wraps_string_input_and_forces_codex_rules() {
+        let (n, v) = norm(r#"{"model":"gpt-5","input":"say hi","temperature":0.2,"max_output_tokens":5,"store":true}"#);
+        assert_eq!(n.model, "gpt-5");
+        assert!(!n.stream);
+        assert_eq!(v["stream"].as_bool(), Some(true));
+        assert_eq!(v["store"].as_bool(), Some(false));
+        assert_eq!(v["instructions"].as_str(), Some(""));
+        assert!(v.get("temperature").is_none());
+        assert!(v.get("max_output_tokens").is_none());
+        assert_eq!(v["input"][0]["role"].as_str(), Some("user"));
+        assert_eq!(v["input"][0]["content"][0]["text"].as_str(), Some("say hi"));
+    }
+
+    #[test]
+    fn maps_system_role_and_keeps_instructions() {
+        let (n, v) = norm(r#"{"model":"m","stream":true,"instructions":"be brief","input":[{"type":"message","role":"system","content":"x"}],"previous_response_id":"resp_1","service_tier":"fast","tools":[{"type":"web_search_preview"}]}"#);
+        assert!(n.stream);
+        assert_eq!(n.previous_response_id.as_deref(), Some("resp_1"));
+        assert!(v.get("previous_response_id").is_none());
+        assert_eq!(v["instructions"].as_str(), Some("be brief"));
+        assert_eq!(v["input"][0]["role"].as_str(), Some("developer"));
+        assert_eq!(v["service_tier"].as_str(), Some("priority"));
+        assert_eq!(v["tools"][0]["type"].as_str(), Some("web_search"));
+    }
+
+    #[test]
+    fn rejects_bad_bodies() {
+        assert!(normalize_responses(b"{nope").is_err());
+        assert_eq!(normalize_responses(b"[]").unwrap_err().param, None);
+        assert_eq!(normalize_responses(b"{}").unwrap_err().param, Some("model"));
+        assert_eq!(
+            normalize_responses(br#"{"model":"m","input":5}"#).unwrap_err().param,
+            Some("input")
+        );
+        assert_eq!(
+            normalize_responses(br#"{"model":"m","stream":"yes"}"#).unwrap_err().param,
+            Some("stream")
+        );
+    }
+}

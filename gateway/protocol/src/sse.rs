@@ -1,0 +1,245 @@
+//! Server-sent events: incremental splitting of upstream bytes into events, byte-faithfully.
+//!
+//! # Key Components
+//! - [`SseSplitter`]: feed it bytes as they arrive ([`SseSplitter::push`]); take complete
+//!   events with [`SseSplitter::next_event`]. Each [`SseEvent`] keeps the exact frame bytes
+//!   (for forwarding) and zero-copy slices of its `event:` name and `data:` payload.
+//! - [`frame`]: encodes one `event: X\ndata: Y\n\n` frame.
+//!
+//! # Error handling
+//! An event larger than the configured limit is an [`SseError::EventTooLarge`]; the caller
+//! treats it as an upstream protocol failure.
+
+use bytes::{Bytes, BytesMut};
+
+/// Default maximum size of one SSE event (upstream `response.completed` can be large).
+pub const DEFAULT_MAX_EVENT: usize = 32 * 1024 * 1024;
+
+/// One complete SSE event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The frame exactly as received, including its terminating blank line.
+    pub frame: Bytes,
+    /// The `event:` field, if any.
+    pub event: Option<Bytes>,
+    /// The `data:` payload (multi-line data joined with `\n`).
+    pub data: Bytes,
+}
+
+// === impl SseEvent ===
+
+impl SseEvent {
+    /// The event name: the `event:` field, else the JSON `type` of the data, else "message".
+    pub fn event_type(&self) -> &str {
+        if let Some(e) = &self.event {
+            if let Ok(s) = std::str::from_utf8(e) {
+                return s;
+            }
+        }
+        crate::events::event_type(&self.data).unwrap_or("message")
+    }
+
+    /// True for the `data: [DONE]` sentinel some servers add.
+    pub fn is_done_sentinel(&self) -> bool {
+        self.data.as_ref() == b"[DONE]"
+    }
+}
+
+/// Errors while splitting a stream.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SseError {
+    /// One event exceeded the limit.
+    #[error("upstream SSE event exceeds {0} bytes")]
+    EventTooLarge(usize),
+}
+
+/// Incremental SSE splitter.
+#[derive(Debug)]
+pub struct SseSplitter {
+    buf: BytesMut,
+    scanned: usize,
+    max_event: usize,
+}
+
+impl Default for SseSplitter {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_EVENT)
+    }
+}
+
+// === impl SseSplitter ===
+
+impl SseSplitter {
+    /// A splitter that rejects events larger than `max_event` bytes.
+    pub fn new(max_event: usize) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            scanned: 0,
+            max_event,
+        }
+    }
+
+    /// Appends received bytes.
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes buffered but not yet part of a complete event.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Returns the next complete event, `Ok(None)` when more bytes are needed.
+    pub fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
+        loop {
+            let Some(end) = find_boundary(&self.buf, self.scanned) else {
+                // keep 3 bytes of overlap so a boundary split across pushes is found
+                self.scanned = self.buf.len().saturating_sub(3);
+                if self.buf.len() > self.max_event {
+                    return Err(SseError::EventTooLarge(self.max_event));
+                }
+                return Ok(None);
+            };
+            self.scanned = 0;
+            let frame = self.buf.split_to(end).freeze();
+            if let Some(ev) = parse_frame(frame) {
+                return Ok(Some(ev));
+            }
+            // comment-only or empty frame: keep looking
+        }
+    }
+}
+
+/// Finds the end (exclusive) of the first event terminated by a blank line.
+fn find_boundary(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i < buf.len() {
+        match buf[i] {
+            b'\n' => {
+                if buf.get(i + 1) == Some(&b'\n') {
+                    return Some(i + 2);
+                }
+                if buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n') {
+                    return Some(i + 3);
+                }
+            }
+            b'\r' => {
+                if buf.get(i + 1) == Some(&b'\r') {
+                    return Some(i + 2);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+fn parse_frame(frame: Bytes) -> Option<SseEvent> {
+    let mut event = None;
+    let mut data: Option<Bytes> = None;
+    let mut joined: Option<Vec<u8>> = None;
+    let mut pos = 0;
+    let bytes = frame.as_ref();
+    while pos < bytes.len() {
+        let line_end = bytes[pos..]
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .map_or(bytes.len(), |p| pos + p);
+        let line = &bytes[pos..line_end];
+        let (field, value_start) = match line.iter().position(|&b| b == b':') {
+            Some(0) => (&line[..0], None), // comment
+            Some(c) => {
+                let mut v = pos + c + 1;
+                if bytes.get(v) == Some(&b' ') {
+                    v += 1;
+                }
+                (&line[..c], Some(v))
+            }
+            None => (line, Some(line_end)),
+        };
+        if let Some(vs) = value_start {
+            let value = frame.slice(vs.min(line_end)..line_end);
+            match field {
+                b"event" => event = Some(value),
+                b"data" => match (&mut joined, &data) {
+                    (Some(j), _) => {
+                        j.push(b'\n');
+                        j.extend_from_slice(&value);
+                    }
+                    (None, Some(first)) => {
+                        let mut j = first.to_vec();
+                        j.push(b'\n');
+                        j.extend_from_slice(&value);
+                        joined = Some(j);
+                    }
+                    (None, None) => data = Some(value),
+                },
+                _ => {}
+            }
+        }
+        pos = line_end;
+        if bytes.get(pos) == Some(&b'\r') {
+            pos += 1;
+        }
+        if bytes.get(pos) == Some(&b'\n') {
+            pos += 1;
+        }
+    }
+    let data = match joined {
+        Some(j) => Bytes::from(j),
+        None => data?,
+    };
+    Some(SseEvent { frame, event, data })
+}
+
+/// Encodes one SSE frame with an `event:` line.
+pub fn frame(event: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(event.len() + data.len() + 16);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_across_arbitrary_chunking() {
+        let stream = b"event: response.created\ndata: {\"type\":\"response.created\"}\n\n: ping\n\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\r\n\r\nevent: x\ndata: a\ndata: b\n\n";
+        for step in 1..stream.len() {
+            let mut s = SseSplitter::default();
+            let mut got = vec![];
+            for chunk in stream.chunks(step) {
+                s.push(chunk);
+                while let Some(ev) = s.next_event().unwrap() {
+                    got.push(ev);
+                }
+            }
+            assert_eq!(got.len(), 3, "step {step}");
+            assert_eq!(got[0].event_type(), "response.created");
+            assert_eq!(got[1].event_type(), "response.output_text.delta");
+            assert_eq!(got[2].data.as_ref(), b"a\nb");
+            let total: usize = got.iter().map(|e| e.frame.len()).sum();
+            assert_eq!(total + b": ping\n\n".len(), stream.len(), "frames are byte-faithful");
+        }
+    }
+
+    #[test]
+    fn oversized_event_is_an_error() {
+        let mut s = SseSplitter::new(16);
+        s.push(b"data: 0123456789012345678901234567890");
+        assert_eq!(s.next_event(), Err(SseError::EventTooLarge(16)));
+    }
+
+    #[test]
+    fn done_sentinel() {
+        let mut s = SseSplitter::default();
+        s.push(b"data: [DONE]\n\n");
+        assert!(s.next_event().unwrap().unwrap().is_done_sentinel());
+    }
+}

@@ -1,0 +1,37 @@
+//! Runtime-neutral state shared by the monoio data plane (`gateway`) and the Tokio sidecar (`admin`).
+//!
+//! # Key Components
+//! - [`snapshot`]: immutable, versioned snapshots (accounts, client keys, settings) published
+//!   through [`arc_swap::ArcSwap`] by the sidecar and `load()`ed by workers per request.
+//! - [`account`]: the per-account live atomics every worker sees at once (in-flight count,
+//!   cooldown, quota) and the RAII [`account::Lease`] on a concurrency slot.
+//! - [`channels`]: the worker -> sidecar fact channel and the sidecar -> worker command channels
+//!   (crossbeam queues paired with a cross-runtime waker).
+//! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output.
+//! - [`jwt`] and [`keys`]: pure helpers both sides need (JWT claim decoding, client-key hashing).
+//!
+//! # Usage
+//! Nothing here performs I/O or depends on a runtime, so both crates link it freely.
+
+pub mod account;
+pub mod channels;
+pub mod jwt;
+pub mod keys;
+pub mod secret;
+pub mod snapshot;
+
+pub use account::{AccountLive, AccountStatus, Lease};
+pub use channels::{
+    AccountEffect, EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox,
+    WorkerMailboxes,
+};
+pub use secret::Secret;
+pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};
+
+/// Milliseconds since the Unix epoch, the one clock unit used in live state.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

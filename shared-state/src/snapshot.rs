@@ -1,0 +1,205 @@
+//! Immutable, versioned snapshots published by the sidecar and read by workers.
+//!
+//! # Key Components
+//! - [`Snapshot`]: accounts, client keys and settings at one version.
+//! - [`AccountEntry`]: one account's identity, current access token and limits, plus an `Arc`
+//!   to its process-lifetime [`AccountLive`].
+//! - [`SharedSnapshot`]: the `ArcSwap` cell; workers `load()` it per request.
+//! - [`Health`]: process-wide health flags the sidecar maintains (storage reachable).
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+};
+
+use arc_swap::ArcSwap;
+
+use crate::{account::AccountLive, AccountStatus, Secret};
+
+/// The cell through which the sidecar publishes snapshots.
+pub type SharedSnapshot = Arc<ArcSwap<Snapshot>>;
+
+/// Everything a worker needs to serve a request, at one version.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Monotonic version; bumps on every publish.
+    pub version: u64,
+    /// Accounts ordered by id.
+    pub accounts: Vec<Arc<AccountEntry>>,
+    /// Client keys by SHA-256 of the key.
+    pub keys: HashMap<[u8; 32], ClientKey>,
+    /// Runtime settings.
+    pub settings: Settings,
+}
+
+// === impl Snapshot ===
+
+impl Snapshot {
+    /// Creates an empty snapshot cell.
+    pub fn shared() -> SharedSnapshot {
+        Arc::new(ArcSwap::from_pointee(Snapshot::default()))
+    }
+
+    /// Looks a client key up by its plain text.
+    pub fn key(&self, plain: &str) -> Option<&ClientKey> {
+        self.keys.get(&crate::keys::hash_key(plain))
+    }
+
+    /// An account by storage id.
+    pub fn account(&self, id: i64) -> Option<&Arc<AccountEntry>> {
+        self.accounts
+            .binary_search_by_key(&id, |a| a.id)
+            .ok()
+            .map(|i| &self.accounts[i])
+    }
+}
+
+/// One pooled Codex account as the data plane sees it.
+#[derive(Debug)]
+pub struct AccountEntry {
+    /// Storage id.
+    pub id: i64,
+    /// Human label (email when known).
+    pub label: String,
+    /// `ChatGPT-Account-Id` sent upstream.
+    pub chatgpt_account_id: String,
+    /// ChatGPT user id (Team workspaces share the account id across users).
+    pub user_id: Option<String>,
+    /// Plan type from the JWT (`plus`, `pro`, `team`, ...).
+    pub plan: Option<String>,
+    /// Current access token.
+    pub access_token: Secret,
+    /// Access token expiry (unix seconds), when known.
+    pub access_expires_at: Option<i64>,
+    /// Persisted status.
+    pub status: AccountStatus,
+    /// Scheduling weight (>= 1).
+    pub weight: u32,
+    /// Concurrency limit (0 = unlimited).
+    pub max_concurrency: u32,
+    /// Live state, shared across snapshots.
+    pub live: Arc<AccountLive>,
+}
+
+// === impl AccountEntry ===
+
+impl AccountEntry {
+    /// The effective status: an in-memory override from the data plane wins.
+    pub fn effective_status(&self) -> AccountStatus {
+        self.live.status_override().unwrap_or(self.status)
+    }
+
+    /// True when the account may be picked at `now_ms` (ignoring concurrency).
+    pub fn is_schedulable(&self, now_ms: u64) -> bool {
+        self.effective_status() == AccountStatus::Active
+            && !self.access_token.is_empty()
+            && !self.live.is_cooling(now_ms)
+    }
+}
+
+/// A client key as the data plane sees it (the key itself is never kept).
+#[derive(Debug, Clone)]
+pub struct ClientKey {
+    /// Storage id.
+    pub id: i64,
+    /// Operator-given name.
+    pub name: String,
+}
+
+/// Runtime settings published with every snapshot.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Most upstream attempts (accounts tried) for one request.
+    pub max_attempts: u32,
+    /// Concurrency limit applied to accounts that have none of their own (0 = unlimited).
+    pub default_max_concurrency: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_attempts: 3,
+            default_max_concurrency: 0,
+        }
+    }
+}
+
+/// Process-wide health flags.
+#[derive(Debug)]
+pub struct Health {
+    storage_up: AtomicBool,
+}
+
+// === impl Health ===
+
+impl Default for Health {
+    fn default() -> Self {
+        Self {
+            storage_up: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Health {
+    /// Whether the last storage probe succeeded.
+    pub fn storage_up(&self) -> bool {
+        self.storage_up.load(Ordering::Acquire)
+    }
+
+    /// Records the result of a storage probe.
+    pub fn set_storage_up(&self, up: bool) {
+        self.storage_up.store(up, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: i64) -> Arc<AccountEntry> {
+        Arc::new(AccountEntry {
+            id,
+            label: format!("a{id}"),
+            chatgpt_account_id: format!("acc-{id}"),
+            user_id: None,
+            plan: None,
+            access_token: Secret::new("tok"),
+            access_expires_at: None,
+            status: AccountStatus::Active,
+            weight: 1,
+            max_concurrency: 0,
+            live: Arc::default(),
+        })
+    }
+
+    #[test]
+    fn lookup_by_id_and_key() {
+        let mut s = Snapshot {
+            accounts: vec![entry(1), entry(5), entry(9)],
+            ..Default::default()
+        };
+        s.keys.insert(
+            crate::keys::hash_key("sk-cg-x"),
+            ClientKey { id: 7, name: "k".into() },
+        );
+        assert_eq!(s.account(5).map(|a| a.id), Some(5));
+        assert!(s.account(4).is_none());
+        assert_eq!(s.key("sk-cg-x").map(|k| k.id), Some(7));
+        assert!(s.key("sk-cg-y").is_none());
+    }
+
+    #[test]
+    fn override_and_cooldown_block_scheduling() {
+        let a = entry(1);
+        assert!(a.is_schedulable(10));
+        a.live.cool_until(100);
+        assert!(!a.is_schedulable(10));
+        a.live.clear_cooldown();
+        a.live.set_status_override(Some(AccountStatus::ReauthRequired));
+        assert!(!a.is_schedulable(10));
+        assert_eq!(a.effective_status(), AccountStatus::ReauthRequired);
+    }
+}
