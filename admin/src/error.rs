@@ -155,7 +155,10 @@ mod tests {
             redact_url("postgres://u:p@db:5432/x?sslmode=require"),
             "postgres://***@db:5432/x?sslmode=require"
         );
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         assert_eq!(redact_url("sqlite://a.db"), "sqlite://a.db");
         assert_eq!(redact_url("/tmp/x"), "/tmp/x");
     }

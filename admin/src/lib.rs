@@ -1,1 +1,230 @@
-//! placeholder
+//! The Tokio sidecar of codex-gateway: storage, Redis, token refresh, and the admin API.
+//!
+//! One named OS thread (`codex-sidecar`) runs a `current_thread` Tokio runtime that owns
+//! everything slow or shared; the monoio workers never wait for it. It publishes immutable
+//! account/key snapshots through `ArcSwap` plus a per-worker command channel, and consumes the
+//! workers' facts (usage, account effects, quota, refresh requests) from a lock-free queue.
+//!
+//! # Key Components
+//! - [`spawn`] / [`SidecarHandle`]: start the sidecar (blocking until storage is migrated, the
+//!   first snapshot is published and the admin listener is bound) and stop it.
+//! - [`storage`]: the [`Storage`] trait with SQLite and PostgreSQL implementations, and
+//!   [`storage::open`].
+//! - [`publish`]: snapshot building with process-lifetime live `Arc`s.
+//! - [`import`]: credential file import; [`oauth`]: token endpoint and JWT identity;
+//!   [`lease`]: Redis refresh leases; [`crypto`]: secrets at rest and client keys.
+//! - [`cli`]: blocking helpers for the `accounts` / `keys` subcommands.
+//!
+//! # Usage
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use shared_state::{channels, Health, Snapshot};
+//!
+//! let snapshot = Snapshot::shared();
+//! let (event_tx, events) = channels::events();
+//! let (mailboxes, _worker_boxes) = channels::mailboxes(4);
+//! let cfg = admin::SidecarConfig::new(
+//!     admin::DbTarget { data_dir: "./data".into(), database_url: None },
+//!     "127.0.0.1:8081".parse()?,
+//! );
+//! let handle = admin::spawn(cfg, admin::SidecarShared {
+//!     snapshot: snapshot.clone(),
+//!     health: Default::default(),
+//!     events,
+//!     mailboxes,
+//! })?;
+//! println!("admin API on {}", handle.admin_addr);
+//! # drop(event_tx);
+//! handle.shutdown();
+//! # Ok(()) }
+//! ```
+//!
+//! # Error handling
+//! Startup failures are a [`SidecarError`] with one printable message (bad database URL,
+//! unreachable PostgreSQL/Redis, admin port in use). After startup nothing is fatal: storage
+//! outages flip [`Health::storage_up`], usage is spooled, and everything is retried.
+
+use std::{
+    net::SocketAddr,
+    path::PathBuf,
+    sync::{mpsc, Arc},
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use shared_state::{Events, Health, Secret, Settings, SharedSnapshot, WorkerMailboxes};
+use tokio::sync::watch;
+
+pub mod api;
+pub mod cli;
+pub mod crypto;
+pub mod error;
+pub mod import;
+pub mod lease;
+pub mod oauth;
+pub mod publish;
+mod sidecar;
+pub mod storage;
+
+pub use error::{AdminError, SidecarError, StorageError};
+pub use import::ImportSummary;
+pub use storage::{AccountRow, KeyRow, Storage};
+
+/// The SQLite file name inside the data directory.
+pub const DEFAULT_DB_FILE: &str = "codex-gateway.db";
+/// Default OAuth token endpoint.
+pub const DEFAULT_OAUTH_TOKEN_URL: &str = oauth::DEFAULT_TOKEN_URL;
+/// Default Codex upstream base URL.
+pub const DEFAULT_UPSTREAM_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
+/// Default storage reload interval.
+pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+/// How long [`SidecarHandle::shutdown`] waits for the thread.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(12);
+
+/// Where storage lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbTarget {
+    /// Data directory: the default SQLite file and `secret.key` live here.
+    pub data_dir: PathBuf,
+    /// `None`: SQLite file `<data_dir>/codex-gateway.db` (WAL; directory and file created if
+    /// missing). Otherwise a `postgres://` / `postgresql://` or `sqlite://` URL.
+    pub database_url: Option<String>,
+}
+
+/// Everything the sidecar needs from configuration.
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// Storage location.
+    pub db: DbTarget,
+    /// Redis URL (refresh leases); `None` uses in-process single-flight only.
+    pub redis_url: Option<String>,
+    /// Admin API bind address (port 0 allowed; see [`SidecarHandle::admin_addr`]).
+    pub admin_listen: SocketAddr,
+    /// When set, `/api/admin/*` requires `Authorization: Bearer <token>`.
+    pub admin_token: Option<Secret>,
+    /// OAuth token endpoint.
+    pub oauth_token_url: String,
+    /// Codex upstream base URL (for quota polling).
+    pub upstream_base_url: String,
+    /// Extra PEM root(s) for the sidecar's HTTP client.
+    pub upstream_ca: Option<PathBuf>,
+    /// Settings published in every snapshot.
+    pub settings: Settings,
+    /// Re-read storage this often and republish when anything changed.
+    pub reload_interval: Duration,
+}
+
+// === impl SidecarConfig ===
+
+impl SidecarConfig {
+    /// A configuration with every optional field at its default.
+    pub fn new(db: DbTarget, admin_listen: SocketAddr) -> Self {
+        Self {
+            db,
+            redis_url: None,
+            admin_listen,
+            admin_token: None,
+            oauth_token_url: DEFAULT_OAUTH_TOKEN_URL.to_owned(),
+            upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),
+            upstream_ca: None,
+            settings: Settings::default(),
+            reload_interval: DEFAULT_RELOAD_INTERVAL,
+        }
+    }
+}
+
+/// The state shared with the workers.
+#[derive(Debug)]
+pub struct SidecarShared {
+    /// The snapshot cell the sidecar publishes into.
+    pub snapshot: SharedSnapshot,
+    /// Health flags the sidecar maintains.
+    pub health: Arc<Health>,
+    /// The sidecar end of the worker -> sidecar fact channel.
+    pub events: Events,
+    /// The sidecar end of the per-worker command channels.
+    pub mailboxes: WorkerMailboxes,
+}
+
+/// A running sidecar. Dropping it stops the sidecar without waiting; prefer
+/// [`SidecarHandle::shutdown`].
+#[derive(Debug)]
+pub struct SidecarHandle {
+    /// The bound admin API address.
+    pub admin_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    done: mpsc::Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+// === impl SidecarHandle ===
+
+impl SidecarHandle {
+    /// Flushes pending events to storage, stops the admin server and joins the thread
+    /// (waiting at most [`SHUTDOWN_WAIT`]).
+    pub fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        match self.done.recv_timeout(SHUTDOWN_WAIT) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                if let Some(t) = self.thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!("sidecar did not stop within {SHUTDOWN_WAIT:?}; leaving it behind");
+                self.thread.take();
+            }
+        }
+    }
+}
+
+impl Drop for SidecarHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Starts the sidecar thread and blocks until it is ready or failed.
+///
+/// Ready means: storage open and migrated, Redis reachable (when configured), the first
+/// snapshot stored in `shared.snapshot`, and the admin listener bound.
+pub fn spawn(cfg: SidecarConfig, shared: SidecarShared) -> Result<SidecarHandle, SidecarError> {
+    let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("codex-sidecar".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(SidecarError::Thread(e)));
+                    return;
+                }
+            };
+            rt.block_on(sidecar::run(cfg, shared, ready_tx, stop_rx));
+            drop(rt);
+            let _ = done_tx.send(());
+        })
+        .map_err(SidecarError::Thread)?;
+    match ready_rx.recv() {
+        Ok(Ok(admin_addr)) => Ok(SidecarHandle {
+            admin_addr,
+            stop: stop_tx,
+            done: done_rx,
+            thread: Some(thread),
+        }),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(SidecarError::StartupAborted)
+        }
+    }
+}

@@ -1,1 +1,255 @@
-fn main() {}
+//! `codex-gateway`: thin binary. Parses the command line, then calls the library.
+//! Exit codes: 0 ok, 1 start-up/runtime failure, 2 bad configuration or usage.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use gateway::{
+    app::App,
+    config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL},
+    demo::{self, DemoArgs},
+};
+
+#[derive(Parser)]
+#[command(
+    name = "codex-gateway",
+    version,
+    about = "Pools ChatGPT Codex accounts behind OpenAI-compatible APIs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(ServeArgs),
+    /// Run the gateway in front of a built-in mock upstream with a demo account and key.
+    Demo(DemoArgs),
+    /// Manage pooled accounts.
+    Accounts {
+        #[command(subcommand)]
+        cmd: AccountsCmd,
+    },
+    /// Manage client API keys.
+    Keys {
+        #[command(subcommand)]
+        cmd: KeysCmd,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct DbArgs {
+    /// Data directory (SQLite database and secret key).
+    #[arg(long, env = "CODEX_GATEWAY_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// Database URL (postgres://...); default SQLite in the data directory.
+    #[arg(long, env = "CODEX_GATEWAY_DATABASE_URL")]
+    database_url: Option<String>,
+}
+
+impl DbArgs {
+    fn target(&self) -> admin::DbTarget {
+        admin::DbTarget {
+            data_dir: self.data_dir.clone(),
+            database_url: self.database_url.clone(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum AccountsCmd {
+    /// Import auth.json files, flat {"type":"codex"} files, directories, or refresh-token lists.
+    Import {
+        #[command(flatten)]
+        db: DbArgs,
+        /// OAuth token endpoint (used for refresh-token-only inputs).
+        #[arg(long, env = "CODEX_GATEWAY_OAUTH_TOKEN_URL", default_value = DEFAULT_TOKEN_URL)]
+        oauth_token_url: String,
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// List accounts.
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCmd {
+    /// Create a key; prints it once on stdout.
+    Create {
+        /// Key name.
+        name: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List keys (never the keys themselves).
+    List {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Revoke a key by id or name.
+    Revoke {
+        /// Id or name.
+        id_or_name: String,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+fn wait_for_signal() {
+    use signal_hook::{consts::*, iterator::Signals};
+    match Signals::new([SIGINT, SIGTERM]) {
+        Ok(mut s) => {
+            let _ = s.forever().next();
+        }
+        Err(e) => tracing::error!(error = %e, "cannot install signal handlers"),
+    }
+    tracing::info!("signal received; draining");
+}
+
+#[allow(clippy::print_stdout)]
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = match GatewayConfig::load(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut app = match App::spawn(cfg) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            eprintln!(
+                "codex-gateway listening on http://{} (admin http://{}; workers: {:?})",
+                app.data_addr, app.admin_addr, app.drivers
+            );
+            wait_for_signal();
+            app.shutdown();
+            ExitCode::SUCCESS
+        }
+        Command::Demo(args) => match demo::run(args, wait_for_signal) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("codex-gateway demo: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Accounts { cmd } => match cmd {
+            AccountsCmd::Import {
+                db,
+                oauth_token_url,
+                paths,
+            } => match admin::cli::accounts_import(&db.target(), &paths, &oauth_token_url) {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            },
+            AccountsCmd::List { db } => match admin::cli::accounts_list(&db.target()) {
+                Ok(rows) => {
+                    println!(
+                        "{:<5} {:<38} {:<28} {:<6} {:<16} {:>8} {:>8} cooldown_until",
+                        "id", "account", "label", "plan", "status", "5h %", "week %"
+                    );
+                    let now = shared_state::now_ms() as i64;
+                    for r in rows {
+                        let pct = |p: Option<f64>| p.map_or("-".to_owned(), |p| format!("{p:.1}"));
+                        let cd = if r.cooldown_until_ms > now {
+                            format!(
+                                "{}s ({})",
+                                (r.cooldown_until_ms - now) / 1000,
+                                r.cooldown_reason.as_deref().unwrap_or("")
+                            )
+                        } else {
+                            "-".to_owned()
+                        };
+                        println!(
+                            "{:<5} {:<38} {:<28} {:<6} {:<16} {:>8} {:>8} {cd}",
+                            r.id,
+                            r.chatgpt_account_id,
+                            r.label(),
+                            r.plan_type.as_deref().unwrap_or("-"),
+                            r.status.as_str(),
+                            pct(r.primary_used_pct),
+                            pct(r.secondary_used_pct),
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            },
+        },
+        Command::Keys { cmd } => match cmd {
+            KeysCmd::Create { name, db } => match admin::cli::keys_create(&db.target(), &name) {
+                Ok(k) => {
+                    println!("{k}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            },
+            KeysCmd::List { db } => match admin::cli::keys_list(&db.target()) {
+                Ok(rows) => {
+                    println!("{:<5} {:<24} {:<14} status", "id", "name", "prefix");
+                    for r in rows {
+                        let st = if r.revoked_at.is_some() {
+                            "revoked"
+                        } else {
+                            "active"
+                        };
+                        println!("{:<5} {:<24} {:<14} {st}", r.id, r.name, r.key_prefix);
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            },
+            KeysCmd::Revoke { id_or_name, db } => {
+                match admin::cli::keys_revoke(&db.target(), &id_or_name) {
+                    Ok(0) => {
+                        eprintln!("codex-gateway: no key matches `{id_or_name}`");
+                        ExitCode::from(1)
+                    }
+                    Ok(n) => {
+                        println!("revoked {n} key(s)");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("codex-gateway: {e}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+        },
+    }
+}

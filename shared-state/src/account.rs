@@ -99,7 +99,11 @@ impl AccountLive {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return Some(Lease { live: Arc::clone(self) }),
+                Ok(_) => {
+                    return Some(Lease {
+                        live: Arc::clone(self),
+                    })
+                }
                 Err(now) => cur = now,
             }
         }
@@ -180,7 +184,10 @@ impl AccountLive {
 
     /// (served, failures) since start.
     pub fn counters(&self) -> (u64, u64) {
-        (self.served.load(Ordering::Relaxed), self.failures.load(Ordering::Relaxed))
+        (
+            self.served.load(Ordering::Relaxed),
+            self.failures.load(Ordering::Relaxed),
+        )
     }
 
     /// A status decided on the data plane before the sidecar persisted it (e.g. a second 401

@@ -48,7 +48,8 @@ pub fn decode_claims(token: &str) -> Result<Claims, JwtError> {
     let auth = v.get("https://api.openai.com/auth");
     let s = |val: Option<&sonic_rs::Value>| val.and_then(|x| x.as_str()).map(str::to_owned);
     let email = s(v.get("email")).or_else(|| {
-        s(v.get("https://api.openai.com/profile").and_then(|p| p.get("email")))
+        s(v.get("https://api.openai.com/profile")
+            .and_then(|p| p.get("email")))
     });
     Ok(Claims {
         account_id: s(auth.and_then(|a| a.get("chatgpt_account_id"))),

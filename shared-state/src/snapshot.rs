@@ -183,7 +183,10 @@ mod tests {
         };
         s.keys.insert(
             crate::keys::hash_key("sk-cg-x"),
-            ClientKey { id: 7, name: "k".into() },
+            ClientKey {
+                id: 7,
+                name: "k".into(),
+            },
         );
         assert_eq!(s.account(5).map(|a| a.id), Some(5));
         assert!(s.account(4).is_none());
@@ -198,7 +201,8 @@ mod tests {
         a.live.cool_until(100);
         assert!(!a.is_schedulable(10));
         a.live.clear_cooldown();
-        a.live.set_status_override(Some(AccountStatus::ReauthRequired));
+        a.live
+            .set_status_override(Some(AccountStatus::ReauthRequired));
         assert!(!a.is_schedulable(10));
         assert_eq!(a.effective_status(), AccountStatus::ReauthRequired);
     }

@@ -1,1 +1,216 @@
-fn main() {}
+//! `mock-codex`: the mock ChatGPT Codex upstream as a standalone process (see
+//! `benches/README.md`, section "mock-codex").
+//!
+//! Parses flags (exit 64 on a bad flag), raises the open-file limit, starts
+//! [`benches::MockCodex`], prints `mock-codex listening on <origin>` (plus one JSON line per
+//! `--account`), and runs until SIGINT or SIGTERM.
+
+use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use benches::{mock::DEFAULT_PREFIX, Behaviour, MockAccount, MockCodex, MockConfig};
+use clap::Parser;
+
+/// Mock ChatGPT Codex upstream (POST /backend-api/codex/responses SSE, /models, /wham/usage,
+/// /oauth/token) for integration and load tests.
+#[derive(Parser, Debug)]
+#[command(name = "mock-codex", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:18080")]
+    listen: SocketAddr,
+    /// PEM certificate chain: serve TLS (ALPN h2 and http/1.1).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Path prefix of the Codex routes (/responses, /models).
+    #[arg(long, default_value = DEFAULT_PREFIX)]
+    prefix: String,
+    /// Number of response.output_text.delta events per answer (capped by the text length).
+    #[arg(long, default_value_t = 8)]
+    deltas: usize,
+    /// Assistant text of every answer.
+    #[arg(long)]
+    text: Option<String>,
+    /// Delay before the response head of /responses, in ms.
+    #[arg(long, default_value_t = 0)]
+    first_byte_delay_ms: u64,
+    /// Delay between SSE events, in ms.
+    #[arg(long, default_value_t = 0)]
+    inter_event_delay_ms: u64,
+    /// Delay of the OAuth token endpoint, in ms.
+    #[arg(long, default_value_t = 0)]
+    token_delay_ms: u64,
+    /// Lifetime of issued access tokens, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    access_token_ttl_secs: u64,
+    /// Require the latest issued, unexpired access token of the ChatGPT-Account-Id.
+    #[arg(long)]
+    strict_tokens: bool,
+    /// Refresh answers carry no new refresh_token (the old one stays valid).
+    #[arg(long)]
+    omit_rotated_refresh_token: bool,
+    /// Plan type of accounts not registered with --account.
+    #[arg(long, default_value = "plus")]
+    plan_type: String,
+    /// Primary (5 h) window used percent reported by default.
+    #[arg(long, default_value_t = 0.0)]
+    primary_used_percent: f64,
+    /// Secondary (weekly) window used percent reported by default.
+    #[arg(long, default_value_t = 0.0)]
+    secondary_used_percent: f64,
+    /// Controls applied to every request, e.g. `inter_event_delay_ms=20,deltas=32`.
+    #[arg(long, value_name = "SPEC")]
+    behaviour: Option<String>,
+    /// Per-account controls, e.g. `acct-1=error=usage_limit_reached,fail_times=2` (repeatable).
+    #[arg(long = "account-behaviour", value_name = "ID=SPEC")]
+    account_behaviour: Vec<String>,
+    /// Register an account at start and print its tokens as one JSON line (repeatable).
+    #[arg(long = "account", value_name = "ID")]
+    accounts: Vec<String>,
+    /// Requests kept for /__mock/requests (0 disables recording).
+    #[arg(long, default_value_t = 10_000)]
+    max_recorded: usize,
+    /// Runtime worker threads (default: available parallelism).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+/// Exit code for a bad command line (EX_USAGE).
+const EXIT_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
+    let cfg = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("mock-codex: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    raise_nofile_limit();
+    match run(&args, cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mock-codex: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn config(a: &Args) -> Result<MockConfig, String> {
+    let mut account_behaviours = Vec::new();
+    for spec in &a.account_behaviour {
+        let (id, s) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--account-behaviour expects ID=SPEC, got {spec:?}"))?;
+        let b: Behaviour = s
+            .parse()
+            .map_err(|e| format!("--account-behaviour {id}: {e}"))?;
+        account_behaviours.push((id.to_owned(), b));
+    }
+    let default_behaviour = match &a.behaviour {
+        Some(s) => s.parse().map_err(|e| format!("--behaviour: {e}"))?,
+        None => Behaviour::default(),
+    };
+    Ok(MockConfig {
+        listen: a.listen,
+        tls: a.tls_cert.clone().zip(a.tls_key.clone()),
+        prefix: a.prefix.clone(),
+        deltas: a.deltas,
+        text: a.text.clone(),
+        first_byte_delay: Duration::from_millis(a.first_byte_delay_ms),
+        inter_event_delay: Duration::from_millis(a.inter_event_delay_ms),
+        token_delay: Duration::from_millis(a.token_delay_ms),
+        strict_tokens: a.strict_tokens,
+        omit_rotated_refresh_token: a.omit_rotated_refresh_token,
+        access_token_ttl: Duration::from_secs(a.access_token_ttl_secs),
+        default_plan_type: a.plan_type.clone(),
+        default_quota: (a.primary_used_percent, a.secondary_used_percent),
+        default_behaviour,
+        account_behaviours,
+        max_recorded: a.max_recorded,
+        worker_threads: a.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        }),
+    })
+}
+
+fn run(args: &Args, cfg: MockConfig) -> anyhow::Result<()> {
+    let handle = MockCodex::start(cfg)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "mock-codex listening on {}", handle.origin())?;
+    for id in &args.accounts {
+        let t = handle.add_account(MockAccount::new(id.as_str()).with_plan(args.plan_type.clone()));
+        writeln!(out, "{}", serde_json::to_string(&t)?)?;
+    }
+    out.flush()?;
+    drop(out);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(wait_for_signal())?;
+    handle.shutdown();
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (load tests open many sockets).
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn raise_nofile_limit() {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the `rlimit` struct passed by pointer,
+    // which lives on this stack frame for the duration of the calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 || rl.rlim_cur >= rl.rlim_max {
+            return;
+        }
+        rl.rlim_cur = rl.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &rl) != 0 {
+            tracing::warn!("could not raise RLIMIT_NOFILE to {}", rl.rlim_max);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_nofile_limit() {}

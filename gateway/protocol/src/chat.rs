@@ -1,1 +1,61 @@
 //! `/v1/chat/completions` <-> Codex Responses translation (codex-protocol.md §3).
+//!
+//! Three pure pieces, no I/O and no runtime: the data plane feeds them bytes and events and
+//! writes what they return.
+//!
+//! # Key Components
+//! - [`chat_to_responses`]: a client Chat Completions body -> the Codex Responses upstream body
+//!   (§3.1, already normalized per §2.3: `stream:true`, `store:false`, `instructions:""`,
+//!   `include:["reasoning.encrypted_content"]`, `reasoning.summary:"auto"`), plus the
+//!   client-facing facts the response side needs ([`ChatRequest`]). Parameters are
+//!   *whitelisted*: anything not mapped (temperature, max_tokens, stop, seed, user, ...) is
+//!   dropped, so the backend never answers "Unsupported parameter".
+//! - [`ToolNameMap`]: tool names over 64 characters are shortened deterministically
+//!   (`first 55 chars + "_" + 8 hex`) and restored on output.
+//! - [`ChatStream`]: one upstream Responses event in, zero or more complete
+//!   `data: {chat.completion.chunk}\n\n` frames out (§3.2), ending in either a finish chunk,
+//!   an optional usage chunk and `data: [DONE]`, or exactly one `data: {"error":{...}}` frame.
+//! - [`ChatAggregator`]: the same events folded into one `chat.completion` JSON body (§3.3),
+//!   or a [`ChatUpstreamFailure`].
+//!
+//! # Usage
+//! ```
+//! use codex_protocol::chat::{chat_to_responses, ChatRequestOptions, ChatStream};
+//!
+//! let body = br#"{"model":"gpt-5","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+//! let req = chat_to_responses(body, &ChatRequestOptions::default()).unwrap();
+//! // ... send `req.body` upstream, then for every upstream SSE event:
+//! let mut stream = ChatStream::new(&req.model, 1_700_000_000, req.include_usage, req.name_map.clone());
+//! let mut out = Vec::new();
+//! stream.on_event("response.output_text.delta", br#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"delta":"Hi"}"#, &mut out);
+//! stream.on_event("response.completed", br#"{"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[]}}"#, &mut out);
+//! assert!(out.ends_with(b"data: [DONE]\n\n"));
+//! assert!(stream.is_finished());
+//! ```
+//!
+//! # Error handling
+//! - Request translation returns a [`ChatError`] (message + optional `param`); the gateway maps
+//!   it to a 400 `invalid_request_error`.
+//! - In a stream, `response.failed` / `error` / upstream EOF without a terminal event become one
+//!   OpenAI-shaped error frame and no `[DONE]`; the aggregator returns a [`ChatUpstreamFailure`]
+//!   classified by [`crate::classify::classify_stream_error`].
+//! - Malformed upstream events are skipped (terminal ones still terminate the stream).
+
+mod aggregate;
+mod json;
+mod names;
+mod request;
+mod stream;
+mod upstream;
+
+pub use self::{
+    aggregate::ChatAggregator,
+    names::ToolNameMap,
+    request::{chat_to_responses, ChatError, ChatRequest, ChatRequestOptions},
+    stream::ChatStream,
+    upstream::ChatUpstreamFailure,
+};
+pub use crate::events::Usage;
+
+/// The longest tool name the Codex backend accepts.
+pub const MAX_TOOL_NAME_LEN: usize = 64;

@@ -123,7 +123,9 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
         message = s(parsed.as_ref().and_then(|v| v.get("detail")))
             .or_else(|| parsed.as_ref().and_then(|v| s(v.get("message"))));
     }
-    let resets_at = err.and_then(|e| e.get("resets_at")).and_then(|x| x.as_u64());
+    let resets_at = err
+        .and_then(|e| e.get("resets_at"))
+        .and_then(|x| x.as_u64());
     let resets_in = err
         .and_then(|e| e.get("resets_in_seconds"))
         .and_then(|x| x.as_u64());
@@ -142,8 +144,7 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
         || lower_contains(&msg, "invalid `previous_response_id`")
     {
         FailureClass::ContinuationNotFound
-    } else if tag("account_deactivated") || lower_contains(&msg, "account has been deactivated")
-    {
+    } else if tag("account_deactivated") || lower_contains(&msg, "account has been deactivated") {
         FailureClass::Deactivated
     } else if tag("token_invalidated")
         || tag("token_expired")
@@ -221,29 +222,100 @@ mod tests {
     #[test]
     fn table() {
         assert_eq!(
-            c(429, r#"{"error":{"type":"usage_limit_reached","resets_at":1700000000,"resets_in_seconds":5}}"#),
-            FailureClass::UsageLimit { resets_at: Some(1_700_000_000) }
+            c(
+                429,
+                r#"{"error":{"type":"usage_limit_reached","resets_at":1700000000,"resets_in_seconds":5}}"#
+            ),
+            FailureClass::UsageLimit {
+                resets_at: Some(1_700_000_000)
+            }
         );
-        assert_eq!(c(429, r#"{"error":{"type":"usage_not_included"}}"#), FailureClass::UsageNotIncluded);
-        assert!(matches!(c(429, r#"{"error":{"type":"rate_limit_exceeded"}}"#), FailureClass::RateLimited { .. }));
-        assert_eq!(c(503, r#"{"error":{"code":"server_is_overloaded"}}"#), FailureClass::Overloaded);
+        assert_eq!(
+            c(429, r#"{"error":{"type":"usage_not_included"}}"#),
+            FailureClass::UsageNotIncluded
+        );
+        assert!(matches!(
+            c(429, r#"{"error":{"type":"rate_limit_exceeded"}}"#),
+            FailureClass::RateLimited { .. }
+        ));
+        assert_eq!(
+            c(503, r#"{"error":{"code":"server_is_overloaded"}}"#),
+            FailureClass::Overloaded
+        );
         assert_eq!(c(500, "oops"), FailureClass::Overloaded);
-        assert_eq!(c(401, r#"{"error":{"code":"token_invalidated","type":"invalid_request_error"},"status":401}"#), FailureClass::AuthExpired);
-        assert_eq!(c(401, r#"{"error":{"message":"Your account has been deactivated"}}"#), FailureClass::Deactivated);
-        assert_eq!(c(400, r#"{"detail":"The 'gpt-x' model is not supported when using Codex with a ChatGPT account."}"#), FailureClass::ModelNotSupported);
-        assert_eq!(c(400, r#"{"detail":"Unsupported parameter: temperature"}"#), FailureClass::Request);
-        assert_eq!(c(400, r#"{"error":{"code":"context_length_exceeded"}}"#), FailureClass::Request);
-        assert_eq!(c(400, r#"{"error":{"code":"cyber_policy"}}"#), FailureClass::Request);
-        assert_eq!(classify_http(403, Some("text/html"), b"<html>cf</html>").class, FailureClass::Cloudflare);
-        assert_eq!(c(400, r#"{"type":"error","error":{"type":"invalid_request_error","code":"previous_response_not_found"}}"#), FailureClass::ContinuationNotFound);
+        assert_eq!(
+            c(
+                401,
+                r#"{"error":{"code":"token_invalidated","type":"invalid_request_error"},"status":401}"#
+            ),
+            FailureClass::AuthExpired
+        );
+        assert_eq!(
+            c(
+                401,
+                r#"{"error":{"message":"Your account has been deactivated"}}"#
+            ),
+            FailureClass::Deactivated
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"detail":"The 'gpt-x' model is not supported when using Codex with a ChatGPT account."}"#
+            ),
+            FailureClass::ModelNotSupported
+        );
+        assert_eq!(
+            c(400, r#"{"detail":"Unsupported parameter: temperature"}"#),
+            FailureClass::Request
+        );
+        assert_eq!(
+            c(400, r#"{"error":{"code":"context_length_exceeded"}}"#),
+            FailureClass::Request
+        );
+        assert_eq!(
+            c(400, r#"{"error":{"code":"cyber_policy"}}"#),
+            FailureClass::Request
+        );
+        assert_eq!(
+            classify_http(403, Some("text/html"), b"<html>cf</html>").class,
+            FailureClass::Cloudflare
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","code":"previous_response_not_found"}}"#
+            ),
+            FailureClass::ContinuationNotFound
+        );
     }
 
     #[test]
     fn stream_errors() {
-        assert_eq!(classify_stream_error(br#"{"code":"server_is_overloaded","message":"busy"}"#).class, FailureClass::Overloaded);
-        assert!(matches!(classify_stream_error(br#"{"type":"usage_limit_reached","code":"usage_limit_reached"}"#).class, FailureClass::UsageLimit { .. }));
-        assert_eq!(classify_stream_error(br#"{"code":"context_length_exceeded","message":"too long"}"#).class, FailureClass::Request);
-        assert_eq!(classify_stream_error(br#"{"message":"?"}"#).class, FailureClass::Overloaded);
-        assert_eq!(classify_stream_error(br#"{"code":"context_length_exceeded","message":"too long"}"#).message.as_deref(), Some("too long"));
+        assert_eq!(
+            classify_stream_error(br#"{"code":"server_is_overloaded","message":"busy"}"#).class,
+            FailureClass::Overloaded
+        );
+        assert!(matches!(
+            classify_stream_error(
+                br#"{"type":"usage_limit_reached","code":"usage_limit_reached"}"#
+            )
+            .class,
+            FailureClass::UsageLimit { .. }
+        ));
+        assert_eq!(
+            classify_stream_error(br#"{"code":"context_length_exceeded","message":"too long"}"#)
+                .class,
+            FailureClass::Request
+        );
+        assert_eq!(
+            classify_stream_error(br#"{"message":"?"}"#).class,
+            FailureClass::Overloaded
+        );
+        assert_eq!(
+            classify_stream_error(br#"{"code":"context_length_exceeded","message":"too long"}"#)
+                .message
+                .as_deref(),
+            Some("too long")
+        );
     }
 }

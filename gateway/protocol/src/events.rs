@@ -45,8 +45,12 @@ pub enum EventClass {
 /// Classifies an event by type.
 pub fn classify_event(ty: &str) -> EventClass {
     match ty {
-        "response.created" | "response.in_progress" | "response.queued" | "codex.rate_limits"
-        | "response.metadata" | "codex.response.metadata" => EventClass::Leading,
+        "response.created"
+        | "response.in_progress"
+        | "response.queued"
+        | "codex.rate_limits"
+        | "response.metadata"
+        | "codex.response.metadata" => EventClass::Leading,
         "response.completed" | "response.done" => EventClass::Completed,
         "response.incomplete" => EventClass::Incomplete,
         "response.failed" | "error" => EventClass::Failed,
@@ -88,7 +92,11 @@ pub fn usage_of_terminal(data: &[u8]) -> Option<Usage> {
         cached_tokens: n(&["input_tokens_details", "cached_tokens"]),
         output_tokens,
         reasoning_tokens: n(&["output_tokens_details", "reasoning_tokens"]),
-        total_tokens: if total == 0 { input_tokens + output_tokens } else { total },
+        total_tokens: if total == 0 {
+            input_tokens + output_tokens
+        } else {
+            total
+        },
     })
 }
 
@@ -150,7 +158,9 @@ pub fn rate_limits_event(data: &[u8]) -> Option<RateLimits> {
     let w = |name: &str| {
         let x = rl.get(name);
         Window {
-            used_percent: x.and_then(|x| x.get("used_percent")).and_then(|p| p.as_f64()),
+            used_percent: x
+                .and_then(|x| x.get("used_percent"))
+                .and_then(|p| p.as_f64()),
             window_minutes: x
                 .and_then(|x| x.get("window_minutes"))
                 .and_then(|p| p.as_u64()),
@@ -184,15 +194,31 @@ mod tests {
         );
         assert_eq!(event_type(b"not json"), None);
         assert_eq!(classify_event("response.created"), EventClass::Leading);
-        assert_eq!(classify_event("response.output_item.added"), EventClass::Output);
+        assert_eq!(
+            classify_event("response.output_item.added"),
+            EventClass::Output
+        );
         assert_eq!(classify_event("response.failed"), EventClass::Failed);
     }
 
     #[test]
     fn usage_and_limits() {
         let u = usage_of_terminal(br#"{"type":"response.completed","response":{"usage":{"input_tokens":10,"input_tokens_details":{"cached_tokens":4},"output_tokens":5,"output_tokens_details":{"reasoning_tokens":2},"total_tokens":15}}}"#).unwrap();
-        assert_eq!((u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens, u.total_tokens), (10, 4, 5, 2, 15));
-        let h = [("x-codex-primary-used-percent", "42.5"), ("x-codex-primary-reset-at", "1700000000"), ("x-codex-secondary-used-percent", "7")];
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cached_tokens,
+                u.output_tokens,
+                u.reasoning_tokens,
+                u.total_tokens
+            ),
+            (10, 4, 5, 2, 15)
+        );
+        let h = [
+            ("x-codex-primary-used-percent", "42.5"),
+            ("x-codex-primary-reset-at", "1700000000"),
+            ("x-codex-secondary-used-percent", "7"),
+        ];
         let rl = rate_limits_from_headers(|k| h.iter().find(|(n, _)| *n == k).map(|(_, v)| *v));
         assert_eq!(rl.primary.used_percent, Some(42.5));
         assert_eq!(rl.primary.reset_at, Some(1_700_000_000));

@@ -213,7 +213,9 @@ mod tests {
 
     #[test]
     fn wraps_string_input_and_forces_codex_rules() {
-        let (n, v) = norm(r#"{"model":"gpt-5","input":"say hi","temperature":0.2,"max_output_tokens":5,"store":true}"#);
+        let (n, v) = norm(
+            r#"{"model":"gpt-5","input":"say hi","temperature":0.2,"max_output_tokens":5,"store":true}"#,
+        );
         assert_eq!(n.model, "gpt-5");
         assert!(!n.stream);
         assert_eq!(v["stream"].as_bool(), Some(true));
@@ -227,7 +229,9 @@ mod tests {
 
     #[test]
     fn maps_system_role_and_keeps_instructions() {
-        let (n, v) = norm(r#"{"model":"m","stream":true,"instructions":"be brief","input":[{"type":"message","role":"system","content":"x"}],"previous_response_id":"resp_1","service_tier":"fast","tools":[{"type":"web_search_preview"}]}"#);
+        let (n, v) = norm(
+            r#"{"model":"m","stream":true,"instructions":"be brief","input":[{"type":"message","role":"system","content":"x"}],"previous_response_id":"resp_1","service_tier":"fast","tools":[{"type":"web_search_preview"}]}"#,
+        );
         assert!(n.stream);
         assert_eq!(n.previous_response_id.as_deref(), Some("resp_1"));
         assert!(v.get("previous_response_id").is_none());
@@ -243,11 +247,15 @@ mod tests {
         assert_eq!(normalize_responses(b"[]").unwrap_err().param, None);
         assert_eq!(normalize_responses(b"{}").unwrap_err().param, Some("model"));
         assert_eq!(
-            normalize_responses(br#"{"model":"m","input":5}"#).unwrap_err().param,
+            normalize_responses(br#"{"model":"m","input":5}"#)
+                .unwrap_err()
+                .param,
             Some("input")
         );
         assert_eq!(
-            normalize_responses(br#"{"model":"m","stream":"yes"}"#).unwrap_err().param,
+            normalize_responses(br#"{"model":"m","stream":"yes"}"#)
+                .unwrap_err()
+                .param,
             Some("stream")
         );
     }

@@ -84,13 +84,19 @@ mod tests {
 
     #[test]
     fn shape_and_escaping() {
-        let e = ErrorBody::new("bad \"key\"\n", "authentication_error", Some("invalid_api_key"));
+        let e = ErrorBody::new(
+            "bad \"key\"\n",
+            "authentication_error",
+            Some("invalid_api_key"),
+        );
         let v: sonic_rs::Value = sonic_rs::from_slice(&e.to_json()).unwrap();
         use sonic_rs::JsonValueTrait;
         assert_eq!(v["error"]["message"].as_str(), Some("bad \"key\"\n"));
         assert_eq!(v["error"]["type"].as_str(), Some("authentication_error"));
         assert_eq!(v["error"]["code"].as_str(), Some("invalid_api_key"));
         assert!(v["error"]["param"].is_null());
-        assert!(String::from_utf8(e.sse_frame()).unwrap().starts_with("event: error\ndata: {\"type\":\"error\""));
+        assert!(String::from_utf8(e.sse_frame())
+            .unwrap()
+            .starts_with("event: error\ndata: {\"type\":\"error\""));
     }
 }

@@ -225,7 +225,11 @@ mod tests {
             assert_eq!(got[1].event_type(), "response.output_text.delta");
             assert_eq!(got[2].data.as_ref(), b"a\nb");
             let total: usize = got.iter().map(|e| e.frame.len()).sum();
-            assert_eq!(total + b": ping\n\n".len(), stream.len(), "frames are byte-faithful");
+            assert_eq!(
+                total + b": ping\n\n".len(),
+                stream.len(),
+                "frames are byte-faithful"
+            );
         }
     }
 

@@ -1,0 +1,393 @@
+//! The Axum admin API on the admin address.
+//!
+//! # Key Components
+//! - [`router`]: `GET /healthz` (200 `{"status":"ok"}`, 503 when storage is down) and, behind
+//!   the bearer-token guard when an admin token is configured, `/api/admin/*`:
+//!   - `GET /api/admin/accounts` -> `{"object":"list","data":[AccountView]}` (no tokens);
+//!   - `POST /api/admin/accounts/{id}/enable|disable`, `PATCH /api/admin/accounts/{id}`
+//!     (`{"weight","max_concurrency"}`), `DELETE /api/admin/accounts/{id}`;
+//!   - `GET /api/admin/keys`, `POST /api/admin/keys` `{"name"}` -> the plain key once,
+//!     `DELETE /api/admin/keys/{id}` (revoke).
+//!
+//!   Every mutation republishes the snapshot before answering.
+//! - [`ApiError`]: the one place that turns a failure into an OpenAI-shaped
+//!   `{"error":{"message","type","code"}}` response.
+//!
+//! # Error handling
+//! 401 `invalid_api_key` for a missing/wrong admin token, 404 `not_found`, 400
+//! `invalid_request_error`, 503 `storage_unavailable` when the database is down, 500 otherwise.
+
+use std::sync::Arc;
+
+use axum::{
+    body::Bytes,
+    extract::{Path, Request, State},
+    http::{header, StatusCode},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+    Json, Router,
+};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use shared_state::{AccountStatus, WorkerCommand};
+
+use crate::{error::StorageError, sidecar::Core, storage::AccountRow};
+
+type AppState = Arc<Core>;
+
+/// Builds the admin router.
+pub(crate) fn router(core: Arc<Core>) -> Router {
+    let admin = Router::new()
+        .route("/accounts", get(list_accounts))
+        .route(
+            "/accounts/{id}",
+            axum::routing::delete(delete_account).patch(patch_account),
+        )
+        .route("/accounts/{id}/enable", post(enable_account))
+        .route("/accounts/{id}/disable", post(disable_account))
+        .route("/keys", get(list_keys).post(create_key))
+        .route("/keys/{id}", axum::routing::delete(revoke_key))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&core),
+            require_admin,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .nest("/api/admin", admin)
+        .with_state(core)
+}
+
+/// An admin API failure.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    code: &'static str,
+    message: String,
+}
+
+// === impl ApiError ===
+
+impl ApiError {
+    fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn not_found(what: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "not_found",
+            what,
+        )
+    }
+
+    fn bad_request(msg: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            msg,
+        )
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(e: StorageError) -> Self {
+        if e.is_unavailable() {
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "storage_unavailable",
+                format!("storage is unavailable: {e}"),
+            )
+        } else {
+            tracing::error!(error = %e, "admin API storage error");
+            Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                e.to_string(),
+            )
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({"error": {"message": self.message, "type": self.kind, "code": self.code}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+async fn require_admin(State(core): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &core.admin_token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        // Compare digests: constant time with respect to the token's content.
+        let ok = given.is_some_and(|g| {
+            Sha256::digest(g.as_bytes()).as_slice()
+                == Sha256::digest(token.expose().as_bytes()).as_slice()
+        });
+        if !ok {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "authentication_error",
+                "invalid_api_key",
+                "missing or invalid admin token (Authorization: Bearer <token>)",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn healthz(State(core): State<AppState>) -> Response {
+    if core.health.storage_up() {
+        (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "unavailable", "storage": "down"})),
+        )
+            .into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("unknown admin endpoint")
+}
+
+fn parse_id(raw: &str) -> Result<i64, ApiError> {
+    raw.parse::<i64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid id {raw:?}")))
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// One account as the admin API shows it.
+async fn account_view(core: &Core, r: &AccountRow) -> Value {
+    let live = core.publisher.live(r.id).await;
+    let (in_flight, cooldown_until, override_status, served, failures) = match &live {
+        Some(l) => {
+            let (s, f) = l.counters();
+            (
+                l.in_flight(),
+                l.cooldown_until_ms()
+                    .max(u64::try_from(r.cooldown_until_ms).unwrap_or(0)),
+                l.status_override(),
+                s,
+                f,
+            )
+        }
+        None => (
+            0,
+            u64::try_from(r.cooldown_until_ms).unwrap_or(0),
+            None,
+            0,
+            0,
+        ),
+    };
+    let now = shared_state::now_ms();
+    let pct = |live_pct: Option<f64>, stored: Option<f64>| match (live_pct, stored) {
+        (Some(l), _) if l > 0.0 => Some(l),
+        (_, s) => s,
+    };
+    json!({
+        "id": r.id,
+        "object": "account",
+        "chatgpt_account_id": r.chatgpt_account_id,
+        "user_id": if r.user_id.is_empty() { None } else { Some(&r.user_id) },
+        "email": r.email,
+        "label": r.label(),
+        "plan": r.plan_type,
+        "status": r.status.as_str(),
+        "effective_status": override_status.unwrap_or(r.status).as_str(),
+        "weight": r.weight,
+        "max_concurrency": r.max_concurrency,
+        "in_flight": in_flight,
+        "served": served,
+        "failures": failures,
+        "cooldown_until": if cooldown_until > now { Some(cooldown_until) } else { None },
+        "cooldown_reason": if cooldown_until > now { r.cooldown_reason.clone() } else { None },
+        "primary_used_pct": pct(live.as_ref().map(|l| l.primary_used_pct()), r.primary_used_pct),
+        "primary_reset_at": r.primary_reset_at,
+        "secondary_used_pct": pct(live.as_ref().map(|l| l.secondary_used_pct()), r.secondary_used_pct),
+        "secondary_reset_at": r.secondary_reset_at,
+        "quota_updated_at": r.quota_updated_at,
+        "access_expires_at": r.access_expires_at,
+        "last_refresh_at": r.last_refresh_at,
+        "refresh_in_flight": core.refresh.in_flight(r.id),
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    })
+}
+
+async fn find_account(core: &Core, id: i64) -> Result<AccountRow, ApiError> {
+    core.storage
+        .list_accounts()
+        .await?
+        .into_iter()
+        .find(|r| r.id == id)
+        .ok_or_else(|| ApiError::not_found(format!("no account with id {id}")))
+}
+
+async fn list_accounts(State(core): State<AppState>) -> ApiResult {
+    let rows = core.storage.list_accounts().await?;
+    let mut data = Vec::with_capacity(rows.len());
+    for r in &rows {
+        data.push(account_view(&core, r).await);
+    }
+    Ok(Json(json!({"object": "list", "data": data})).into_response())
+}
+
+async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult {
+    if !core.storage.set_status(id, status).await? {
+        return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    if let Some(live) = core.publisher.live(id).await {
+        live.set_status_override(None);
+        if status == AccountStatus::Active {
+            live.clear_cooldown();
+        }
+    }
+    if status == AccountStatus::Active {
+        core.storage.set_cooldown(id, 0, None).await?;
+    } else {
+        core.publisher
+            .mailboxes()
+            .broadcast(&WorkerCommand::EvictAccount { account_id: id });
+    }
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    let row = find_account(core, id).await?;
+    Ok(Json(account_view(core, &row).await).into_response())
+}
+
+async fn enable_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    set_status(&core, parse_id(&id)?, AccountStatus::Active).await
+}
+
+async fn disable_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    set_status(&core, parse_id(&id)?, AccountStatus::Disabled).await
+}
+
+async fn patch_account(
+    State(core): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let id = parse_id(&id)?;
+    let v = parse_body(&body)?;
+    let num = |k: &str| -> Result<Option<u32>, ApiError> {
+        match v.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => x
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("{k} must be a non-negative integer"))
+                }),
+        }
+    };
+    let weight = num("weight")?;
+    let max_concurrency = num("max_concurrency")?;
+    if weight == Some(0) {
+        return Err(ApiError::bad_request("weight must be >= 1"));
+    }
+    if weight.is_none() && max_concurrency.is_none() {
+        return Err(ApiError::bad_request(
+            "nothing to change: give weight and/or max_concurrency",
+        ));
+    }
+    if !core.storage.set_limits(id, weight, max_concurrency).await? {
+        return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    let row = find_account(&core, id).await?;
+    Ok(Json(account_view(&core, &row).await).into_response())
+}
+
+async fn delete_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let id = parse_id(&id)?;
+    if !core.storage.delete_account(id).await? {
+        return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    core.publisher
+        .mailboxes()
+        .broadcast(&WorkerCommand::EvictAccount { account_id: id });
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    Ok(Json(json!({"id": id, "object": "account", "deleted": true})).into_response())
+}
+
+fn key_view(k: &crate::storage::KeyRow) -> Value {
+    json!({
+        "id": k.id,
+        "object": "api_key",
+        "name": k.name,
+        "key_prefix": k.key_prefix,
+        "created_at": k.created_at,
+        "revoked_at": k.revoked_at,
+        "revoked": k.revoked_at.is_some(),
+    })
+}
+
+async fn list_keys(State(core): State<AppState>) -> ApiResult {
+    let keys = core.storage.list_keys().await?;
+    let data: Vec<Value> = keys.iter().map(key_view).collect();
+    Ok(Json(json!({"object": "list", "data": data})).into_response())
+}
+
+async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult {
+    let v = parse_body(&body)?;
+    let name = v
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .unwrap_or("");
+    if name.is_empty() {
+        return Err(ApiError::bad_request("\"name\" is required"));
+    }
+    let (plain, row) = crate::cli::create_key(core.storage.as_ref(), name).await?;
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    let mut out = key_view(&row);
+    out["key"] = Value::String(plain);
+    Ok(Json(out).into_response())
+}
+
+async fn revoke_key(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let id = parse_id(&id)?;
+    if !core.storage.revoke_key(id).await? {
+        return Err(ApiError::not_found(format!("no active key with id {id}")));
+    }
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    Ok(Json(json!({"id": id, "object": "api_key", "revoked": true})).into_response())
+}

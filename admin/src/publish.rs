@@ -1,0 +1,281 @@
+//! Building [`Snapshot`]s from storage and publishing them to the workers.
+//!
+//! # Key Components
+//! - [`Publisher`]: owns the process-lifetime map `account id -> Arc<AccountLive>` (every
+//!   snapshot for an account reuses the same live `Arc`, so a swap never resets in-flight
+//!   counters), the version counter and the fingerprint of the last published content.
+//! - [`Publisher::reload`]: reads accounts and keys, applies cooldowns and quota written by
+//!   other instances to the live atomics, and publishes (`ArcSwap::store`, then
+//!   [`WorkerCommand::SnapshotUpdated`] to every mailbox) only when the content changed or
+//!   when forced.
+//!
+//! # Usage
+//! The sidecar calls `reload(false)` every `reload_interval` and after every mutation;
+//! a token refresh calls `reload(true)` and remembers the returned version.
+//!
+//! # Error handling
+//! A storage error leaves the current snapshot in place and is returned to the caller.
+
+use std::{
+    collections::HashMap,
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::Arc,
+};
+
+use shared_state::{
+    AccountEntry, AccountLive, AccountStatus, ClientKey, Settings, SharedSnapshot, Snapshot,
+    WorkerCommand, WorkerMailboxes,
+};
+use tokio::sync::Mutex;
+
+use crate::{
+    error::StorageError,
+    storage::{AccountRow, AccountSecrets, KeyRow, Storage},
+};
+
+/// Live state kept for one account across snapshots.
+#[derive(Debug)]
+struct LiveSlot {
+    live: Arc<AccountLive>,
+    /// `quota_updated_at` of the last stored quota copied into `live`.
+    quota_applied_at: Option<i64>,
+    /// Status in the last published snapshot.
+    published_status: Option<AccountStatus>,
+}
+
+#[derive(Debug, Default)]
+struct PubState {
+    fingerprint: Option<u64>,
+    live: HashMap<i64, LiveSlot>,
+}
+
+/// Builds and publishes snapshots.
+#[derive(Debug)]
+pub struct Publisher {
+    snapshot: SharedSnapshot,
+    mailboxes: WorkerMailboxes,
+    settings: Settings,
+    state: Mutex<PubState>,
+}
+
+// === impl Publisher ===
+
+impl Publisher {
+    /// A publisher writing into `snapshot`.
+    pub fn new(snapshot: SharedSnapshot, mailboxes: WorkerMailboxes, settings: Settings) -> Self {
+        Self {
+            snapshot,
+            mailboxes,
+            settings,
+            state: Mutex::new(PubState::default()),
+        }
+    }
+
+    /// The snapshot currently published.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// The mailboxes of the workers.
+    pub fn mailboxes(&self) -> &WorkerMailboxes {
+        &self.mailboxes
+    }
+
+    /// The live state of an account, if it is known.
+    pub async fn live(&self, id: i64) -> Option<Arc<AccountLive>> {
+        self.state
+            .lock()
+            .await
+            .live
+            .get(&id)
+            .map(|s| Arc::clone(&s.live))
+    }
+
+    /// Re-reads storage and publishes a new snapshot when its content changed (or `force`).
+    /// Returns the published version, or `None` when nothing changed.
+    pub async fn reload(
+        &self,
+        storage: &dyn Storage,
+        force: bool,
+    ) -> Result<Option<u64>, StorageError> {
+        // Holding the lock across the load serializes reloads, so the newest read publishes last.
+        let mut st = self.state.lock().await;
+        let accounts = storage.load_accounts().await?;
+        let keys = storage.list_keys().await?;
+        let fp = fingerprint(&accounts, &keys);
+
+        // Cooldowns and quota persisted by other instances reach the live atomics even when
+        // nothing else changed (they are not part of the snapshot content).
+        for (row, _) in &accounts {
+            match st.live.get_mut(&row.id) {
+                Some(slot) => {
+                    if row.cooldown_until_ms > 0 {
+                        slot.live
+                            .cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+                    }
+                    if row.quota_updated_at.is_some()
+                        && row.quota_updated_at > slot.quota_applied_at
+                    {
+                        apply_quota(&slot.live, row);
+                        slot.quota_applied_at = row.quota_updated_at;
+                    }
+                }
+                None => {
+                    let live = Arc::new(AccountLive::default());
+                    if row.cooldown_until_ms > 0 {
+                        live.cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+                    }
+                    apply_quota(&live, row);
+                    st.live.insert(
+                        row.id,
+                        LiveSlot {
+                            live,
+                            quota_applied_at: row.quota_updated_at,
+                            published_status: None,
+                        },
+                    );
+                }
+            }
+        }
+        if accounts.len() != st.live.len() {
+            let present: std::collections::HashSet<i64> =
+                accounts.iter().map(|(r, _)| r.id).collect();
+            st.live.retain(|id, _| present.contains(id));
+        }
+
+        if !force && st.fingerprint == Some(fp) {
+            return Ok(None);
+        }
+
+        let mut entries = Vec::with_capacity(accounts.len());
+        for (row, secrets) in accounts {
+            let Some(slot) = st.live.get_mut(&row.id) else {
+                continue;
+            };
+            // A data-plane override is pending until the same status is persisted; an
+            // operator moving the account back to active clears it too.
+            let ov = slot.live.status_override();
+            let reactivated = row.status == AccountStatus::Active
+                && slot
+                    .published_status
+                    .is_some_and(|s| s != AccountStatus::Active);
+            if ov.is_some() && (ov == Some(row.status) || reactivated) {
+                slot.live.set_status_override(None);
+            }
+            if secrets.decrypt_failed && slot.published_status.is_none() {
+                tracing::error!(
+                    account = row.id,
+                    "stored tokens do not decrypt with the current secret key; account unusable"
+                );
+            }
+            slot.published_status = Some(row.status);
+            entries.push(Arc::new(self.entry(row, secrets, Arc::clone(&slot.live))));
+        }
+        entries.sort_by_key(|e| e.id);
+
+        let mut key_map = HashMap::with_capacity(keys.len());
+        for k in keys.into_iter().filter(|k| k.revoked_at.is_none()) {
+            let mut h = [0u8; 32];
+            if hex::decode_to_slice(&k.key_hash, &mut h).is_err() {
+                tracing::warn!(
+                    key = k.id,
+                    "stored key hash is not 64 hex chars; ignoring key"
+                );
+                continue;
+            }
+            key_map.insert(
+                h,
+                ClientKey {
+                    id: k.id,
+                    name: k.name,
+                },
+            );
+        }
+
+        let version = self.snapshot.load().version + 1;
+        let accounts_n = entries.len();
+        let keys_n = key_map.len();
+        self.snapshot.store(Arc::new(Snapshot {
+            version,
+            accounts: entries,
+            keys: key_map,
+            settings: self.settings.clone(),
+        }));
+        st.fingerprint = Some(fp);
+        drop(st);
+        self.mailboxes
+            .broadcast(&WorkerCommand::SnapshotUpdated { version });
+        tracing::debug!(
+            version,
+            accounts = accounts_n,
+            keys = keys_n,
+            "published snapshot"
+        );
+        Ok(Some(version))
+    }
+
+    fn entry(
+        &self,
+        row: AccountRow,
+        secrets: AccountSecrets,
+        live: Arc<AccountLive>,
+    ) -> AccountEntry {
+        let label = row.label();
+        AccountEntry {
+            id: row.id,
+            label,
+            chatgpt_account_id: row.chatgpt_account_id,
+            user_id: Some(row.user_id).filter(|u| !u.is_empty()),
+            plan: row.plan_type,
+            access_token: secrets.access_token,
+            access_expires_at: row.access_expires_at,
+            status: row.status,
+            weight: row.weight.max(1),
+            max_concurrency: if row.max_concurrency == 0 {
+                self.settings.default_max_concurrency
+            } else {
+                row.max_concurrency
+            },
+            live,
+        }
+    }
+}
+
+fn apply_quota(live: &AccountLive, row: &AccountRow) {
+    let secs = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
+    live.record_quota(
+        row.primary_used_pct,
+        secs(row.primary_reset_at),
+        row.secondary_used_pct,
+        secs(row.secondary_reset_at),
+    );
+}
+
+/// A cheap digest of everything a snapshot is built from (not cooldown/quota: those travel
+/// through the live atomics).
+fn fingerprint(accounts: &[(AccountRow, AccountSecrets)], keys: &[KeyRow]) -> u64 {
+    let mut h = DefaultHasher::new();
+    accounts.len().hash(&mut h);
+    for (r, s) in accounts {
+        r.id.hash(&mut h);
+        r.chatgpt_account_id.hash(&mut h);
+        r.user_id.hash(&mut h);
+        r.email.hash(&mut h);
+        r.plan_type.hash(&mut h);
+        r.status.as_str().hash(&mut h);
+        r.weight.hash(&mut h);
+        r.max_concurrency.hash(&mut h);
+        r.access_expires_at.hash(&mut h);
+        r.updated_at.hash(&mut h);
+        s.access_token.expose().hash(&mut h);
+        s.decrypt_failed.hash(&mut h);
+    }
+    keys.len().hash(&mut h);
+    for k in keys {
+        k.id.hash(&mut h);
+        k.name.hash(&mut h);
+        k.key_hash.hash(&mut h);
+        k.revoked_at.hash(&mut h);
+    }
+    h.finish()
+}

@@ -1,0 +1,232 @@
+//! The sidecar thread's body: startup, the background tasks, and shutdown.
+//!
+//! # Key Components
+//! - [`Core`]: what every task and admin handler shares (storage, publisher, health, OAuth
+//!   client, optional Redis leases, the refresh book).
+//! - [`run`]: opens storage, connects Redis, publishes the first snapshot, binds the admin
+//!   listener, reports readiness, then runs until told to stop:
+//!   - the event loop ([`events`]): usage batching with a bounded spool, account effects,
+//!     quota, refresh requests;
+//!   - the reload loop: `Publisher::reload(false)` every `reload_interval`, plus refresh ahead
+//!     of access-token expiry;
+//!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
+//!   - the Axum admin server ([`crate::api`]).
+//!
+//! # Error handling
+//! Startup errors go back to [`crate::spawn`]'s caller. After startup nothing is fatal:
+//! storage outages are logged on transition, spooled and retried.
+
+use std::{
+    net::SocketAddr,
+    sync::{mpsc::SyncSender, Arc},
+    time::Duration,
+};
+
+use shared_state::{Health, Secret};
+use tokio::sync::watch;
+
+use crate::{
+    error::SidecarError,
+    lease::RedisLeases,
+    oauth::{build_http_client, OAuthClient},
+    publish::Publisher,
+    storage::Storage,
+    SidecarConfig, SidecarShared,
+};
+
+pub(crate) mod events;
+pub(crate) mod refresh;
+
+/// Interval of the storage health probe.
+pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
+/// Refresh an access token this long before it expires.
+pub const REFRESH_AHEAD: Duration = Duration::from_secs(15 * 60);
+/// How long shutdown waits for the final usage flush.
+pub const FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// Shared by the sidecar's tasks and the admin API handlers.
+pub(crate) struct Core {
+    pub storage: Arc<dyn Storage>,
+    pub publisher: Publisher,
+    pub health: Arc<Health>,
+    pub oauth: OAuthClient,
+    pub leases: Option<RedisLeases>,
+    pub refresh: refresh::RefreshBook,
+    pub admin_token: Option<Secret>,
+    /// Base URL for quota polling (kept for the quota poller).
+    #[allow(dead_code)]
+    pub upstream_base_url: String,
+}
+
+// === impl Core ===
+
+impl Core {
+    /// Republishes if storage changed; logs (does not return) storage errors.
+    pub async fn republish(&self) -> Option<u64> {
+        match self.publisher.reload(self.storage.as_ref(), false).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "snapshot reload failed");
+                None
+            }
+        }
+    }
+}
+
+/// Runs the sidecar until `stop` flips to true. Reports startup success (the bound admin
+/// address) or failure on `ready`.
+pub(crate) async fn run(
+    cfg: SidecarConfig,
+    shared: SidecarShared,
+    ready: SyncSender<Result<SocketAddr, SidecarError>>,
+    stop: watch::Receiver<bool>,
+) {
+    let SidecarShared {
+        snapshot,
+        health,
+        events,
+        mailboxes,
+    } = shared;
+    let started = async {
+        let storage = crate::storage::open(&cfg.db).await?;
+        health.set_storage_up(true);
+        let leases = match cfg.redis_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            Some(url) => Some(RedisLeases::connect(url, crate::lease::new_instance_id()).await?),
+            None => None,
+        };
+        let http =
+            build_http_client(cfg.upstream_ca.as_deref()).map_err(SidecarError::HttpClient)?;
+        let publisher = Publisher::new(snapshot, mailboxes, cfg.settings.clone());
+        publisher.reload(storage.as_ref(), true).await?;
+        let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
+            .await
+            .map_err(|source| SidecarError::Bind {
+                addr: cfg.admin_listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SidecarError::Bind {
+            addr: cfg.admin_listen,
+            source,
+        })?;
+        let core = Arc::new(Core {
+            storage,
+            publisher,
+            health: Arc::clone(&health),
+            oauth: OAuthClient::new(http, cfg.oauth_token_url.clone()),
+            leases,
+            refresh: refresh::RefreshBook::default(),
+            admin_token: cfg.admin_token.clone().filter(|t| !t.is_empty()),
+            upstream_base_url: cfg.upstream_base_url.clone(),
+        });
+        Ok::<_, SidecarError>((core, listener, addr))
+    };
+    let (core, listener, addr) = match started.await {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    tracing::info!(
+        admin = %addr,
+        backend = ?core.storage.backend(),
+        redis = core.leases.is_some(),
+        version = core.publisher.current().version,
+        "sidecar ready"
+    );
+
+    let server = tokio::spawn({
+        let app = crate::api::router(Arc::clone(&core));
+        let mut stop = stop.clone();
+        async move {
+            let res = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "admin server failed");
+            }
+        }
+    });
+    let events_task = tokio::spawn(events::run(Arc::clone(&core), events, stop.clone()));
+    let reload_task = tokio::spawn(reload_loop(
+        Arc::clone(&core),
+        cfg.reload_interval,
+        stop.clone(),
+    ));
+    let health_task = tokio::spawn(health_loop(Arc::clone(&core), stop.clone()));
+
+    if ready.send(Ok(addr)).is_err() {
+        // The caller is gone; nothing will ever ask us to stop, so stop now.
+        tracing::warn!("spawn() caller vanished during startup; stopping the sidecar");
+    } else {
+        let mut stop = stop;
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    tracing::info!("sidecar stopping");
+    reload_task.abort();
+    health_task.abort();
+    // The event loop sees the same signal, drains and flushes (bounded) before returning.
+    let _ = tokio::time::timeout(FLUSH_ON_SHUTDOWN + Duration::from_secs(1), events_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(3), server).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), core.storage.close()).await;
+    tracing::info!("sidecar stopped");
+}
+
+async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let every = if every.is_zero() {
+        Duration::from_secs(2)
+    } else {
+        every
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match core.publisher.reload(core.storage.as_ref(), false).await {
+            Ok(_) => {
+                if failing {
+                    tracing::info!("snapshot reload recovered");
+                }
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "snapshot reload failed; keeping the current snapshot");
+                }
+                failing = true;
+            }
+        }
+        refresh::refresh_expiring(&core);
+    }
+}
+
+async fn health_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(HEALTH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let up = matches!(
+            tokio::time::timeout(HEALTH_INTERVAL, core.storage.ping()).await,
+            Ok(Ok(()))
+        );
+        if up != core.health.storage_up() {
+            if up {
+                tracing::info!("storage is reachable again");
+            } else {
+                tracing::error!("storage is unreachable");
+            }
+        }
+        core.health.set_storage_up(up);
+    }
+}

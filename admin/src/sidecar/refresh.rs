@@ -1,0 +1,331 @@
+//! Single-flight OAuth token refresh (codex-protocol.md §2.7, design.md §6).
+//!
+//! # Key Components
+//! - [`RefreshBook`]: per-process bookkeeping: the accounts with a refresh in flight (one
+//!   future per account id), the snapshot version published after each account's last
+//!   refresh, and a per-account "not before" after failures.
+//! - [`request`]: handles a worker's `RefreshRequest { account_id, seen_version }`: skipped
+//!   when `seen_version` predates the account's last refresh (the worker used an old token and
+//!   a new one is already published) or when a refresh is already running.
+//! - [`refresh_expiring`]: starts refreshes for active accounts whose access token expires
+//!   within [`super::REFRESH_AHEAD`].
+//! - Each attempt holds the Redis lease when Redis is configured, re-reads the account (another
+//!   instance may have refreshed it already), calls the token endpoint, persists access +
+//!   refresh (+ id) token in one transaction **before** publishing, and keeps the old refresh
+//!   token when the response has none.
+//!
+//! # Error handling
+//! Terminal endpoint errors set `reauth_required` (`banned` for a deactivated account) in
+//! memory at once, then in storage, then publish. Transient errors retry with exponential
+//! backoff ([`MAX_ATTEMPTS`]), then give up until the next request.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use shared_state::{AccountStatus, Secret};
+use tokio::time::Instant;
+
+use super::Core;
+use crate::{
+    oauth::{Identity, RefreshError},
+    storage::TokenUpdate,
+};
+
+/// Attempts per refresh before giving up (transient failures only).
+pub const MAX_ATTEMPTS: u32 = 5;
+/// Pause after a refresh chain gave up, before another may start.
+const GIVE_UP_PAUSE: Duration = Duration::from_secs(30);
+
+/// Why a refresh runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// A worker saw the access token rejected.
+    Rejected,
+    /// The access token is about to expire.
+    Expiring,
+}
+
+#[derive(Debug, Default)]
+struct BookInner {
+    in_flight: HashSet<i64>,
+    refreshed_version: HashMap<i64, u64>,
+    not_before: HashMap<i64, Instant>,
+}
+
+/// Per-process refresh bookkeeping.
+#[derive(Debug, Default)]
+pub(crate) struct RefreshBook {
+    inner: Mutex<BookInner>,
+}
+
+// === impl RefreshBook ===
+
+impl RefreshBook {
+    fn lock(&self) -> MutexGuard<'_, BookInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Claims the account's refresh slot; `false` when one is running or paused.
+    fn try_start(&self, id: i64, seen_version: Option<u64>) -> bool {
+        let mut b = self.lock();
+        if let (Some(seen), Some(done)) = (seen_version, b.refreshed_version.get(&id)) {
+            if seen < *done {
+                tracing::debug!(
+                    account = id,
+                    seen,
+                    refreshed_at = *done,
+                    "stale refresh request skipped"
+                );
+                return false;
+            }
+        }
+        if b.not_before.get(&id).is_some_and(|t| Instant::now() < *t) {
+            return false;
+        }
+        b.in_flight.insert(id)
+    }
+
+    /// Whether a refresh for `id` is running.
+    pub fn in_flight(&self, id: i64) -> bool {
+        self.lock().in_flight.contains(&id)
+    }
+
+    /// The version published after the account's last refresh by this process.
+    pub fn refreshed_version(&self, id: i64) -> Option<u64> {
+        self.lock().refreshed_version.get(&id).copied()
+    }
+}
+
+/// Releases the in-flight slot when the refresh task ends (or is dropped).
+struct InFlight {
+    core: Arc<Core>,
+    id: i64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.core.refresh.lock().in_flight.remove(&self.id);
+    }
+}
+
+/// Handles a worker's refresh request.
+pub(crate) fn request(core: &Arc<Core>, account_id: i64, seen_version: u64) {
+    if !core.refresh.try_start(account_id, Some(seen_version)) {
+        return;
+    }
+    let guard = InFlight {
+        core: Arc::clone(core),
+        id: account_id,
+    };
+    tokio::spawn(run(guard, Reason::Rejected));
+}
+
+/// Starts refreshes for active accounts whose access token expires soon.
+pub(crate) fn refresh_expiring(core: &Arc<Core>) {
+    let snap = core.publisher.current();
+    let horizon = i64::try_from(shared_state::now_ms() / 1000 + super::REFRESH_AHEAD.as_secs())
+        .unwrap_or(i64::MAX);
+    for a in &snap.accounts {
+        let due = a.effective_status() == AccountStatus::Active
+            && a.access_expires_at.is_some_and(|exp| exp <= horizon);
+        if due && core.refresh.try_start(a.id, None) {
+            let guard = InFlight {
+                core: Arc::clone(core),
+                id: a.id,
+            };
+            tokio::spawn(run(guard, Reason::Expiring));
+        }
+    }
+}
+
+enum Step {
+    Done,
+    Retry(String),
+}
+
+async fn run(guard: InFlight, reason: Reason) {
+    let core = &guard.core;
+    let id = guard.id;
+    for attempt in 0..MAX_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_secs(1u64 << attempt.min(5))).await;
+        }
+        let leased = match &core.leases {
+            None => false,
+            Some(l) => match l.try_acquire(id).await {
+                Ok(true) => true,
+                Ok(false) => {
+                    // Another instance is refreshing; its result reaches us through storage.
+                    tracing::debug!(
+                        account = id,
+                        "refresh lease held elsewhere; waiting for its result"
+                    );
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    core.republish().await;
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(account = id, error = %e, "cannot take the refresh lease; will retry");
+                    continue;
+                }
+            },
+        };
+        let step = attempt_once(core, id, reason).await;
+        if leased {
+            if let Some(l) = &core.leases {
+                if let Err(e) = l.release(id).await {
+                    tracing::warn!(account = id, error = %e, "cannot release the refresh lease (it expires by itself)");
+                }
+            }
+        }
+        match step {
+            Step::Done => return,
+            Step::Retry(why) => {
+                tracing::warn!(account = id, attempt = attempt + 1, reason = %why, "token refresh failed; will retry");
+            }
+        }
+    }
+    tracing::error!(
+        account = id,
+        "token refresh gave up after {MAX_ATTEMPTS} attempts"
+    );
+    core.refresh
+        .lock()
+        .not_before
+        .insert(id, Instant::now() + GIVE_UP_PAUSE);
+}
+
+async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
+    let (row, secrets) = match core.storage.get_account(id).await {
+        Ok(Some(v)) => v,
+        Ok(None) => return Step::Done,
+        Err(e) => return Step::Retry(format!("storage: {e}")),
+    };
+    if row.status != AccountStatus::Active {
+        return Step::Done;
+    }
+    // Another instance (or an import) may already have stored newer tokens.
+    let published = core
+        .publisher
+        .current()
+        .account(id)
+        .map(|a| a.access_token.clone());
+    if !secrets.access_token.is_empty() && published.as_ref() != Some(&secrets.access_token) {
+        tracing::debug!(account = id, "newer tokens already stored; republishing");
+        publish_refreshed(core, id).await;
+        return Step::Done;
+    }
+    if secrets.refresh_token.is_empty() {
+        if reason == Reason::Expiring {
+            // Access-token-only account: nothing to do before it expires.
+            core.refresh
+                .lock()
+                .not_before
+                .insert(id, Instant::now() + Duration::from_secs(24 * 3600));
+            return Step::Done;
+        }
+        mark_terminal(
+            core,
+            id,
+            &RefreshError::Terminal {
+                code: "no_refresh_token".into(),
+                status: 0,
+            },
+        )
+        .await;
+        return Step::Done;
+    }
+    match core.oauth.refresh(&secrets.refresh_token).await {
+        Ok(t) => {
+            let ident = Identity::from_tokens(
+                t.id_token.as_ref().map(Secret::expose).unwrap_or(""),
+                t.access_token.expose(),
+            );
+            let now_s = i64::try_from(shared_state::now_ms() / 1000).unwrap_or(0);
+            let upd = TokenUpdate {
+                access_token: t.access_token,
+                refresh_token: t.refresh_token,
+                id_token: t.id_token,
+                access_expires_at: ident
+                    .access_expires_at
+                    .or_else(|| t.expires_in.map(|e| now_s + e)),
+                email: ident.email,
+                plan_type: ident.plan_type,
+            };
+            // The old refresh token is dead now: the new one must reach storage. Retry hard
+            // (bounded so the lease does not expire under us).
+            let mut stored = false;
+            for i in 0..6u32 {
+                match core.storage.update_tokens(id, &upd).await {
+                    Ok(true) => {
+                        stored = true;
+                        break;
+                    }
+                    Ok(false) => return Step::Done, // deleted meanwhile
+                    Err(e) => {
+                        tracing::error!(account = id, error = %e, "cannot store refreshed tokens; retrying");
+                        tokio::time::sleep(Duration::from_millis(500 * u64::from(i + 1))).await;
+                    }
+                }
+            }
+            if !stored {
+                tracing::error!(
+                    account = id,
+                    "refreshed tokens could not be stored; the account will need a new login"
+                );
+                return Step::Done;
+            }
+            if let Some(live) = core.publisher.live(id).await {
+                if live.status_override() == Some(AccountStatus::ReauthRequired) {
+                    live.set_status_override(None);
+                }
+                let auth_cooldown = row.cooldown_reason.as_deref().is_some_and(|r| {
+                    r.contains("token") || r.contains("401") || r.contains("auth")
+                });
+                if auth_cooldown {
+                    live.clear_cooldown();
+                    let _ = core.storage.set_cooldown(id, 0, None).await;
+                }
+            }
+            publish_refreshed(core, id).await;
+            tracing::info!(account = id, "refreshed account tokens");
+            Step::Done
+        }
+        Err(e @ RefreshError::Terminal { .. }) => {
+            mark_terminal(core, id, &e).await;
+            Step::Done
+        }
+        Err(RefreshError::Transient(why)) => Step::Retry(why),
+    }
+}
+
+async fn publish_refreshed(core: &Arc<Core>, id: i64) {
+    match core.publisher.reload(core.storage.as_ref(), true).await {
+        Ok(Some(v)) => {
+            core.refresh.lock().refreshed_version.insert(id, v);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(account = id, error = %e, "cannot publish after refresh"),
+    }
+}
+
+async fn mark_terminal(core: &Arc<Core>, id: i64, e: &RefreshError) {
+    let status = e.terminal_status().unwrap_or(AccountStatus::ReauthRequired);
+    tracing::warn!(account = id, error = %e, status = status.as_str(), "refresh token is dead; account needs a new login");
+    if let Some(live) = core.publisher.live(id).await {
+        live.set_status_override(Some(status));
+    }
+    for i in 0..3u64 {
+        match core.storage.set_status(id, status).await {
+            Ok(_) => break,
+            Err(err) => {
+                tracing::error!(account = id, error = %err, "cannot persist the account status; retrying");
+                tokio::time::sleep(Duration::from_millis(500 * (i + 1))).await;
+            }
+        }
+    }
+    core.republish().await;
+}

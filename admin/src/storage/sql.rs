@@ -1,0 +1,508 @@
+//! The SQL both backends share, stamped out for each pool type by `impl_storage!`.
+//!
+//! # Key Components
+//! - `impl_storage!(Type, Db)`: implements [`super::Storage`] for a struct with fields
+//!   `pool: sqlx::Pool<Db>` and `cipher: Cipher`. Every statement uses `$N` placeholders
+//!   (SQLite accepts them), `ON CONFLICT ... DO UPDATE` and `RETURNING` (SQLite >= 3.35, which
+//!   sqlx bundles), and only `BIGINT`/`TEXT`/`DOUBLE`/`BOOLEAN` column types, so the text is
+//!   identical; only the schema files differ.
+//!
+//! # Error handling
+//! Driver errors become [`crate::error::StorageError::Db`]; an unknown stored status loads as
+//! `disabled` with a warning rather than failing the whole list.
+
+/// Columns of [`super::AccountRow`], in select order.
+pub(super) const ACCOUNT_COLS: &str = "id, chatgpt_account_id, user_id, email, plan_type, status, \
+     weight, max_concurrency, access_expires_at, last_refresh_at, cooldown_until_ms, \
+     cooldown_reason, primary_used_pct, primary_reset_at, secondary_used_pct, \
+     secondary_reset_at, quota_updated_at, created_at, updated_at";
+
+/// Columns of [`super::KeyRow`], in select order.
+pub(super) const KEY_COLS: &str = "id, name, key_hash, key_prefix, created_at, revoked_at";
+
+pub(super) const UPSERT_ACCOUNT: &str = "INSERT INTO accounts (chatgpt_account_id, user_id, \
+     email, plan_type, status, access_token_enc, refresh_token_enc, id_token_enc, \
+     access_expires_at, last_refresh_at, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $8, $9, $10, $10) \
+     ON CONFLICT (chatgpt_account_id, user_id) DO UPDATE SET \
+     email = COALESCE(excluded.email, accounts.email), \
+     plan_type = COALESCE(excluded.plan_type, accounts.plan_type), \
+     access_token_enc = excluded.access_token_enc, \
+     refresh_token_enc = CASE WHEN excluded.refresh_token_enc = '' \
+         THEN accounts.refresh_token_enc ELSE excluded.refresh_token_enc END, \
+     id_token_enc = CASE WHEN excluded.id_token_enc = '' \
+         THEN accounts.id_token_enc ELSE excluded.id_token_enc END, \
+     access_expires_at = excluded.access_expires_at, \
+     last_refresh_at = COALESCE(excluded.last_refresh_at, accounts.last_refresh_at), \
+     status = CASE WHEN accounts.status = 'reauth_required' THEN 'active' ELSE accounts.status END, \
+     updated_at = excluded.updated_at \
+     RETURNING id";
+
+pub(super) const UPDATE_TOKENS: &str = "UPDATE accounts SET access_token_enc = $1, \
+     refresh_token_enc = COALESCE($2, refresh_token_enc), \
+     id_token_enc = COALESCE($3, id_token_enc), \
+     access_expires_at = COALESCE($4, access_expires_at), \
+     email = COALESCE($5, email), plan_type = COALESCE($6, plan_type), \
+     last_refresh_at = $7, updated_at = $7 WHERE id = $8";
+
+pub(super) const RECORD_QUOTA: &str = "UPDATE accounts SET \
+     primary_used_pct = COALESCE($1, primary_used_pct), \
+     primary_reset_at = COALESCE($2, primary_reset_at), \
+     secondary_used_pct = COALESCE($3, secondary_used_pct), \
+     secondary_reset_at = COALESCE($4, secondary_reset_at), \
+     quota_updated_at = $5 WHERE id = $6";
+
+pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, account_id, route, \
+     model, status, stream, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
+     ttfb_ms, latency_ms, error_code, started_at_ms) ";
+
+/// Rows per multi-row usage INSERT (14 binds each; far below both engines' limits).
+pub(super) const USAGE_CHUNK: usize = 200;
+
+/// Implements [`super::Storage`] for `$ty { pool: sqlx::Pool<$db>, cipher: Cipher }`.
+macro_rules! impl_storage {
+    ($ty:ty, $db:ty, $backend:expr) => {
+        // === impl $ty (shared SQL) ===
+
+        impl $ty {
+            fn account_row(
+                r: &<$db as sqlx::Database>::Row,
+            ) -> Result<$crate::storage::AccountRow, $crate::error::StorageError> {
+                use sqlx::Row;
+                let status: String = r.try_get("status")?;
+                let id: i64 = r.try_get("id")?;
+                let status = shared_state::AccountStatus::parse(&status).unwrap_or_else(|| {
+                    tracing::warn!(account = id, status = %status, "unknown stored status; treating as disabled");
+                    shared_state::AccountStatus::Disabled
+                });
+                Ok($crate::storage::AccountRow {
+                    id,
+                    chatgpt_account_id: r.try_get("chatgpt_account_id")?,
+                    user_id: r.try_get("user_id")?,
+                    email: r.try_get("email")?,
+                    plan_type: r.try_get("plan_type")?,
+                    status,
+                    weight: $crate::storage::to_u32(r.try_get("weight")?),
+                    max_concurrency: $crate::storage::to_u32(r.try_get("max_concurrency")?),
+                    access_expires_at: r.try_get("access_expires_at")?,
+                    last_refresh_at: r.try_get("last_refresh_at")?,
+                    cooldown_until_ms: r.try_get("cooldown_until_ms")?,
+                    cooldown_reason: r.try_get("cooldown_reason")?,
+                    primary_used_pct: r.try_get("primary_used_pct")?,
+                    primary_reset_at: r.try_get("primary_reset_at")?,
+                    secondary_used_pct: r.try_get("secondary_used_pct")?,
+                    secondary_reset_at: r.try_get("secondary_reset_at")?,
+                    quota_updated_at: r.try_get("quota_updated_at")?,
+                    created_at: r.try_get("created_at")?,
+                    updated_at: r.try_get("updated_at")?,
+                })
+            }
+
+            fn account_full(
+                &self,
+                r: &<$db as sqlx::Database>::Row,
+            ) -> Result<
+                ($crate::storage::AccountRow, $crate::storage::AccountSecrets),
+                $crate::error::StorageError,
+            > {
+                use sqlx::Row;
+                let row = Self::account_row(r)?;
+                let mut failed = false;
+                let mut open = |col: &str| -> Result<shared_state::Secret, $crate::error::StorageError> {
+                    let enc: String = r.try_get(col)?;
+                    Ok(self.cipher.open(&enc).unwrap_or_else(|_| {
+                        failed = true;
+                        shared_state::Secret::new("")
+                    }))
+                };
+                let access_token = open("access_token_enc")?;
+                let refresh_token = open("refresh_token_enc")?;
+                let id_token = open("id_token_enc")?;
+                Ok((
+                    row,
+                    $crate::storage::AccountSecrets {
+                        access_token,
+                        refresh_token,
+                        id_token,
+                        decrypt_failed: failed,
+                    },
+                ))
+            }
+
+            fn key_row(
+                r: &<$db as sqlx::Database>::Row,
+            ) -> Result<$crate::storage::KeyRow, $crate::error::StorageError> {
+                use sqlx::Row;
+                Ok($crate::storage::KeyRow {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    key_hash: r.try_get("key_hash")?,
+                    key_prefix: r.try_get("key_prefix")?,
+                    created_at: r.try_get("created_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            }
+        }
+
+        impl $crate::storage::Storage for $ty {
+            fn backend(&self) -> $crate::storage::Backend {
+                $backend
+            }
+
+            fn ping(&self) -> $crate::storage::StorageFuture<'_, ()> {
+                Box::pin(async move {
+                    sqlx::query("SELECT 1").execute(&self.pool).await?;
+                    Ok(())
+                })
+            }
+
+            fn upsert_account<'a>(
+                &'a self,
+                acc: &'a $crate::storage::AccountUpsert,
+            ) -> $crate::storage::StorageFuture<'a, $crate::storage::UpsertOutcome> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let existing = sqlx::query(
+                        "SELECT id FROM accounts WHERE chatgpt_account_id = $1 AND user_id = $2",
+                    )
+                    .bind(&acc.chatgpt_account_id)
+                    .bind(&acc.user_id)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    let at = self.cipher.seal(&acc.access_token)?;
+                    let rt = self.cipher.seal(&acc.refresh_token)?;
+                    let it = self.cipher.seal(&acc.id_token)?;
+                    let row = sqlx::query($crate::storage::sql::UPSERT_ACCOUNT)
+                        .bind(&acc.chatgpt_account_id)
+                        .bind(&acc.user_id)
+                        .bind(acc.email.as_deref().filter(|e| !e.is_empty()))
+                        .bind(acc.plan_type.as_deref().filter(|p| !p.is_empty()))
+                        .bind(at)
+                        .bind(rt)
+                        .bind(it)
+                        .bind(acc.access_expires_at)
+                        .bind(acc.last_refresh_at)
+                        .bind($crate::storage::now_ms_i64())
+                        .fetch_one(&self.pool)
+                        .await?;
+                    Ok($crate::storage::UpsertOutcome {
+                        id: row.try_get("id")?,
+                        created: existing.is_none(),
+                    })
+                })
+            }
+
+            fn list_accounts(
+                &self,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::AccountRow>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {} FROM accounts ORDER BY id",
+                        $crate::storage::sql::ACCOUNT_COLS
+                    );
+                    let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                    rows.iter().map(Self::account_row).collect()
+                })
+            }
+
+            fn load_accounts(
+                &self,
+            ) -> $crate::storage::StorageFuture<
+                '_,
+                Vec<($crate::storage::AccountRow, $crate::storage::AccountSecrets)>,
+            > {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {}, access_token_enc, refresh_token_enc, id_token_enc \
+                         FROM accounts ORDER BY id",
+                        $crate::storage::sql::ACCOUNT_COLS
+                    );
+                    let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                    rows.iter().map(|r| self.account_full(r)).collect()
+                })
+            }
+
+            fn get_account(
+                &self,
+                id: i64,
+            ) -> $crate::storage::StorageFuture<
+                '_,
+                Option<($crate::storage::AccountRow, $crate::storage::AccountSecrets)>,
+            > {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {}, access_token_enc, refresh_token_enc, id_token_enc \
+                         FROM accounts WHERE id = $1",
+                        $crate::storage::sql::ACCOUNT_COLS
+                    );
+                    let row = sqlx::query(&sql).bind(id).fetch_optional(&self.pool).await?;
+                    row.as_ref().map(|r| self.account_full(r)).transpose()
+                })
+            }
+
+            fn set_status(
+                &self,
+                id: i64,
+                status: shared_state::AccountStatus,
+            ) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE accounts SET status = $1, updated_at = $2 WHERE id = $3",
+                    )
+                    .bind(status.as_str())
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn set_limits(
+                &self,
+                id: i64,
+                weight: Option<u32>,
+                max_concurrency: Option<u32>,
+            ) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE accounts SET weight = COALESCE($1, weight), \
+                         max_concurrency = COALESCE($2, max_concurrency), updated_at = $3 \
+                         WHERE id = $4",
+                    )
+                    .bind(weight.map(i64::from))
+                    .bind(max_concurrency.map(i64::from))
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn set_cooldown<'a>(
+                &'a self,
+                id: i64,
+                until_ms: u64,
+                reason: Option<&'a str>,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE accounts SET cooldown_until_ms = $1, cooldown_reason = $2 \
+                         WHERE id = $3",
+                    )
+                    .bind($crate::storage::to_i64(until_ms))
+                    .bind(reason)
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn record_quota(
+                &self,
+                id: i64,
+                q: $crate::storage::QuotaUpdate,
+            ) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query($crate::storage::sql::RECORD_QUOTA)
+                        .bind(q.primary_pct)
+                        .bind(q.primary_reset_at.map($crate::storage::to_i64))
+                        .bind(q.secondary_pct)
+                        .bind(q.secondary_reset_at.map($crate::storage::to_i64))
+                        .bind($crate::storage::now_ms_i64())
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn update_tokens<'a>(
+                &'a self,
+                id: i64,
+                t: &'a $crate::storage::TokenUpdate,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let at = self.cipher.seal(&t.access_token)?;
+                    let rt = match &t.refresh_token {
+                        Some(s) if !s.is_empty() => Some(self.cipher.seal(s)?),
+                        _ => None,
+                    };
+                    let it = match &t.id_token {
+                        Some(s) if !s.is_empty() => Some(self.cipher.seal(s)?),
+                        _ => None,
+                    };
+                    let mut tx = self.pool.begin().await?;
+                    let res = sqlx::query($crate::storage::sql::UPDATE_TOKENS)
+                        .bind(at)
+                        .bind(rt)
+                        .bind(it)
+                        .bind(t.access_expires_at)
+                        .bind(t.email.as_deref().filter(|e| !e.is_empty()))
+                        .bind(t.plan_type.as_deref().filter(|p| !p.is_empty()))
+                        .bind($crate::storage::now_ms_i64())
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                    if res.rows_affected() == 0 {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    tx.commit().await?;
+                    Ok(true)
+                })
+            }
+
+            fn delete_account(&self, id: i64) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query("DELETE FROM accounts WHERE id = $1")
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn create_key<'a>(
+                &'a self,
+                name: &'a str,
+                key_hash_hex: &'a str,
+                key_prefix: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, $crate::storage::KeyRow> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "INSERT INTO api_keys (name, key_hash, key_prefix, created_at) \
+                         VALUES ($1, $2, $3, $4) RETURNING {}",
+                        $crate::storage::sql::KEY_COLS
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(name)
+                        .bind(key_hash_hex)
+                        .bind(key_prefix)
+                        .bind($crate::storage::now_ms_i64())
+                        .fetch_one(&self.pool)
+                        .await?;
+                    Self::key_row(&row)
+                })
+            }
+
+            fn list_keys(
+                &self,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::KeyRow>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {} FROM api_keys ORDER BY id",
+                        $crate::storage::sql::KEY_COLS
+                    );
+                    let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                    rows.iter().map(Self::key_row).collect()
+                })
+            }
+
+            fn find_key_by_hash<'a>(
+                &'a self,
+                key_hash_hex: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, Option<$crate::storage::KeyRow>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {} FROM api_keys WHERE key_hash = $1",
+                        $crate::storage::sql::KEY_COLS
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(key_hash_hex)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    row.as_ref().map(Self::key_row).transpose()
+                })
+            }
+
+            fn revoke_key(&self, id: i64) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+                    )
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn revoke_keys_by_name<'a>(
+                &'a self,
+                name: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, usize> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE api_keys SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL",
+                    )
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(name)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(usize::try_from(res.rows_affected()).unwrap_or(usize::MAX))
+                })
+            }
+
+            fn insert_usage<'a>(
+                &'a self,
+                records: &'a [shared_state::UsageRecord],
+            ) -> $crate::storage::StorageFuture<'a, usize> {
+                Box::pin(async move {
+                    if records.is_empty() {
+                        return Ok(0);
+                    }
+                    let mut tx = self.pool.begin().await?;
+                    for chunk in records.chunks($crate::storage::sql::USAGE_CHUNK) {
+                        let mut qb = sqlx::QueryBuilder::<$db>::new(
+                            $crate::storage::sql::USAGE_INSERT_HEAD,
+                        );
+                        qb.push_values(chunk, |mut b, r| {
+                            use $crate::storage::to_i64;
+                            b.push_bind(r.key_id)
+                                .push_bind(r.account_id)
+                                .push_bind(r.route)
+                                .push_bind(r.model.as_str())
+                                .push_bind(i64::from(r.status))
+                                .push_bind(r.stream)
+                                .push_bind(to_i64(r.input_tokens))
+                                .push_bind(to_i64(r.cached_tokens))
+                                .push_bind(to_i64(r.output_tokens))
+                                .push_bind(to_i64(r.reasoning_tokens))
+                                .push_bind(r.ttfb_ms.map(to_i64))
+                                .push_bind(to_i64(r.latency_ms))
+                                .push_bind(r.error_code.as_deref())
+                                .push_bind(to_i64(r.started_at_ms));
+                        });
+                        qb.build().execute(&mut *tx).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(records.len())
+                })
+            }
+
+            fn usage_count(&self) -> $crate::storage::StorageFuture<'_, u64> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let row = sqlx::query("SELECT COUNT(*) AS n FROM usage_records")
+                        .fetch_one(&self.pool)
+                        .await?;
+                    let n: i64 = row.try_get("n")?;
+                    Ok(u64::try_from(n).unwrap_or(0))
+                })
+            }
+
+            fn close(&self) -> $crate::storage::StorageFuture<'_, ()> {
+                Box::pin(async move {
+                    self.pool.close().await;
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
+pub(super) use impl_storage;

@@ -1,0 +1,525 @@
+//! The SSE event sequence of a `/responses` answer, pre-serialized with string templates (no
+//! per-event JSON DOM), and the paced body stream that sends it.
+//!
+//! # Key Components
+//! - [`Plan`]: what one answer looks like (text, deltas, reasoning, tool call, terminal).
+//! - [`build`]: renders the whole sequence as `event: <type>\ndata: <json>\n\n` frames, each
+//!   JSON repeating `"type"` and carrying `sequence_number`.
+//! - [`SseStream`]: yields one frame per event (one HTTP/2 DATA frame or HTTP/1.1 chunk each),
+//!   sleeping `inter_event_delay` between them, aborting after `disconnect_after` events, and
+//!   keeping the mock's active / completed stream counters.
+
+use std::{
+    future::Future,
+    io,
+    pin::Pin,
+    sync::{atomic::Ordering, Arc},
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use hyper::body::Frame;
+use tokio::time::{Instant, Sleep};
+
+use super::{
+    errors::stream_error,
+    state::{rand_hex, Shared},
+};
+
+/// Reasoning summary streamed in reasoning mode.
+const REASONING_TEXT: &str =
+    "**Answering the mock request**\n\nThe mock upstream is producing a canned answer.";
+
+/// The shape of one successful (or in-stream failing) answer.
+pub(crate) struct Plan<'a> {
+    /// The request's `model`, echoed in the response object.
+    pub(crate) model: &'a str,
+    /// `service_tier` of the response object.
+    pub(crate) service_tier: &'a str,
+    pub(crate) text: &'a str,
+    pub(crate) deltas: usize,
+    pub(crate) reasoning: bool,
+    /// `(name, arguments JSON)` of a function call answer.
+    pub(crate) tool: Option<(&'a str, &'a str)>,
+    pub(crate) incomplete: Option<&'a str>,
+    pub(crate) empty_completed_output: bool,
+    pub(crate) fail_in_stream: Option<&'a str>,
+    pub(crate) fail_after_output: Option<&'a str>,
+    pub(crate) input_tokens: u64,
+    pub(crate) cached_tokens: u64,
+}
+
+/// The rendered events; `terminal` says whether the last one ends the response.
+pub(crate) struct Rendered {
+    pub(crate) events: Vec<Bytes>,
+    pub(crate) terminal: bool,
+}
+
+/// JSON string literal of `s` (quotes included).
+fn js(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// Splits `text` into at most `n` non-empty pieces of near-equal char count (`n == 0`: none).
+pub(crate) fn split_deltas(text: &str, n: usize) -> Vec<&str> {
+    let starts: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    let count = starts.len();
+    if n == 0 || count == 0 {
+        return Vec::new();
+    }
+    let n = n.min(count);
+    (0..n)
+        .map(|k| {
+            let s = starts[k * count / n];
+            let e = if k + 1 == n {
+                text.len()
+            } else {
+                starts[(k + 1) * count / n]
+            };
+            &text[s..e]
+        })
+        .collect()
+}
+
+struct Builder<'a> {
+    plan: &'a Plan<'a>,
+    out: Vec<Bytes>,
+    seq: u64,
+    id: String,
+    created_at: u64,
+    model: String,
+    tier: String,
+}
+
+impl Builder<'_> {
+    fn push(&mut self, ty: &str, rest: &str) {
+        let s = format!(
+            "event: {ty}\ndata: {{\"type\":\"{ty}\",\"sequence_number\":{},{rest}}}\n\n",
+            self.seq
+        );
+        self.seq += 1;
+        self.out.push(Bytes::from(s));
+    }
+
+    /// The `response` object; `output` is the inside of the array.
+    fn response(
+        &self,
+        status: &str,
+        error: &str,
+        incomplete: &str,
+        output: &str,
+        usage: &str,
+    ) -> String {
+        format!(
+            "\"response\":{{\"id\":\"{id}\",\"object\":\"response\",\"created_at\":{created},\
+             \"status\":\"{status}\",\"background\":false,\"error\":{error},\
+             \"incomplete_details\":{incomplete},\"instructions\":null,\"model\":{model},\
+             \"output\":[{output}],\"parallel_tool_calls\":true,\"reasoning\":null,\
+             \"service_tier\":{tier},\"store\":false,\"tool_choice\":\"auto\",\"tools\":[],\
+             \"usage\":{usage}}}",
+            id = self.id,
+            created = self.created_at,
+            model = self.model,
+            tier = self.tier,
+        )
+    }
+
+    fn failed(&mut self, code: &str) {
+        let (message, ty) = stream_error(code);
+        let error = format!(
+            "{{\"code\":{},\"message\":{},\"type\":\"{ty}\"}}",
+            js(code),
+            js(message)
+        );
+        let r = self.response("failed", &error, "null", "", "null");
+        self.push("response.failed", &r);
+    }
+}
+
+/// Renders the full event sequence of `plan`.
+pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
+    let mut b = Builder {
+        plan,
+        out: Vec::with_capacity(plan.deltas * 2 + 12),
+        seq: 0,
+        id: format!("resp_{}", rand_hex(16)),
+        created_at: super::state::now_unix(),
+        model: js(plan.model),
+        tier: js(plan.service_tier),
+    };
+    let r = b.response("in_progress", "null", "null", "", "null");
+    b.push("response.created", &r);
+    b.push("response.in_progress", &r);
+    if let Some(code) = plan.fail_in_stream {
+        b.failed(code);
+        return Rendered {
+            events: b.out,
+            terminal: true,
+        };
+    }
+
+    let mut output: Vec<String> = Vec::new();
+    let mut reasoning_tokens = 0u64;
+    if b.plan.reasoning {
+        let id = format!("rs_{}", rand_hex(16));
+        let idx = output.len();
+        b.push(
+            "response.output_item.added",
+            &format!("\"output_index\":{idx},\"item\":{{\"id\":\"{id}\",\"type\":\"reasoning\",\"summary\":[]}}"),
+        );
+        let head = format!("\"item_id\":\"{id}\",\"output_index\":{idx},\"summary_index\":0");
+        b.push(
+            "response.reasoning_summary_part.added",
+            &format!("{head},\"part\":{{\"type\":\"summary_text\",\"text\":\"\"}}"),
+        );
+        for d in split_deltas(REASONING_TEXT, plan.deltas) {
+            reasoning_tokens += 1;
+            b.push(
+                "response.reasoning_summary_text.delta",
+                &format!("{head},\"delta\":{}", js(d)),
+            );
+        }
+        let text = js(REASONING_TEXT);
+        b.push(
+            "response.reasoning_summary_text.done",
+            &format!("{head},\"text\":{text}"),
+        );
+        b.push(
+            "response.reasoning_summary_part.done",
+            &format!("{head},\"part\":{{\"type\":\"summary_text\",\"text\":{text}}}"),
+        );
+        let item = format!(
+            "{{\"id\":\"{id}\",\"type\":\"reasoning\",\"summary\":[{{\"type\":\"summary_text\",\"text\":{text}}}],\
+             \"encrypted_content\":\"gAAAAABmock{}\"}}",
+            rand_hex(24)
+        );
+        b.push(
+            "response.output_item.done",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        output.push(item);
+    }
+
+    let idx = output.len();
+    let mut output_tokens = reasoning_tokens;
+    if let Some((name, args)) = plan.tool {
+        let id = format!("fc_{}", rand_hex(16));
+        let call_id = format!("call_{}", rand_hex(12));
+        let name = js(name);
+        b.push(
+            "response.output_item.added",
+            &format!(
+                "\"output_index\":{idx},\"item\":{{\"id\":\"{id}\",\"type\":\"function_call\",\
+                 \"status\":\"in_progress\",\"arguments\":\"\",\"call_id\":\"{call_id}\",\"name\":{name}}}"
+            ),
+        );
+        let pieces = split_deltas(args, plan.deltas);
+        let cut = plan.fail_after_output.map(|_| pieces.len().div_ceil(2));
+        for (i, d) in pieces.iter().enumerate() {
+            if cut == Some(i) {
+                break;
+            }
+            output_tokens += 1;
+            b.push(
+                "response.function_call_arguments.delta",
+                &format!(
+                    "\"item_id\":\"{id}\",\"output_index\":{idx},\"delta\":{}",
+                    js(d)
+                ),
+            );
+        }
+        if let Some(code) = plan.fail_after_output {
+            b.failed(code);
+            return Rendered {
+                events: b.out,
+                terminal: true,
+            };
+        }
+        let args = js(args);
+        b.push(
+            "response.function_call_arguments.done",
+            &format!(
+                "\"item_id\":\"{id}\",\"output_index\":{idx},\"name\":{name},\"arguments\":{args}"
+            ),
+        );
+        let item = format!(
+            "{{\"id\":\"{id}\",\"type\":\"function_call\",\"status\":\"completed\",\
+             \"arguments\":{args},\"call_id\":\"{call_id}\",\"name\":{name}}}"
+        );
+        b.push(
+            "response.output_item.done",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        output.push(item);
+    } else {
+        let id = format!("msg_{}", rand_hex(16));
+        b.push(
+            "response.output_item.added",
+            &format!(
+                "\"output_index\":{idx},\"item\":{{\"id\":\"{id}\",\"type\":\"message\",\
+                 \"status\":\"in_progress\",\"content\":[],\"role\":\"assistant\"}}"
+            ),
+        );
+        let head = format!("\"item_id\":\"{id}\",\"output_index\":{idx},\"content_index\":0");
+        b.push(
+            "response.content_part.added",
+            &format!("{head},\"part\":{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}"),
+        );
+        let pieces = split_deltas(plan.text, plan.deltas);
+        let cut = plan.fail_after_output.map(|_| pieces.len().div_ceil(2));
+        for (i, d) in pieces.iter().enumerate() {
+            if cut == Some(i) {
+                break;
+            }
+            output_tokens += 1;
+            b.push(
+                "response.output_text.delta",
+                &format!("{head},\"delta\":{},\"logprobs\":[]", js(d)),
+            );
+        }
+        if let Some(code) = plan.fail_after_output {
+            b.failed(code);
+            return Rendered {
+                events: b.out,
+                terminal: true,
+            };
+        }
+        let text = js(plan.text);
+        b.push(
+            "response.output_text.done",
+            &format!("{head},\"text\":{text},\"logprobs\":[]"),
+        );
+        let part = format!(
+            "{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":{text}}}"
+        );
+        b.push(
+            "response.content_part.done",
+            &format!("{head},\"part\":{part}"),
+        );
+        let status = if plan.incomplete.is_some() {
+            "incomplete"
+        } else {
+            "completed"
+        };
+        let item = format!(
+            "{{\"id\":\"{id}\",\"type\":\"message\",\"status\":\"{status}\",\"content\":[{part}],\"role\":\"assistant\"}}"
+        );
+        b.push(
+            "response.output_item.done",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        output.push(item);
+    }
+
+    let output_tokens = output_tokens.max(1);
+    let usage = format!(
+        "{{\"input_tokens\":{i},\"input_tokens_details\":{{\"cached_tokens\":{c}}},\
+         \"output_tokens\":{output_tokens},\"output_tokens_details\":{{\"reasoning_tokens\":{reasoning_tokens}}},\
+         \"total_tokens\":{t}}}",
+        i = plan.input_tokens,
+        c = plan.cached_tokens.min(plan.input_tokens),
+        t = plan.input_tokens + output_tokens,
+    );
+    let output = output.join(",");
+    if let Some(reason) = plan.incomplete {
+        let inc = format!("{{\"reason\":{}}}", js(reason));
+        let r = b.response("incomplete", "null", &inc, &output, &usage);
+        b.push("response.incomplete", &r);
+    } else {
+        let shown = if plan.empty_completed_output {
+            ""
+        } else {
+            output.as_str()
+        };
+        let r = b.response("completed", "null", "null", shown, &usage);
+        b.push("response.completed", &r);
+    }
+    Rendered {
+        events: b.out,
+        terminal: true,
+    }
+}
+
+/// The SSE body: yields the rendered events with pacing, counts itself in the mock's
+/// counters.
+pub(crate) struct SseStream {
+    events: Vec<Bytes>,
+    next: usize,
+    terminal: bool,
+    delay: Duration,
+    disconnect_after: Option<usize>,
+    sleep: Pin<Box<Sleep>>,
+    armed: bool,
+    shared: Arc<Shared>,
+}
+
+// === impl SseStream ===
+
+impl SseStream {
+    /// Must be called inside the server's runtime (it creates a timer).
+    pub(crate) fn new(
+        rendered: Rendered,
+        delay: Duration,
+        disconnect_after: Option<usize>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        shared
+            .counters
+            .active_streams
+            .fetch_add(1, Ordering::SeqCst);
+        Self {
+            events: rendered.events,
+            next: 0,
+            terminal: rendered.terminal,
+            delay,
+            disconnect_after,
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: false,
+            shared,
+        }
+    }
+}
+
+impl Stream for SseStream {
+    type Item = Result<Frame<Bytes>, io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.next >= this.events.len() {
+            return Poll::Ready(None);
+        }
+        if this.disconnect_after.is_some_and(|k| this.next >= k) {
+            this.next = this.events.len();
+            return Poll::Ready(Some(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "mock-codex: disconnect-after",
+            ))));
+        }
+        if this.next > 0 && !this.delay.is_zero() {
+            if !this.armed {
+                this.sleep.as_mut().reset(Instant::now() + this.delay);
+                this.armed = true;
+            }
+            ready!(this.sleep.as_mut().poll(cx));
+            this.armed = false;
+        }
+        let ev = std::mem::take(&mut this.events[this.next]);
+        this.next += 1;
+        if this.next == this.events.len() && this.terminal {
+            this.shared
+                .counters
+                .completed_streams
+                .fetch_add(1, Ordering::SeqCst);
+        }
+        Poll::Ready(Some(Ok(Frame::data(ev))))
+    }
+}
+
+impl Drop for SseStream {
+    fn drop(&mut self) {
+        self.shared
+            .counters
+            .active_streams
+            .fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan<'static> {
+        Plan {
+            model: "gpt-5.1-codex",
+            service_tier: "default",
+            text: "Hello, wörld!",
+            deltas: 4,
+            reasoning: false,
+            tool: None,
+            incomplete: None,
+            empty_completed_output: false,
+            fail_in_stream: None,
+            fail_after_output: None,
+            input_tokens: 10,
+            cached_tokens: 0,
+        }
+    }
+
+    fn parse(r: &Rendered) -> Vec<serde_json::Value> {
+        r.events
+            .iter()
+            .map(|e| {
+                let s = std::str::from_utf8(e).unwrap();
+                let (ev, data) = s.strip_suffix("\n\n").unwrap().split_once('\n').unwrap();
+                let v: serde_json::Value =
+                    serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+                assert_eq!(ev.strip_prefix("event: ").unwrap(), v["type"]);
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn split_is_even_and_lossless() {
+        let p = split_deltas("Hello, wörld!", 4);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p.concat(), "Hello, wörld!");
+        assert_eq!(split_deltas("ab", 8), vec!["a", "b"]);
+        assert!(split_deltas("ab", 0).is_empty());
+    }
+
+    #[test]
+    fn message_sequence_is_complete_and_numbered() {
+        let evs = parse(&build(&plan()));
+        let types: Vec<&str> = evs.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        for (i, v) in evs.iter().enumerate() {
+            assert_eq!(v["sequence_number"], i as u64);
+        }
+        let done = &evs[11]["response"];
+        assert_eq!(done["output"][0]["content"][0]["text"], "Hello, wörld!");
+        assert_eq!(done["usage"]["total_tokens"], 14);
+    }
+
+    #[test]
+    fn reasoning_then_tool_call() {
+        let mut p = plan();
+        p.reasoning = true;
+        p.tool = Some(("exec_command", r#"{"cmd":"echo hi"}"#));
+        let evs = parse(&build(&p));
+        let last = &evs.last().unwrap()["response"];
+        assert_eq!(last["output"][0]["type"], "reasoning");
+        assert_eq!(last["output"][1]["type"], "function_call");
+        assert_eq!(last["output"][1]["arguments"], r#"{"cmd":"echo hi"}"#);
+        let args: String = evs
+            .iter()
+            .filter(|v| v["type"] == "response.function_call_arguments.delta")
+            .map(|v| v["delta"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(args, r#"{"cmd":"echo hi"}"#);
+        assert!(
+            last["usage"]["output_tokens_details"]["reasoning_tokens"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+    }
+}

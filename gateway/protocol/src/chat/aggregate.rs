@@ -1,0 +1,495 @@
+//! Codex Responses SSE events -> one `chat.completion` body (codex-protocol.md §3.3).
+//!
+//! # Key Components
+//! - [`ChatAggregator`]: fed the same events as [`super::ChatStream`]; [`ChatAggregator::finish`]
+//!   returns the JSON body or the upstream failure.
+//!
+//! The message is built from the most authoritative source available:
+//! `response.completed.response.output` when non-empty, else the `response.output_item.done`
+//! items (ordered by `output_index`; the backend may send an empty `output`), else the deltas.
+//! `reasoning_content` prefers the streamed reasoning deltas (joined with `"\n\n"` between
+//! parts), else the items' summaries.
+//!
+//! # Error handling
+//! `response.failed` / `error` give a [`ChatUpstreamFailure`]; so does [`ChatAggregator::finish`]
+//! before any terminal event (`code: "stream_disconnected"`). Events after the terminal are
+//! ignored.
+
+use sonic_rs::JsonValueTrait;
+
+use super::{
+    json::{write_str, write_u64},
+    upstream::{
+        incomplete_finish_reason, kind_of, write_usage, ChatUpstreamFailure, Kind, RawEvent,
+        RawItem,
+    },
+    ChatRequest, ToolNameMap, Usage,
+};
+
+/// A finished output item, owned.
+#[derive(Debug)]
+enum DoneItem {
+    Message {
+        text: String,
+        refusal: String,
+    },
+    Call {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    Reasoning {
+        text: String,
+    },
+}
+
+/// A tool call assembled from `output_item.added` + argument deltas.
+#[derive(Debug)]
+struct DeltaCall {
+    item_id: String,
+    output_index: Option<u64>,
+    call_id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Non-streaming translator for one chat completion.
+#[derive(Debug)]
+pub struct ChatAggregator {
+    model: String,
+    created: u64,
+    id: Option<String>,
+    names: ToolNameMap,
+    text: String,
+    refusal: String,
+    reasoning: String,
+    reasoning_key: Option<(u64, u64, bool)>,
+    calls: Vec<DeltaCall>,
+    /// `(output_index or arrival order, item)`.
+    done: Vec<(u64, DoneItem)>,
+    /// Items of a non-empty `response.output`.
+    final_items: Option<Vec<DoneItem>>,
+    finish_reason: Option<&'static str>,
+    failure: Option<ChatUpstreamFailure>,
+    usage: Option<Usage>,
+    service_tier: Option<String>,
+}
+
+// === impl ChatAggregator ===
+
+impl ChatAggregator {
+    /// An aggregator for a client that asked for `model`; `created` is used until
+    /// `response.created` gives the upstream's; `name_map` restores shortened tool names.
+    pub fn new(model: &str, created: u64, name_map: ToolNameMap) -> Self {
+        Self {
+            model: model.to_owned(),
+            created,
+            id: None,
+            names: name_map,
+            text: String::new(),
+            refusal: String::new(),
+            reasoning: String::new(),
+            reasoning_key: None,
+            calls: Vec::new(),
+            done: Vec::new(),
+            final_items: None,
+            finish_reason: None,
+            failure: None,
+            usage: None,
+            service_tier: None,
+        }
+    }
+
+    /// An aggregator for a translated request.
+    pub fn for_request(req: &ChatRequest, created: u64) -> Self {
+        Self::new(&req.model, created, req.name_map.clone())
+    }
+
+    /// Sets the id used when the upstream sends no `response.created`.
+    pub fn with_fallback_id(mut self, id: &str) -> Self {
+        if self.id.is_none() {
+            self.id = Some(id.to_owned());
+        }
+        self
+    }
+
+    /// True once a terminal event arrived.
+    pub fn is_finished(&self) -> bool {
+        self.finish_reason.is_some() || self.failure.is_some()
+    }
+
+    /// Token usage from the terminal event, for accounting.
+    pub fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// The service tier the upstream actually used.
+    pub fn service_tier(&self) -> Option<&str> {
+        self.service_tier.as_deref()
+    }
+
+    /// Folds one upstream event in (its SSE `event:` type, or "" to read it from the data).
+    pub fn on_event(&mut self, event_type: &str, data: &[u8]) {
+        if self.is_finished() {
+            return;
+        }
+        let kind = kind_of(event_type, data);
+        if kind == Kind::Other {
+            return;
+        }
+        let ev = RawEvent::parse(data);
+        match kind {
+            Kind::Other => {}
+            Kind::Created => {
+                if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
+                    if let Some(id) = r.id.as_deref().filter(|s| !s.is_empty()) {
+                        self.id = Some(id.to_owned());
+                    }
+                    if let Some(c) = r.created_at() {
+                        self.created = c;
+                    }
+                }
+            }
+            Kind::TextDelta => {
+                if let Some(d) = ev.as_ref().and_then(|e| e.delta.as_ref()?.as_str()) {
+                    self.text.push_str(d);
+                }
+            }
+            Kind::RefusalDelta => {
+                if let Some(d) = ev.as_ref().and_then(|e| e.delta.as_ref()?.as_str()) {
+                    self.refusal.push_str(d);
+                }
+            }
+            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
+                let Some(ev) = ev else { return };
+                let summary = kind == Kind::ReasoningSummaryDelta;
+                let part = if summary {
+                    ev.summary_index
+                } else {
+                    ev.content_index
+                };
+                let key = (ev.output_index.unwrap_or(0), part.unwrap_or(0), summary);
+                let Some(d) = ev
+                    .delta
+                    .as_ref()
+                    .and_then(|d| d.as_str())
+                    .filter(|d| !d.is_empty())
+                else {
+                    return;
+                };
+                if self.reasoning_key.is_some_and(|k| k != key) {
+                    self.reasoning.push_str("\n\n");
+                }
+                self.reasoning_key = Some(key);
+                self.reasoning.push_str(d);
+            }
+            Kind::ItemAdded => {
+                let Some(ev) = ev else { return };
+                let Some(item) = ev.item.as_ref() else { return };
+                if !matches!(
+                    item.ty.as_deref(),
+                    Some("function_call" | "custom_tool_call")
+                ) {
+                    return;
+                }
+                let item_id = item.id.as_deref().unwrap_or("");
+                if self.find_call(Some(item_id), ev.output_index).is_some() {
+                    return;
+                }
+                self.calls.push(DeltaCall {
+                    item_id: item_id.to_owned(),
+                    output_index: ev.output_index,
+                    call_id: item.call_id.as_deref().unwrap_or(item_id).to_owned(),
+                    name: item.name.as_deref().unwrap_or("").to_owned(),
+                    arguments: item
+                        .arguments
+                        .as_ref()
+                        .or(item.input.as_ref())
+                        .and_then(|a| a.as_str())
+                        .unwrap_or("")
+                        .to_owned(),
+                });
+            }
+            Kind::ArgsDelta => {
+                let Some(ev) = ev else { return };
+                let d = ev.delta.as_ref().and_then(|d| d.as_str()).unwrap_or("");
+                let i = self.call_slot(&ev);
+                if let Some(c) = self.calls.get_mut(i) {
+                    c.arguments.push_str(d);
+                }
+            }
+            Kind::ArgsDone => {
+                let Some(ev) = ev else { return };
+                let full = ev
+                    .arguments
+                    .as_ref()
+                    .or(ev.input.as_ref())
+                    .and_then(|a| a.as_str());
+                let i = self.call_slot(&ev);
+                if let Some(c) = self.calls.get_mut(i) {
+                    if let Some(f) = full {
+                        c.arguments = f.to_owned();
+                    }
+                    if c.name.is_empty() {
+                        if let Some(n) = ev.name.as_deref() {
+                            c.name = n.to_owned();
+                        }
+                    }
+                }
+            }
+            Kind::ItemDone => {
+                let Some(ev) = ev else { return };
+                if let Some(item) = ev.item.as_ref() {
+                    if let Some(d) = done_item(item) {
+                        let order = ev.output_index.unwrap_or(self.done.len() as u64);
+                        self.done.push((order, d));
+                    }
+                }
+            }
+            Kind::Completed | Kind::Incomplete => {
+                let response = ev.as_ref().and_then(|e| e.response.as_ref());
+                if let Some(r) = response {
+                    self.usage = r.usage();
+                    self.service_tier = r.service_tier.as_deref().map(str::to_owned);
+                    let items: Vec<DoneItem> =
+                        r.output_items().iter().filter_map(done_item).collect();
+                    if !items.is_empty() {
+                        self.final_items = Some(items);
+                    }
+                }
+                self.finish_reason = Some(if kind == Kind::Incomplete {
+                    incomplete_finish_reason(
+                        response
+                            .and_then(|r| r.incomplete_details.as_ref())
+                            .and_then(|d| d.reason.as_deref()),
+                    )
+                } else {
+                    // decided in finish(): tool_calls when the message has any
+                    ""
+                });
+            }
+            Kind::Failed | Kind::Error => {
+                if let Some(u) = ev
+                    .as_ref()
+                    .and_then(|e| e.response.as_ref())
+                    .and_then(|r| r.usage())
+                {
+                    self.usage = Some(u);
+                }
+                self.failure = Some(ChatUpstreamFailure::from_event(kind, ev.as_ref()));
+            }
+        }
+    }
+
+    /// The `chat.completion` JSON body, or the upstream failure (including EOF before a
+    /// terminal event).
+    ///
+    /// # Errors
+    /// The [`ChatUpstreamFailure`] of a `response.failed` / `error` event, or
+    /// [`ChatUpstreamFailure::disconnected`] when no terminal event arrived.
+    pub fn finish(mut self) -> Result<Vec<u8>, ChatUpstreamFailure> {
+        if let Some(f) = self.failure.take() {
+            return Err(f);
+        }
+        let Some(reason) = self.finish_reason else {
+            return Err(ChatUpstreamFailure::disconnected());
+        };
+
+        let mut items = match self.final_items.take() {
+            Some(items) => items,
+            None => {
+                self.done.sort_by_key(|(order, _)| *order);
+                self.done.drain(..).map(|(_, d)| d).collect()
+            }
+        };
+        let has_message = items.iter().any(|i| matches!(i, DoneItem::Message { .. }));
+        let has_call = items.iter().any(|i| matches!(i, DoneItem::Call { .. }));
+
+        let (mut text, mut refusal) = if has_message {
+            (String::new(), String::new())
+        } else {
+            (
+                std::mem::take(&mut self.text),
+                std::mem::take(&mut self.refusal),
+            )
+        };
+        let mut item_reasoning = String::new();
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        for item in items.drain(..) {
+            match item {
+                DoneItem::Message {
+                    text: t,
+                    refusal: r,
+                } => {
+                    text.push_str(&t);
+                    refusal.push_str(&r);
+                }
+                DoneItem::Call {
+                    call_id,
+                    name,
+                    arguments,
+                } => calls.push((call_id, name, arguments)),
+                DoneItem::Reasoning { text: t } => {
+                    if !t.is_empty() {
+                        if !item_reasoning.is_empty() {
+                            item_reasoning.push_str("\n\n");
+                        }
+                        item_reasoning.push_str(&t);
+                    }
+                }
+            }
+        }
+        if !has_call {
+            calls = self
+                .calls
+                .drain(..)
+                .map(|c| (c.call_id, c.name, c.arguments))
+                .collect();
+        }
+        let reasoning = if self.reasoning.is_empty() {
+            item_reasoning
+        } else {
+            std::mem::take(&mut self.reasoning)
+        };
+        let finish_reason = if !reason.is_empty() {
+            reason
+        } else if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+
+        let mut out = Vec::with_capacity(256 + text.len() + reasoning.len());
+        out.extend_from_slice(b"{\"id\":\"chatcmpl-");
+        match &self.id {
+            Some(id) => {
+                let mut tmp = Vec::with_capacity(id.len() + 2);
+                write_str(&mut tmp, id);
+                out.extend_from_slice(&tmp[1..]);
+            }
+            None => {
+                out.extend_from_slice(b"gw");
+                write_u64(&mut out, self.created);
+                out.push(b'"');
+            }
+        }
+        out.extend_from_slice(b",\"object\":\"chat.completion\",\"created\":");
+        write_u64(&mut out, self.created);
+        out.extend_from_slice(b",\"model\":");
+        write_str(&mut out, &self.model);
+        out.extend_from_slice(
+            b",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":",
+        );
+        if text.is_empty() && !calls.is_empty() {
+            out.extend_from_slice(b"null");
+        } else {
+            write_str(&mut out, &text);
+        }
+        if !reasoning.is_empty() {
+            out.extend_from_slice(b",\"reasoning_content\":");
+            write_str(&mut out, &reasoning);
+        }
+        if !refusal.is_empty() {
+            out.extend_from_slice(b",\"refusal\":");
+            write_str(&mut out, &refusal);
+        }
+        if !calls.is_empty() {
+            out.extend_from_slice(b",\"tool_calls\":[");
+            for (i, (call_id, name, arguments)) in calls.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"id\":");
+                write_str(&mut out, call_id);
+                out.extend_from_slice(b",\"type\":\"function\",\"function\":{\"name\":");
+                write_str(&mut out, self.names.restore(name));
+                out.extend_from_slice(b",\"arguments\":");
+                write_str(&mut out, arguments);
+                out.extend_from_slice(b"}}");
+            }
+            out.push(b']');
+        }
+        out.extend_from_slice(b"},\"finish_reason\":");
+        write_str(&mut out, finish_reason);
+        out.extend_from_slice(b"}],\"usage\":");
+        write_usage(&mut out, &self.usage.unwrap_or_default());
+        out.push(b'}');
+        Ok(out)
+    }
+
+    fn find_call(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
+        if let Some(id) = item_id.filter(|s| !s.is_empty()) {
+            if let Some(i) = self.calls.iter().position(|c| c.item_id == id) {
+                return Some(i);
+            }
+        }
+        let oi = output_index?;
+        self.calls.iter().position(|c| {
+            c.output_index == Some(oi)
+                && (c.item_id.is_empty() || item_id.is_none_or(str::is_empty))
+        })
+    }
+
+    /// The call an argument event belongs to, created when `output_item.added` was skipped.
+    fn call_slot(&mut self, ev: &RawEvent<'_>) -> usize {
+        match self.find_call(ev.item_id.as_deref(), ev.output_index) {
+            Some(i) => i,
+            None => {
+                let item_id = ev.item_id.as_deref().unwrap_or("").to_owned();
+                self.calls.push(DeltaCall {
+                    call_id: item_id.clone(),
+                    item_id,
+                    output_index: ev.output_index,
+                    name: ev.name.as_deref().unwrap_or("").to_owned(),
+                    arguments: String::new(),
+                });
+                self.calls.len() - 1
+            }
+        }
+    }
+}
+
+/// Owns the parts of a finished item the completion needs.
+fn done_item(item: &RawItem<'_>) -> Option<DoneItem> {
+    match item.ty.as_deref()? {
+        "message" => {
+            let mut text = String::new();
+            let mut refusal = String::new();
+            for p in item.content.iter().flatten() {
+                match p.ty.as_deref() {
+                    Some("output_text") => text.push_str(p.text.as_deref().unwrap_or("")),
+                    Some("refusal") => refusal.push_str(p.refusal.as_deref().unwrap_or("")),
+                    _ => {}
+                }
+            }
+            Some(DoneItem::Message { text, refusal })
+        }
+        "function_call" | "custom_tool_call" => {
+            let item_id = item.id.as_deref().unwrap_or("");
+            Some(DoneItem::Call {
+                call_id: item.call_id.as_deref().unwrap_or(item_id).to_owned(),
+                name: item.name.as_deref().unwrap_or("").to_owned(),
+                arguments: item
+                    .arguments
+                    .as_ref()
+                    .or(item.input.as_ref())
+                    .and_then(|a| a.as_str())
+                    .unwrap_or("")
+                    .to_owned(),
+            })
+        }
+        "reasoning" => {
+            let mut text = String::new();
+            for p in item.summary.iter().flatten() {
+                if let Some(t) = p.text.as_deref().filter(|t| !t.is_empty()) {
+                    if !text.is_empty() {
+                        text.push_str("\n\n");
+                    }
+                    text.push_str(t);
+                }
+            }
+            Some(DoneItem::Reasoning { text })
+        }
+        _ => None,
+    }
+}

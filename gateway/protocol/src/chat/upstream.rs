@@ -1,0 +1,440 @@
+//! Borrowed views of the upstream Responses events both response-side translators read, and
+//! the failure type they report.
+//!
+//! # Key Components
+//! - [`Kind`] / [`kind_of`]: the event types the chat translation acts on (everything else is
+//!   dropped per codex-protocol.md §3.2).
+//! - [`RawEvent`]: one borrowed serde pass over an event's data; strings without escapes are
+//!   not copied, deltas stay raw JSON so they can be copied into chunks as they are.
+//! - [`ChatUpstreamFailure`]: a `response.failed` / `error` event or an early EOF, classified
+//!   by [`crate::classify::classify_stream_error`].
+//!
+//! # Error handling
+//! [`RawEvent::parse`] returns `None` for malformed data; callers skip such events, except
+//! terminal ones, which still terminate with defaults.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use sonic_rs::{JsonValueTrait, LazyValue};
+
+use crate::{
+    classify::{classify_stream_error, FailureClass},
+    events::Usage,
+    openai_error::ErrorBody,
+};
+
+/// The event types the chat translation acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Created,
+    TextDelta,
+    RefusalDelta,
+    ReasoningSummaryDelta,
+    ReasoningTextDelta,
+    ItemAdded,
+    ItemDone,
+    ArgsDelta,
+    ArgsDone,
+    Completed,
+    Incomplete,
+    Failed,
+    Error,
+    Other,
+}
+
+/// Maps an event type to its [`Kind`]; an empty type is read from the data (`data:`-only
+/// frames).
+pub(crate) fn kind_of(event_type: &str, data: &[u8]) -> Kind {
+    let ty = if event_type.is_empty() || event_type == "message" {
+        crate::events::event_type(data).unwrap_or(event_type)
+    } else {
+        event_type
+    };
+    match ty {
+        "response.output_text.delta" => Kind::TextDelta,
+        "response.function_call_arguments.delta" | "response.custom_tool_call_input.delta" => {
+            Kind::ArgsDelta
+        }
+        "response.reasoning_summary_text.delta" => Kind::ReasoningSummaryDelta,
+        "response.reasoning_text.delta" => Kind::ReasoningTextDelta,
+        "response.output_item.added" => Kind::ItemAdded,
+        "response.output_item.done" => Kind::ItemDone,
+        "response.function_call_arguments.done" | "response.custom_tool_call_input.done" => {
+            Kind::ArgsDone
+        }
+        "response.refusal.delta" => Kind::RefusalDelta,
+        "response.created" | "response.in_progress" | "response.queued" => Kind::Created,
+        "response.completed" | "response.done" => Kind::Completed,
+        "response.incomplete" => Kind::Incomplete,
+        "response.failed" => Kind::Failed,
+        "error" => Kind::Error,
+        _ => Kind::Other,
+    }
+}
+
+/// One upstream event, borrowed from its data.
+#[derive(Deserialize, Default)]
+pub(crate) struct RawEvent<'a> {
+    #[serde(borrow, default)]
+    pub delta: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub item_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub output_index: Option<u64>,
+    #[serde(default)]
+    pub summary_index: Option<u64>,
+    #[serde(default)]
+    pub content_index: Option<u64>,
+    #[serde(borrow, default)]
+    pub item: Option<RawItem<'a>>,
+    #[serde(borrow, default)]
+    pub response: Option<RawResponse<'a>>,
+    /// `function_call_arguments.done`
+    #[serde(borrow, default)]
+    pub arguments: Option<LazyValue<'a>>,
+    /// `custom_tool_call_input.done`
+    #[serde(borrow, default)]
+    pub input: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    /// `error` events: `{code, message, param}` at top level ...
+    #[serde(borrow, default)]
+    pub code: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub message: Option<LazyValue<'a>>,
+    /// ... or nested as `error{type, code, message}`.
+    #[serde(borrow, default)]
+    pub error: Option<LazyValue<'a>>,
+}
+
+/// An output item (`output_item.added/.done`, `response.output[]`).
+#[derive(Deserialize, Default)]
+pub(crate) struct RawItem<'a> {
+    #[serde(borrow, rename = "type", default)]
+    pub ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub call_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub arguments: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub input: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub content: Option<Vec<RawPart<'a>>>,
+    #[serde(borrow, default)]
+    pub summary: Option<Vec<RawPart<'a>>>,
+}
+
+/// A content / summary part of an item.
+#[derive(Deserialize, Default)]
+pub(crate) struct RawPart<'a> {
+    #[serde(borrow, rename = "type", default)]
+    pub ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub refusal: Option<Cow<'a, str>>,
+}
+
+/// `response` of lifecycle / terminal events.
+#[derive(Deserialize, Default)]
+pub(crate) struct RawResponse<'a> {
+    #[serde(borrow, default)]
+    pub id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub created_at: Option<LazyValue<'a>>,
+    #[serde(default)]
+    pub usage: Option<RawUsage>,
+    #[serde(borrow, default)]
+    pub incomplete_details: Option<RawIncomplete<'a>>,
+    #[serde(borrow, default)]
+    pub error: Option<LazyValue<'a>>,
+    /// Parsed only when needed (it can be large, and may be empty).
+    #[serde(borrow, default)]
+    pub output: Option<LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub service_tier: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct RawIncomplete<'a> {
+    #[serde(borrow, default)]
+    pub reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+pub(crate) struct RawUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<RawInputDetails>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens_details: Option<RawOutputDetails>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawInputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawOutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+// === impl RawEvent ===
+
+impl<'a> RawEvent<'a> {
+    /// Parses an event's data; `None` when it is not a JSON object of the expected shape.
+    pub(crate) fn parse(data: &'a [u8]) -> Option<Self> {
+        sonic_rs::from_slice(data).ok()
+    }
+}
+
+// === impl RawResponse ===
+
+impl RawResponse<'_> {
+    /// `created_at` as unix seconds (integers, or floats truncated).
+    pub(crate) fn created_at(&self) -> Option<u64> {
+        let v = self.created_at.as_ref()?;
+        v.as_u64().or_else(|| v.as_f64().map(|f| f as u64))
+    }
+
+    /// The usage, when present.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage.as_ref().map(RawUsage::to_usage)
+    }
+
+    /// The parsed `output` items; empty when absent, empty or malformed.
+    pub(crate) fn output_items(&self) -> Vec<RawItem<'_>> {
+        match &self.output {
+            Some(o) if o.is_array() => sonic_rs::from_str(o.as_raw_str()).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+// === impl RawUsage ===
+
+impl RawUsage {
+    fn to_usage(&self) -> Usage {
+        let input_tokens = self.input_tokens.unwrap_or(0);
+        let output_tokens = self.output_tokens.unwrap_or(0);
+        Usage {
+            input_tokens,
+            cached_tokens: self
+                .input_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+            output_tokens,
+            reasoning_tokens: self
+                .output_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            total_tokens: self
+                .total_tokens
+                .filter(|t| *t > 0)
+                .unwrap_or(input_tokens + output_tokens),
+        }
+    }
+}
+
+/// Maps `incomplete_details.reason` to a chat `finish_reason`.
+pub(crate) fn incomplete_finish_reason(reason: Option<&str>) -> &'static str {
+    match reason {
+        Some("content_filter") => "content_filter",
+        _ => "length",
+    }
+}
+
+/// Appends the chat `usage` object for `u`.
+pub(crate) fn write_usage(out: &mut Vec<u8>, u: &Usage) {
+    use super::json::write_u64;
+    out.extend_from_slice(b"{\"prompt_tokens\":");
+    write_u64(out, u.input_tokens);
+    out.extend_from_slice(b",\"completion_tokens\":");
+    write_u64(out, u.output_tokens);
+    out.extend_from_slice(b",\"total_tokens\":");
+    write_u64(out, u.total_tokens);
+    out.extend_from_slice(b",\"prompt_tokens_details\":{\"cached_tokens\":");
+    write_u64(out, u.cached_tokens);
+    out.extend_from_slice(b"},\"completion_tokens_details\":{\"reasoning_tokens\":");
+    write_u64(out, u.reasoning_tokens);
+    out.extend_from_slice(b"}}");
+}
+
+/// An upstream failure reported to a chat client.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("upstream failure ({status_hint} {error_type}): {message}")]
+pub struct ChatUpstreamFailure {
+    /// The HTTP status a non-streaming response should carry (400, 429, 502, ...).
+    pub status_hint: u16,
+    /// Human message (the upstream's when it gave one).
+    pub message: String,
+    /// OpenAI error `type` (the upstream's when it gave one).
+    pub error_type: String,
+    /// OpenAI error `code` (the upstream's `code`, else its `type`, else the class name).
+    pub code: Option<String>,
+    /// The shared classification (account-scoped vs request-scoped, cooldowns).
+    pub class: FailureClass,
+}
+
+// === impl ChatUpstreamFailure ===
+
+impl ChatUpstreamFailure {
+    /// The failure for an upstream EOF before any terminal event.
+    pub fn disconnected() -> Self {
+        Self {
+            status_hint: 502,
+            message:
+                "stream disconnected before completion: stream closed before response.completed"
+                    .to_owned(),
+            error_type: "server_error".to_owned(),
+            code: Some("stream_disconnected".to_owned()),
+            class: FailureClass::Overloaded,
+        }
+    }
+
+    /// Builds the failure from the raw JSON of an upstream error object (`response.error` or
+    /// the `error` event's `error`); `None` / garbage gives a generic server error.
+    pub fn from_error_json(error_json: Option<&str>) -> Self {
+        let raw = error_json.unwrap_or("{}");
+        let mut f = classify_stream_error(raw.as_bytes());
+        // The backend's generic in-stream failure is `{"code":"server_error"}`: the server's
+        // fault, not the request's (the shared classifier only looks at `type` for this).
+        let is_tag = |t: &str| f.code.as_deref() == Some(t) || f.error_type.as_deref() == Some(t);
+        if f.class == FailureClass::Request
+            && (is_tag("server_error")
+                || is_tag("internal_error")
+                || is_tag("internal_server_error"))
+        {
+            f.class = FailureClass::Overloaded;
+        }
+        let status_hint = match &f.class {
+            FailureClass::UsageLimit { .. } | FailureClass::RateLimited { .. } => 429,
+            FailureClass::UsageNotIncluded => 403,
+            FailureClass::Request
+            | FailureClass::ContinuationNotFound
+            | FailureClass::ModelNotSupported => 400,
+            FailureClass::Overloaded
+            | FailureClass::AuthExpired
+            | FailureClass::Deactivated
+            | FailureClass::Cloudflare => 502,
+        };
+        let error_type = f.error_type.clone().unwrap_or_else(|| {
+            match status_hint {
+                400 => "invalid_request_error",
+                403 => "permission_error",
+                429 => "rate_limit_error",
+                _ => "server_error",
+            }
+            .to_owned()
+        });
+        let code = f
+            .code
+            .clone()
+            .or_else(|| f.error_type.clone())
+            .or_else(|| Some(f.class.name().to_owned()));
+        Self {
+            status_hint,
+            message: f
+                .message
+                .clone()
+                .unwrap_or_else(|| "The upstream response failed.".to_owned()),
+            error_type,
+            code,
+            class: f.class,
+        }
+    }
+
+    /// The failure of a `response.failed` / `error` event.
+    pub(crate) fn from_event(kind: Kind, ev: Option<&RawEvent<'_>>) -> Self {
+        let Some(ev) = ev else {
+            return Self::from_error_json(None);
+        };
+        if kind == Kind::Failed {
+            let err = ev.response.as_ref().and_then(|r| r.error.as_ref());
+            return Self::from_error_json(err.filter(|e| e.is_object()).map(|e| e.as_raw_str()));
+        }
+        if let Some(e) = ev.error.as_ref().filter(|e| e.is_object()) {
+            return Self::from_error_json(Some(e.as_raw_str()));
+        }
+        // Top-level `{"type":"error","code":..,"message":..}`: rebuild a small error object.
+        let mut obj = Vec::with_capacity(64);
+        obj.push(b'{');
+        let mut first = true;
+        for (k, v) in [
+            (&b"\"code\":"[..], &ev.code),
+            (&b"\"message\":"[..], &ev.message),
+        ] {
+            if let Some(v) = v.as_ref().filter(|v| v.is_str()) {
+                if !first {
+                    obj.push(b',');
+                }
+                first = false;
+                obj.extend_from_slice(k);
+                obj.extend_from_slice(v.as_raw_str().as_bytes());
+            }
+        }
+        obj.push(b'}');
+        Self::from_error_json(std::str::from_utf8(&obj).ok())
+    }
+
+    /// The OpenAI error body (`{"error":{message,type,code,param}}`).
+    pub fn to_error_body(&self) -> ErrorBody {
+        ErrorBody::new(self.message.clone(), &self.error_type, self.code.as_deref())
+    }
+
+    /// `{"error":{...}}` as JSON bytes, for a non-streaming response.
+    pub fn to_json(&self) -> Vec<u8> {
+        self.to_error_body().to_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds() {
+        assert_eq!(
+            kind_of("response.output_text.delta", b"{}"),
+            Kind::TextDelta
+        );
+        assert_eq!(
+            kind_of("", br#"{"type":"response.completed"}"#),
+            Kind::Completed
+        );
+        assert_eq!(kind_of("codex.rate_limits", b"{}"), Kind::Other);
+    }
+
+    #[test]
+    fn failures_are_classified() {
+        let f = ChatUpstreamFailure::from_error_json(Some(
+            r#"{"code":"context_length_exceeded","message":"too long"}"#,
+        ));
+        assert_eq!((f.status_hint, f.message.as_str()), (400, "too long"));
+        assert_eq!(f.code.as_deref(), Some("context_length_exceeded"));
+        let f = ChatUpstreamFailure::from_error_json(Some(
+            r#"{"type":"usage_limit_reached","message":"limit"}"#,
+        ));
+        assert_eq!(f.status_hint, 429);
+        let f = ChatUpstreamFailure::from_error_json(None);
+        assert_eq!(
+            (f.status_hint, f.error_type.as_str()),
+            (502, "server_error")
+        );
+    }
+}

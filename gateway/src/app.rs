@@ -1,0 +1,216 @@
+//! Process wiring: [`App::spawn`] starts the sidecar thread and the pinned workers and returns
+//! a handle with the bound addresses. The binary and the in-process integration tests use the
+//! same entry point (conventions #2).
+//!
+//! # Key Components
+//! - [`App::spawn`]: binds N `SO_REUSEPORT` listeners (port 0 resolves once), starts the
+//!   sidecar (storage, first snapshot, admin API) and waits for every worker to be ready.
+//! - [`AppHandle::shutdown`]: drain: stop accepting, let open streams finish within the grace
+//!   period, flush facts, stop the sidecar.
+
+use std::{net::SocketAddr, sync::Arc, thread::JoinHandle, time::Duration};
+
+use admin::{DbTarget, SidecarConfig, SidecarShared};
+use shared_state::{
+    channels::{events, mailboxes},
+    snapshot::Health,
+    Settings, SharedSnapshot, Snapshot, WorkerCommand, WorkerMailboxes,
+};
+
+use crate::{
+    config::GatewayConfig,
+    metrics::Registry,
+    upstream::tls::install_crypto_provider,
+    worker::{self, WorkerSeed},
+};
+
+/// Start-up failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Could not bind the data-plane address.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// Address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The sidecar failed (storage, Redis, admin bind).
+    #[error("{0}")]
+    Sidecar(String),
+    /// A worker failed to start.
+    #[error("worker failed to start: {0}")]
+    Worker(String),
+}
+
+/// The running gateway.
+pub struct App;
+
+/// Handle to a running gateway.
+pub struct AppHandle {
+    /// Bound data-plane address.
+    pub data_addr: SocketAddr,
+    /// Bound admin address.
+    pub admin_addr: SocketAddr,
+    /// Driver per worker.
+    pub drivers: Vec<&'static str>,
+    /// Metrics registry.
+    pub registry: Registry,
+    /// Snapshot cell (tests inspect live account state through it).
+    pub snapshot: SharedSnapshot,
+    mailboxes: WorkerMailboxes,
+    workers: Vec<JoinHandle<()>>,
+    sidecar: Option<admin::SidecarHandle>,
+}
+
+fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(4096)?;
+    Ok(s.into())
+}
+
+/// Raises the open-file soft limit to the hard limit (many concurrent streams).
+fn raise_nofile() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+}
+
+// === impl App ===
+
+impl App {
+    /// Starts the sidecar and the workers.
+    pub fn spawn(cfg: GatewayConfig) -> Result<AppHandle, StartError> {
+        install_crypto_provider();
+        raise_nofile();
+        let cfg = Arc::new(cfg);
+        let n = cfg.workers.max(1);
+
+        // Listeners first: a port in use is reported before anything starts.
+        let first = bind_listener(cfg.listen).map_err(|source| StartError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+        let data_addr = first.local_addr().map_err(|source| StartError::Bind {
+            addr: cfg.listen,
+            source,
+        })?;
+        let mut listeners = vec![first];
+        for _ in 1..n {
+            listeners.push(bind_listener(data_addr).map_err(|source| StartError::Bind {
+                addr: data_addr,
+                source,
+            })?);
+        }
+
+        let snapshot = Snapshot::shared();
+        let health = Arc::new(Health::default());
+        let (ev_tx, ev_rx) = events();
+        let (mb, boxes) = mailboxes(n);
+        let sidecar = admin::spawn(
+            SidecarConfig {
+                db: DbTarget {
+                    data_dir: cfg.data_dir.clone(),
+                    database_url: cfg.database_url.clone(),
+                },
+                redis_url: cfg.redis_url.clone(),
+                admin_listen: cfg.admin_listen,
+                admin_token: cfg.admin_token.clone(),
+                oauth_token_url: cfg.oauth_token_url.clone(),
+                upstream_base_url: cfg.upstream_base_url.clone(),
+                upstream_ca: cfg.upstream.ca_file.clone(),
+                settings: Settings {
+                    max_attempts: cfg.max_attempts,
+                    ..Settings::default()
+                },
+                reload_interval: Duration::from_secs(2),
+            },
+            SidecarShared {
+                snapshot: Arc::clone(&snapshot),
+                health: Arc::clone(&health),
+                events: ev_rx,
+                mailboxes: mb.clone(),
+            },
+        )
+        .map_err(|e| StartError::Sidecar(e.to_string()))?;
+        let admin_addr = sidecar.admin_addr;
+
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let registry = Registry::new(n);
+        let mut workers = Vec::with_capacity(n);
+        for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
+            let seed = WorkerSeed {
+                id,
+                cpu: (cfg.pin_workers && n <= cores).then_some(id % cores),
+                listener,
+                cfg: Arc::clone(&cfg),
+                snapshot: Arc::clone(&snapshot),
+                health: Arc::clone(&health),
+                events: ev_tx.clone(),
+                mailbox,
+                registry: registry.clone(),
+            };
+            let ready = ready_tx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("gateway-worker-{id}"))
+                .spawn(move || worker::run(seed, ready))
+                .map_err(|e| StartError::Worker(e.to_string()))?;
+            workers.push(h);
+        }
+        let mut drivers = Vec::with_capacity(n);
+        let mut handle = AppHandle {
+            data_addr,
+            admin_addr,
+            drivers: Vec::new(),
+            registry,
+            snapshot,
+            mailboxes: mb,
+            workers,
+            sidecar: Some(sidecar),
+        };
+        for _ in 0..n {
+            match ready_rx.recv_timeout(Duration::from_secs(30)) {
+                Ok(Ok(d)) => drivers.push(d),
+                Ok(Err(e)) => {
+                    handle.shutdown();
+                    return Err(StartError::Worker(e));
+                }
+                Err(_) => {
+                    handle.shutdown();
+                    return Err(StartError::Worker("worker did not start in time".into()));
+                }
+            }
+        }
+        handle.drivers = drivers;
+        tracing::info!(addr = %data_addr, admin = %admin_addr, workers = n, "codex-gateway listening");
+        Ok(handle)
+    }
+}
+
+// === impl AppHandle ===
+
+impl AppHandle {
+    /// Drains and stops everything; returns when workers and the sidecar are done.
+    pub fn shutdown(&mut self) {
+        self.mailboxes.broadcast(&WorkerCommand::Drain);
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        if let Some(s) = self.sidecar.take() {
+            s.shutdown();
+        }
+    }
+}
+
+impl Drop for AppHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,476 @@
+//! Configuration: command line and environment (clap), an optional TOML file, defaults.
+//! Precedence: flag > environment > file > default. Parsed in two stages: raw optional fields
+//! ([`ServeArgs`], [`FileConfig`]) are merged and validated into [`GatewayConfig`] with real types.
+//!
+//! # Key Components
+//! - [`ServeArgs`]: `codex-gateway serve` flags, each also read from `CODEX_GATEWAY_*`.
+//! - [`FileConfig`]: the TOML file (`deploy/config.example.toml` documents every key).
+//! - [`GatewayConfig`]: validated runtime configuration; [`UpstreamConfig`] and [`WireProfile`]
+//!   are the slices the upstream client needs.
+//!
+//! # Error handling
+//! Every problem becomes one [`ConfigError`] with a message naming the key; the binary prints
+//! it and exits with status 2.
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    path::PathBuf,
+    time::Duration,
+};
+
+use serde::Deserialize;
+use shared_state::Secret;
+
+/// Default upstream base URL.
+pub const DEFAULT_UPSTREAM: &str = "https://chatgpt.com/backend-api/codex";
+/// Default OAuth token endpoint.
+pub const DEFAULT_TOKEN_URL: &str = "https://auth.openai.com/oauth/token";
+
+/// `serve` flags (every one also from the environment).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "CODEX_GATEWAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Data-plane listen address [default: 0.0.0.0:8080].
+    #[arg(long, env = "CODEX_GATEWAY_LISTEN")]
+    pub listen: Option<String>,
+    /// Admin listen address [default: 127.0.0.1:8081].
+    #[arg(long, env = "CODEX_GATEWAY_ADMIN_LISTEN")]
+    pub admin_listen: Option<String>,
+    /// Data directory (SQLite database, secret key) [default: ./data].
+    #[arg(long, env = "CODEX_GATEWAY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Number of worker threads [default: one per core].
+    #[arg(long, env = "CODEX_GATEWAY_WORKERS")]
+    pub workers: Option<usize>,
+    /// Database URL (postgres://... or sqlite://...) [default: SQLite in the data dir].
+    #[arg(long, env = "CODEX_GATEWAY_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Redis URL (optional).
+    #[arg(long, env = "CODEX_GATEWAY_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Upstream Codex base URL [default: https://chatgpt.com/backend-api/codex].
+    #[arg(long, env = "CODEX_GATEWAY_UPSTREAM_BASE_URL")]
+    pub upstream_base_url: Option<String>,
+    /// Extra PEM CA bundle trusted for the upstream.
+    #[arg(long, env = "CODEX_GATEWAY_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+    /// OAuth token endpoint [default: https://auth.openai.com/oauth/token].
+    #[arg(long, env = "CODEX_GATEWAY_OAUTH_TOKEN_URL")]
+    pub oauth_token_url: Option<String>,
+}
+
+/// The TOML file. Every key is optional; see `deploy/config.example.toml`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<String>,
+    admin_listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    workers: Option<usize>,
+    database_url: Option<String>,
+    redis_url: Option<String>,
+    admin_token: Option<String>,
+    shutdown_grace_secs: Option<u64>,
+    max_attempts: Option<u32>,
+    max_body_bytes: Option<usize>,
+    #[serde(default)]
+    upstream: FileUpstream,
+    #[serde(default)]
+    wire: FileWire,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUpstream {
+    base_url: Option<String>,
+    ca_file: Option<PathBuf>,
+    oauth_token_url: Option<String>,
+    plain_http: Option<String>,
+    connect_timeout_ms: Option<u64>,
+    first_byte_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWire {
+    originator: Option<String>,
+    user_agent: Option<String>,
+    version: Option<String>,
+    residency: Option<String>,
+    beta_features: Option<String>,
+}
+
+/// A configuration problem.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration error: {0}")]
+pub struct ConfigError(pub String);
+
+/// How to speak to a plain-HTTP upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainHttp {
+    /// HTTP/1.1 (a new or pooled connection per request).
+    H1,
+    /// HTTP/2 with prior knowledge (h2c), one multiplexed connection per worker.
+    H2c,
+}
+
+/// Where and how to reach the Codex backend.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// `https` or `http`.
+    pub tls: bool,
+    /// Host name (for SNI and `:authority`).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Path prefix, e.g. `/backend-api/codex` (no trailing slash).
+    pub path_prefix: String,
+    /// Addresses resolved at start-up, off the workers.
+    pub addrs: Vec<SocketAddr>,
+    /// Extra trusted CA (PEM).
+    pub ca_file: Option<PathBuf>,
+    /// Protocol for plain-HTTP upstreams.
+    pub plain_http: PlainHttp,
+    /// TCP+TLS connect budget.
+    pub connect_timeout: Duration,
+    /// Budget until response headers.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two body chunks of a stream.
+    pub idle_timeout: Duration,
+}
+
+// === impl UpstreamConfig ===
+
+impl UpstreamConfig {
+    /// Parses a base URL like `https://chatgpt.com/backend-api/codex` and resolves its host.
+    pub fn from_base_url(url: &str) -> Result<Self, ConfigError> {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| ConfigError(format!("upstream base URL `{url}` is invalid: {e}")))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => {
+                return Err(ConfigError(format!(
+                    "upstream base URL `{url}` must start with http:// or https://"
+                )))
+            }
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| ConfigError(format!("upstream base URL `{url}` has no host")))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let addrs: Vec<SocketAddr> = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| ConfigError(format!("cannot resolve upstream host `{host}`: {e}")))?
+            .collect();
+        if addrs.is_empty() {
+            return Err(ConfigError(format!(
+                "upstream host `{host}` resolved to nothing"
+            )));
+        }
+        Ok(Self {
+            tls,
+            host,
+            port,
+            path_prefix: uri.path().trim_end_matches('/').to_owned(),
+            addrs,
+            ca_file: None,
+            plain_http: PlainHttp::H1,
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(300),
+            idle_timeout: Duration::from_secs(300),
+        })
+    }
+
+    /// `host` or `host:port` when the port is not the scheme's default.
+    pub fn authority(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// The client identity we present upstream (codex-protocol.md §2.2, design.md §4).
+#[derive(Debug, Clone)]
+pub struct WireProfile {
+    /// `originator` header.
+    pub originator: String,
+    /// `User-Agent` header.
+    pub user_agent: String,
+    /// `version` header (empty = not sent).
+    pub version: String,
+    /// `x-openai-internal-codex-residency` (empty = not sent).
+    pub residency: String,
+    /// `x-codex-beta-features` default when the client sends none (empty = not sent).
+    pub beta_features: String,
+}
+
+impl Default for WireProfile {
+    fn default() -> Self {
+        Self {
+            originator: "codex_cli_rs".to_owned(),
+            user_agent:
+                "codex_cli_rs/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_cli_rs; 0.171.0)"
+                    .to_owned(),
+            version: "0.171.0".to_owned(),
+            residency: String::new(),
+            beta_features: String::new(),
+        }
+    }
+}
+
+/// Validated configuration of a gateway process.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Data-plane listen address.
+    pub listen: SocketAddr,
+    /// Admin listen address.
+    pub admin_listen: SocketAddr,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Worker threads.
+    pub workers: usize,
+    /// Database URL (None = SQLite in the data dir).
+    pub database_url: Option<String>,
+    /// Redis URL.
+    pub redis_url: Option<String>,
+    /// Bearer token for the admin API.
+    pub admin_token: Option<Secret>,
+    /// OAuth token endpoint.
+    pub oauth_token_url: String,
+    /// Upstream base URL as configured.
+    pub upstream_base_url: String,
+    /// Upstream endpoint.
+    pub upstream: UpstreamConfig,
+    /// Wire profile.
+    pub wire: WireProfile,
+    /// Request body limit.
+    pub max_body_bytes: usize,
+    /// Most accounts tried for one request.
+    pub max_attempts: u32,
+    /// Drain budget on shutdown.
+    pub shutdown_grace: Duration,
+    /// Idle keep-alive budget for client connections.
+    pub client_idle_timeout: Duration,
+    /// Pin workers to cores.
+    pub pin_workers: bool,
+}
+
+fn addr(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.to_socket_addrs()
+        .map_err(|e| ConfigError(format!("`{key}` = `{s}` is not a valid address: {e}")))?
+        .next()
+        .ok_or_else(|| ConfigError(format!("`{key}` = `{s}` resolved to nothing")))
+}
+
+// === impl GatewayConfig ===
+
+impl GatewayConfig {
+    /// Defaults for everything, with the given upstream base URL.
+    pub fn with_upstream(base_url: &str) -> Result<Self, ConfigError> {
+        Ok(Self {
+            listen: addr("listen", "0.0.0.0:8080")?,
+            admin_listen: addr("admin_listen", "127.0.0.1:8081")?,
+            data_dir: PathBuf::from("./data"),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            database_url: None,
+            redis_url: None,
+            admin_token: None,
+            oauth_token_url: DEFAULT_TOKEN_URL.to_owned(),
+            upstream_base_url: base_url.to_owned(),
+            upstream: UpstreamConfig::from_base_url(base_url)?,
+            wire: WireProfile::default(),
+            max_body_bytes: 16 * 1024 * 1024,
+            max_attempts: 3,
+            shutdown_grace: Duration::from_secs(30),
+            client_idle_timeout: Duration::from_secs(75),
+            pin_workers: true,
+        })
+    }
+
+    /// Merges flags/env over the file over defaults, and validates.
+    pub fn load(args: &ServeArgs) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    ConfigError(format!("cannot read config file {}: {e}", p.display()))
+                })?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| ConfigError(format!("{}: {e}", p.display())))?
+            }
+            None => FileConfig::default(),
+        };
+        let base = args
+            .upstream_base_url
+            .clone()
+            .or(file.upstream.base_url.clone())
+            .unwrap_or_else(|| DEFAULT_UPSTREAM.to_owned());
+        let mut c = Self::with_upstream(&base)?;
+        if let Some(l) = args.listen.as_ref().or(file.listen.as_ref()) {
+            c.listen = addr("listen", l)?;
+        }
+        if let Some(l) = args.admin_listen.as_ref().or(file.admin_listen.as_ref()) {
+            c.admin_listen = addr("admin_listen", l)?;
+        }
+        if let Some(d) = args.data_dir.clone().or(file.data_dir.clone()) {
+            c.data_dir = d;
+        }
+        if let Some(w) = args.workers.or(file.workers) {
+            if w == 0 || w > 1024 {
+                return Err(ConfigError(format!(
+                    "`workers` = {w} must be between 1 and 1024"
+                )));
+            }
+            c.workers = w;
+        }
+        c.database_url = args.database_url.clone().or(file.database_url.clone());
+        if let Some(u) = &c.database_url {
+            if !(u.starts_with("postgres://")
+                || u.starts_with("postgresql://")
+                || u.starts_with("sqlite:"))
+            {
+                return Err(ConfigError(format!(
+                    "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{u}`)"
+                )));
+            }
+        }
+        c.redis_url = args.redis_url.clone().or(file.redis_url.clone());
+        if let Some(u) = &c.redis_url {
+            if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
+                return Err(ConfigError(format!(
+                    "`redis_url` must start with redis:// or rediss:// (got `{u}`)"
+                )));
+            }
+        }
+        c.admin_token = std::env::var("CODEX_GATEWAY_ADMIN_TOKEN")
+            .ok()
+            .or(file.admin_token.clone())
+            .filter(|t| !t.is_empty())
+            .map(Secret::from);
+        c.oauth_token_url = args
+            .oauth_token_url
+            .clone()
+            .or(file.upstream.oauth_token_url.clone())
+            .unwrap_or(c.oauth_token_url);
+        c.upstream.ca_file = args.upstream_ca.clone().or(file.upstream.ca_file.clone());
+        if let Some(ca) = &c.upstream.ca_file {
+            if !ca.is_file() {
+                return Err(ConfigError(format!(
+                    "`upstream_ca` file {} does not exist",
+                    ca.display()
+                )));
+            }
+        }
+        if let Some(p) = &file.upstream.plain_http {
+            c.upstream.plain_http = match p.as_str() {
+                "h1" | "http1" => PlainHttp::H1,
+                "h2c" | "h2" => PlainHttp::H2c,
+                _ => {
+                    return Err(ConfigError(format!(
+                        "`upstream.plain_http` must be \"h1\" or \"h2c\" (got `{p}`)"
+                    )))
+                }
+            };
+        }
+        if let Ok(p) = std::env::var("CODEX_GATEWAY_UPSTREAM_PLAIN_HTTP") {
+            c.upstream.plain_http = if p == "h2c" {
+                PlainHttp::H2c
+            } else {
+                PlainHttp::H1
+            };
+        }
+        let ms = Duration::from_millis;
+        if let Some(v) = file.upstream.connect_timeout_ms {
+            c.upstream.connect_timeout = ms(v);
+        }
+        if let Some(v) = file.upstream.first_byte_timeout_ms {
+            c.upstream.first_byte_timeout = ms(v);
+        }
+        if let Some(v) = file.upstream.idle_timeout_ms {
+            c.upstream.idle_timeout = ms(v);
+        }
+        if let Some(v) = file.shutdown_grace_secs {
+            c.shutdown_grace = Duration::from_secs(v);
+        }
+        if let Some(v) = file.max_attempts {
+            if v == 0 {
+                return Err(ConfigError("`max_attempts` must be at least 1".into()));
+            }
+            c.max_attempts = v;
+        }
+        if let Some(v) = file.max_body_bytes {
+            c.max_body_bytes = v;
+        }
+        let w = &file.wire;
+        if let Some(v) = &w.originator {
+            c.wire.originator = v.clone();
+        }
+        if let Some(v) = &w.user_agent {
+            c.wire.user_agent = v.clone();
+        }
+        if let Some(v) = &w.version {
+            c.wire.version = v.clone();
+        }
+        if let Some(v) = &w.residency {
+            c.wire.residency = v.clone();
+        }
+        if let Some(v) = &w.beta_features {
+            c.wire.beta_features = v.clone();
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_upstream_urls() {
+        let u = UpstreamConfig::from_base_url("http://127.0.0.1:9000/backend-api/codex/").unwrap();
+        assert!(!u.tls);
+        assert_eq!(u.port, 9000);
+        assert_eq!(u.path_prefix, "/backend-api/codex");
+        assert_eq!(u.authority(), "127.0.0.1:9000");
+        assert!(UpstreamConfig::from_base_url("ftp://x").is_err());
+    }
+
+    #[test]
+    fn file_and_flags_merge_with_flags_winning() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "listen = \"127.0.0.1:1\"\nworkers = 3\n[upstream]\nbase_url = \"http://127.0.0.1:2/x\"\nplain_http = \"h2c\"\n[wire]\noriginator = \"codex-tui\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(p.clone()),
+            listen: Some("127.0.0.1:5".into()),
+            ..Default::default()
+        };
+        let c = GatewayConfig::load(&args).unwrap();
+        assert_eq!(c.listen.port(), 5);
+        assert_eq!(c.workers, 3);
+        assert_eq!(c.upstream.plain_http, PlainHttp::H2c);
+        assert_eq!(c.wire.originator, "codex-tui");
+        std::fs::write(&p, "bogus_key = 1\n").unwrap();
+        let e = GatewayConfig::load(&args).unwrap_err();
+        assert!(e.to_string().contains("bogus_key"), "{e}");
+    }
+}

@@ -1,0 +1,408 @@
+//! The data plane's one error type and the one place that turns it into a client response.
+//!
+//! # Key Components
+//! - [`Error`]: `kind` + where it came from ([`Side`]) + an optional cause. Built with the
+//!   constructors; never logged with secrets.
+//! - [`ErrorKind`]: every way a request can fail, from bad client input to exhausted accounts.
+//! - [`Error::to_openai`]: the exhaustive mapping to HTTP status, OpenAI-shaped body and extra
+//!   headers. HTTP responses and terminal SSE events both come from it.
+
+use std::fmt;
+
+use codex_protocol::{classify::Failure, classify::FailureClass, openai_error::ErrorBody};
+
+/// Which side of the proxy an error comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The client sent something wrong.
+    Downstream,
+    /// The upstream failed or refused.
+    Upstream,
+    /// Our own fault.
+    Internal,
+}
+
+/// Every failure the data plane can report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ErrorKind {
+    /// No or unknown client key.
+    Unauthorized {
+        /// Whether a key was presented at all.
+        key_present: bool,
+    },
+    /// The body exceeded the limit.
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// Malformed request (JSON or fields).
+    BadRequest {
+        /// Message.
+        message: String,
+        /// Offending parameter.
+        param: Option<String>,
+    },
+    /// `previous_response_id` cannot be resolved.
+    ContinuationNotFound,
+    /// Unknown route.
+    NotFound,
+    /// Known route, wrong method.
+    MethodNotAllowed,
+    /// Unknown model.
+    ModelNotFound(String),
+    /// The upstream answered with an error we return to the client.
+    Upstream(Failure),
+    /// Could not reach the upstream.
+    UpstreamConnect,
+    /// The upstream did not answer in time.
+    UpstreamTimeout,
+    /// The upstream broke the protocol or the connection after the request was sent.
+    UpstreamProtocol,
+    /// No account can serve: all are out of quota until `earliest_reset` (unix seconds).
+    QuotaExhausted {
+        /// Earliest reset among the accounts.
+        earliest_reset: Option<u64>,
+    },
+    /// No account can serve for another reason.
+    NoAccountAvailable,
+    /// Storage down or draining.
+    Unavailable,
+    /// Something of ours broke.
+    Internal,
+}
+
+/// A data-plane error.
+#[derive(Debug, Clone)]
+pub struct Error {
+    /// What failed.
+    pub kind: ErrorKind,
+    /// Where it came from.
+    pub side: Side,
+    /// Lower-level cause, for logs (never contains secrets).
+    pub cause: Option<String>,
+}
+
+/// The client-facing rendering of an [`Error`].
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// HTTP status.
+    pub status: u16,
+    /// OpenAI-shaped body.
+    pub body: ErrorBody,
+    /// `Retry-After` seconds, when meaningful.
+    pub retry_after: Option<u64>,
+}
+
+// === impl Error ===
+
+impl Error {
+    /// A new error.
+    pub fn new(kind: ErrorKind, side: Side) -> Self {
+        Self {
+            kind,
+            side,
+            cause: None,
+        }
+    }
+
+    /// Attaches a cause for logs.
+    pub fn with_cause(mut self, cause: impl fmt::Display) -> Self {
+        self.cause = Some(cause.to_string());
+        self
+    }
+
+    /// A 400 with a message and parameter.
+    pub fn bad_request(message: impl Into<String>, param: Option<&str>) -> Self {
+        Self::new(
+            ErrorKind::BadRequest {
+                message: message.into(),
+                param: param.map(str::to_owned),
+            },
+            Side::Downstream,
+        )
+    }
+
+    /// An upstream failure returned to the client.
+    pub fn upstream(f: Failure) -> Self {
+        Self::new(ErrorKind::Upstream(f), Side::Upstream)
+    }
+
+    /// The machine code used in usage records and metrics.
+    pub fn code(&self) -> String {
+        self.to_openai()
+            .body
+            .code
+            .unwrap_or_else(|| "error".to_owned())
+    }
+
+    /// The one mapping from error to HTTP status and OpenAI-shaped body.
+    pub fn to_openai(&self) -> Rendered {
+        let r = |status, body, retry_after| Rendered {
+            status,
+            body,
+            retry_after,
+        };
+        match &self.kind {
+            ErrorKind::Unauthorized { key_present } => r(
+                401,
+                ErrorBody::new(
+                    if *key_present {
+                        "Incorrect API key provided. Check the key you passed in the Authorization header."
+                    } else {
+                        "You didn't provide an API key. Pass it as `Authorization: Bearer sk-...` or `x-api-key`."
+                    },
+                    "invalid_request_error",
+                    Some(if *key_present { "invalid_api_key" } else { "missing_api_key" }),
+                ),
+                None,
+            ),
+            ErrorKind::BodyTooLarge { limit } => r(
+                413,
+                ErrorBody::new(
+                    format!("Request body exceeds the limit of {limit} bytes."),
+                    "invalid_request_error",
+                    Some("request_too_large"),
+                ),
+                None,
+            ),
+            ErrorKind::BadRequest { message, param } => r(
+                400,
+                ErrorBody::new(message.clone(), "invalid_request_error", Some("invalid_request"))
+                    .with_param(param.as_deref()),
+                None,
+            ),
+            ErrorKind::ContinuationNotFound => r(
+                400,
+                ErrorBody::new(
+                    "Previous response not found: this gateway keeps no server-side state over HTTP (store:false). Resend the full conversation in `input`.",
+                    "invalid_request_error",
+                    Some("previous_response_not_found"),
+                )
+                .with_param(Some("previous_response_id")),
+                None,
+            ),
+            ErrorKind::NotFound => r(
+                404,
+                ErrorBody::new("Unknown route.", "invalid_request_error", Some("not_found")),
+                None,
+            ),
+            ErrorKind::MethodNotAllowed => r(
+                405,
+                ErrorBody::new(
+                    "Method not allowed for this route.",
+                    "invalid_request_error",
+                    Some("method_not_allowed"),
+                ),
+                None,
+            ),
+            ErrorKind::ModelNotFound(m) => r(
+                404,
+                ErrorBody::new(
+                    format!("The model `{m}` does not exist or you do not have access to it."),
+                    "invalid_request_error",
+                    Some("model_not_found"),
+                )
+                .with_param(Some("model")),
+                None,
+            ),
+            ErrorKind::Upstream(f) => upstream_rendering(f),
+            ErrorKind::UpstreamConnect => r(
+                502,
+                ErrorBody::new(
+                    "Could not reach the upstream Codex service.",
+                    "server_error",
+                    Some("upstream_unreachable"),
+                ),
+                None,
+            ),
+            ErrorKind::UpstreamTimeout => r(
+                504,
+                ErrorBody::new(
+                    "The upstream Codex service did not answer in time.",
+                    "server_error",
+                    Some("upstream_timeout"),
+                ),
+                None,
+            ),
+            ErrorKind::UpstreamProtocol => r(
+                502,
+                ErrorBody::new(
+                    "The upstream Codex service closed the stream before completing the response.",
+                    "server_error",
+                    Some("stream_disconnected"),
+                ),
+                None,
+            ),
+            ErrorKind::QuotaExhausted { earliest_reset } => {
+                let now = shared_state::now_ms() / 1000;
+                let retry = earliest_reset.map(|r| r.saturating_sub(now).max(1));
+                let mut body = ErrorBody::new(
+                    "The usage limit has been reached on every account in the pool.",
+                    "usage_limit_reached",
+                    Some("usage_limit_reached"),
+                );
+                body.resets_at = *earliest_reset;
+                body.resets_in_seconds = retry;
+                r(429, body, retry)
+            }
+            ErrorKind::NoAccountAvailable => r(
+                503,
+                ErrorBody::new(
+                    "No upstream account is available to serve this request right now.",
+                    "server_error",
+                    Some("no_account_available"),
+                ),
+                Some(5),
+            ),
+            ErrorKind::Unavailable => r(
+                503,
+                ErrorBody::new(
+                    "The gateway is unavailable (storage down or shutting down).",
+                    "server_error",
+                    Some("service_unavailable"),
+                ),
+                Some(5),
+            ),
+            ErrorKind::Internal => r(
+                500,
+                ErrorBody::new("Internal gateway error.", "server_error", Some("internal_error")),
+                None,
+            ),
+        }
+    }
+}
+
+/// Upstream failures: request errors keep the upstream status and message; account-scoped
+/// failures that reach the client (no other account left) keep their meaning.
+fn upstream_rendering(f: &Failure) -> Rendered {
+    let msg = f
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("The upstream Codex service returned HTTP {}.", f.status));
+    let (status, ty, code, retry) = match &f.class {
+        FailureClass::Request => {
+            let status = if (400..500).contains(&f.status) {
+                f.status
+            } else {
+                400
+            };
+            let code = f.code.clone().unwrap_or_else(|| {
+                if msg.starts_with("Unsupported parameter") {
+                    "unsupported_parameter".to_owned()
+                } else {
+                    "invalid_request".to_owned()
+                }
+            });
+            (status, "invalid_request_error".to_owned(), code, None)
+        }
+        FailureClass::ContinuationNotFound => (
+            400,
+            "invalid_request_error".to_owned(),
+            "previous_response_not_found".to_owned(),
+            None,
+        ),
+        FailureClass::UsageLimit { resets_at } => {
+            let now = shared_state::now_ms() / 1000;
+            let retry = resets_at.map(|r| r.saturating_sub(now).max(1));
+            let mut body = ErrorBody::new(msg, "usage_limit_reached", Some("usage_limit_reached"));
+            body.resets_at = *resets_at;
+            body.resets_in_seconds = retry;
+            return Rendered {
+                status: 429,
+                body,
+                retry_after: retry,
+            };
+        }
+        FailureClass::RateLimited { retry_after_s } => (
+            429,
+            "rate_limit_error".to_owned(),
+            "rate_limit_exceeded".to_owned(),
+            *retry_after_s,
+        ),
+        FailureClass::UsageNotIncluded => (
+            403,
+            "permission_error".to_owned(),
+            "usage_not_included".to_owned(),
+            None,
+        ),
+        FailureClass::ModelNotSupported => (
+            400,
+            "invalid_request_error".to_owned(),
+            "model_not_supported".to_owned(),
+            None,
+        ),
+        FailureClass::AuthExpired | FailureClass::Deactivated | FailureClass::Cloudflare => (
+            502,
+            "server_error".to_owned(),
+            "upstream_account_unavailable".to_owned(),
+            None,
+        ),
+        FailureClass::Overloaded => (
+            503,
+            "server_error".to_owned(),
+            f.code
+                .clone()
+                .unwrap_or_else(|| "server_is_overloaded".to_owned()),
+            Some(2),
+        ),
+    };
+    let mut body = ErrorBody::new(msg, &ty, Some(&code));
+    body.param = f.param.clone();
+    Rendered {
+        status,
+        body,
+        retry_after: retry,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = self.to_openai();
+        write!(f, "{} ({})", r.body.message, r.status)?;
+        if let Some(c) = &self.cause {
+            write!(f, ": {c}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codex_protocol::classify::classify_http;
+
+    #[test]
+    fn every_kind_maps_to_an_openai_error() {
+        let cases = [
+            (ErrorKind::Unauthorized { key_present: false }, 401),
+            (ErrorKind::BodyTooLarge { limit: 1 }, 413),
+            (ErrorKind::NotFound, 404),
+            (ErrorKind::UpstreamConnect, 502),
+            (ErrorKind::UpstreamTimeout, 504),
+            (
+                ErrorKind::QuotaExhausted {
+                    earliest_reset: Some(u64::MAX / 2),
+                },
+                429,
+            ),
+            (ErrorKind::NoAccountAvailable, 503),
+            (ErrorKind::Internal, 500),
+        ];
+        for (k, status) in cases {
+            let r = Error::new(k, Side::Internal).to_openai();
+            assert_eq!(r.status, status);
+            assert!(!r.body.message.is_empty());
+        }
+    }
+
+    #[test]
+    fn upstream_request_errors_keep_status_and_message() {
+        let f = classify_http(400, None, br#"{"detail":"Unsupported parameter: foo"}"#);
+        let r = Error::upstream(f).to_openai();
+        assert_eq!(r.status, 400);
+        assert_eq!(r.body.message, "Unsupported parameter: foo");
+        assert_eq!(r.body.code.as_deref(), Some("unsupported_parameter"));
+    }
+}

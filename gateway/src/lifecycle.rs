@@ -1,0 +1,478 @@
+//! One request: **Request -> Attempt -> Stream** (design.md §3).
+//!
+//! # Key Components
+//! - [`RequestPlan`]: what the API layer hands over: the normalized upstream body, the model,
+//!   client session headers to pass through, the client key.
+//! - [`open`]: walks the frozen candidate order. Each **Attempt** leases a slot, builds the
+//!   account-scoped identity, sends, and reads until the **commit barrier** (the first real
+//!   output event or a terminal), holding leading events back. Failures are classified once
+//!   ([`codex_protocol::classify`]) and their account effects applied once ([`crate::policy`]);
+//!   an account-scoped failure moves on to the next candidate, a request error is returned.
+//!   A payload that may have reached the upstream with an ambiguous outcome is never resent.
+//! - [`Committed`]: the typestate after the barrier: one account, one upstream body. It can
+//!   only be streamed forward ([`Committed::next_events`]); it never switches account.
+//!
+//! # Error handling
+//! Everything ends as a [`crate::error::Error`]; the route layer renders it (HTTP before the
+//! commit, one terminal SSE event after).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use codex_protocol::{
+    classify::{classify_http, classify_stream_error, FailureClass},
+    events::{self, EventClass},
+    sse::{SseEvent, SseSplitter},
+};
+use shared_state::{AccountEntry, Lease, WorkerEvent};
+
+use crate::{
+    error::{Error, ErrorKind, Side},
+    policy,
+    upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
+    worker::WorkerCtx,
+};
+
+/// Client headers forwarded upstream unchanged (session and turn signals).
+pub const PASSTHROUGH_HEADERS: &[&str] = &[
+    "session-id",
+    "session_id",
+    "thread-id",
+    "conversation_id",
+    "x-client-request-id",
+    "x-codex-turn-state",
+    "x-codex-turn-metadata",
+    "x-codex-window-id",
+    "x-codex-parent-thread-id",
+    "x-codex-turn-id",
+    "x-codex-beta-features",
+    "x-openai-subagent",
+    "x-openai-memgen-request",
+    "x-responsesapi-include-timing-metrics",
+    "x-openai-internal-codex-responses-lite",
+];
+
+/// Upstream response headers clients may see (quota headers are stripped).
+pub const CLIENT_VISIBLE_HEADERS: &[&str] = &[
+    "x-codex-turn-state",
+    "x-request-id",
+    "x-oai-request-id",
+    "openai-model",
+    "x-models-etag",
+    "x-reasoning-included",
+];
+
+/// What the API layer hands to the lifecycle.
+#[derive(Debug)]
+pub struct RequestPlan {
+    /// Route name for metrics and usage.
+    pub route: &'static str,
+    /// Model requested by the client.
+    pub model: String,
+    /// Normalized upstream body.
+    pub body: Bytes,
+    /// Client session headers to forward.
+    pub passthrough: Vec<(&'static str, String)>,
+    /// Client key id.
+    pub key_id: i64,
+}
+
+/// An attempt that passed the commit barrier.
+pub struct Committed {
+    /// The account serving the stream.
+    pub account: Arc<AccountEntry>,
+    _lease: Lease,
+    /// Client-visible upstream headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// Held-back leading events plus the committing event(s).
+    pub held: Vec<SseEvent>,
+    body: UpstreamBody,
+    splitter: SseSplitter,
+    /// A terminal event was already seen (in `held`).
+    pub finished: bool,
+    /// Upstream time to first byte.
+    pub ttfb: Duration,
+    idle: Duration,
+}
+
+/// What the committed stream produced next.
+pub enum Next {
+    /// More events (possibly empty when a chunk held no complete event).
+    Events(Vec<SseEvent>),
+    /// The upstream body ended without a terminal event, or broke.
+    Broken(Error),
+    /// The upstream body ended cleanly.
+    End,
+}
+
+// === impl Committed ===
+
+impl Committed {
+    /// Reads the next chunk of events from the same account's stream.
+    pub async fn next_events(&mut self) -> Next {
+        match self.body.chunk(self.idle).await {
+            Ok(Some(b)) => {
+                self.splitter.push(&b);
+                let mut out = Vec::new();
+                loop {
+                    match self.splitter.next_event() {
+                        Ok(Some(ev)) => out.push(ev),
+                        Ok(None) => break,
+                        Err(e) => {
+                            return Next::Broken(
+                                Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
+                                    .with_cause(e),
+                            )
+                        }
+                    }
+                }
+                Next::Events(out)
+            }
+            Ok(None) => Next::End,
+            Err(e) => Next::Broken(transport_error(&e)),
+        }
+    }
+}
+
+fn transport_error(e: &UpstreamError) -> Error {
+    let kind = match e {
+        UpstreamError::Connect(_) => ErrorKind::UpstreamConnect,
+        UpstreamError::Timeout { .. } => ErrorKind::UpstreamTimeout,
+        UpstreamError::Protocol { .. } => ErrorKind::UpstreamProtocol,
+    };
+    Error::new(kind, Side::Upstream).with_cause(e)
+}
+
+/// Stable per-account installation id (`x-codex-installation-id`), derived so that one
+/// account always presents the same installation.
+fn installation_id(account: &AccountEntry) -> String {
+    use sha2_lite::digest;
+    let h = digest(account.chatgpt_account_id.as_bytes(), account.id);
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        (h >> 96) as u32,
+        (h >> 80) as u16,
+        ((h >> 64) as u16) & 0xfff,
+        ((h >> 48) as u16) & 0xfff,
+        (h as u64) & 0xffff_ffff_ffff
+    )
+}
+
+/// A tiny non-cryptographic 128-bit mix (FNV-1a based) for stable derived ids.
+mod sha2_lite {
+    pub fn digest(data: &[u8], salt: i64) -> u128 {
+        let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+        for b in data.iter().chain(salt.to_le_bytes().iter()) {
+            h ^= u128::from(*b);
+            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013B);
+        }
+        h
+    }
+}
+
+fn identity_headers(
+    ctx: &WorkerCtx,
+    account: &AccountEntry,
+    plan: &RequestPlan,
+) -> Vec<(&'static str, String)> {
+    let wire = &ctx.cfg.wire;
+    let mut h: Vec<(&'static str, String)> = Vec::with_capacity(12 + plan.passthrough.len());
+    h.push((
+        "authorization",
+        format!("Bearer {}", account.access_token.expose()),
+    ));
+    h.push(("chatgpt-account-id", account.chatgpt_account_id.clone()));
+    h.push(("originator", wire.originator.clone()));
+    h.push(("user-agent", wire.user_agent.clone()));
+    if !wire.version.is_empty() {
+        h.push(("version", wire.version.clone()));
+    }
+    if !wire.residency.is_empty() {
+        h.push(("x-openai-internal-codex-residency", wire.residency.clone()));
+    }
+    h.push(("content-type", "application/json".to_owned()));
+    h.push(("accept", "text/event-stream".to_owned()));
+    h.push(("x-codex-installation-id", installation_id(account)));
+    let mut has_beta = false;
+    for (n, v) in &plan.passthrough {
+        has_beta |= *n == "x-codex-beta-features";
+        h.push((n, v.clone()));
+    }
+    if !has_beta && !wire.beta_features.is_empty() {
+        h.push(("x-codex-beta-features", wire.beta_features.clone()));
+    }
+    h
+}
+
+/// The frozen candidate order: schedulable accounts, rotated by the worker's cursor.
+fn candidates(ctx: &WorkerCtx) -> (Vec<Arc<AccountEntry>>, Arc<shared_state::Snapshot>) {
+    let snap = ctx.snapshot.load_full();
+    let now = shared_state::now_ms();
+    let mut c: Vec<Arc<AccountEntry>> = snap
+        .accounts
+        .iter()
+        .filter(|a| a.is_schedulable(now))
+        .cloned()
+        .collect();
+    if !c.is_empty() {
+        let start = ctx.next_cursor() % c.len();
+        c.rotate_left(start);
+    }
+    (c, snap)
+}
+
+/// Why no attempt could be accepted: picks 429 (all out of quota) or 503.
+fn exhausted(snap: &shared_state::Snapshot, saw_usage_limit: bool, saw_other: bool) -> Error {
+    let now = shared_state::now_ms();
+    let active: Vec<_> = snap
+        .accounts
+        .iter()
+        .filter(|a| a.effective_status() == shared_state::AccountStatus::Active)
+        .collect();
+    let all_cooling = !active.is_empty() && active.iter().all(|a| a.live.is_cooling(now));
+    if (saw_usage_limit && !saw_other) || (all_cooling && !saw_other) {
+        let earliest = active
+            .iter()
+            .map(|a| a.live.cooldown_until_ms())
+            .filter(|&t| t > now)
+            .min()
+            .map(|ms| ms.div_ceil(1000));
+        if saw_usage_limit || all_cooling {
+            return Error::new(
+                ErrorKind::QuotaExhausted {
+                    earliest_reset: earliest,
+                },
+                Side::Upstream,
+            );
+        }
+    }
+    Error::new(ErrorKind::NoAccountAvailable, Side::Upstream)
+}
+
+fn record_quota(ctx: &WorkerCtx, account: &AccountEntry, rl: &events::RateLimits) {
+    if rl.is_empty() {
+        return;
+    }
+    account.live.record_quota(
+        rl.primary.used_percent,
+        rl.primary.reset_at,
+        rl.secondary.used_percent,
+        rl.secondary.reset_at,
+    );
+    ctx.report(WorkerEvent::Quota {
+        account_id: account.id,
+        primary_pct: rl.primary.used_percent,
+        primary_reset_at: rl.primary.reset_at,
+        secondary_pct: rl.secondary.used_percent,
+        secondary_reset_at: rl.secondary.reset_at,
+    });
+}
+
+/// Observes quota events inside a stream (`codex.rate_limits`).
+pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
+    if ev.event_type() == "codex.rate_limits" {
+        if let Some(rl) = events::rate_limits_event(&ev.data) {
+            record_quota(ctx, account, &rl);
+        }
+    }
+}
+
+/// Runs attempts until one commits, or returns the error to show the client.
+pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
+    let (cands, snap) = candidates(ctx);
+    let max = ctx.cfg.max_attempts.max(1) as usize;
+    let mut attempts = 0u32;
+    let mut saw_usage_limit = false;
+    let mut saw_other = false;
+    let mut last_err: Option<Error> = None;
+    let limit_default = snap.settings.default_max_concurrency;
+
+    for account in cands.iter() {
+        if attempts as usize >= max {
+            break;
+        }
+        let limit = if account.max_concurrency > 0 {
+            account.max_concurrency
+        } else {
+            limit_default
+        };
+        let Some(lease) = account.live.try_acquire(limit) else {
+            continue;
+        };
+        ctx.metrics.attempt(attempts);
+        attempts += 1;
+        match attempt(ctx, plan, account, lease).await {
+            Ok(c) => {
+                account.live.note_served();
+                return Ok(c);
+            }
+            Err(AttemptError::Failover { error, class }) => {
+                if matches!(class, Some(FailureClass::UsageLimit { .. })) {
+                    saw_usage_limit = true;
+                } else {
+                    saw_other = true;
+                }
+                tracing::info!(account = account.id, error = %error, "attempt failed; trying the next account");
+                last_err = Some(error);
+            }
+            Err(AttemptError::Return(e)) => return Err(e),
+        }
+    }
+    if attempts == 0 {
+        return Err(exhausted(&snap, false, false));
+    }
+    if saw_usage_limit && !saw_other {
+        return Err(exhausted(&snap, true, false));
+    }
+    Err(last_err.unwrap_or_else(|| exhausted(&snap, saw_usage_limit, saw_other)))
+}
+
+enum AttemptError {
+    /// Account-scoped: another candidate may succeed.
+    Failover {
+        error: Error,
+        class: Option<FailureClass>,
+    },
+    /// Return to the client now.
+    Return(Error),
+}
+
+async fn attempt(
+    ctx: &WorkerCtx,
+    plan: &RequestPlan,
+    account: &Arc<AccountEntry>,
+    lease: Lease,
+) -> Result<Committed, AttemptError> {
+    let up = &ctx.upstream;
+    let req = UpstreamRequest {
+        method: "POST",
+        path: format!("{}/responses", up.config().path_prefix),
+        headers: identity_headers(ctx, account, plan),
+        body: plan.body.clone(),
+    };
+    let started = Instant::now();
+    let mut resp = match up.send(req).await {
+        Ok(r) => r,
+        Err(e) if !e.maybe_sent() => {
+            // Nothing reached the upstream: another attempt is safe. Not the account's fault.
+            return Err(AttemptError::Failover {
+                error: transport_error(&e),
+                class: None,
+            });
+        }
+        Err(e) => return Err(AttemptError::Return(transport_error(&e))),
+    };
+    let ttfb = started.elapsed();
+    ctx.metrics.ttfb(ttfb);
+    let rl = events::rate_limits_from_headers(|n| resp.header(n));
+    record_quota(ctx, account, &rl);
+    let idle = up.config().idle_timeout;
+
+    if resp.status != 200 {
+        let ct = resp.header("content-type").map(str::to_owned);
+        let body = resp.body.collect(idle, 64 * 1024).await;
+        let failure = classify_http(resp.status, ct.as_deref(), &body);
+        let failover = policy::apply(ctx, account, &failure.class);
+        let class = failure.class.clone();
+        let error = Error::upstream(failure);
+        return Err(if failover {
+            AttemptError::Failover {
+                error,
+                class: Some(class),
+            }
+        } else {
+            AttemptError::Return(error)
+        });
+    }
+
+    let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
+        .iter()
+        .filter_map(|n| resp.header(n).map(|v| (*n, v.to_owned())))
+        .collect();
+    let mut splitter = SseSplitter::default();
+    let mut held: Vec<SseEvent> = Vec::new();
+    // Read until the commit barrier.
+    loop {
+        let chunk = match resp.body.chunk(idle).await {
+            Ok(Some(c)) => c,
+            // Ended or broke before any output: the request reached the upstream and the
+            // outcome is ambiguous: never resend it.
+            Ok(None) => {
+                return Err(AttemptError::Return(
+                    Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
+                        .with_cause("upstream stream ended before any output"),
+                ))
+            }
+            Err(e) => return Err(AttemptError::Return(transport_error(&e))),
+        };
+        splitter.push(&chunk);
+        loop {
+            let ev = match splitter.next_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(AttemptError::Return(
+                        Error::new(ErrorKind::UpstreamProtocol, Side::Upstream).with_cause(e),
+                    ))
+                }
+            };
+            if ev.is_done_sentinel() {
+                continue;
+            }
+            let class = events::classify_event(ev.event_type());
+            observe_event(ctx, account, &ev);
+            match class {
+                EventClass::Leading => held.push(ev),
+                EventClass::Failed => {
+                    let err_json = events::stream_error(&ev.data).unwrap_or_default();
+                    let failure = classify_stream_error(err_json.as_bytes());
+                    let failover = policy::apply(ctx, account, &failure.class);
+                    let class = failure.class.clone();
+                    let error = Error::upstream(failure);
+                    return Err(if failover {
+                        AttemptError::Failover {
+                            error,
+                            class: Some(class),
+                        }
+                    } else {
+                        AttemptError::Return(error)
+                    });
+                }
+                EventClass::Output | EventClass::Completed | EventClass::Incomplete => {
+                    let finished = class != EventClass::Output;
+                    held.push(ev);
+                    // Everything already buffered belongs to this account too.
+                    let mut finished = finished;
+                    while !finished {
+                        match splitter.next_event() {
+                            Ok(Some(more)) => {
+                                finished = matches!(
+                                    events::classify_event(more.event_type()),
+                                    EventClass::Completed
+                                        | EventClass::Incomplete
+                                        | EventClass::Failed
+                                );
+                                held.push(more);
+                            }
+                            _ => break,
+                        }
+                    }
+                    return Ok(Committed {
+                        account: Arc::clone(account),
+                        _lease: lease,
+                        headers,
+                        held,
+                        body: resp.body,
+                        splitter,
+                        finished,
+                        ttfb,
+                        idle,
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Prometheus metrics. Each worker writes only its own [`WorkerMetrics`] (no shared cache
+//! line on the hot path); `/metrics` on any worker sums all of them.
+//!
+//! # Key Components
+//! - [`WorkerMetrics`]: requests by route and status, open streams, upstream time-to-first-byte
+//!   histogram, the worker's I/O driver.
+//! - [`Registry`]: every worker's metrics; [`Registry::render`] writes the text format.
+
+use std::{
+    fmt::Write,
+    sync::{
+        atomic::{AtomicI64, AtomicU64, Ordering},
+        Arc, OnceLock,
+    },
+};
+
+/// Routes we count.
+pub const ROUTES: [&str; 6] = [
+    "responses",
+    "chat_completions",
+    "models",
+    "healthz",
+    "metrics",
+    "other",
+];
+const STATUSES: [u16; 14] = [
+    200, 400, 401, 403, 404, 405, 408, 413, 429, 500, 502, 503, 504, 0,
+];
+const TTFB_BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 30000];
+
+/// Index of a route name in [`ROUTES`].
+pub fn route_index(route: &str) -> usize {
+    ROUTES
+        .iter()
+        .position(|r| *r == route)
+        .unwrap_or(ROUTES.len() - 1)
+}
+
+/// One worker's counters.
+#[derive(Debug)]
+pub struct WorkerMetrics {
+    id: usize,
+    driver: OnceLock<&'static str>,
+    requests: [[AtomicU64; STATUSES.len()]; ROUTES.len()],
+    open_streams: AtomicI64,
+    ttfb_buckets: [AtomicU64; TTFB_BUCKETS_MS.len()],
+    ttfb_count: AtomicU64,
+    ttfb_sum_us: AtomicU64,
+    upstream_attempts: AtomicU64,
+    failovers: AtomicU64,
+}
+
+// === impl WorkerMetrics ===
+
+impl WorkerMetrics {
+    /// Metrics for worker `id`.
+    pub fn new(id: usize) -> Self {
+        Self {
+            id,
+            driver: OnceLock::new(),
+            requests: Default::default(),
+            open_streams: AtomicI64::new(0),
+            ttfb_buckets: Default::default(),
+            ttfb_count: AtomicU64::new(0),
+            ttfb_sum_us: AtomicU64::new(0),
+            upstream_attempts: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+        }
+    }
+
+    /// Records the I/O driver this worker runs on.
+    pub fn set_driver(&self, d: &'static str) {
+        let _ = self.driver.set(d);
+    }
+
+    /// The worker's driver.
+    pub fn driver(&self) -> &'static str {
+        self.driver.get().copied().unwrap_or("unknown")
+    }
+
+    /// Counts a finished request.
+    pub fn request(&self, route: &str, status: u16) {
+        let s = STATUSES
+            .iter()
+            .position(|x| *x == status)
+            .unwrap_or(STATUSES.len() - 1);
+        self.requests[route_index(route)][s].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A stream opened (+1) or closed (-1).
+    pub fn stream_delta(&self, d: i64) {
+        self.open_streams.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Open streams on this worker.
+    pub fn open_streams(&self) -> i64 {
+        self.open_streams.load(Ordering::Relaxed)
+    }
+
+    /// Records an upstream time to first byte.
+    pub fn ttfb(&self, d: std::time::Duration) {
+        let ms = d.as_millis() as u64;
+        for (i, b) in TTFB_BUCKETS_MS.iter().enumerate() {
+            if ms <= *b {
+                self.ttfb_buckets[i].fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+        self.ttfb_count.fetch_add(1, Ordering::Relaxed);
+        self.ttfb_sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Counts an upstream attempt, and a failover when it is not the first.
+    pub fn attempt(&self, nth: u32) {
+        self.upstream_attempts.fetch_add(1, Ordering::Relaxed);
+        if nth > 0 {
+            self.failovers.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// All workers' metrics.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    workers: Arc<Vec<Arc<WorkerMetrics>>>,
+}
+
+// === impl Registry ===
+
+impl Registry {
+    /// Metrics for `n` workers.
+    pub fn new(n: usize) -> Self {
+        Self {
+            workers: Arc::new((0..n).map(|i| Arc::new(WorkerMetrics::new(i))).collect()),
+        }
+    }
+
+    /// Worker `i`'s metrics.
+    pub fn worker(&self, i: usize) -> Arc<WorkerMetrics> {
+        Arc::clone(&self.workers[i])
+    }
+
+    /// Total open streams.
+    pub fn open_streams(&self) -> i64 {
+        self.workers.iter().map(|w| w.open_streams()).sum()
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut o = String::with_capacity(4096);
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_requests_total Requests by route and status."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_requests_total counter");
+        for (ri, route) in ROUTES.iter().enumerate() {
+            for (si, status) in STATUSES.iter().enumerate() {
+                let n: u64 = self
+                    .workers
+                    .iter()
+                    .map(|w| w.requests[ri][si].load(Ordering::Relaxed))
+                    .sum();
+                if n > 0 {
+                    let st = if *status == 0 {
+                        "other".to_owned()
+                    } else {
+                        status.to_string()
+                    };
+                    let _ = writeln!(
+                        o,
+                        "codex_gateway_requests_total{{route=\"{route}\",status=\"{st}\"}} {n}"
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_open_streams Client streams currently open."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_open_streams gauge");
+        let _ = writeln!(o, "codex_gateway_open_streams {}", self.open_streams());
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_ttfb_seconds Upstream time to first byte."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_ttfb_seconds histogram");
+        let mut cum = 0;
+        for (i, b) in TTFB_BUCKETS_MS.iter().enumerate() {
+            cum += self
+                .workers
+                .iter()
+                .map(|w| w.ttfb_buckets[i].load(Ordering::Relaxed))
+                .sum::<u64>();
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_ttfb_seconds_bucket{{le=\"{}\"}} {cum}",
+                *b as f64 / 1000.0
+            );
+        }
+        let count: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.ttfb_count.load(Ordering::Relaxed))
+            .sum();
+        let sum_us: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.ttfb_sum_us.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(
+            o,
+            "codex_gateway_upstream_ttfb_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
+        let _ = writeln!(
+            o,
+            "codex_gateway_upstream_ttfb_seconds_sum {}",
+            sum_us as f64 / 1e6
+        );
+        let _ = writeln!(o, "codex_gateway_upstream_ttfb_seconds_count {count}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_attempts_total Upstream attempts (accounts tried)."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_attempts_total counter");
+        let a: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.upstream_attempts.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_upstream_attempts_total {a}");
+        let _ = writeln!(o, "# TYPE codex_gateway_failovers_total counter");
+        let f: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.failovers.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_failovers_total {f}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_worker_driver The I/O driver each worker runs on (1 = active)."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_worker_driver gauge");
+        for w in self.workers.iter() {
+            let _ = writeln!(
+                o,
+                "codex_gateway_worker_driver{{worker=\"{}\",driver=\"{}\"}} 1",
+                w.id,
+                w.driver()
+            );
+        }
+        o
+    }
+}

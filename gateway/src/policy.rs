@@ -1,0 +1,88 @@
+//! Account effects of classified failures: the one owner of "what a failure does to an
+//! account". Effects apply in memory first (the next pick already avoids the account), then
+//! go to the sidecar to be persisted.
+//!
+//! # Key Components
+//! - [`apply`]: takes a [`FailureClass`] for an account and returns whether the request may
+//!   move on to another candidate.
+
+use std::time::Duration;
+
+use codex_protocol::classify::{FailureClass, FailureScope};
+use shared_state::{AccountEffect, AccountEntry, AccountStatus, WorkerEvent};
+
+use crate::worker::WorkerCtx;
+
+/// Short cooldown after an overload / 5xx.
+pub const OVERLOAD_COOLDOWN: Duration = Duration::from_secs(5);
+/// Cooldown after a transient rate limit without a hint.
+pub const RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(15);
+/// Cooldown while a rejected token is refreshed.
+pub const AUTH_COOLDOWN: Duration = Duration::from_secs(30);
+/// Cooldown after a Cloudflare block.
+pub const CLOUDFLARE_COOLDOWN: Duration = Duration::from_secs(60);
+/// Cooldown after `usage_limit_reached` without `resets_at`.
+pub const USAGE_LIMIT_FALLBACK: Duration = Duration::from_secs(3600);
+
+/// Applies the effect of `class` on `account` and reports it. Returns true when another
+/// account may succeed (the failure is account-scoped).
+pub fn apply(ctx: &WorkerCtx, account: &AccountEntry, class: &FailureClass) -> bool {
+    let now = shared_state::now_ms();
+    let cool = |d: Duration, reason: &str| {
+        let until = now + d.as_millis() as u64;
+        account.live.cool_until(until);
+        ctx.report(WorkerEvent::Account {
+            account_id: account.id,
+            effect: AccountEffect::CooldownUntil {
+                until_ms: until,
+                reason: reason.to_owned(),
+            },
+        });
+    };
+    let status = |s: AccountStatus| {
+        account.live.set_status_override(Some(s));
+        ctx.report(WorkerEvent::Account {
+            account_id: account.id,
+            effect: AccountEffect::Status(s),
+        });
+    };
+    account.live.note_failure();
+    match class {
+        FailureClass::UsageLimit { resets_at } => {
+            let until = resets_at
+                .map(|r| r * 1000)
+                .filter(|&r| r > now)
+                .unwrap_or(now + USAGE_LIMIT_FALLBACK.as_millis() as u64);
+            account.live.cool_until(until);
+            ctx.report(WorkerEvent::Account {
+                account_id: account.id,
+                effect: AccountEffect::CooldownUntil {
+                    until_ms: until,
+                    reason: class.name().to_owned(),
+                },
+            });
+        }
+        FailureClass::UsageNotIncluded => status(AccountStatus::Disabled),
+        FailureClass::RateLimited { retry_after_s } => cool(
+            retry_after_s
+                .map(Duration::from_secs)
+                .unwrap_or(RATE_LIMIT_COOLDOWN)
+                .min(Duration::from_secs(300)),
+            class.name(),
+        ),
+        FailureClass::Overloaded => cool(OVERLOAD_COOLDOWN, class.name()),
+        FailureClass::AuthExpired => {
+            cool(AUTH_COOLDOWN, class.name());
+            ctx.report(WorkerEvent::RefreshRequest {
+                account_id: account.id,
+                seen_version: ctx.snapshot.load().version,
+            });
+        }
+        FailureClass::Deactivated => status(AccountStatus::Banned),
+        FailureClass::Cloudflare => cool(CLOUDFLARE_COOLDOWN, class.name()),
+        FailureClass::ModelNotSupported
+        | FailureClass::ContinuationNotFound
+        | FailureClass::Request => {}
+    }
+    class.scope() == FailureScope::Account
+}

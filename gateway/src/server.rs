@@ -1,0 +1,15 @@
+//! Client-facing HTTP/1.1: our own connection loop over native monoio I/O (design.md §5).
+//!
+//! # Key Components
+//! - [`h1::Conn`]: reads requests (head, `Content-Length` or chunked body, `Expect:
+//!   100-continue`, limits) and writes responses: fixed bodies, or a chunked stream where every
+//!   [`h1::Conn::write_chunk`] is one socket write (SSE events are never batched, unlike the
+//!   monoio-http encoder, monoio-notes.md §2.1).
+//! - [`h1::Request`]: a parsed request with lower-cased header names.
+//!
+//! # Error handling
+//! Malformed input yields [`h1::ReadError`] carrying the status to answer with (400, 413, 431)
+//! before the connection is closed. A timeout while waiting for a request closes the
+//! connection: a read is never cancelled and then continued (monoio-notes.md §5.4).
+
+pub mod h1;

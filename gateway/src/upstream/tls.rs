@@ -1,0 +1,37 @@
+//! rustls client configuration for the upstream: webpki roots plus an optional private CA,
+//! ALPN `h2` then `http/1.1`. The ring provider is installed once per process
+//! ([`install_crypto_provider`]) because sqlx/reqwest and monoio-rustls both link rustls
+//! (monoio-notes.md §2.2, §5.4.11).
+
+use std::{path::Path, sync::Arc};
+
+/// Installs the ring provider as the process default (idempotent).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Builds the TLS connector for the upstream.
+pub fn connector(ca_file: Option<&Path>) -> Result<monoio_rustls::TlsConnector, String> {
+    install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(p) = ca_file {
+        let pem = std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let mut n = 0;
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert = cert.map_err(|e| format!("bad PEM in {}: {e}", p.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("bad certificate in {}: {e}", p.display()))?;
+            n += 1;
+        }
+        if n == 0 {
+            return Err(format!("no certificate found in {}", p.display()));
+        }
+    }
+    let mut cfg = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(monoio_rustls::TlsConnector::from(Arc::new(cfg)))
+}

@@ -1,0 +1,331 @@
+//! Thread-per-core workers (design.md §1, conventions #3).
+//!
+//! # Key Components
+//! - [`WorkerCtx`]: everything one worker owns (`!Send`): its upstream client, its metrics, the
+//!   snapshot cell it reads, the sender of facts to the sidecar with a local spool.
+//! - [`run`]: the body of a worker thread: pin to a core, build the monoio runtime (io_uring,
+//!   explicit fallback to the legacy driver), accept on the worker's own `SO_REUSEPORT`
+//!   listener, serve connections, obey sidecar commands, drain on shutdown.
+//!
+//! # Error handling
+//! A connection's failure ends that connection only. Runtime construction failure falls back
+//! to the legacy driver; failing that, the worker reports the error and the process exits.
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::VecDeque,
+    rc::Rc,
+    sync::{mpsc, Arc},
+    time::{Duration, Instant},
+};
+
+use monoio::net::TcpStream;
+use shared_state::{
+    snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerEvent, WorkerMailbox,
+};
+
+use crate::{
+    config::GatewayConfig,
+    error::{Error, ErrorKind, Side},
+    metrics::{Registry, WorkerMetrics},
+    routes,
+    server::h1::{Conn, ReadError},
+    upstream::Upstream,
+};
+
+/// Most facts kept locally while the sidecar queue is full.
+const SPOOL_LIMIT: usize = 1_000_000;
+
+/// What a worker thread is started with (all `Send`).
+pub struct WorkerSeed {
+    /// Worker index.
+    pub id: usize,
+    /// CPU to pin to, if any.
+    pub cpu: Option<usize>,
+    /// The pre-bound listener (SO_REUSEPORT).
+    pub listener: std::net::TcpListener,
+    /// Configuration.
+    pub cfg: Arc<GatewayConfig>,
+    /// Snapshot cell.
+    pub snapshot: SharedSnapshot,
+    /// Health flags.
+    pub health: Arc<Health>,
+    /// Facts to the sidecar.
+    pub events: EventSender,
+    /// Commands from the sidecar.
+    pub mailbox: WorkerMailbox,
+    /// Metrics.
+    pub registry: Registry,
+}
+
+/// Per-worker state.
+pub struct WorkerCtx {
+    /// Worker index.
+    pub id: usize,
+    /// Configuration.
+    pub cfg: Arc<GatewayConfig>,
+    /// Snapshot cell.
+    pub snapshot: SharedSnapshot,
+    /// Health flags.
+    pub health: Arc<Health>,
+    /// This worker's upstream client.
+    pub upstream: Rc<Upstream>,
+    /// This worker's metrics.
+    pub metrics: Arc<WorkerMetrics>,
+    /// All workers' metrics (for `/metrics`).
+    pub registry: Registry,
+    events: EventSender,
+    spool: RefCell<VecDeque<WorkerEvent>>,
+    draining: Cell<bool>,
+    cursor: Cell<usize>,
+    active: Cell<usize>,
+}
+
+// === impl WorkerCtx ===
+
+impl WorkerCtx {
+    /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped
+    /// unless the spool itself overflows, which is logged).
+    pub fn report(&self, ev: WorkerEvent) {
+        let mut spool = self.spool.borrow_mut();
+        while let Some(old) = spool.pop_front() {
+            if let Err(old) = self.events.try_send(old) {
+                spool.push_front(old);
+                break;
+            }
+        }
+        if spool.is_empty() {
+            if let Err(ev) = self.events.try_send(ev) {
+                spool.push_back(ev);
+            }
+        } else if spool.len() < SPOOL_LIMIT {
+            spool.push_back(ev);
+        } else {
+            tracing::error!(worker = self.id, "event spool full; dropping a fact");
+        }
+    }
+
+    /// Round-robin cursor for the candidate order.
+    pub fn next_cursor(&self) -> usize {
+        let c = self.cursor.get();
+        self.cursor.set(c.wrapping_add(1));
+        c
+    }
+
+    /// True once a drain started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.get()
+    }
+
+    fn flush_spool(&self) {
+        let mut spool = self.spool.borrow_mut();
+        while let Some(old) = spool.pop_front() {
+            if let Err(old) = self.events.try_send(old) {
+                spool.push_front(old);
+                break;
+            }
+        }
+    }
+}
+
+/// Which I/O driver a worker runs on.
+fn build_and_run<F, Fut>(make: F) -> std::io::Result<()>
+where
+    F: FnOnce(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let force_legacy = std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER").is_some();
+    if !force_legacy {
+        match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(4096)
+            .enable_timer()
+            .build()
+        {
+            Ok(mut rt) => {
+                rt.block_on(make("io_uring"));
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "io_uring unavailable; falling back to the legacy (epoll) driver")
+            }
+        }
+    }
+    let mut rt = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()?;
+    rt.block_on(make("legacy"));
+    Ok(())
+}
+
+/// Runs one worker thread to completion. `ready` gets `Ok(driver)` once the worker accepts.
+pub fn run(seed: WorkerSeed, ready: mpsc::Sender<Result<&'static str, String>>) {
+    if let Some(cpu) = seed.cpu {
+        if let Err(e) = monoio::utils::bind_to_cpu_set(Some(cpu)) {
+            tracing::debug!(cpu, error = ?e, "cannot pin worker");
+        }
+    }
+    let ready2 = ready.clone();
+    let res = build_and_run(move |driver| worker_main(seed, driver, ready));
+    if let Err(e) = res {
+        let _ = ready2.send(Err(format!("cannot build a monoio runtime: {e}")));
+    }
+}
+
+async fn worker_main(
+    seed: WorkerSeed,
+    driver: &'static str,
+    ready: mpsc::Sender<Result<&'static str, String>>,
+) {
+    let WorkerSeed {
+        id,
+        listener,
+        cfg,
+        snapshot,
+        health,
+        events,
+        mailbox,
+        registry,
+        ..
+    } = seed;
+    let metrics = registry.worker(id);
+    metrics.set_driver(driver);
+    let upstream = match Upstream::new(cfg.upstream.clone()) {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let listener = match monoio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(format!("listener: {e}")));
+            return;
+        }
+    };
+    let ctx = Rc::new(WorkerCtx {
+        id,
+        cfg: Arc::clone(&cfg),
+        snapshot,
+        health,
+        upstream,
+        metrics,
+        registry,
+        events,
+        spool: RefCell::new(VecDeque::new()),
+        draining: Cell::new(false),
+        cursor: Cell::new(id),
+        active: Cell::new(0),
+    });
+    tracing::info!(worker = id, driver, "worker ready");
+    let _ = ready.send(Ok(driver));
+
+    let drain = Rc::new(tokio::sync::Notify::new());
+    {
+        let ctx = Rc::clone(&ctx);
+        let drain = Rc::clone(&drain);
+        monoio::spawn(async move {
+            while let Some(cmd) = mailbox.recv().await {
+                match cmd {
+                    WorkerCommand::Drain => {
+                        ctx.draining.set(true);
+                        drain.notify_one();
+                    }
+                    WorkerCommand::EvictAccount { .. } => ctx.upstream.reset_connection(),
+                    WorkerCommand::SnapshotUpdated { .. } => {}
+                }
+                ctx.flush_spool();
+            }
+        });
+    }
+    {
+        let ctx = Rc::clone(&ctx);
+        monoio::spawn(async move {
+            loop {
+                monoio::time::sleep(Duration::from_millis(250)).await;
+                ctx.flush_spool();
+            }
+        });
+    }
+
+    loop {
+        monoio::select! {
+            _ = drain.notified() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let ctx = Rc::clone(&ctx);
+                    monoio::spawn(serve_connection(ctx, stream));
+                }
+                Err(e) => {
+                    tracing::warn!(worker = id, error = %e, "accept failed");
+                    monoio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    let deadline = Instant::now() + cfg.shutdown_grace;
+    while ctx.active.get() > 0 && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ctx.flush_spool();
+    tracing::info!(worker = id, left = ctx.active.get(), "worker drained");
+}
+
+struct ActiveGuard<'a>(&'a WorkerCtx);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.set(self.0.active.get() - 1);
+    }
+}
+
+async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
+    let mut conn = Conn::new(stream);
+    loop {
+        if ctx.is_draining() {
+            break;
+        }
+        let req = conn
+            .read_request(ctx.cfg.client_idle_timeout, ctx.cfg.max_body_bytes)
+            .await;
+        ctx.active.set(ctx.active.get() + 1);
+        let _guard = ActiveGuard(&ctx);
+        match req {
+            Ok(req) => match routes::handle(&ctx, &mut conn, req).await {
+                Ok(true) => continue,
+                Ok(false) | Err(_) => break,
+            },
+            Err(ReadError::TooLarge) => {
+                let e = Error::new(
+                    ErrorKind::BodyTooLarge {
+                        limit: ctx.cfg.max_body_bytes,
+                    },
+                    Side::Downstream,
+                );
+                let _ = routes::write_error(&ctx, &mut conn, "other", &e, false).await;
+                conn.linger(Duration::from_secs(2), 64 * 1024 * 1024).await;
+                break;
+            }
+            Err(ReadError::Reject { status, message }) => {
+                let body = codex_protocol::openai_error::ErrorBody::new(
+                    message,
+                    "invalid_request_error",
+                    Some("bad_http_request"),
+                );
+                ctx.metrics.request("other", status);
+                let _ = conn
+                    .write_response(
+                        status,
+                        &[("content-type", "application/json")],
+                        &body.to_json(),
+                        false,
+                    )
+                    .await;
+                break;
+            }
+            Err(ReadError::Closed) | Err(ReadError::Io(_)) => break,
+        }
+    }
+}
