@@ -193,6 +193,7 @@ pub fn key_display_prefix(key: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

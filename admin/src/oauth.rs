@@ -241,6 +241,7 @@ pub fn build_http_client(extra_ca: Option<&Path>) -> Result<reqwest::Client, Str
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use shared_state::jwt::encode_unsigned;
 

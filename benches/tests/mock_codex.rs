@@ -1,6 +1,8 @@
 //! mock-codex over real sockets: event order and pacing, validation, error controls,
 //! OAuth rotation, catalog, quota, h2c, TLS + ALPN h2, and the binary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     io::{BufRead, BufReader},
     process::{Command, Stdio},
@@ -83,13 +85,9 @@ async fn read_sse(resp: reqwest::Response) -> Sse {
         errored: false,
     };
     while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("body error: {e:?}");
-                out.errored = true;
-                break;
-            }
+        let Ok(chunk) = chunk else {
+            out.errored = true;
+            break;
         };
         let now = Instant::now();
         out.chunks += 1;
@@ -165,7 +163,7 @@ async fn streams_full_event_sequence() {
         .collect();
     assert_eq!(deltas, DEFAULT_TEXT);
     let item_id = &sse.events[2].2["item"]["id"];
-    for (_, t, v) in &sse.events[3..10] {
+    for (_, t, v) in &sse.events[3..9] {
         assert_eq!(&v["item_id"], item_id, "{t}");
         assert_eq!(v["output_index"], 0);
     }
@@ -878,7 +876,8 @@ async fn tls_negotiates_h2_via_alpn() {
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     let sse = read_sse(r).await;
     assert_eq!(*sse.types().last().unwrap(), "response.completed");
-    assert_eq!(sse.chunks, sse.events.len());
+    // h2 may add an empty END_STREAM DATA frame.
+    assert!(sse.chunks >= sse.events.len());
     assert_eq!(mock.requests()[0].version, "HTTP/2.0");
 
     let c1 = reqwest::Client::builder()
@@ -1012,4 +1011,58 @@ fn binary_prints_address_and_serves() {
         .status()
         .unwrap();
     assert_eq!(bad.code(), Some(64));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_listening() {
+    let mock = start(MockConfig::default());
+    let addr = mock.addr();
+    let clone = mock.clone();
+    drop(mock);
+    // A clone keeps it alive.
+    assert!(std::net::TcpStream::connect(addr).is_ok());
+    clone.shutdown();
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+/// Rough throughput of the mock (run with `--ignored --nocapture`, ideally `--release`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "manual throughput check"]
+async fn throughput_smoke() {
+    let mock = start(MockConfig {
+        deltas: 32,
+        text: Some("x".repeat(256)),
+        max_recorded: 0,
+        ..MockConfig::default()
+    });
+    let c = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let n = 2000;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let c = c.clone();
+        let mock = mock.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut events = 0;
+            for _ in 0..n / 32 {
+                let r = post(&c, &mock, &[], &valid_body()).await;
+                events += read_sse(r).await.events.len();
+            }
+            events
+        }));
+    }
+    let mut events = 0;
+    for t in tasks {
+        events += t.await.unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{} responses, {events} events in {secs:.2}s: {:.0} resp/s, {:.0} events/s",
+        mock.completed_streams(),
+        mock.completed_streams() as f64 / secs,
+        events as f64 / secs
+    );
 }

@@ -75,6 +75,7 @@ pub struct FileConfig {
     shutdown_grace_secs: Option<u64>,
     max_attempts: Option<u32>,
     max_body_bytes: Option<usize>,
+    force_legacy_driver: Option<bool>,
     #[serde(default)]
     upstream: FileUpstream,
     #[serde(default)]
@@ -269,6 +270,9 @@ pub struct GatewayConfig {
     pub client_idle_timeout: Duration,
     /// Pin workers to cores.
     pub pin_workers: bool,
+    /// Use the legacy (epoll) driver even where io_uring works
+    /// (`MONOIO_FORCE_LEGACY_DRIVER=1` or `force_legacy_driver = true`).
+    pub force_legacy_driver: bool,
 }
 
 fn addr(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
@@ -300,6 +304,8 @@ impl GatewayConfig {
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
             pin_workers: true,
+            force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
+                .is_some_and(|v| !v.is_empty() && v != "0"),
         })
     }
 
@@ -412,6 +418,9 @@ impl GatewayConfig {
                 return Err(ConfigError("`max_attempts` must be at least 1".into()));
             }
             c.max_attempts = v;
+        }
+        if let Some(v) = file.force_legacy_driver {
+            c.force_legacy_driver |= v;
         }
         if let Some(v) = file.max_body_bytes {
             c.max_body_bytes = v;

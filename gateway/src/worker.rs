@@ -128,13 +128,12 @@ impl WorkerCtx {
     }
 }
 
-/// Which I/O driver a worker runs on.
-fn build_and_run<F, Fut>(make: F) -> std::io::Result<()>
+/// Builds the worker's runtime (io_uring, else legacy) and runs `make(driver)` on it.
+fn build_and_run<F, Fut>(force_legacy: bool, make: F) -> std::io::Result<()>
 where
     F: FnOnce(&'static str) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let force_legacy = std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER").is_some();
     if !force_legacy {
         match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
             .with_entries(4096)
@@ -165,7 +164,8 @@ pub fn run(seed: WorkerSeed, ready: mpsc::Sender<Result<&'static str, String>>) 
         }
     }
     let ready2 = ready.clone();
-    let res = build_and_run(move |driver| worker_main(seed, driver, ready));
+    let force_legacy = seed.cfg.force_legacy_driver;
+    let res = build_and_run(force_legacy, move |driver| worker_main(seed, driver, ready));
     if let Err(e) = res {
         let _ = ready2.send(Err(format!("cannot build a monoio runtime: {e}")));
     }

@@ -1,1 +1,313 @@
-//! placeholder
+//! Integration test harness: the gateway in-process ([`gateway::app::App`]) on 127.0.0.1:0
+//! against mock-codex ([`benches::MockCodex`]) over real sockets, with real SQLite/PostgreSQL.
+//!
+//! # Key Components
+//! - [`Stack`] / [`StackBuilder`]: a mock upstream, a data directory with imported accounts and
+//!   a client key, and a running gateway.
+//! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
+//! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
+
+use std::{path::PathBuf, time::Duration};
+
+use benches::{IssuedTokens, MockAccount, MockCodex, MockConfig, MockHandle};
+use gateway::{
+    app::{App, AppHandle},
+    config::{GatewayConfig, PlainHttp},
+};
+
+/// A running test stack.
+pub struct Stack {
+    /// The mock upstream.
+    pub mock: MockHandle,
+    /// The gateway.
+    pub app: AppHandle,
+    /// A valid client key.
+    pub key: String,
+    /// Tokens of each account, in creation order.
+    pub accounts: Vec<IssuedTokens>,
+    /// Data directory (kept alive).
+    pub dir: tempfile::TempDir,
+    /// Database target used.
+    pub db: admin::DbTarget,
+    /// PostgreSQL database (dropped with the stack).
+    pub _pg: Option<PgDatabase>,
+}
+
+// === impl Stack ===
+
+impl Stack {
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.app.data_addr)
+    }
+
+    /// `http://127.0.0.1:ADMINPORT`
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.app.admin_addr)
+    }
+
+    /// POST JSON to a data-plane path with the stack's key.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        client()
+            .post(format!("{}{path}", self.url()))
+            .bearer_auth(&self.key)
+            .header("content-type", "application/json")
+    }
+
+    /// In-flight count of the account with this ChatGPT account id.
+    pub fn in_flight(&self, chatgpt_account_id: &str) -> u32 {
+        self.app
+            .snapshot
+            .load()
+            .accounts
+            .iter()
+            .find(|a| a.chatgpt_account_id == chatgpt_account_id)
+            .map_or(0, |a| a.live.in_flight())
+    }
+}
+
+/// A reqwest client without proxies.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client")
+}
+
+/// Builds a [`Stack`].
+pub struct StackBuilder {
+    /// Mock settings.
+    pub mock: MockConfig,
+    /// Number of accounts.
+    pub accounts: usize,
+    /// Gateway workers.
+    pub workers: usize,
+    /// Use PostgreSQL instead of SQLite.
+    pub postgres: bool,
+    /// Force the legacy driver.
+    pub legacy: bool,
+    /// Plain-HTTP upstream protocol.
+    pub plain_http: PlainHttp,
+    /// Upstream base URL override (TLS tests use `https://localhost:PORT/...`).
+    pub upstream_host: Option<String>,
+    /// Extra CA for the upstream.
+    pub upstream_ca: Option<PathBuf>,
+    /// Tweak the config before start.
+    pub tweak: Option<Box<dyn FnOnce(&mut GatewayConfig)>>,
+}
+
+impl Default for StackBuilder {
+    fn default() -> Self {
+        Self {
+            mock: MockConfig::default(),
+            accounts: 1,
+            workers: 2,
+            postgres: false,
+            legacy: false,
+            plain_http: PlainHttp::H1,
+            upstream_host: None,
+            upstream_ca: None,
+            tweak: None,
+        }
+    }
+}
+
+// === impl StackBuilder ===
+
+impl StackBuilder {
+    /// Starts the mock, prepares storage (accounts `acct-0..`, one key) and the gateway.
+    pub fn start(self) -> Stack {
+        let mock = MockCodex::start(self.mock).expect("mock-codex");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pg = self.postgres.then(pg_database);
+        let db = admin::DbTarget {
+            data_dir: dir.path().to_path_buf(),
+            database_url: pg.as_ref().map(|p| p.url.clone()),
+        };
+        let mut accounts = Vec::new();
+        let mut files = Vec::new();
+        for i in 0..self.accounts {
+            let t = mock.add_account(MockAccount::new(format!("acct-{i}")));
+            let p = dir.path().join(format!("auth-{i}.json"));
+            std::fs::write(
+                &p,
+                format!(
+                    r#"{{"auth_mode":"chatgpt","OPENAI_API_KEY":null,"tokens":{{"id_token":"{}","access_token":"{}","refresh_token":"{}","account_id":"{}"}},"last_refresh":"2026-11-29T00:00:00Z"}}"#,
+                    t.id_token, t.access_token, t.refresh_token, t.account_id
+                ),
+            )
+            .expect("write auth.json");
+            files.push(p);
+            accounts.push(t);
+        }
+        // The admin CLI helpers build their own runtime: run them off any async test runtime.
+        let key = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                if !files.is_empty() {
+                    let s = admin::cli::accounts_import(&db, &files, &mock.token_url())
+                        .expect("import");
+                    assert_eq!(s.added.len(), files.len(), "import summary: {s}");
+                }
+                admin::cli::keys_create(&db, "test").expect("key")
+            })
+            .join()
+            .expect("setup thread")
+        });
+        let base = match &self.upstream_host {
+            Some(h) => h.clone(),
+            None => mock.base_url(),
+        };
+        let mut cfg = GatewayConfig::with_upstream(&base).expect("config");
+        cfg.listen = "127.0.0.1:0".parse().expect("addr");
+        cfg.admin_listen = "127.0.0.1:0".parse().expect("addr");
+        cfg.data_dir = dir.path().to_path_buf();
+        cfg.database_url = db.database_url.clone();
+        cfg.workers = self.workers;
+        cfg.pin_workers = false;
+        cfg.force_legacy_driver = self.legacy;
+        cfg.oauth_token_url = mock.token_url();
+        cfg.upstream.plain_http = self.plain_http;
+        cfg.upstream.ca_file = self.upstream_ca;
+        cfg.shutdown_grace = Duration::from_secs(5);
+        if let Some(t) = self.tweak {
+            t(&mut cfg);
+        }
+        let app = App::spawn(cfg).expect("gateway start");
+        Stack {
+            mock,
+            app,
+            key,
+            accounts,
+            dir,
+            db,
+            _pg: pg,
+        }
+    }
+}
+
+/// A throw-away PostgreSQL database.
+pub struct PgDatabase {
+    /// Its URL.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+    admin_url: String,
+}
+
+/// The PostgreSQL server used by tests.
+pub fn pg_admin_url() -> String {
+    std::env::var("CODEX_GATEWAY_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// Runs SQL against the PostgreSQL admin database with psql-free sqlx (own runtime).
+pub fn pg_exec(url: &str, sql: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for this test (start it or run tests/run.sh): {e}"));
+        sqlx::raw_sql(sql).execute(&mut c).await.expect("sql");
+    });
+}
+
+/// Creates a fresh database.
+pub fn pg_database() -> PgDatabase {
+    let admin_url = pg_admin_url();
+    let name = format!(
+        "cg_it_{}_{}",
+        std::process::id(),
+        rand_suffix()
+    );
+    let sql = format!("CREATE DATABASE {name}");
+    let u = admin_url.clone();
+    std::thread::spawn(move || pg_exec(&u, &sql))
+        .join()
+        .expect("create database");
+    let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+    PgDatabase {
+        url: format!("{base}/{name}"),
+        name,
+        admin_url,
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{t}_{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let sql = format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'; DROP DATABASE IF EXISTS {0}",
+            self.name
+        );
+        let url = self.admin_url.clone();
+        let _ = std::thread::spawn(move || pg_exec(&url, &sql)).join();
+    }
+}
+
+/// A CA certificate (PEM file) and a server certificate + key for `localhost`/`127.0.0.1`.
+pub struct TlsMaterial {
+    /// CA certificate PEM path.
+    pub ca: PathBuf,
+    /// Server certificate chain PEM path.
+    pub cert: PathBuf,
+    /// Server key PEM path.
+    pub key: PathBuf,
+}
+
+/// Generates [`TlsMaterial`] in `dir`.
+pub fn tls_material(dir: &std::path::Path) -> TlsMaterial {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().expect("ca key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "codex-gateway test CA");
+    let ca = ca_params.self_signed(&ca_key).expect("ca cert");
+    let key = KeyPair::generate().expect("key");
+    let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("params");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let cert = params.signed_by(&key, &issuer).expect("cert");
+    let m = TlsMaterial {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("server.pem"),
+        key: dir.join("server-key.pem"),
+    };
+    std::fs::write(&m.ca, ca.pem()).expect("write");
+    std::fs::write(&m.cert, cert.pem()).expect("write");
+    std::fs::write(&m.key, key.serialize_pem()).expect("write");
+    m
+}
+
+/// Reads an SSE body into `(event, data)` pairs.
+pub fn parse_sse(body: &str) -> Vec<(String, String)> {
+    body.split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let mut ev = String::new();
+            let mut data = String::new();
+            for line in f.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    ev = v.to_owned();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = v.to_owned();
+                }
+            }
+            (ev, data)
+        })
+        .collect()
+}

@@ -92,11 +92,6 @@ impl RefreshBook {
     pub fn in_flight(&self, id: i64) -> bool {
         self.lock().in_flight.contains(&id)
     }
-
-    /// The version published after the account's last refresh by this process.
-    pub fn refreshed_version(&self, id: i64) -> Option<u64> {
-        self.lock().refreshed_version.get(&id).copied()
-    }
 }
 
 /// Releases the in-flight slot when the refresh task ends (or is dropped).

@@ -372,6 +372,7 @@ fn flag(v: &str) -> Result<bool, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -28,6 +28,9 @@ use super::{
     state::{rand_hex, Shared},
 };
 
+/// Minimum pause before an abort, so the events before it leave the socket first.
+const ABORT_FLUSH_PAUSE: Duration = Duration::from_millis(10);
+
 /// Reasoning summary streamed in reasoning mode.
 const REASONING_TEXT: &str =
     "**Answering the mock request**\n\nThe mock upstream is producing a canned answer.";
@@ -390,20 +393,30 @@ impl Stream for SseStream {
         if this.next >= this.events.len() {
             return Poll::Ready(None);
         }
-        if this.disconnect_after.is_some_and(|k| this.next >= k) {
+        let disconnect = this.disconnect_after.is_some_and(|k| this.next >= k);
+        // Pause before every event but the first, and before an abort: the pause lets the
+        // connection flush what was sent, so the peer sees exactly `disconnect_after` events.
+        let pause = if disconnect {
+            this.delay.max(ABORT_FLUSH_PAUSE)
+        } else if this.next > 0 {
+            this.delay
+        } else {
+            Duration::ZERO
+        };
+        if !pause.is_zero() {
+            if !this.armed {
+                this.sleep.as_mut().reset(Instant::now() + pause);
+                this.armed = true;
+            }
+            ready!(this.sleep.as_mut().poll(cx));
+            this.armed = false;
+        }
+        if disconnect {
             this.next = this.events.len();
             return Poll::Ready(Some(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "mock-codex: disconnect-after",
             ))));
-        }
-        if this.next > 0 && !this.delay.is_zero() {
-            if !this.armed {
-                this.sleep.as_mut().reset(Instant::now() + this.delay);
-                this.armed = true;
-            }
-            ready!(this.sleep.as_mut().poll(cx));
-            this.armed = false;
         }
         let ev = std::mem::take(&mut this.events[this.next]);
         this.next += 1;
@@ -427,6 +440,7 @@ impl Drop for SseStream {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

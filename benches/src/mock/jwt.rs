@@ -65,6 +65,7 @@ pub(crate) fn id_token(a: &MockAccount, iat: u64, exp: u64) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

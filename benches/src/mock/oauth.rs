@@ -270,6 +270,7 @@ fn refresh_error(e: RefreshError) -> Response<Body> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

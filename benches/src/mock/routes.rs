@@ -218,37 +218,37 @@ fn request_controls(h: &HeaderMap, body: &Map<String, Value>) -> Result<Behaviou
     Ok(b)
 }
 
-/// Validates the body like the Codex backend (§2.3).
-fn validate(body: &Map<String, Value>) -> Result<(), Response<Body>> {
+/// Validates the body like the Codex backend (§2.3); `Some` is the rejection.
+fn validate(body: &Map<String, Value>) -> Option<Response<Body>> {
     if let Some(f) = REJECTED_FIELDS.iter().find(|f| body.contains_key(**f)) {
-        return Err(reply::detail(400, &format!("Unsupported parameter: {f}")));
+        return Some(reply::detail(400, &format!("Unsupported parameter: {f}")));
     }
     if body.get("stream") != Some(&Value::Bool(true)) {
-        return Err(reply::detail(400, "Stream must be set to true"));
+        return Some(reply::detail(400, "Stream must be set to true"));
     }
     if body.get("store") != Some(&Value::Bool(false)) {
-        return Err(reply::detail(400, "Store must be set to false"));
+        return Some(reply::detail(400, "Store must be set to false"));
     }
     if !matches!(body.get("instructions"), Some(Value::String(_))) {
-        return Err(reply::detail(400, "Instructions are required"));
+        return Some(reply::detail(400, "Instructions are required"));
     }
     match body.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
-        _ => return Err(reply::detail(400, "Model is required")),
+        _ => return Some(reply::detail(400, "Model is required")),
     }
     let Some(Value::Array(items)) = body.get("input") else {
-        return Err(reply::detail(400, "Input must be a list"));
+        return Some(reply::detail(400, "Input must be a list"));
     };
     if items
         .iter()
         .any(|i| i.get("prompt_cache_breakpoint").is_some())
     {
-        return Err(reply::detail(
+        return Some(reply::detail(
             400,
             "Unsupported parameter: prompt_cache_breakpoint",
         ));
     }
-    Ok(())
+    None
 }
 
 /// `POST {prefix}/responses`.
@@ -277,7 +277,7 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
     let Some(Value::Object(req)) = parsed else {
         return reply::detail(400, "Request body must be a JSON object");
     };
-    if let Err(r) = validate(&req) {
+    if let Some(r) = validate(&req) {
         return r;
     }
 

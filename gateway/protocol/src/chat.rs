@@ -45,6 +45,7 @@ mod aggregate;
 mod json;
 mod names;
 mod request;
+mod scan;
 mod stream;
 mod upstream;
 

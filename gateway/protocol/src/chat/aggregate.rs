@@ -19,6 +19,7 @@ use sonic_rs::JsonValueTrait;
 
 use super::{
     json::{write_str, write_u64},
+    scan::{push_unescaped, scan_delta, DeltaFields},
     upstream::{
         incomplete_finish_reason, kind_of, write_usage, ChatUpstreamFailure, Kind, RawEvent,
         RawItem,
@@ -137,9 +138,20 @@ impl ChatAggregator {
         if kind == Kind::Other {
             return;
         }
+        if kind.is_delta() {
+            if let Some(f) = scan_delta(data) {
+                self.on_delta(kind, &f);
+            }
+            return;
+        }
         let ev = RawEvent::parse(data);
         match kind {
-            Kind::Other => {}
+            Kind::Other
+            | Kind::TextDelta
+            | Kind::RefusalDelta
+            | Kind::ReasoningSummaryDelta
+            | Kind::ReasoningTextDelta
+            | Kind::ArgsDelta => {}
             Kind::Created => {
                 if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
                     if let Some(id) = r.id.as_deref().filter(|s| !s.is_empty()) {
@@ -149,39 +161,6 @@ impl ChatAggregator {
                         self.created = c;
                     }
                 }
-            }
-            Kind::TextDelta => {
-                if let Some(d) = ev.as_ref().and_then(|e| e.delta.as_ref()?.as_str()) {
-                    self.text.push_str(d);
-                }
-            }
-            Kind::RefusalDelta => {
-                if let Some(d) = ev.as_ref().and_then(|e| e.delta.as_ref()?.as_str()) {
-                    self.refusal.push_str(d);
-                }
-            }
-            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-                let Some(ev) = ev else { return };
-                let summary = kind == Kind::ReasoningSummaryDelta;
-                let part = if summary {
-                    ev.summary_index
-                } else {
-                    ev.content_index
-                };
-                let key = (ev.output_index.unwrap_or(0), part.unwrap_or(0), summary);
-                let Some(d) = ev
-                    .delta
-                    .as_ref()
-                    .and_then(|d| d.as_str())
-                    .filter(|d| !d.is_empty())
-                else {
-                    return;
-                };
-                if self.reasoning_key.is_some_and(|k| k != key) {
-                    self.reasoning.push_str("\n\n");
-                }
-                self.reasoning_key = Some(key);
-                self.reasoning.push_str(d);
             }
             Kind::ItemAdded => {
                 let Some(ev) = ev else { return };
@@ -210,14 +189,6 @@ impl ChatAggregator {
                         .to_owned(),
                 });
             }
-            Kind::ArgsDelta => {
-                let Some(ev) = ev else { return };
-                let d = ev.delta.as_ref().and_then(|d| d.as_str()).unwrap_or("");
-                let i = self.call_slot(&ev);
-                if let Some(c) = self.calls.get_mut(i) {
-                    c.arguments.push_str(d);
-                }
-            }
             Kind::ArgsDone => {
                 let Some(ev) = ev else { return };
                 let full = ev
@@ -225,7 +196,7 @@ impl ChatAggregator {
                     .as_ref()
                     .or(ev.input.as_ref())
                     .and_then(|a| a.as_str());
-                let i = self.call_slot(&ev);
+                let i = self.call_slot(ev.item_id.as_deref(), ev.output_index, ev.name.as_deref());
                 if let Some(c) = self.calls.get_mut(i) {
                     if let Some(f) = full {
                         c.arguments = f.to_owned();
@@ -417,6 +388,38 @@ impl ChatAggregator {
         Ok(out)
     }
 
+    /// Text, refusal, reasoning and argument deltas.
+    fn on_delta(&mut self, kind: Kind, f: &DeltaFields<'_>) {
+        let Some(d) = f.delta.filter(|d| d.len() > 2) else {
+            return;
+        };
+        match kind {
+            Kind::TextDelta => push_unescaped(&mut self.text, d),
+            Kind::RefusalDelta => push_unescaped(&mut self.refusal, d),
+            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
+                let summary = kind == Kind::ReasoningSummaryDelta;
+                let part = if summary {
+                    f.summary_index
+                } else {
+                    f.content_index
+                };
+                let key = (f.output_index.unwrap_or(0), part.unwrap_or(0), summary);
+                if self.reasoning_key.is_some_and(|k| k != key) {
+                    self.reasoning.push_str("\n\n");
+                }
+                self.reasoning_key = Some(key);
+                push_unescaped(&mut self.reasoning, d);
+            }
+            Kind::ArgsDelta => {
+                let i = self.call_slot(f.item_id, f.output_index, None);
+                if let Some(c) = self.calls.get_mut(i) {
+                    push_unescaped(&mut c.arguments, d);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn find_call(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
         if let Some(id) = item_id.filter(|s| !s.is_empty()) {
             if let Some(i) = self.calls.iter().position(|c| c.item_id == id) {
@@ -431,16 +434,21 @@ impl ChatAggregator {
     }
 
     /// The call an argument event belongs to, created when `output_item.added` was skipped.
-    fn call_slot(&mut self, ev: &RawEvent<'_>) -> usize {
-        match self.find_call(ev.item_id.as_deref(), ev.output_index) {
+    fn call_slot(
+        &mut self,
+        item_id: Option<&str>,
+        output_index: Option<u64>,
+        name: Option<&str>,
+    ) -> usize {
+        match self.find_call(item_id, output_index) {
             Some(i) => i,
             None => {
-                let item_id = ev.item_id.as_deref().unwrap_or("").to_owned();
+                let item_id = item_id.unwrap_or("").to_owned();
                 self.calls.push(DeltaCall {
                     call_id: item_id.clone(),
                     item_id,
-                    output_index: ev.output_index,
-                    name: ev.name.as_deref().unwrap_or("").to_owned(),
+                    output_index,
+                    name: name.unwrap_or("").to_owned(),
                     arguments: String::new(),
                 });
                 self.calls.len() - 1

@@ -392,7 +392,7 @@ pub fn chat_to_responses(
                 "messages",
             ))
         }
-        Some(m) if m.is_empty() => {
+        Some([]) => {
             return Err(ChatError::at(
                 "'messages' must contain at least one message.",
                 "messages",
@@ -1096,13 +1096,12 @@ fn write_assistant(
     };
     match &m.content {
         None => {}
+        Some(Content::Text(t)) if t.is_empty() => {}
         Some(Content::Text(t)) => {
-            if !t.is_empty() {
-                open(out);
-                out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
-                write_str(out, t);
-                out.push(b'}');
-            }
+            open(out);
+            out.extend_from_slice(b"{\"type\":\"output_text\",\"text\":");
+            write_str(out, t);
+            out.push(b'}');
         }
         Some(Content::Parts(parts)) => {
             for (j, p) in parts.iter().enumerate() {

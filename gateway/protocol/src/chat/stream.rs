@@ -26,6 +26,7 @@ use sonic_rs::{JsonValueTrait, LazyValue};
 
 use super::{
     json::{write_str, write_u64},
+    scan::{push_unescaped, scan_delta, DeltaFields},
     upstream::{
         incomplete_finish_reason, kind_of, write_usage, ChatUpstreamFailure, Kind, RawEvent,
         RawItem,
@@ -149,9 +150,21 @@ impl ChatStream {
         if kind == Kind::Other {
             return;
         }
+        if kind.is_delta() {
+            // Hot path: no serde, no allocation.
+            if let Some(f) = scan_delta(data) {
+                self.on_delta(kind, &f, out);
+            }
+            return;
+        }
         let ev = RawEvent::parse(data);
         match kind {
-            Kind::Other => {}
+            Kind::Other
+            | Kind::TextDelta
+            | Kind::RefusalDelta
+            | Kind::ReasoningSummaryDelta
+            | Kind::ReasoningTextDelta
+            | Kind::ArgsDelta => {}
             Kind::Created => {
                 if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
                     if !self.started {
@@ -163,50 +176,6 @@ impl ChatStream {
                         }
                     }
                 }
-            }
-            Kind::TextDelta => {
-                let Some(ev) = ev else { return };
-                if let Some(id) = ev.item_id.as_deref() {
-                    if !self.text_items.iter().any(|t| t == id) {
-                        self.text_items.push(id.to_owned());
-                    }
-                }
-                if let Some(d) = nonempty_str(ev.delta.as_ref()) {
-                    self.delta_raw(out, b"{\"content\":", d.as_bytes());
-                }
-            }
-            Kind::RefusalDelta => {
-                if let Some(d) = ev.as_ref().and_then(|e| nonempty_str(e.delta.as_ref())) {
-                    self.delta_raw(out, b"{\"refusal\":", d.as_bytes());
-                }
-            }
-            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-                let Some(ev) = ev else { return };
-                let summary = kind == Kind::ReasoningSummaryDelta;
-                let part = if summary {
-                    ev.summary_index
-                } else {
-                    ev.content_index
-                };
-                let key = (ev.output_index.unwrap_or(0), part.unwrap_or(0), summary);
-                let Some(d) = nonempty_str(ev.delta.as_ref()) else {
-                    return;
-                };
-                let sep = self.reasoning_key.is_some_and(|k| k != key);
-                self.reasoning_key = Some(key);
-                self.start(out);
-                self.open_chunk(out);
-                out.extend_from_slice(b"{\"reasoning_content\":");
-                if sep {
-                    // `"\n\n` + the raw token without its opening quote.
-                    out.extend_from_slice(b"\"\\n\\n");
-                    out.extend_from_slice(&d.as_bytes()[1..]);
-                } else {
-                    out.extend_from_slice(d.as_bytes());
-                }
-                out.push(b'}');
-                close_chunk(out);
-                self.emitted_output = true;
             }
             Kind::ItemAdded => {
                 let Some(ev) = ev else { return };
@@ -231,36 +200,6 @@ impl ChatStream {
                 let call_id = item.call_id.as_deref().unwrap_or(item_id);
                 let name = item.name.as_deref().unwrap_or("");
                 self.announce(out, slot, call_id, name, ArgText::Raw(args));
-            }
-            Kind::ArgsDelta => {
-                let Some(ev) = ev else { return };
-                let Some(d) = nonempty_str(ev.delta.as_ref()) else {
-                    return;
-                };
-                match self.find_slot(ev.item_id.as_deref(), ev.output_index) {
-                    Some(i) => match self.tools[i].index {
-                        Some(index) => {
-                            self.tools[i].args_sent = true;
-                            self.args_chunk(out, index, d.as_bytes());
-                        }
-                        None => self.tools[i]
-                            .buffered
-                            .push_str(ev.delta.as_ref().and_then(|v| v.as_str()).unwrap_or("")),
-                    },
-                    None => self.tools.push(ToolSlot {
-                        item_id: ev.item_id.as_deref().unwrap_or("").to_owned(),
-                        output_index: ev.output_index,
-                        index: None,
-                        args_sent: false,
-                        buffered: ev
-                            .delta
-                            .as_ref()
-                            .and_then(|v| v.as_str())
-                            .unwrap_or("")
-                            .to_owned(),
-                        name: String::new(),
-                    }),
-                }
             }
             Kind::ArgsDone => {
                 let Some(ev) = ev else { return };
@@ -352,6 +291,79 @@ impl ChatStream {
     }
 
     // --- internals -----------------------------------------------------------------------
+
+    /// Text, refusal, reasoning and argument deltas.
+    fn on_delta(&mut self, kind: Kind, f: &DeltaFields<'_>, out: &mut Vec<u8>) {
+        // Empty deltas carry nothing (`""` is the whole token).
+        let delta = f.delta.filter(|d| d.len() > 2);
+        match kind {
+            Kind::TextDelta => {
+                if let Some(id) = f.item_id {
+                    if !self.text_items.iter().any(|t| t == id) {
+                        self.text_items.push(id.to_owned());
+                    }
+                }
+                if let Some(d) = delta {
+                    self.delta_raw(out, b"{\"content\":", d.as_bytes());
+                }
+            }
+            Kind::RefusalDelta => {
+                if let Some(d) = delta {
+                    self.delta_raw(out, b"{\"refusal\":", d.as_bytes());
+                }
+            }
+            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
+                let summary = kind == Kind::ReasoningSummaryDelta;
+                let part = if summary {
+                    f.summary_index
+                } else {
+                    f.content_index
+                };
+                let key = (f.output_index.unwrap_or(0), part.unwrap_or(0), summary);
+                let Some(d) = delta else { return };
+                let sep = self.reasoning_key.is_some_and(|k| k != key);
+                self.reasoning_key = Some(key);
+                self.start(out);
+                self.open_chunk(out);
+                out.extend_from_slice(b"{\"reasoning_content\":");
+                if sep {
+                    // `"\n\n` + the raw token without its opening quote.
+                    out.extend_from_slice(b"\"\\n\\n");
+                    out.extend_from_slice(d.as_bytes().get(1..).unwrap_or_default());
+                } else {
+                    out.extend_from_slice(d.as_bytes());
+                }
+                out.push(b'}');
+                close_chunk(out);
+                self.emitted_output = true;
+            }
+            Kind::ArgsDelta => {
+                let Some(d) = delta else { return };
+                match self.find_slot(f.item_id, f.output_index) {
+                    Some(i) => match self.tools[i].index {
+                        Some(index) => {
+                            self.tools[i].args_sent = true;
+                            self.args_chunk(out, index, d.as_bytes());
+                        }
+                        None => push_unescaped(&mut self.tools[i].buffered, d),
+                    },
+                    None => {
+                        let mut buffered = String::new();
+                        push_unescaped(&mut buffered, d);
+                        self.tools.push(ToolSlot {
+                            item_id: f.item_id.unwrap_or("").to_owned(),
+                            output_index: f.output_index,
+                            index: None,
+                            args_sent: false,
+                            buffered,
+                            name: String::new(),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 
     fn fail(&mut self, out: &mut Vec<u8>, failure: ChatUpstreamFailure) {
         out.extend_from_slice(b"data: ");

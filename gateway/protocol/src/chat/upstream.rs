@@ -43,6 +43,22 @@ pub(crate) enum Kind {
     Other,
 }
 
+// === impl Kind ===
+
+impl Kind {
+    /// The hot delta events, read by [`super::scan::scan_delta`] instead of serde.
+    pub(crate) fn is_delta(self) -> bool {
+        matches!(
+            self,
+            Self::TextDelta
+                | Self::RefusalDelta
+                | Self::ReasoningSummaryDelta
+                | Self::ReasoningTextDelta
+                | Self::ArgsDelta
+        )
+    }
+}
+
 /// Maps an event type to its [`Kind`]; an empty type is read from the data (`data:`-only
 /// frames).
 pub(crate) fn kind_of(event_type: &str, data: &[u8]) -> Kind {
@@ -73,19 +89,14 @@ pub(crate) fn kind_of(event_type: &str, data: &[u8]) -> Kind {
     }
 }
 
-/// One upstream event, borrowed from its data.
+/// One upstream event, borrowed from its data (delta events go through
+/// [`super::scan::scan_delta`] instead).
 #[derive(Deserialize, Default)]
 pub(crate) struct RawEvent<'a> {
-    #[serde(borrow, default)]
-    pub delta: Option<LazyValue<'a>>,
     #[serde(borrow, default)]
     pub item_id: Option<Cow<'a, str>>,
     #[serde(default)]
     pub output_index: Option<u64>,
-    #[serde(default)]
-    pub summary_index: Option<u64>,
-    #[serde(default)]
-    pub content_index: Option<u64>,
     #[serde(borrow, default)]
     pub item: Option<RawItem<'a>>,
     #[serde(borrow, default)]

@@ -1,0 +1,441 @@
+//! The storage suite, run against both backends.
+
+use std::{sync::Arc, time::Duration};
+
+use admin::{
+    publish::Publisher,
+    storage::{AccountUpsert, Backend, QuotaUpdate, TokenUpdate},
+};
+use shared_state::{
+    channels, keys::hash_key_hex, AccountStatus, Secret, Settings, Snapshot, UsageRecord,
+    WorkerCommand,
+};
+
+use crate::support::{both_backends, jwt, TestDb, FAR_EXP};
+
+fn upsert(account: &str, user: &str, email: Option<&str>, at: &str, rt: &str) -> AccountUpsert {
+    AccountUpsert {
+        chatgpt_account_id: account.into(),
+        user_id: user.into(),
+        email: email.map(Into::into),
+        plan_type: Some("plus".into()),
+        access_token: Secret::new(at),
+        refresh_token: Secret::new(rt),
+        id_token: Secret::new(""),
+        access_expires_at: Some(FAR_EXP),
+        last_refresh_at: None,
+    }
+}
+
+fn usage(i: u64) -> UsageRecord {
+    UsageRecord {
+        key_id: 1,
+        account_id: match i % 3 {
+            0 => None,
+            _ => Some(7),
+        },
+        route: "responses",
+        model: format!("gpt-5-codex-{i}"),
+        status: 200,
+        stream: i % 2 != 1,
+        input_tokens: i,
+        cached_tokens: 1,
+        output_tokens: 2 * i,
+        reasoning_tokens: 3,
+        ttfb_ms: (i % 2 != 1).then_some(12),
+        latency_ms: 100 + i,
+        error_code: match i % 5 {
+            0 => Some("server_error".into()),
+            _ => None,
+        },
+        started_at_ms: 1_700_000_000_000 + i,
+    }
+}
+
+async fn migrations_apply_and_ping(db: &TestDb) {
+    let s = db.open().await;
+    s.ping().await.unwrap();
+    assert_eq!(
+        s.backend(),
+        if db.is_pg() {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        }
+    );
+    assert!(s.list_accounts().await.unwrap().is_empty());
+    assert!(s.list_keys().await.unwrap().is_empty());
+    assert_eq!(s.usage_count().await.unwrap(), 0);
+    s.close().await.unwrap();
+    // Re-opening re-runs migrations idempotently and keeps data.
+    let s = db.open().await;
+    s.upsert_account(&upsert("acc", "", None, "at", "rt"))
+        .await
+        .unwrap();
+    s.close().await.unwrap();
+    let s = db.open().await;
+    assert_eq!(s.list_accounts().await.unwrap().len(), 1);
+    if !db.is_pg() {
+        assert!(db.target().data_dir.join(admin::DEFAULT_DB_FILE).exists());
+        assert!(db.target().data_dir.join("secret.key").exists());
+    }
+}
+
+async fn account_upsert_merges(db: &TestDb) {
+    let s = db.open().await;
+    let a = s
+        .upsert_account(&upsert("acc-1", "user-1", Some("a@x.io"), "at-1", "rt-1"))
+        .await
+        .unwrap();
+    assert!(a.created);
+    // Same (account, user): merge, tokens replaced, email kept when absent.
+    let mut u = upsert("acc-1", "user-1", None, "at-2", "rt-2");
+    u.plan_type = Some("pro".into());
+    let b = s.upsert_account(&u).await.unwrap();
+    assert_eq!(
+        b,
+        admin::storage::UpsertOutcome {
+            id: a.id,
+            created: false
+        }
+    );
+    let (row, sec) = s.get_account(a.id).await.unwrap().unwrap();
+    assert_eq!(row.email.as_deref(), Some("a@x.io"));
+    assert_eq!(row.plan_type.as_deref(), Some("pro"));
+    assert_eq!(sec.access_token.expose(), "at-2");
+    assert_eq!(sec.refresh_token.expose(), "rt-2");
+    // An empty refresh token keeps the stored one.
+    s.upsert_account(&upsert("acc-1", "user-1", None, "at-3", ""))
+        .await
+        .unwrap();
+    let (_, sec) = s.get_account(a.id).await.unwrap().unwrap();
+    assert_eq!(sec.access_token.expose(), "at-3");
+    assert_eq!(sec.refresh_token.expose(), "rt-2");
+    // Team workspaces: same account id, other user => another row; unknown user ('') too.
+    let c = s
+        .upsert_account(&upsert("acc-1", "user-2", None, "at", "rt"))
+        .await
+        .unwrap();
+    assert!(c.created);
+    let d = s
+        .upsert_account(&upsert("acc-1", "", None, "at", "rt"))
+        .await
+        .unwrap();
+    assert!(d.created);
+    let d2 = s
+        .upsert_account(&upsert("acc-1", "", None, "at", "rt"))
+        .await
+        .unwrap();
+    assert_eq!(d2.id, d.id);
+    assert!(!d2.created);
+    assert_eq!(s.list_accounts().await.unwrap().len(), 3);
+    // Re-import revives reauth_required but keeps an operator's disable.
+    s.set_status(a.id, AccountStatus::ReauthRequired)
+        .await
+        .unwrap();
+    s.set_status(c.id, AccountStatus::Disabled).await.unwrap();
+    s.set_limits(a.id, Some(5), Some(2)).await.unwrap();
+    s.upsert_account(&upsert("acc-1", "user-1", None, "at", "rt"))
+        .await
+        .unwrap();
+    s.upsert_account(&upsert("acc-1", "user-2", None, "at", "rt"))
+        .await
+        .unwrap();
+    let rows = s.list_accounts().await.unwrap();
+    let ra = rows.iter().find(|r| r.id == a.id).unwrap();
+    assert_eq!(ra.status, AccountStatus::Active);
+    assert_eq!(
+        (ra.weight, ra.max_concurrency),
+        (5, 2),
+        "operator limits survive a re-import"
+    );
+    assert_eq!(
+        rows.iter().find(|r| r.id == c.id).unwrap().status,
+        AccountStatus::Disabled
+    );
+    // Ordered by id.
+    assert!(rows.windows(2).all(|w| w[0].id < w[1].id));
+    // Delete.
+    assert!(s.delete_account(d.id).await.unwrap());
+    assert!(!s.delete_account(d.id).await.unwrap());
+    assert!(s.get_account(d.id).await.unwrap().is_none());
+}
+
+async fn tokens_encrypted_at_rest(db: &TestDb) {
+    let s = db.open().await;
+    let at = jwt("acc-enc", "u", "e@x", "plus", FAR_EXP);
+    let mut u = upsert("acc-enc", "u", None, &at, "rt-plain-secret");
+    u.id_token = Secret::new("id-plain-secret");
+    let id = s.upsert_account(&u).await.unwrap().id;
+    let (a, r, i) = db.raw_token_columns(id).await;
+    for (col, plain) in [
+        (&a, at.as_str()),
+        (&r, "rt-plain-secret"),
+        (&i, "id-plain-secret"),
+    ] {
+        assert!(col.starts_with("v1:"), "stored form is versioned: {col}");
+        assert!(!col.contains(plain), "plaintext must not be stored");
+    }
+    let (_, sec) = s.get_account(id).await.unwrap().unwrap();
+    assert_eq!(sec.access_token.expose(), at);
+    assert_eq!(sec.refresh_token.expose(), "rt-plain-secret");
+    assert_eq!(sec.id_token.expose(), "id-plain-secret");
+    assert!(!sec.decrypt_failed);
+
+    // Refresh without a new refresh token keeps the old one; with one replaces it.
+    let upd = TokenUpdate {
+        access_token: Secret::new("at-new"),
+        refresh_token: None,
+        id_token: None,
+        access_expires_at: Some(123),
+        email: Some("new@x".into()),
+        plan_type: None,
+    };
+    assert!(s.update_tokens(id, &upd).await.unwrap());
+    let (row, sec) = s.get_account(id).await.unwrap().unwrap();
+    assert_eq!(sec.access_token.expose(), "at-new");
+    assert_eq!(sec.refresh_token.expose(), "rt-plain-secret");
+    assert_eq!(sec.id_token.expose(), "id-plain-secret");
+    assert_eq!(row.access_expires_at, Some(123));
+    assert_eq!(row.email.as_deref(), Some("new@x"));
+    assert_eq!(row.plan_type.as_deref(), Some("plus"));
+    assert!(row.last_refresh_at.is_some());
+    let upd = TokenUpdate {
+        access_token: Secret::new("at-3"),
+        refresh_token: Some(Secret::new("rt-3")),
+        id_token: Some(Secret::new("id-3")),
+        access_expires_at: None,
+        email: None,
+        plan_type: None,
+    };
+    assert!(s.update_tokens(id, &upd).await.unwrap());
+    let (_, sec) = s.get_account(id).await.unwrap().unwrap();
+    assert_eq!(sec.refresh_token.expose(), "rt-3");
+    assert_eq!(sec.id_token.expose(), "id-3");
+    assert!(!s.update_tokens(id + 1000, &upd).await.unwrap());
+    let (_, r, _) = db.raw_token_columns(id).await;
+    assert!(r.starts_with("v1:") && !r.contains("rt-3"));
+}
+
+async fn status_cooldown_quota_limits(db: &TestDb) {
+    let s = db.open().await;
+    let id = s
+        .upsert_account(&upsert("acc-q", "", None, "at", "rt"))
+        .await
+        .unwrap()
+        .id;
+    let before = s.get_account(id).await.unwrap().unwrap().0;
+    assert_eq!(before.status, AccountStatus::Active);
+    assert_eq!((before.weight, before.max_concurrency), (1, 0));
+    assert!(s.set_status(id, AccountStatus::Banned).await.unwrap());
+    assert!(!s.set_status(id + 99, AccountStatus::Banned).await.unwrap());
+    assert!(s
+        .set_cooldown(id, 1_900_000_000_000, Some("usage_limit_reached"))
+        .await
+        .unwrap());
+    let q = QuotaUpdate {
+        primary_pct: Some(42.5),
+        primary_reset_at: Some(1_800_000_000),
+        secondary_pct: None,
+        secondary_reset_at: None,
+    };
+    assert!(s.record_quota(id, q).await.unwrap());
+    let q2 = QuotaUpdate {
+        secondary_pct: Some(7.0),
+        ..Default::default()
+    };
+    assert!(s.record_quota(id, q2).await.unwrap());
+    assert!(s.set_limits(id, None, Some(3)).await.unwrap());
+    let r = s.get_account(id).await.unwrap().unwrap().0;
+    assert_eq!(r.status, AccountStatus::Banned);
+    assert_eq!(r.cooldown_until_ms, 1_900_000_000_000);
+    assert_eq!(r.cooldown_reason.as_deref(), Some("usage_limit_reached"));
+    assert_eq!(r.primary_used_pct, Some(42.5));
+    assert_eq!(r.primary_reset_at, Some(1_800_000_000));
+    assert_eq!(
+        r.secondary_used_pct,
+        Some(7.0),
+        "None fields keep, Some fields write"
+    );
+    assert!(r.quota_updated_at.is_some());
+    assert_eq!((r.weight, r.max_concurrency), (1, 3));
+    // Cooldown and quota writes do not count as content changes for the snapshot.
+    assert!(s.set_cooldown(id, 0, None).await.unwrap());
+    let r2 = s.get_account(id).await.unwrap().unwrap().0;
+    assert_eq!(r2.updated_at, r.updated_at);
+    assert_eq!(r2.cooldown_until_ms, 0);
+}
+
+async fn keys_create_list_revoke(db: &TestDb) {
+    let s = db.open().await;
+    let (plain, row) = admin::cli::create_key(s.as_ref(), "laptop").await.unwrap();
+    assert!(plain.starts_with(shared_state::keys::KEY_PREFIX));
+    assert_eq!(row.key_prefix, &plain[..10]);
+    assert_eq!(row.key_hash, hash_key_hex(&plain));
+    assert!(row.revoked_at.is_none());
+    let found = s
+        .find_key_by_hash(&hash_key_hex(&plain))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.id, row.id);
+    assert!(s
+        .find_key_by_hash(&hash_key_hex("sk-cg-nope"))
+        .await
+        .unwrap()
+        .is_none());
+    let (_p2, r2) = admin::cli::create_key(s.as_ref(), "ci").await.unwrap();
+    let (_p3, r3) = admin::cli::create_key(s.as_ref(), "ci").await.unwrap();
+    let keys = s.list_keys().await.unwrap();
+    assert_eq!(
+        keys.iter().map(|k| k.id).collect::<Vec<_>>(),
+        vec![row.id, r2.id, r3.id]
+    );
+    assert!(s.revoke_key(row.id).await.unwrap());
+    assert!(!s.revoke_key(row.id).await.unwrap(), "already revoked");
+    assert_eq!(s.revoke_keys_by_name("ci").await.unwrap(), 2);
+    assert_eq!(s.revoke_keys_by_name("ci").await.unwrap(), 0);
+    assert!(s
+        .list_keys()
+        .await
+        .unwrap()
+        .iter()
+        .all(|k| k.revoked_at.is_some()));
+    // The hash is unique.
+    assert!(s
+        .create_key("dup", &row.key_hash, "sk-cg-dup")
+        .await
+        .is_err());
+}
+
+async fn usage_insert_batch(db: &TestDb) {
+    let s = db.open().await;
+    let recs: Vec<UsageRecord> = (0..450).map(usage).collect();
+    assert_eq!(s.insert_usage(&recs).await.unwrap(), 450);
+    assert_eq!(s.insert_usage(&[]).await.unwrap(), 0);
+    assert_eq!(s.usage_count().await.unwrap(), 450);
+    // Extreme values survive (u64 saturates into BIGINT).
+    let mut big = usage(1);
+    big.input_tokens = u64::MAX;
+    s.insert_usage(&[big]).await.unwrap();
+    assert_eq!(s.usage_count().await.unwrap(), 451);
+}
+
+async fn snapshot_reuses_live_arcs(db: &TestDb) {
+    let s = db.open().await;
+    let a = s
+        .upsert_account(&upsert("acc-a", "u", Some("a@x"), "at-a", "rt"))
+        .await
+        .unwrap()
+        .id;
+    let b = s
+        .upsert_account(&upsert("acc-b", "", None, "at-b", "rt"))
+        .await
+        .unwrap()
+        .id;
+    s.set_cooldown(b, 4_000_000_000_000, Some("usage_limit_reached"))
+        .await
+        .unwrap();
+    s.record_quota(
+        b,
+        QuotaUpdate {
+            primary_pct: Some(80.0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (plain, key) = admin::cli::create_key(s.as_ref(), "k").await.unwrap();
+
+    let snap = Snapshot::shared();
+    let (mailboxes, boxes) = channels::mailboxes(2);
+    let settings = Settings {
+        max_attempts: 4,
+        default_max_concurrency: 9,
+    };
+    let p = Publisher::new(Arc::clone(&snap), mailboxes, settings);
+    assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), Some(1));
+    let s1 = snap.load_full();
+    assert_eq!(s1.version, 1);
+    assert_eq!(s1.settings.max_attempts, 4);
+    let ea = s1.account(a).unwrap();
+    assert_eq!(ea.label, "a@x");
+    assert_eq!(ea.user_id.as_deref(), Some("u"));
+    assert_eq!(ea.access_token.expose(), "at-a");
+    assert_eq!(ea.max_concurrency, 9, "default concurrency applies");
+    assert_eq!(ea.plan.as_deref(), Some("plus"));
+    let eb = s1.account(b).unwrap();
+    assert_eq!(eb.label, "acc-b");
+    assert!(eb.user_id.is_none());
+    assert!(
+        eb.live.is_cooling(shared_state::now_ms()),
+        "persisted cooldown applied"
+    );
+    assert_eq!(eb.live.primary_used_pct(), 80.0, "persisted quota applied");
+    assert_eq!(s1.key(&plain).map(|k| k.id), Some(key.id));
+    for mb in &boxes {
+        let cmd = tokio::time::timeout(Duration::from_secs(1), mb.recv())
+            .await
+            .unwrap();
+        assert_eq!(cmd, Some(WorkerCommand::SnapshotUpdated { version: 1 }));
+    }
+
+    // Nothing changed: no publish.
+    assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), None);
+    assert_eq!(snap.load().version, 1);
+
+    // A live lease and counters survive a content change.
+    let lease = ea.live.try_acquire(0).unwrap();
+    s.set_limits(a, Some(3), None).await.unwrap();
+    assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), Some(2));
+    let s2 = snap.load_full();
+    let ea2 = s2.account(a).unwrap();
+    assert!(
+        Arc::ptr_eq(&ea.live, &ea2.live),
+        "same live Arc across snapshots"
+    );
+    assert_eq!(ea2.weight, 3);
+    assert_eq!(ea2.live.in_flight(), 1);
+    drop(lease);
+    assert_eq!(ea.live.in_flight(), 0);
+
+    // A cooldown written elsewhere reaches the existing live entry without a publish.
+    s.set_cooldown(a, 4_100_000_000_000, Some("x"))
+        .await
+        .unwrap();
+    assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), None);
+    assert_eq!(ea.live.cooldown_until_ms(), 4_100_000_000_000);
+
+    // Data-plane override clears once the same status is persisted.
+    ea.live
+        .set_status_override(Some(AccountStatus::ReauthRequired));
+    s.set_status(a, AccountStatus::ReauthRequired)
+        .await
+        .unwrap();
+    p.reload(s.as_ref(), false).await.unwrap().unwrap();
+    let s3 = snap.load_full();
+    assert_eq!(s3.account(a).unwrap().status, AccountStatus::ReauthRequired);
+    assert!(ea.live.status_override().is_none());
+
+    // Revoked keys and deleted accounts disappear; a forced reload always publishes.
+    s.revoke_key(key.id).await.unwrap();
+    s.delete_account(b).await.unwrap();
+    let v = p.reload(s.as_ref(), false).await.unwrap().unwrap();
+    let s4 = snap.load_full();
+    assert_eq!(s4.version, v);
+    assert!(s4.key(&plain).is_none());
+    assert!(s4.account(b).is_none());
+    assert!(p.live(b).await.is_none());
+    assert_eq!(p.reload(s.as_ref(), true).await.unwrap(), Some(v + 1));
+    assert!(Arc::ptr_eq(&snap.load().account(a).unwrap().live, &ea.live));
+}
+
+both_backends!(
+    migrations_apply_and_ping,
+    account_upsert_merges,
+    tokens_encrypted_at_rest,
+    status_cooldown_quota_limits,
+    keys_create_list_revoke,
+    usage_insert_batch,
+    snapshot_reuses_live_arcs,
+);

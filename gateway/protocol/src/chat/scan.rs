@@ -1,0 +1,327 @@
+//! A single-pass, allocation-free scanner for the hot delta events.
+//!
+//! `response.output_text.delta`, `*.reasoning_*.delta` and `*.arguments.delta` are most of a
+//! stream; serde costs several hundred nanoseconds on each. This scanner walks the top level of
+//! the event object once, skips every value it does not need (nested values structurally,
+//! string-aware), and returns the few fields the translators read.
+//!
+//! # Key Components
+//! - [`scan_delta`]: `delta` (a *validated* raw JSON string token, safe to copy into output),
+//!   `item_id`, `output_index`, `summary_index`, `content_index`.
+//! - [`push_unescaped`]: decodes a validated string token into a `String` (aggregator).
+//!
+//! # Error handling
+//! Anything unexpected (truncated data, a non-string `delta`, an invalid escape, a raw control
+//! character, invalid UTF-8) gives `None`: the caller skips the event, exactly as it would skip
+//! a malformed event on the serde path. Never panics (all indexing is checked).
+
+/// The fields of a delta event.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeltaFields<'a> {
+    /// The `delta` string as a raw JSON token, quotes included, validated.
+    pub delta: Option<&'a str>,
+    /// The `item_id` text between its quotes (ids carry no escapes).
+    pub item_id: Option<&'a str>,
+    pub output_index: Option<u64>,
+    pub summary_index: Option<u64>,
+    pub content_index: Option<u64>,
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+// === impl Cursor ===
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.peek()? == c).then(|| self.i += 1)
+    }
+
+    /// Skips a string starting at `"`; returns its raw token.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.i;
+        self.eat(b'"')?;
+        loop {
+            match self.peek()? {
+                b'\\' => self.i += 2,
+                b'"' => {
+                    self.i += 1;
+                    return self.b.get(start..self.i);
+                }
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// Skips one value; returns its raw bytes.
+    fn value(&mut self) -> Option<&'a [u8]> {
+        let start = self.i;
+        match self.peek()? {
+            b'"' => {
+                self.string()?;
+            }
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                loop {
+                    match self.peek()? {
+                        b'"' => {
+                            self.string()?;
+                        }
+                        b'{' | b'[' => {
+                            depth += 1;
+                            self.i += 1;
+                        }
+                        b'}' | b']' => {
+                            depth = depth.checked_sub(1)?;
+                            self.i += 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => self.i += 1,
+                    }
+                }
+            }
+            _ => {
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                if self.i == start {
+                    return None;
+                }
+            }
+        }
+        self.b.get(start..self.i)
+    }
+}
+
+/// Scans a delta event's top level.
+pub(crate) fn scan_delta(data: &[u8]) -> Option<DeltaFields<'_>> {
+    let mut c = Cursor { b: data, i: 0 };
+    let mut f = DeltaFields::default();
+    c.ws();
+    c.eat(b'{')?;
+    c.ws();
+    if c.peek()? == b'}' {
+        return Some(f);
+    }
+    loop {
+        c.ws();
+        let key = c.string()?;
+        c.ws();
+        c.eat(b':')?;
+        c.ws();
+        let v = c.value()?;
+        match key {
+            b"\"delta\"" => f.delta = Some(valid_string(v)?),
+            b"\"item_id\"" => f.item_id = Some(plain_inner(v)?),
+            b"\"output_index\"" => f.output_index = Some(parse_u64(v)?),
+            b"\"summary_index\"" => f.summary_index = Some(parse_u64(v)?),
+            b"\"content_index\"" => f.content_index = Some(parse_u64(v)?),
+            _ => {}
+        }
+        c.ws();
+        match c.peek()? {
+            b',' => c.i += 1,
+            b'}' => {
+                c.i += 1;
+                break;
+            }
+            _ => return None,
+        }
+    }
+    c.ws();
+    (c.i == data.len()).then_some(f)
+}
+
+fn parse_u64(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+}
+
+/// The inner text of a string token without escapes (ids).
+fn plain_inner(v: &[u8]) -> Option<&str> {
+    let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.iter().any(|&b| b == b'\\' || b < 0x20) {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
+/// Validates a raw string token (quotes, escapes, no control characters, UTF-8).
+fn valid_string(v: &[u8]) -> Option<&str> {
+    let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    let mut i = 0;
+    while let Some(&b) = inner.get(i) {
+        match b {
+            b'\\' => match inner.get(i + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                b'u' => {
+                    let hex = inner.get(i + 2..i + 6)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return None;
+                    }
+                    i += 6;
+                }
+                _ => return None,
+            },
+            b'"' => return None,
+            0..=0x1f => return None,
+            _ => i += 1,
+        }
+    }
+    std::str::from_utf8(v).ok()
+}
+
+/// Appends the decoded text of a token validated by [`scan_delta`] (`"..."`, quotes included).
+pub(crate) fn push_unescaped(dst: &mut String, token: &str) {
+    let inner = token
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(token);
+    if !inner.contains('\\') {
+        dst.push_str(inner);
+        return;
+    }
+    let mut rest = inner;
+    while let Some(pos) = rest.find('\\') {
+        dst.push_str(&rest[..pos]);
+        let esc = &rest[pos + 1..];
+        let mut consumed = 1;
+        match esc.as_bytes().first() {
+            Some(b'n') => dst.push('\n'),
+            Some(b't') => dst.push('\t'),
+            Some(b'r') => dst.push('\r'),
+            Some(b'b') => dst.push('\u{8}'),
+            Some(b'f') => dst.push('\u{c}'),
+            Some(b'u') => {
+                let hi = esc.get(1..5).and_then(|h| u32::from_str_radix(h, 16).ok());
+                consumed = 5;
+                match hi {
+                    Some(h @ 0xD800..=0xDBFF) => {
+                        let lo = esc
+                            .get(5..7)
+                            .filter(|p| *p == "\\u")
+                            .and_then(|_| esc.get(7..11))
+                            .and_then(|l| u32::from_str_radix(l, 16).ok())
+                            .filter(|l| (0xDC00..=0xDFFF).contains(l));
+                        match lo {
+                            Some(l) => {
+                                consumed = 11;
+                                let c = 0x10000 + ((h - 0xD800) << 10) + (l - 0xDC00);
+                                dst.push(char::from_u32(c).unwrap_or('\u{FFFD}'));
+                            }
+                            None => dst.push('\u{FFFD}'),
+                        }
+                    }
+                    Some(c) => dst.push(char::from_u32(c).unwrap_or('\u{FFFD}')),
+                    None => dst.push('\u{FFFD}'),
+                }
+            }
+            Some(&c) => dst.push(char::from(c)),
+            None => {}
+        }
+        rest = esc.get(consumed..).unwrap_or("");
+    }
+    dst.push_str(rest);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_a_real_delta() {
+        let d = br#"{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":2,"content_index":0,"delta":"He said \"hi\"\n","logprobs":[{"a":"]}"}],"obfuscation":"Xy"}"#;
+        let f = scan_delta(d).unwrap_or_default();
+        assert_eq!(f.delta, Some(r#""He said \"hi\"\n""#));
+        assert_eq!(f.item_id, Some("msg_1"));
+        assert_eq!((f.output_index, f.content_index, f.summary_index), (Some(2), Some(0), None));
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        for bad in [
+            &br#"{"delta":"x""#[..],
+            br#"{"delta":5}"#,
+            br#"{"delta":"bad \q escape"}"#,
+            b"{\"delta\":\"ctl \x01\"}",
+            br#"{"delta":"x"} trailing"#,
+            br#"{"output_index":-1}"#,
+            br#"{"a":[}"#,
+            b"",
+            b"[]",
+        ] {
+            assert_eq!(scan_delta(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(scan_delta(b" { } ").map(|f| f.delta), Some(None));
+    }
+
+    #[test]
+    fn unescapes_like_json() {
+        for s in ["plain", "a\"b\\c\n\t\r\u{8}\u{c}/", "é😀\u{1}", ""] {
+            let mut token = Vec::new();
+            super::super::json::write_str(&mut token, s);
+            let token = String::from_utf8(token).unwrap_or_default();
+            let mut out = String::new();
+            push_unescaped(&mut out, &token);
+            assert_eq!(out, s);
+        }
+        let mut out = String::new();
+        push_unescaped(&mut out, r#""\ud83d\ude00 \u00e9 \/ \ud800x""#);
+        assert_eq!(out, "😀 é / \u{FFFD}x");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn agrees_with_sonic(text in "\\PC*|[\\x00-\\x1f\"\\\\/]*", n in 0u64..1_000_000, id in "[a-z_0-9]{0,12}") {
+            let v = sonic_rs::json!({
+                "type": "response.output_text.delta",
+                "logprobs": [{"token": text.clone(), "nested": {"a": [1, 2, {"b": "]}"}]}}],
+                "item_id": id.clone(),
+                "output_index": n,
+                "delta": text.clone(),
+                "obfuscation": null,
+            });
+            let data = sonic_rs::to_vec(&v).unwrap_or_default();
+            let f = scan_delta(&data);
+            proptest::prop_assert!(f.is_some(), "{}", String::from_utf8_lossy(&data));
+            let f = f.unwrap_or_default();
+            proptest::prop_assert_eq!(f.item_id, Some(id.as_str()));
+            proptest::prop_assert_eq!(f.output_index, Some(n));
+            let token = f.delta.unwrap_or_default();
+            let back: String = sonic_rs::from_str(token).unwrap_or_default();
+            proptest::prop_assert_eq!(&back, &text);
+            let mut out = String::new();
+            push_unescaped(&mut out, token);
+            proptest::prop_assert_eq!(&out, &text);
+        }
+
+        #[test]
+        fn never_panics(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            if let Some(f) = scan_delta(&data) {
+                if let Some(d) = f.delta {
+                    // whatever it accepts is a valid JSON string
+                    proptest::prop_assert!(sonic_rs::from_str::<String>(d).is_ok(), "{d:?}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+"""Drives the official OpenAI Python SDK through codex-gateway (Responses API).
+
+Usage: sdk_responses.py BASE_URL API_KEY   (BASE_URL like http://127.0.0.1:PORT/v1)
+Exits non-zero with a message on the first failed expectation.
+"""
+import sys
+
+from openai import OpenAI
+
+
+def check(cond, msg):
+    if not cond:
+        print(f"FAILED: {msg}", file=sys.stderr)
+        sys.exit(1)
+
+
+def main():
+    base_url, key = sys.argv[1], sys.argv[2]
+    client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
+
+    # 1. non-streaming create
+    r = client.responses.create(model="gpt-5.1-codex", input="say hi", instructions="be brief")
+    check(r.status == "completed", f"status {r.status}")
+    check(r.output_text.startswith("Hello from mock-codex"), f"output_text {r.output_text!r}")
+    check(r.usage is not None and r.usage.total_tokens > 0, "usage")
+
+    # 2. create(stream=True): iterate raw events
+    types = []
+    text = ""
+    with client.responses.create(model="gpt-5.1-codex", input="say hi", stream=True) as stream:
+        for ev in stream:
+            types.append(ev.type)
+            if ev.type == "response.output_text.delta":
+                text += ev.delta
+    check(types[0] == "response.created", f"first event {types[:1]}")
+    check(types[-1] == "response.completed", f"last event {types[-1:]}")
+    check(text.startswith("Hello from mock-codex"), f"streamed text {text!r}")
+
+    # 3. the responses.stream helper (needs output_item.added + content_part.added first)
+    deltas = []
+    with client.responses.stream(model="gpt-5.1-codex", input="say hi") as stream:
+        for ev in stream:
+            if ev.type == "response.output_text.delta":
+                deltas.append(ev.delta)
+        final = stream.get_final_response()
+    check("".join(deltas) == final.output_text, "helper text matches final response")
+    check(final.output_text.startswith("Hello from mock-codex"), f"helper final {final.output_text!r}")
+
+    # 4. errors surface as SDK exceptions with the OpenAI shape
+    bad = OpenAI(base_url=base_url, api_key="sk-cg-wrong", max_retries=0)
+    try:
+        bad.responses.create(model="gpt-5.1-codex", input="x")
+        check(False, "wrong key must fail")
+    except Exception as e:  # openai.AuthenticationError
+        check(getattr(e, "status_code", None) == 401, f"wrong key gave {e!r}")
+
+    print("ok: responses.create, create(stream=True), responses.stream, auth error")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: starts PostgreSQL and Redis when they are not running (installing
+# them with apt-get when absent), prepares a Python venv with the official OpenAI SDK for the
+# compatibility tests, then runs every Rust test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+pg_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
+redis_up() { (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! pg_up; then
+  if ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+    log "installing PostgreSQL"
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  log "starting PostgreSQL"
+  for v in $(ls /etc/postgresql); do
+    conf=/etc/postgresql/$v/main/pg_hba.conf
+    # tests connect as postgres over TCP without a password
+    if ! grep -q '^host all all 127.0.0.1/32 trust' "$conf"; then
+      as_root sed -i '1i host all all 127.0.0.1/32 trust' "$conf"
+    fi
+    as_root pg_ctlcluster --skip-systemctl-redirect "$v" main start || true
+  done
+  for _ in $(seq 1 30); do pg_up && break; sleep 1; done
+  pg_up || { log "PostgreSQL did not start"; exit 1; }
+fi
+if ! redis_up; then
+  if ! command -v redis-server >/dev/null; then
+    log "installing Redis"
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  fi
+  log "starting Redis"
+  mkdir -p target/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir "$PWD/target/redis" --logfile "$PWD/target/redis/redis.log"
+  for _ in $(seq 1 30); do redis_up && break; sleep 1; done
+  redis_up || { log "Redis did not start"; exit 1; }
+fi
+
+venv=target/py-venv
+if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+  log "preparing a Python venv with the OpenAI SDK"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60'
+fi
+export CODEX_GATEWAY_TEST_PYTHON="$PWD/$venv/bin/python"
+
+log "running the test suite"
+exec cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"

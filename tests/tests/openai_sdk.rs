@@ -1,0 +1,41 @@
+//! The official OpenAI Python SDK through the gateway in front of mock-codex.
+//! Needs `CODEX_GATEWAY_TEST_PYTHON` (set by `tests/run.sh`) or a `python3` with `openai`.
+
+use std::process::Command;
+
+use integration_tests::StackBuilder;
+
+fn python() -> String {
+    if let Ok(p) = std::env::var("CODEX_GATEWAY_TEST_PYTHON") {
+        return p;
+    }
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
+    if std::path::Path::new(venv).exists() {
+        return venv.to_owned();
+    }
+    "python3".to_owned()
+}
+
+fn run_script(script: &str, base: &str, key: &str) {
+    let py = python();
+    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(&py)
+        .arg(&path)
+        .arg(base)
+        .arg(key)
+        .env("NO_PROXY", "*")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {py} (run tests/run.sh to prepare the venv): {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed (python: {py}; run tests/run.sh to install the OpenAI SDK)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+#[test]
+fn openai_python_sdk_responses() {
+    let s = StackBuilder::default().start();
+    run_script("sdk_responses.py", &format!("{}/v1", s.url()), &s.key);
+}
