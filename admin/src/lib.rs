@@ -56,7 +56,7 @@ use std::{
 use shared_state::{Events, Health, Secret, Settings, SharedSnapshot, WorkerMailboxes};
 use tokio::sync::watch;
 
-pub mod api;
+mod api;
 pub mod cli;
 pub mod crypto;
 pub mod error;
@@ -80,7 +80,7 @@ pub const DEFAULT_UPSTREAM_BASE_URL: &str = "https://chatgpt.com/backend-api/cod
 /// Default storage reload interval.
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
 /// How long [`SidecarHandle::shutdown`] waits for the thread.
-pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(12);
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(16);
 
 /// Where storage lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,6 +41,8 @@ pub(crate) mod refresh;
 pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 /// Refresh an access token this long before it expires.
 pub const REFRESH_AHEAD: Duration = Duration::from_secs(15 * 60);
+/// How long shutdown waits for refreshes in flight.
+pub const REFRESH_DRAIN: Duration = Duration::from_secs(3);
 /// How long shutdown waits for the final usage flush.
 pub const FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 
@@ -171,6 +173,13 @@ pub(crate) async fn run(
     // The event loop sees the same signal, drains and flushes (bounded) before returning.
     let _ = tokio::time::timeout(FLUSH_ON_SHUTDOWN + Duration::from_secs(1), events_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), server).await;
+    // A refresh between "endpoint rotated the token" and "stored it" must not be cut off.
+    let _ = tokio::time::timeout(REFRESH_DRAIN, async {
+        while !core.refresh.is_idle() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
     let _ = tokio::time::timeout(Duration::from_secs(2), core.storage.close()).await;
     tracing::info!("sidecar stopped");
 }

@@ -178,21 +178,28 @@ impl Upstream {
         &self.cfg
     }
 
-    fn pick_addr(&self) -> SocketAddr {
-        let mut i = self.next_addr.borrow_mut();
-        let a = self.cfg.addrs[*i % self.cfg.addrs.len()];
-        *i = i.wrapping_add(1);
-        a
-    }
-
+    /// Connects to the next resolved address, trying the others when one refuses.
     async fn tcp(&self) -> Result<TcpStream, UpstreamError> {
-        let addr = self.pick_addr();
-        let s = monoio::time::timeout(self.cfg.connect_timeout, TcpStream::connect_addr(addr))
-            .await
-            .map_err(|_| UpstreamError::Connect(format!("connect to {addr} timed out")))?
-            .map_err(|e| UpstreamError::Connect(format!("connect to {addr}: {e}")))?;
-        let _ = s.set_nodelay(true);
-        Ok(s)
+        let mut last = String::new();
+        let n = self.cfg.addrs.len();
+        let start = *self.next_addr.borrow();
+        for i in 0..n {
+            let idx = (start + i) % n;
+            let addr: SocketAddr = self.cfg.addrs[idx];
+            match monoio::time::timeout(self.cfg.connect_timeout, TcpStream::connect_addr(addr))
+                .await
+            {
+                Ok(Ok(s)) => {
+                    let _ = s.set_nodelay(true);
+                    // stick to the address that answered
+                    *self.next_addr.borrow_mut() = idx;
+                    return Ok(s);
+                }
+                Ok(Err(e)) => last = format!("connect to {addr}: {e}"),
+                Err(_) => last = format!("connect to {addr} timed out"),
+            }
+        }
+        Err(UpstreamError::Connect(last))
     }
 
     /// Sends one request and waits for the response head.

@@ -92,6 +92,11 @@ impl RefreshBook {
     pub fn in_flight(&self, id: i64) -> bool {
         self.lock().in_flight.contains(&id)
     }
+
+    /// True when no refresh is running.
+    pub fn is_idle(&self) -> bool {
+        self.lock().in_flight.is_empty()
+    }
 }
 
 /// Releases the in-flight slot when the refresh task ends (or is dropped).
