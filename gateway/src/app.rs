@@ -74,6 +74,28 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
+/// Resolves the upstream host now and then every 30 s (5 s while unresolved) on a small
+/// named thread, so workers never block on getaddrinfo. A failure keeps the last good answer.
+fn spawn_resolver(cfg: &GatewayConfig) {
+    let up = cfg.upstream.clone();
+    if up.host.parse::<std::net::IpAddr>().is_ok() {
+        return;
+    }
+    match up.resolve_now() {
+        Ok(n) => tracing::info!(host = %up.host, addrs = n, "upstream resolved"),
+        Err(e) => tracing::warn!(host = %up.host, error = %e, "cannot resolve the upstream yet; retrying"),
+    }
+    let _ = std::thread::Builder::new()
+        .name("codex-resolver".into())
+        .spawn(move || loop {
+            let every = if up.addrs.get().is_empty() { 5 } else { 30 };
+            std::thread::sleep(Duration::from_secs(every));
+            if let Err(e) = up.resolve_now() {
+                tracing::warn!(host = %up.host, error = %e, "upstream DNS refresh failed");
+            }
+        });
+}
+
 /// Raises the open-file soft limit to the hard limit (many concurrent streams).
 fn raise_nofile() {
     match rlimit::increase_nofile_limit(u64::MAX) {
@@ -91,6 +113,7 @@ impl App {
         raise_nofile();
         let cfg = Arc::new(cfg);
         let n = cfg.workers.max(1);
+        spawn_resolver(&cfg);
 
         // Listeners first: a port in use is reported before anything starts.
         let first = bind_listener(cfg.listen).map_err(|source| StartError::Bind {

@@ -129,8 +129,8 @@ pub struct UpstreamConfig {
     pub port: u16,
     /// Path prefix, e.g. `/backend-api/codex` (no trailing slash).
     pub path_prefix: String,
-    /// Addresses resolved at start-up, off the workers.
-    pub addrs: Vec<SocketAddr>,
+    /// Resolved addresses, refreshed off the workers by the resolver thread.
+    pub addrs: ResolvedAddrs,
     /// Extra trusted CA (PEM).
     pub ca_file: Option<PathBuf>,
     /// Protocol for plain-HTTP upstreams.
@@ -167,14 +167,10 @@ impl UpstreamConfig {
             .trim_end_matches(']')
             .to_owned();
         let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let addrs: Vec<SocketAddr> = (host.as_str(), port)
-            .to_socket_addrs()
-            .map_err(|e| ConfigError(format!("cannot resolve upstream host `{host}`: {e}")))?
-            .collect();
-        if addrs.is_empty() {
-            return Err(ConfigError(format!(
-                "upstream host `{host}` resolved to nothing"
-            )));
+        let addrs = ResolvedAddrs::default();
+        // IP literals need no resolver; names are resolved by `resolve_now` / the resolver thread.
+        if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+            addrs.set(vec![SocketAddr::new(ip, port)]);
         }
         Ok(Self {
             tls,
@@ -190,6 +186,16 @@ impl UpstreamConfig {
         })
     }
 
+    /// Resolves the host now (blocking getaddrinfo: call it off the workers).
+    pub fn resolve_now(&self) -> std::io::Result<usize> {
+        let found: Vec<SocketAddr> = (self.host.as_str(), self.port).to_socket_addrs()?.collect();
+        let n = found.len();
+        if n > 0 {
+            self.addrs.set(found);
+        }
+        Ok(n)
+    }
+
     /// `host` or `host:port` when the port is not the scheme's default.
     pub fn authority(&self) -> String {
         let default = if self.tls { 443 } else { 80 };
@@ -203,6 +209,25 @@ impl UpstreamConfig {
         } else {
             format!("{host}:{}", self.port)
         }
+    }
+}
+
+/// The upstream's resolved addresses, shared by all workers and refreshed by the resolver
+/// thread (workers never call getaddrinfo).
+#[derive(Debug, Clone, Default)]
+pub struct ResolvedAddrs(std::sync::Arc<arc_swap::ArcSwap<Vec<SocketAddr>>>);
+
+// === impl ResolvedAddrs ===
+
+impl ResolvedAddrs {
+    /// The current addresses (empty until the first successful resolution).
+    pub fn get(&self) -> std::sync::Arc<Vec<SocketAddr>> {
+        self.0.load_full()
+    }
+
+    /// Replaces the addresses.
+    pub fn set(&self, addrs: Vec<SocketAddr>) {
+        self.0.store(std::sync::Arc::new(addrs));
     }
 }
 

@@ -180,12 +180,13 @@ impl Upstream {
 
     /// Connects to the next resolved address, trying the others when one refuses.
     async fn tcp(&self) -> Result<TcpStream, UpstreamError> {
-        let mut last = String::new();
-        let n = self.cfg.addrs.len();
+        let addrs = self.cfg.addrs.get();
+        let mut last = format!("upstream host `{}` is not resolved (yet)", self.cfg.host);
+        let n = addrs.len();
         let start = *self.next_addr.borrow();
         for i in 0..n {
             let idx = (start + i) % n;
-            let addr: SocketAddr = self.cfg.addrs[idx];
+            let addr: SocketAddr = addrs[idx];
             match monoio::time::timeout(self.cfg.connect_timeout, TcpStream::connect_addr(addr))
                 .await
             {

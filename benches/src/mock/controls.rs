@@ -199,6 +199,10 @@ pub struct Behaviour {
     pub inter_event_delay: Option<Duration>,
     /// Number of text deltas (`x-mock-deltas`).
     pub deltas: Option<usize>,
+    /// Stream exactly this many `response.output_text.delta` events of a fixed token instead
+    /// of splitting the text (`x-mock-tokens`). They are rendered one at a time as the stream
+    /// goes, so a stream can last for hours without holding its events in memory (load tests).
+    pub tokens: Option<u64>,
     /// Assistant text (`x-mock-text`).
     pub text: Option<String>,
     /// Answer with a `function_call` item calling this tool (`x-mock-tool-call`).
@@ -273,6 +277,11 @@ impl Behaviour {
             "disconnect-after" => self.disconnect_after = Some(v.parse().map_err(|e| bad(&e))?),
             "first-byte-delay-ms" => self.first_byte_delay = Some(ms(v).map_err(|e| bad(&e))?),
             "inter-event-delay-ms" => self.inter_event_delay = Some(ms(v).map_err(|e| bad(&e))?),
+            // Pacing by rate: the same field as `inter-event-delay-ms`.
+            "events-per-second" => {
+                self.inter_event_delay = Some(per_second(v).map_err(|e| bad(&e))?)
+            }
+            "tokens" => self.tokens = Some(v.parse().map_err(|e| bad(&e))?),
             "deltas" => self.deltas = Some(v.parse().map_err(|e| bad(&e))?),
             // The text keeps its spaces.
             "text" => self.text = Some(value.to_owned()),
@@ -310,6 +319,7 @@ impl Behaviour {
             first_byte_delay,
             inter_event_delay,
             deltas,
+            tokens,
             text,
             tool_call,
             tool_arguments,
@@ -363,6 +373,19 @@ fn ms(v: &str) -> Result<Duration, std::num::ParseIntError> {
     v.parse::<u64>().map(Duration::from_millis)
 }
 
+/// `1 / rate` seconds; a rate of 0 means no pacing.
+pub(crate) fn per_second(v: &str) -> Result<Duration, String> {
+    let r: f64 = v.parse().map_err(|e| format!("{e}"))?;
+    if !r.is_finite() || r < 0.0 {
+        return Err("expected a rate >= 0".to_owned());
+    }
+    Ok(if r == 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(1.0 / r)
+    })
+}
+
 fn flag(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -387,6 +410,10 @@ mod tests {
         assert_eq!(b.inter_event_delay, Some(Duration::from_millis(5)));
         assert_eq!(b.reasoning, Some(true));
         assert!(b.affects_responses());
+        let b: Behaviour = "events_per_second=20,x-mock-tokens=500".parse().unwrap();
+        assert_eq!(b.inter_event_delay, Some(Duration::from_millis(50)));
+        assert_eq!(b.tokens, Some(500));
+        assert!("events-per-second=-1".parse::<Behaviour>().is_err());
     }
 
     #[test]

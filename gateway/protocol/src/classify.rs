@@ -158,7 +158,11 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
         FailureClass::RateLimited {
             retry_after_s: resets_in,
         }
-    } else if tag("server_is_overloaded") || tag("slow_down") || status >= 500 {
+    } else if tag("server_is_overloaded")
+        || tag("slow_down")
+        || tag("server_error")
+        || tag("internal_error")
+        || status >= 500 {
         FailureClass::Overloaded
     } else if (status == 403 && is_html) || (status == 404 && body.trim_ascii().is_empty()) {
         FailureClass::Cloudflare

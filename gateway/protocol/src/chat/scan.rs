@@ -309,7 +309,10 @@ mod tests {
         let f = scan_delta(d).unwrap_or_default();
         assert_eq!(f.delta, Some(r#""He said \"hi\"\n""#));
         assert_eq!(f.item_id, Some("msg_1"));
-        assert_eq!((f.output_index, f.content_index, f.summary_index), (Some(2), Some(0), None));
+        assert_eq!(
+            (f.output_index, f.content_index, f.summary_index),
+            (Some(2), Some(0), None)
+        );
     }
 
     #[test]
@@ -378,29 +381,6 @@ mod tests {
                     proptest::prop_assert!(sonic_rs::from_str::<String>(d).is_ok(), "{d:?}");
                 }
             }
-        }
-    }
-}
-#[cfg(test)]
-mod zz_bench {
-    #[test]
-    #[ignore]
-    fn bench_scan() {
-        let d = br#"{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_text_01","output_index":0,"content_index":0,"delta":"Hello","logprobs":[],"obfuscation":"Xy"}"#;
-        let n = 1_000_000u32;
-        for _ in 0..3 {
-        let t = std::time::Instant::now();
-        for _ in 0..n { std::hint::black_box(super::scan_delta(std::hint::black_box(d))); }
-        println!("scan: {:?}", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { std::hint::black_box(std::str::from_utf8(std::hint::black_box(d)).is_ok()); }
-        println!("utf8: {:?}", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { std::hint::black_box(super::find_quote_or_backslash(std::hint::black_box(&d[40..]))); }
-        println!("find: {:?}", t.elapsed() / n);
-        let t = std::time::Instant::now();
-        for _ in 0..n { std::hint::black_box(sonic_rs::get(std::hint::black_box(&d[..]), &["delta"]).is_ok()); }
-        println!("sonic get: {:?}", t.elapsed() / n);
         }
     }
 }

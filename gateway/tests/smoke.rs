@@ -1,0 +1,164 @@
+//! Smoke tests of the `codex-gateway` binary: exit codes, the key and account subcommands, and
+//! `serve` draining an open stream on SIGTERM.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use benches::{MockAccount, MockCodex, MockConfig};
+
+const BIN: &str = env!("CARGO_BIN_EXE_codex-gateway");
+
+fn gw() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("RUST_LOG", "info");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CODEX_GATEWAY_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+#[test]
+fn bad_configuration_exits_2_with_one_message() {
+    let out = gw().args(["serve", "--listen", "not-an-address"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("configuration error") && err.contains("listen"), "{err}");
+
+    let out = gw().args(["serve", "--config", "/nonexistent/codex.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/codex.toml"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "wokers = 2\n").unwrap();
+    let out = gw().args(["serve", "--config"]).arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wokers"));
+
+    let out = gw().args(["serve", "--database-url", "mysql://x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn keys_create_list_revoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = gw().args(["keys", "create", "laptop", "--data-dir", d]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("sk-cg-") && key.len() > 30, "{key}");
+    let out = gw().args(["keys", "list", "--data-dir", d]).output().unwrap();
+    let list = String::from_utf8(out.stdout).unwrap();
+    assert!(list.contains("laptop") && list.contains("active"), "{list}");
+    assert!(!list.contains(&key), "the key is shown only once");
+    let out = gw().args(["keys", "revoke", "laptop", "--data-dir", d]).output().unwrap();
+    assert!(out.status.success());
+    let out = gw().args(["keys", "list", "--data-dir", d]).output().unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains("revoked"));
+    let out = gw().args(["keys", "revoke", "nobody", "--data-dir", d]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn serve_streams_and_drains_on_sigterm() {
+    let mock = MockCodex::start(MockConfig {
+        deltas: 20,
+        inter_event_delay: Duration::from_millis(100),
+        ..MockConfig::default()
+    })
+    .unwrap();
+    let t = mock.add_account(MockAccount::new("acct-smoke"));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_owned();
+    let auth = dir.path().join("auth.json");
+    std::fs::write(
+        &auth,
+        format!(
+            r#"{{"auth_mode":"chatgpt","tokens":{{"id_token":"{}","access_token":"{}","refresh_token":"{}","account_id":"{}"}},"last_refresh":"2026-11-29T00:00:00Z"}}"#,
+            t.id_token, t.access_token, t.refresh_token, t.account_id
+        ),
+    )
+    .unwrap();
+    let out = gw().args(["accounts", "import", "--data-dir", &d]).arg(&auth).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("added"), "{summary}");
+    let out = gw().args(["accounts", "list", "--data-dir", &d]).output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("acct-smoke") && list.contains("active"), "{list}");
+    assert!(!list.contains(&t.access_token), "tokens never printed");
+    let key = String::from_utf8(gw().args(["keys", "create", "k", "--data-dir", &d]).output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    let mut child = gw()
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--workers", "2", "--data-dir", &d])
+        .args(["--upstream-base-url", &mock.base_url()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "gateway exited before listening");
+        if let Some(rest) = line.strip_prefix("codex-gateway listening on http://") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stderr.read_to_string(&mut sink);
+    });
+
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let body = r#"{"model":"gpt-5.1-codex","input":"hi","stream":true}"#;
+    write!(
+        s,
+        "POST /v1/responses HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("output_text.delta") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    // SIGTERM mid-stream: the open stream must still complete.
+    let pid = child.id() as i32;
+    assert_eq!(unsafe_kill(pid), 0);
+    let start = Instant::now();
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&got).ends_with("0\r\n\r\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.contains("response.completed"), "the open stream finished during the drain");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    // New connections are refused after the drain.
+    assert!(TcpStream::connect(&addr).is_err());
+}
+
+fn unsafe_kill(pid: i32) -> i32 {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .map_or(-1, |s| if s.success() { 0 } else { 1 })
+}
