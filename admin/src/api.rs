@@ -6,8 +6,15 @@
 //!   - `GET /api/admin/accounts` -> `{"object":"list","data":[AccountView]}` (no tokens);
 //!   - `POST /api/admin/accounts/{id}/enable|disable`, `PATCH /api/admin/accounts/{id}`
 //!     (`{"weight","max_concurrency"}`), `DELETE /api/admin/accounts/{id}`;
+//!   - `POST /api/admin/accounts/{id}/refresh` (start a single-flight token refresh, 202),
+//!     `POST /api/admin/accounts/{id}/quota` (poll `/wham/usage` now, answer the account);
 //!   - `GET /api/admin/keys`, `POST /api/admin/keys` `{"name"}` -> the plain key once,
-//!     `DELETE /api/admin/keys/{id}` (revoke).
+//!     `DELETE /api/admin/keys/{id}` (revoke);
+//!   - `GET /api/admin/settings` -> the effective settings (flat), `defaults` and the list of
+//!     `overridden` keys; `PUT /api/admin/settings` with any subset of the keys (`null`
+//!     resets a key to its configured default), validated as a whole;
+//!   - `GET /api/admin/usage?since_ms=&until_ms=&key_id=&account_id=` -> `totals`,
+//!     `by_key` and `by_account` (requests, input/cached/output/reasoning tokens, errors).
 //!
 //!   Every mutation republishes the snapshot before answering.
 //! - [`ApiError`]: the one place that turns a failure into an OpenAI-shaped
@@ -17,11 +24,11 @@
 //! 401 `invalid_api_key` for a missing/wrong admin token, 404 `not_found`, 400
 //! `invalid_request_error`, 503 `storage_unavailable` when the database is down, 500 otherwise.
 
-use std::sync::Arc;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     body::Bytes,
-    extract::{Path, Request, State},
+    extract::{Path, Query, Request, State},
     http::{header, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -30,9 +37,14 @@ use axum::{
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use shared_state::{AccountStatus, WorkerCommand};
+use shared_state::AccountStatus;
 
-use crate::{error::StorageError, sidecar::Core, storage::AccountRow};
+use crate::{
+    error::StorageError,
+    settings::SettingError,
+    sidecar::Core,
+    storage::{AccountRow, UsageFilter, UsageTotals},
+};
 
 type AppState = Arc<Core>;
 
@@ -46,8 +58,12 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         )
         .route("/accounts/{id}/enable", post(enable_account))
         .route("/accounts/{id}/disable", post(disable_account))
+        .route("/accounts/{id}/refresh", post(refresh_account))
+        .route("/accounts/{id}/quota", post(poll_account_quota))
         .route("/keys", get(list_keys).post(create_key))
         .route("/keys/{id}", axum::routing::delete(revoke_key))
+        .route("/settings", get(get_settings).put(put_settings))
+        .route("/usage", get(get_usage))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
@@ -101,6 +117,12 @@ impl ApiError {
             "invalid_request",
             msg,
         )
+    }
+}
+
+impl From<SettingError> for ApiError {
+    fn from(e: SettingError) -> Self {
+        Self::bad_request(e.to_string())
     }
 }
 
@@ -281,11 +303,8 @@ async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult {
     }
     if status == AccountStatus::Active {
         core.storage.set_cooldown(id, 0, None).await?;
-    } else {
-        core.publisher
-            .mailboxes()
-            .broadcast(&WorkerCommand::EvictAccount { account_id: id });
     }
+    // Leaving `active` evicts the account's pooled sockets: the publisher does it.
     core.publisher.reload(core.storage.as_ref(), false).await?;
     let row = find_account(core, id).await?;
     Ok(Json(account_view(core, &row).await).into_response())
@@ -341,9 +360,7 @@ async fn delete_account(State(core): State<AppState>, Path(id): Path<String>) ->
     if !core.storage.delete_account(id).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
-    core.publisher
-        .mailboxes()
-        .broadcast(&WorkerCommand::EvictAccount { account_id: id });
+    // The publisher evicts the deleted account's pooled sockets.
     core.publisher.reload(core.storage.as_ref(), false).await?;
     Ok(Json(json!({"id": id, "object": "account", "deleted": true})).into_response())
 }
@@ -390,4 +407,147 @@ async fn revoke_key(State(core): State<AppState>, Path(id): Path<String>) -> Api
     }
     core.publisher.reload(core.storage.as_ref(), false).await?;
     Ok(Json(json!({"id": id, "object": "api_key", "revoked": true})).into_response())
+}
+
+async fn refresh_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let id = parse_id(&id)?;
+    let snap = core.publisher.current();
+    if snap.account(id).is_none() {
+        return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    crate::sidecar::refresh::request(&core, id, snap.version);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "object": "account", "refresh_in_flight": core.refresh.in_flight(id)})),
+    )
+        .into_response())
+}
+
+async fn poll_account_quota(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let id = parse_id(&id)?;
+    if core.publisher.current().account(id).is_none() {
+        return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    crate::sidecar::quota::poll_one(&core, &core.usage, id).await;
+    let row = find_account(&core, id).await?;
+    Ok(Json(account_view(&core, &row).await).into_response())
+}
+
+/// Keys of the settings view that are not settings (so a GET body can be PUT back).
+const SETTINGS_META: &[&str] = &["object", "defaults", "overridden"];
+
+async fn settings_view(core: &Core) -> Result<Value, ApiError> {
+    let stored = core.storage.load_settings().await?;
+    let defaults = core.publisher.defaults();
+    let (effective, _) = crate::settings::effective(defaults, &stored);
+    let mut out = crate::settings::to_json(&effective);
+    let overridden: Vec<&str> = crate::settings::KEYS
+        .iter()
+        .copied()
+        .filter(|k| stored.iter().any(|(s, _)| s == k))
+        .collect();
+    out.insert("object".into(), json!("settings"));
+    out.insert(
+        "defaults".into(),
+        Value::Object(crate::settings::to_json(defaults)),
+    );
+    out.insert("overridden".into(), json!(overridden));
+    Ok(Value::Object(out))
+}
+
+async fn get_settings(State(core): State<AppState>) -> ApiResult {
+    Ok(Json(settings_view(&core).await?).into_response())
+}
+
+async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult {
+    let v = parse_body(&body)?;
+    let Some(obj) = v.as_object() else {
+        return Err(ApiError::bad_request("the body must be a JSON object of settings"));
+    };
+    let mut changes = Vec::new();
+    for (k, val) in obj {
+        if SETTINGS_META.contains(&k.as_str()) {
+            continue;
+        }
+        changes.push((k.clone(), crate::settings::text_from_json(k, val)?));
+    }
+    if changes.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "nothing to change: give any of {}",
+            crate::settings::KEYS.join(", ")
+        )));
+    }
+    core.storage.write_settings(&changes).await?;
+    core.publisher.reload(core.storage.as_ref(), false).await?;
+    Ok(Json(settings_view(&core).await?).into_response())
+}
+
+fn totals_json(t: &UsageTotals) -> serde_json::Map<String, Value> {
+    match serde_json::to_value(t) {
+        Ok(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+async fn get_usage(
+    State(core): State<AppState>,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult {
+    let int = |k: &str| -> Result<Option<i64>, ApiError> {
+        match q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("{k} must be an integer, got {v:?}"))),
+        }
+    };
+    let filter = UsageFilter {
+        since_ms: int("since_ms")?,
+        until_ms: int("until_ms")?,
+        key_id: int("key_id")?,
+        account_id: int("account_id")?,
+    };
+    let sum = core.storage.usage_summary(filter).await?;
+    let keys = core.storage.list_keys().await?;
+    let accounts = core.storage.list_accounts().await?;
+    let by_key: Vec<Value> = sum
+        .by_key
+        .iter()
+        .map(|(id, t)| {
+            let mut m = totals_json(t);
+            m.insert("key_id".into(), json!(id));
+            m.insert(
+                "name".into(),
+                json!(keys.iter().find(|k| k.id == *id).map(|k| k.name.as_str())),
+            );
+            Value::Object(m)
+        })
+        .collect();
+    let by_account: Vec<Value> = sum
+        .by_account
+        .iter()
+        .map(|(id, t)| {
+            let mut m = totals_json(t);
+            m.insert("account_id".into(), json!(id));
+            m.insert(
+                "label".into(),
+                json!(id.and_then(|id| accounts.iter().find(|a| a.id == id).map(AccountRow::label))),
+            );
+            Value::Object(m)
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "usage",
+        "filter": {
+            "since_ms": filter.since_ms,
+            "until_ms": filter.until_ms,
+            "key_id": filter.key_id,
+            "account_id": filter.account_id,
+        },
+        "totals": totals_json(&sum.totals),
+        "by_key": by_key,
+        "by_account": by_account,
+    }))
+    .into_response())
 }

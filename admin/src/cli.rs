@@ -1,11 +1,18 @@
 //! Blocking helpers behind the `codex-gateway accounts|keys ...` subcommands.
 //!
 //! # Key Components
-//! - [`accounts_import`], [`accounts_list`], [`keys_create`], [`keys_list`], [`keys_revoke`]:
+//! - [`accounts_import`], [`accounts_list`], [`accounts_enable`], [`accounts_disable`],
+//!   [`accounts_delete`], [`accounts_refresh`], [`accounts_quota`], [`keys_create`],
+//!   [`keys_list`], [`keys_revoke`], [`settings_get`], [`settings_set`], [`settings_unset`]:
 //!   each builds a small current-thread Tokio runtime, opens (and migrates) the store the
 //!   [`DbTarget`] names, does one thing and closes it. They are safe to run while a gateway is
 //!   serving from the same database: the running sidecar picks the change up on its next
-//!   reload (`reload_interval`).
+//!   reload (`reload_interval`), publishes it, and evicts the pooled sockets of an account
+//!   that was disabled or deleted.
+//! - Token refresh from the CLI rotates the refresh token. A running gateway refreshes on its
+//!   own (ahead of expiry and on a 401); to exclude a concurrent refresh of the same account
+//!   by it, pass the fleet's Redis URL to [`accounts_refresh_with`] (the same lease the
+//!   sidecars take).
 //! - [`create_key`]: the async core of key creation, shared with the admin API.
 //!
 //! # Usage
@@ -24,11 +31,16 @@ use std::{future::Future, path::PathBuf};
 
 use shared_state::keys::hash_key_hex;
 
+use shared_state::AccountStatus;
+
 use crate::{
     crypto::{generate_client_key, key_display_prefix},
     error::{AdminError, StorageError},
     import::ImportSummary,
-    oauth::{build_http_client, OAuthClient},
+    lease::RedisLeases,
+    oauth::{build_http_client, OAuthClient, RefreshError},
+    quota::{UsageClient, UsageEndpoint, WhamUsage},
+    sidecar::refresh::{exchange_and_store, Stored},
     storage::{AccountRow, KeyRow, Storage},
     DbTarget,
 };
@@ -68,6 +80,197 @@ pub fn accounts_import(
 pub fn accounts_list(db: &DbTarget) -> Result<Vec<AccountRow>, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {
         Ok(s.list_accounts().await?)
+    }))
+}
+
+/// Sets an account `active` and clears its cooldown; `false` when no such account.
+pub fn accounts_enable(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        if !s.set_status(id, AccountStatus::Active).await? {
+            return Ok(false);
+        }
+        s.set_cooldown(id, 0, None).await?;
+        Ok(true)
+    }))
+}
+
+/// Sets an account `disabled`; `false` when no such account.
+pub fn accounts_disable(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(s.set_status(id, AccountStatus::Disabled).await?)
+    }))
+}
+
+/// Deletes an account; `false` when no such account.
+pub fn accounts_delete(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(s.delete_account(id).await?)
+    }))
+}
+
+/// Refreshes the tokens of one account (`Some(id)`, whatever its status) or of every
+/// `active` account (`None`) now, persisting the rotated refresh token. Returns one result
+/// per account; a dead refresh token also sets the account `reauth_required` (`banned` when
+/// deactivated). [`AdminError::NotFound`] when `Some(id)` does not exist.
+pub fn accounts_refresh(
+    db: &DbTarget,
+    id: Option<i64>,
+    oauth_token_url: &str,
+) -> Result<Vec<(i64, Result<(), String>)>, AdminError> {
+    accounts_refresh_with(db, id, oauth_token_url, None)
+}
+
+/// [`accounts_refresh`], holding the fleet's Redis refresh lease for each account when
+/// `redis_url` is given (an account whose lease another instance holds is reported, not
+/// refreshed).
+pub fn accounts_refresh_with(
+    db: &DbTarget,
+    id: Option<i64>,
+    oauth_token_url: &str,
+    redis_url: Option<&str>,
+) -> Result<Vec<(i64, Result<(), String>)>, AdminError> {
+    let http = build_http_client(None).map_err(AdminError::HttpClient)?;
+    let oauth = OAuthClient::new(http, oauth_token_url);
+    let redis_url = redis_url.map(str::trim).filter(|u| !u.is_empty());
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        let leases = match redis_url {
+            Some(url) => Some(
+                RedisLeases::connect(url, crate::lease::new_instance_id())
+                    .await
+                    .map_err(|e| AdminError::Unavailable(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let ids = target_ids(s, id).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let res = match &leases {
+                None => refresh_one(s, &oauth, id).await,
+                Some(l) => match l.try_acquire(id).await {
+                    Ok(true) => {
+                        let r = refresh_one(s, &oauth, id).await;
+                        let _ = l.release(id).await;
+                        r
+                    }
+                    Ok(false) => Err("another instance is refreshing this account now".into()),
+                    Err(e) => Err(format!("cannot take the refresh lease: {e}")),
+                },
+            };
+            out.push((id, res));
+        }
+        Ok(out)
+    }))
+}
+
+/// `Some(id)` (which must exist) or every `active` account.
+async fn target_ids(s: &dyn Storage, id: Option<i64>) -> Result<Vec<i64>, AdminError> {
+    let rows = s.list_accounts().await?;
+    match id {
+        Some(id) if rows.iter().any(|r| r.id == id) => Ok(vec![id]),
+        Some(id) => Err(AdminError::NotFound(format!("no account with id {id}"))),
+        None => Ok(rows
+            .iter()
+            .filter(|r| r.status == AccountStatus::Active)
+            .map(|r| r.id)
+            .collect()),
+    }
+}
+
+async fn refresh_one(s: &dyn Storage, oauth: &OAuthClient, id: i64) -> Result<(), String> {
+    let Some((_, secrets)) = s.get_account(id).await.map_err(|e| e.to_string())? else {
+        return Err("the account was deleted".into());
+    };
+    if secrets.refresh_token.is_empty() {
+        return Err(
+            "no refresh token stored (access-token-only import): log in again and re-import"
+                .into(),
+        );
+    }
+    match exchange_and_store(s, oauth, id, &secrets.refresh_token).await {
+        Ok(Stored::Yes) => Ok(()),
+        Ok(Stored::Deleted) => Err("the account was deleted".into()),
+        Ok(Stored::Lost) => Err(
+            "refreshed, but the new tokens could not be stored; the account needs a new login"
+                .into(),
+        ),
+        Err(e @ RefreshError::Terminal { .. }) => {
+            let status = e.terminal_status().unwrap_or(AccountStatus::ReauthRequired);
+            let _ = s.set_status(id, status).await;
+            Err(format!("{e}; account marked {}", status.as_str()))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Polls `/wham/usage` now for one account (`Some(id)`) or every `active` account (`None`)
+/// and persists the answers (quota columns, plan, a cooldown when the limit is reached).
+/// A running gateway applies them on its next reload. A 401 is reported (run
+/// [`accounts_refresh`]), not acted on.
+pub fn accounts_quota(
+    db: &DbTarget,
+    id: Option<i64>,
+    endpoint: &UsageEndpoint,
+) -> Result<Vec<(i64, Result<WhamUsage, String>)>, AdminError> {
+    let http = build_http_client(endpoint.ca_file.as_deref()).map_err(AdminError::HttpClient)?;
+    let client = UsageClient::new(http, endpoint.clone());
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        let ids = target_ids(s, id).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some((row, secrets)) = s.get_account(id).await? else {
+                continue;
+            };
+            if secrets.access_token.is_empty() {
+                out.push((id, Err("no usable access token stored".into())));
+                continue;
+            }
+            let res = match client
+                .fetch(&secrets.access_token, &row.chatgpt_account_id)
+                .await
+            {
+                Ok(u) => {
+                    let current = u64::try_from(row.cooldown_until_ms).unwrap_or(0);
+                    crate::quota::store_usage(s, id, &u, current).await?;
+                    Ok(u)
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            out.push((id, res));
+        }
+        Ok(out)
+    }))
+}
+
+/// The stored setting overrides as `(key, value)`, ordered by key. Keys without a row take
+/// the running gateway's configured value ([`crate::settings::KEYS`] lists every key).
+pub fn settings_get(db: &DbTarget) -> Result<Vec<(String, String)>, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(s.load_settings().await?)
+    }))
+}
+
+/// Validates and stores one setting override (see [`crate::settings`]).
+pub fn settings_set(db: &DbTarget, key: &str, value: &str) -> Result<(), AdminError> {
+    let key = key.trim();
+    let value = value.trim();
+    crate::settings::apply(&mut shared_state::Settings::default(), key, value)
+        .map_err(|e| AdminError::Invalid(e.to_string()))?;
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        s.write_settings(&[(key.to_owned(), Some(value.to_owned()))])
+            .await?;
+        Ok(())
+    }))
+}
+
+/// Removes a setting override (back to the configured value); `false` when none was stored.
+pub fn settings_unset(db: &DbTarget, key: &str) -> Result<bool, AdminError> {
+    let key = key.trim();
+    crate::settings::get(&shared_state::Settings::default(), key)
+        .map_err(|e| AdminError::Invalid(e.to_string()))?;
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        let had = s.load_settings().await?.iter().any(|(k, _)| k == key);
+        s.write_settings(&[(key.to_owned(), None)]).await?;
+        Ok(had)
     }))
 }
 

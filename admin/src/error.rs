@@ -128,6 +128,9 @@ pub enum AdminError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
+    /// A service the command needs (Redis) is unreachable.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Removes `user:password@` from a URL so it can be logged; non-URLs are returned unchanged.

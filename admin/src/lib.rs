@@ -13,7 +13,9 @@
 //! - [`publish`]: snapshot building with process-lifetime live `Arc`s.
 //! - [`import`]: credential file import; [`oauth`]: token endpoint and JWT identity;
 //!   [`lease`]: Redis refresh leases; [`crypto`]: secrets at rest and client keys.
-//! - [`cli`]: blocking helpers for the `accounts` / `keys` subcommands.
+//! - [`quota`]: the `/wham/usage` client and parser behind the staggered quota poller.
+//! - [`settings`]: runtime settings stored in the database over the configured defaults.
+//! - [`cli`]: blocking helpers for the `accounts` / `keys` / `settings` subcommands.
 //!
 //! # Usage
 //! ```no_run
@@ -64,6 +66,8 @@ pub mod import;
 pub mod lease;
 pub mod oauth;
 pub mod publish;
+pub mod quota;
+pub mod settings;
 mod sidecar;
 pub mod storage;
 
@@ -79,6 +83,13 @@ pub const DEFAULT_OAUTH_TOKEN_URL: &str = oauth::DEFAULT_TOKEN_URL;
 pub const DEFAULT_UPSTREAM_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
 /// Default storage reload interval.
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+/// Default interval between two usage polls of the same account.
+pub const DEFAULT_QUOTA_POLL_INTERVAL: Duration = Duration::from_secs(15 * 60);
+/// Default `originator` header of sidecar requests upstream (the Codex CLI's).
+pub const DEFAULT_ORIGINATOR: &str = "codex_cli_rs";
+/// Default `User-Agent` of sidecar requests upstream (consistent with [`DEFAULT_ORIGINATOR`]).
+pub const DEFAULT_USER_AGENT: &str =
+    "codex_cli_rs/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_cli_rs; 0.171.0)";
 /// How long [`SidecarHandle::shutdown`] waits for the thread.
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(16);
 
@@ -105,11 +116,21 @@ pub struct SidecarConfig {
     pub admin_token: Option<Secret>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
-    /// Codex upstream base URL (for quota polling).
+    /// Codex upstream base URL (the usage URL derives from it, see [`quota::usage_url`]).
     pub upstream_base_url: String,
+    /// Explicit usage URL, overriding the one derived from `upstream_base_url`.
+    pub quota_usage_url: Option<String>,
+    /// Poll each active account's usage this often, staggered across accounts; zero
+    /// disables polling.
+    pub quota_poll_interval: Duration,
+    /// `originator` header of sidecar requests upstream.
+    pub originator: String,
+    /// `User-Agent` of sidecar requests upstream.
+    pub user_agent: String,
     /// Extra PEM root(s) for the sidecar's HTTP client.
     pub upstream_ca: Option<PathBuf>,
-    /// Settings published in every snapshot.
+    /// Settings published in every snapshot, unless overridden in storage (`settings` table,
+    /// edited through the admin API or `cli::settings_set`).
     pub settings: Settings,
     /// Re-read storage this often and republish when anything changed.
     pub reload_interval: Duration,
@@ -127,9 +148,28 @@ impl SidecarConfig {
             admin_token: None,
             oauth_token_url: DEFAULT_OAUTH_TOKEN_URL.to_owned(),
             upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),
+            quota_usage_url: None,
+            quota_poll_interval: DEFAULT_QUOTA_POLL_INTERVAL,
+            originator: DEFAULT_ORIGINATOR.to_owned(),
+            user_agent: DEFAULT_USER_AGENT.to_owned(),
             upstream_ca: None,
             settings: Settings::default(),
             reload_interval: DEFAULT_RELOAD_INTERVAL,
+        }
+    }
+
+    /// Where and as whom the sidecar polls usage.
+    pub fn usage_endpoint(&self) -> quota::UsageEndpoint {
+        quota::UsageEndpoint {
+            url: self
+                .quota_usage_url
+                .as_deref()
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map_or_else(|| quota::usage_url(&self.upstream_base_url), str::to_owned),
+            originator: self.originator.clone(),
+            user_agent: self.user_agent.clone(),
+            ca_file: self.upstream_ca.clone(),
         }
     }
 }

@@ -131,7 +131,7 @@ impl OAuthClient {
     }
 }
 
-fn describe_reqwest(e: &reqwest::Error) -> String {
+pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
     // reqwest's Display includes the URL (no credentials in ours) and the cause chain.
     let mut s = e.to_string();
     let mut src = std::error::Error::source(e);

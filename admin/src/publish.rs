@@ -4,10 +4,14 @@
 //! - [`Publisher`]: owns the process-lifetime map `account id -> Arc<AccountLive>` (every
 //!   snapshot for an account reuses the same live `Arc`, so a swap never resets in-flight
 //!   counters), the version counter and the fingerprint of the last published content.
-//! - [`Publisher::reload`]: reads accounts and keys, applies cooldowns and quota written by
-//!   other instances to the live atomics, and publishes (`ArcSwap::store`, then
-//!   [`WorkerCommand::SnapshotUpdated`] to every mailbox) only when the content changed or
-//!   when forced.
+//! - [`Publisher::reload`]: reads accounts, keys and stored setting overrides, applies
+//!   cooldowns and quota written by other instances to the live atomics, and publishes
+//!   (`ArcSwap::store`, then [`WorkerCommand::SnapshotUpdated`] to every mailbox) only when the
+//!   content changed or when forced. An account that left `active` (or was deleted) since the
+//!   last publish also gets a [`WorkerCommand::EvictAccount`], whoever changed it (the admin
+//!   API, the CLI in another process, another instance).
+//! - Settings: the configured [`Settings`] are the defaults; valid rows of the `settings`
+//!   table override them ([`crate::settings::effective`]).
 //!
 //! # Usage
 //! The sidecar calls `reload(false)` every `reload_interval` and after every mutation;
@@ -54,21 +58,27 @@ struct PubState {
 pub struct Publisher {
     snapshot: SharedSnapshot,
     mailboxes: WorkerMailboxes,
-    settings: Settings,
+    /// The configured settings (defaults for keys without a stored override).
+    defaults: Settings,
     state: Mutex<PubState>,
 }
 
 // === impl Publisher ===
 
 impl Publisher {
-    /// A publisher writing into `snapshot`.
-    pub fn new(snapshot: SharedSnapshot, mailboxes: WorkerMailboxes, settings: Settings) -> Self {
+    /// A publisher writing into `snapshot`; `defaults` are the configured settings.
+    pub fn new(snapshot: SharedSnapshot, mailboxes: WorkerMailboxes, defaults: Settings) -> Self {
         Self {
             snapshot,
             mailboxes,
-            settings,
+            defaults,
             state: Mutex::new(PubState::default()),
         }
+    }
+
+    /// The configured settings (what a key without a stored override falls back to).
+    pub fn defaults(&self) -> &Settings {
+        &self.defaults
     }
 
     /// The snapshot currently published.
@@ -102,7 +112,8 @@ impl Publisher {
         let mut st = self.state.lock().await;
         let accounts = storage.load_accounts().await?;
         let keys = storage.list_keys().await?;
-        let fp = fingerprint(&accounts, &keys);
+        let stored_settings = storage.load_settings().await?;
+        let fp = fingerprint(&accounts, &keys, &stored_settings);
 
         // Cooldowns and quota persisted by other instances reach the live atomics even when
         // nothing else changed (they are not part of the snapshot content).
@@ -137,16 +148,24 @@ impl Publisher {
                 }
             }
         }
-        if accounts.len() != st.live.len() {
-            let present: std::collections::HashSet<i64> =
-                accounts.iter().map(|(r, _)| r.id).collect();
-            st.live.retain(|id, _| present.contains(id));
-        }
+        // Deleted accounts: forget their live state, evict their sockets once published.
+        let mut evict = Vec::new();
+        st.live.retain(|id, _| {
+            let keep = present(&accounts, *id);
+            if !keep {
+                evict.push(*id);
+            }
+            keep
+        });
 
         if !force && st.fingerprint == Some(fp) {
             return Ok(None);
         }
 
+        let (settings, skipped) = crate::settings::effective(&self.defaults, &stored_settings);
+        for e in skipped {
+            tracing::warn!(error = %e, "ignoring a stored setting; the configured value stays");
+        }
         let mut entries = Vec::with_capacity(accounts.len());
         for (row, secrets) in accounts {
             let Some(slot) = st.live.get_mut(&row.id) else {
@@ -162,14 +181,33 @@ impl Publisher {
             if ov.is_some() && (ov == Some(row.status) || reactivated) {
                 slot.live.set_status_override(None);
             }
+            if reactivated {
+                // Re-enabled (by an operator, or a re-import): the stored cooldown, possibly
+                // cleared by whoever re-enabled it, is the one that stands.
+                slot.live.clear_cooldown();
+                if row.cooldown_until_ms > 0 {
+                    slot.live
+                        .cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+                }
+            }
             if secrets.decrypt_failed && slot.published_status.is_none() {
                 tracing::error!(
                     account = row.id,
                     "stored tokens do not decrypt with the current secret key; account unusable"
                 );
             }
+            if slot.published_status == Some(AccountStatus::Active)
+                && row.status != AccountStatus::Active
+            {
+                evict.push(row.id);
+            }
             slot.published_status = Some(row.status);
-            entries.push(Arc::new(self.entry(row, secrets, Arc::clone(&slot.live))));
+            entries.push(Arc::new(entry(
+                row,
+                secrets,
+                Arc::clone(&slot.live),
+                &settings,
+            )));
         }
         entries.sort_by_key(|e| e.id);
 
@@ -199,10 +237,14 @@ impl Publisher {
             version,
             accounts: entries,
             keys: key_map,
-            settings: self.settings.clone(),
+            settings,
         }));
         st.fingerprint = Some(fp);
         drop(st);
+        for account_id in evict {
+            self.mailboxes
+                .broadcast(&WorkerCommand::EvictAccount { account_id });
+        }
         self.mailboxes
             .broadcast(&WorkerCommand::SnapshotUpdated { version });
         tracing::debug!(
@@ -214,31 +256,37 @@ impl Publisher {
         Ok(Some(version))
     }
 
-    fn entry(
-        &self,
-        row: AccountRow,
-        secrets: AccountSecrets,
-        live: Arc<AccountLive>,
-    ) -> AccountEntry {
-        let label = row.label();
-        AccountEntry {
-            id: row.id,
-            label,
-            chatgpt_account_id: row.chatgpt_account_id,
-            user_id: Some(row.user_id).filter(|u| !u.is_empty()),
-            plan: row.plan_type,
-            access_token: secrets.access_token,
-            access_expires_at: row.access_expires_at,
-            status: row.status,
-            weight: row.weight.max(1),
-            max_concurrency: if row.max_concurrency == 0 {
-                self.settings.default_max_concurrency
-            } else {
-                row.max_concurrency
-            },
-            live,
-        }
+}
+
+fn entry(
+    row: AccountRow,
+    secrets: AccountSecrets,
+    live: Arc<AccountLive>,
+    settings: &Settings,
+) -> AccountEntry {
+    let label = row.label();
+    AccountEntry {
+        id: row.id,
+        label,
+        chatgpt_account_id: row.chatgpt_account_id,
+        user_id: Some(row.user_id).filter(|u| !u.is_empty()),
+        plan: row.plan_type,
+        access_token: secrets.access_token,
+        access_expires_at: row.access_expires_at,
+        status: row.status,
+        weight: row.weight.max(1),
+        max_concurrency: if row.max_concurrency == 0 {
+            settings.default_max_concurrency
+        } else {
+            row.max_concurrency
+        },
+        live,
     }
+}
+
+/// Whether `id` is among `accounts` (ordered by id).
+fn present(accounts: &[(AccountRow, AccountSecrets)], id: i64) -> bool {
+    accounts.binary_search_by_key(&id, |(r, _)| r.id).is_ok()
 }
 
 fn apply_quota(live: &AccountLive, row: &AccountRow) {
@@ -253,7 +301,11 @@ fn apply_quota(live: &AccountLive, row: &AccountRow) {
 
 /// A cheap digest of everything a snapshot is built from (not cooldown/quota: those travel
 /// through the live atomics).
-fn fingerprint(accounts: &[(AccountRow, AccountSecrets)], keys: &[KeyRow]) -> u64 {
+fn fingerprint(
+    accounts: &[(AccountRow, AccountSecrets)],
+    keys: &[KeyRow],
+    stored_settings: &[(String, String)],
+) -> u64 {
     let mut h = DefaultHasher::new();
     accounts.len().hash(&mut h);
     for (r, s) in accounts {
@@ -277,5 +329,6 @@ fn fingerprint(accounts: &[(AccountRow, AccountSecrets)], keys: &[KeyRow]) -> u6
         k.key_hash.hash(&mut h);
         k.revoked_at.hash(&mut h);
     }
+    stored_settings.hash(&mut h);
     h.finish()
 }

@@ -9,6 +9,8 @@
 //!     quota, refresh requests;
 //!   - the reload loop: `Publisher::reload(false)` every `reload_interval`, plus refresh ahead
 //!     of access-token expiry;
+//!   - the quota poller ([`quota`]): each active account's `/wham/usage` once per
+//!     `quota_poll_interval`, staggered (off when the interval is zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
 //!   - the Axum admin server ([`crate::api`]).
 //!
@@ -30,11 +32,13 @@ use crate::{
     lease::RedisLeases,
     oauth::{build_http_client, OAuthClient},
     publish::Publisher,
+    quota::UsageClient,
     storage::Storage,
     SidecarConfig, SidecarShared,
 };
 
 pub(crate) mod events;
+pub(crate) mod quota;
 pub(crate) mod refresh;
 
 /// Interval of the storage health probe.
@@ -55,9 +59,8 @@ pub(crate) struct Core {
     pub leases: Option<RedisLeases>,
     pub refresh: refresh::RefreshBook,
     pub admin_token: Option<Secret>,
-    /// Base URL for quota polling (kept for the quota poller).
-    #[allow(dead_code)]
-    pub upstream_base_url: String,
+    /// The usage endpoint client (quota polling).
+    pub usage: UsageClient,
 }
 
 // === impl Core ===
@@ -110,6 +113,7 @@ pub(crate) async fn run(
             addr: cfg.admin_listen,
             source,
         })?;
+        let usage = UsageClient::new(http.clone(), cfg.usage_endpoint());
         let core = Arc::new(Core {
             storage,
             publisher,
@@ -118,7 +122,7 @@ pub(crate) async fn run(
             leases,
             refresh: refresh::RefreshBook::default(),
             admin_token: cfg.admin_token.clone().filter(|t| !t.is_empty()),
-            upstream_base_url: cfg.upstream_base_url.clone(),
+            usage,
         });
         Ok::<_, SidecarError>((core, listener, addr))
     };
@@ -158,6 +162,14 @@ pub(crate) async fn run(
         stop.clone(),
     ));
     let health_task = tokio::spawn(health_loop(Arc::clone(&core), stop.clone()));
+    let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
+        tokio::spawn(quota::run(
+            Arc::clone(&core),
+            core.usage.clone(),
+            cfg.quota_poll_interval,
+            stop.clone(),
+        ))
+    });
 
     if ready.send(Ok(addr)).is_err() {
         // The caller is gone; nothing will ever ask us to stop, so stop now.
@@ -170,6 +182,9 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
+    if let Some(t) = quota_task {
+        t.abort();
+    }
     // The event loop sees the same signal, drains and flushes (bounded) before returning.
     let _ = tokio::time::timeout(FLUSH_ON_SHUTDOWN + Duration::from_secs(1), events_task).await;
     let _ = tokio::time::timeout(Duration::from_secs(3), server).await;

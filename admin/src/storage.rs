@@ -10,7 +10,9 @@
 //! - [`open`]: picks the backend from a [`DbTarget`], creates the data directory / database file,
 //!   loads the secret key and runs migrations.
 //! - Row types: [`AccountRow`] (never carries tokens), [`AccountSecrets`], [`AccountUpsert`],
-//!   [`TokenUpdate`], [`QuotaUpdate`], [`KeyRow`].
+//!   [`TokenUpdate`], [`QuotaUpdate`], [`KeyRow`]; usage reporting: [`UsageFilter`],
+//!   [`UsageTotals`], [`UsageSummary`]; runtime settings are plain `(key, value)` text pairs
+//!   (validated by [`crate::settings`]).
 //!
 //! # Time units
 //! `created_at`, `updated_at`, `last_refresh_at`, `quota_updated_at`, `cooldown_until_ms`,
@@ -179,6 +181,84 @@ pub struct QuotaUpdate {
     pub secondary_reset_at: Option<u64>,
 }
 
+/// Which usage records [`Storage::usage_summary`] adds up; `None` fields do not filter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageFilter {
+    /// Records that started at or after this instant, Unix ms.
+    pub since_ms: Option<i64>,
+    /// Records that started before this instant, Unix ms.
+    pub until_ms: Option<i64>,
+    /// Only this client key.
+    pub key_id: Option<i64>,
+    /// Only this account.
+    pub account_id: Option<i64>,
+}
+
+/// Sums over a set of usage records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UsageTotals {
+    /// Number of requests.
+    pub requests: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Cached input tokens.
+    pub cached_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Reasoning tokens (part of the output).
+    pub reasoning_tokens: u64,
+    /// Requests that failed: HTTP status >= 400, or an error code (a stream that failed after
+    /// it committed keeps status 200 but carries a code).
+    pub errors: u64,
+}
+
+// === impl UsageTotals ===
+
+impl UsageTotals {
+    /// Adds `other` into `self` (saturating).
+    pub fn add(&mut self, other: &Self) {
+        self.requests = self.requests.saturating_add(other.requests);
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.errors = self.errors.saturating_add(other.errors);
+    }
+}
+
+/// Usage totals overall, per client key and per account.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageSummary {
+    /// Everything the filter matched.
+    pub totals: UsageTotals,
+    /// Per client key id, ordered by id.
+    pub by_key: Vec<(i64, UsageTotals)>,
+    /// Per account id, ordered by id; `None` collects requests no account served.
+    pub by_account: Vec<(Option<i64>, UsageTotals)>,
+}
+
+// === impl UsageSummary ===
+
+impl UsageSummary {
+    /// Builds the summary from totals grouped by `(key_id, account_id)`.
+    pub fn from_groups(groups: impl IntoIterator<Item = (i64, Option<i64>, UsageTotals)>) -> Self {
+        use std::collections::BTreeMap;
+        let mut totals = UsageTotals::default();
+        let mut by_key: BTreeMap<i64, UsageTotals> = BTreeMap::new();
+        let mut by_account: BTreeMap<Option<i64>, UsageTotals> = BTreeMap::new();
+        for (key, account, t) in groups {
+            totals.add(&t);
+            by_key.entry(key).or_default().add(&t);
+            by_account.entry(account).or_default().add(&t);
+        }
+        Self {
+            totals,
+            by_key: by_key.into_iter().collect(),
+            by_account: by_account.into_iter().collect(),
+        }
+    }
+}
+
 /// A client key as listed (the key itself is never stored).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct KeyRow {
@@ -235,6 +315,9 @@ pub trait Storage: Send + Sync + 'static {
     /// Replaces access (+ refresh, + id) tokens in one transaction and stamps
     /// `last_refresh_at`; false when no such account.
     fn update_tokens<'a>(&'a self, id: i64, t: &'a TokenUpdate) -> StorageFuture<'a, bool>;
+    /// Records the plan the upstream reports (`/wham/usage`); bumps `updated_at` only when it
+    /// changed. False when no such account.
+    fn set_plan_type<'a>(&'a self, id: i64, plan_type: &'a str) -> StorageFuture<'a, bool>;
     /// Deletes an account; false when no such account.
     fn delete_account(&self, id: i64) -> StorageFuture<'_, bool>;
 
@@ -258,6 +341,17 @@ pub trait Storage: Send + Sync + 'static {
     fn insert_usage<'a>(&'a self, records: &'a [UsageRecord]) -> StorageFuture<'a, usize>;
     /// Number of stored usage records.
     fn usage_count(&self) -> StorageFuture<'_, u64>;
+    /// Adds up the usage records the filter matches, overall, per key and per account.
+    fn usage_summary(&self, filter: UsageFilter) -> StorageFuture<'_, UsageSummary>;
+
+    /// Every stored setting override as `(key, value)` text, ordered by key.
+    fn load_settings(&self) -> StorageFuture<'_, Vec<(String, String)>>;
+    /// Writes (`Some`) or removes (`None`: back to the configured default) setting overrides,
+    /// all in one transaction.
+    fn write_settings<'a>(
+        &'a self,
+        changes: &'a [(String, Option<String>)],
+    ) -> StorageFuture<'a, ()>;
 
     /// Closes the pool (waits for checked-out connections).
     fn close(&self) -> StorageFuture<'_, ()>;

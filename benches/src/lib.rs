@@ -5,6 +5,9 @@
 //!   the ChatGPT Codex upstream: `POST /backend-api/codex/responses` (SSE), `/codex/models`,
 //!   `/wham/usage` and the OAuth token endpoint, with per-request, per-account and per-process
 //!   failure controls.
+//! - [`loadgen`]: the load generator behind `src/bin/loadgen.rs`: N concurrent SSE streams or
+//!   JSON requests with ramp-up, latency / gap percentiles, and the target process's CPU per
+//!   event and RSS per open stream.
 //!
 //! # Usage
 //! ```no_run
@@ -19,6 +22,7 @@
 //! # }
 //! ```
 
+pub mod loadgen;
 pub mod mock;
 
 pub use mock::{

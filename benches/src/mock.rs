@@ -47,7 +47,7 @@ use std::{
 };
 
 use bytes::Bytes;
-pub use controls::{Behaviour, ErrorKind, RefreshError};
+pub use controls::{per_second, Behaviour, ErrorKind, RefreshError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -103,6 +103,10 @@ pub struct MockConfig {
     pub max_recorded: usize,
     /// Tokio worker threads of the server runtime.
     pub worker_threads: usize,
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` advertised on HTTP/2 connections. A gateway that
+    /// multiplexes every stream of a worker on one connection holds at most this many streams
+    /// per connection (real origins advertise a few hundred).
+    pub h2_max_concurrent_streams: u32,
 }
 
 impl Default for MockConfig {
@@ -125,6 +129,7 @@ impl Default for MockConfig {
             account_behaviours: Vec::new(),
             max_recorded: 100_000,
             worker_threads: 2,
+            h2_max_concurrent_streams: 4096,
         }
     }
 }
@@ -250,6 +255,28 @@ impl RecordedRequest {
             "received_at_ms": self.received_at_ms,
         })
     }
+}
+
+/// The SSE frames of a default successful answer (`response.created` ... `response.completed`)
+/// for `model`, with `text` split into `deltas` deltas: the exact bytes a `/responses` stream
+/// sends, for micro-benchmarks and fixtures. One `Bytes` per event.
+pub fn render_answer(model: &str, text: &str, deltas: usize) -> Vec<Bytes> {
+    events::build(&events::Plan {
+        model,
+        service_tier: "default",
+        text,
+        deltas,
+        tokens: None,
+        reasoning: false,
+        tool: None,
+        incomplete: None,
+        empty_completed_output: false,
+        fail_in_stream: None,
+        fail_after_output: None,
+        input_tokens: 100,
+        cached_tokens: 0,
+    })
+    .events
 }
 
 /// Entry point of the mock.

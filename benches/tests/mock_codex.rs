@@ -274,6 +274,55 @@ async fn events_are_paced_by_inter_event_delay() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_runs_are_generated_and_paced_by_rate() {
+    let mock = start(MockConfig::default());
+    let c = client();
+    let sent = Instant::now();
+    let body = with(
+        valid_body(),
+        json!({"client_metadata": {"x-mock-tokens": "40"}}),
+    );
+    let resp = post(&c, &mock, &[("x-mock-events-per-second", "200")], &body).await;
+    let sse = read_sse(resp).await;
+    // 4 leading events, 40 deltas, 3 done events, the terminal: 47 gaps of 5 ms.
+    assert_eq!(sse.events.len(), 48);
+    assert!(sent.elapsed() >= Duration::from_millis(47 * 5 * 9 / 10));
+    let deltas: String = sse
+        .events
+        .iter()
+        .filter(|(_, t, _)| t == "response.output_text.delta")
+        .map(|(_, _, v)| v["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(deltas, "tok ".repeat(40));
+    for (i, (_, _, v)) in sse.events.iter().enumerate() {
+        assert_eq!(v["sequence_number"], i as u64);
+    }
+    let last = sse.last();
+    assert_eq!(last["type"], "response.completed");
+    assert_eq!(
+        last["response"]["output"][0]["content"][0]["text"],
+        "tok ".repeat(40)
+    );
+    assert_eq!(last["response"]["usage"]["output_tokens"], 40);
+    assert_eq!(mock.completed_streams(), 1);
+
+    // fail-after-output cuts the run in half.
+    let resp = post(
+        &c,
+        &mock,
+        &[
+            ("x-mock-tokens", "10"),
+            ("x-mock-fail-after-output", "server_is_overloaded"),
+        ],
+        &valid_body(),
+    )
+    .await;
+    let sse = read_sse(resp).await;
+    assert_eq!(sse.events.len(), 4 + 5 + 1);
+    assert_eq!(sse.last()["type"], "response.failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejects_requests_like_the_backend() {
     let mock = start(MockConfig::default());
     let c = client();

@@ -136,24 +136,26 @@ impl App {
         let health = Arc::new(Health::default());
         let (ev_tx, ev_rx) = events();
         let (mb, boxes) = mailboxes(n);
-        let sidecar = admin::spawn(
-            SidecarConfig {
-                db: DbTarget {
-                    data_dir: cfg.data_dir.clone(),
-                    database_url: cfg.database_url.clone(),
-                },
-                redis_url: cfg.redis_url.clone(),
-                admin_listen: cfg.admin_listen,
-                admin_token: cfg.admin_token.clone(),
-                oauth_token_url: cfg.oauth_token_url.clone(),
-                upstream_base_url: cfg.upstream_base_url.clone(),
-                upstream_ca: cfg.upstream.ca_file.clone(),
-                settings: Settings {
-                    max_attempts: cfg.max_attempts,
-                    ..Settings::default()
-                },
-                reload_interval: Duration::from_secs(2),
+        let mut sc = SidecarConfig::new(
+            DbTarget {
+                data_dir: cfg.data_dir.clone(),
+                database_url: cfg.database_url.clone(),
             },
+            cfg.admin_listen,
+        );
+        sc.redis_url = cfg.redis_url.clone();
+        sc.admin_token = cfg.admin_token.clone();
+        sc.oauth_token_url = cfg.oauth_token_url.clone();
+        sc.upstream_base_url = cfg.upstream_base_url.clone();
+        sc.upstream_ca = cfg.upstream.ca_file.clone();
+        sc.originator = cfg.wire.originator.clone();
+        sc.user_agent = cfg.wire.user_agent.clone();
+        sc.settings = Settings {
+            max_attempts: cfg.max_attempts,
+            ..Settings::default()
+        };
+        let sidecar = admin::spawn(
+            sc,
             SidecarShared {
                 snapshot: Arc::clone(&snapshot),
                 health: Arc::clone(&health),

@@ -8,6 +8,7 @@
 //! - [`routes`]: the API layer (`/v1/responses`, `/v1/models`, `/healthz`, `/metrics`).
 //! - [`lifecycle`]: Request -> Attempt -> Stream with the commit barrier.
 //! - [`policy`]: account effects of classified failures.
+//! - [`scheduler`]: the frozen candidate order (strategies, health tiers, dynamic concurrency).
 //! - [`upstream`]: HTTP/2 (TLS, h2c) and streaming HTTP/1.1 client to the Codex backend.
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
 //! - [`config`], [`metrics`], [`models`], [`demo`].
@@ -15,6 +16,7 @@
 //! See `docs/architecture.md` for the request lifecycle chart.
 
 pub mod app;
+pub mod chat;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -23,6 +25,7 @@ pub mod metrics;
 pub mod models;
 pub mod policy;
 pub mod routes;
+pub mod scheduler;
 pub mod server;
 pub mod upstream;
 pub mod worker;

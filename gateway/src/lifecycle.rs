@@ -224,7 +224,8 @@ fn candidates(ctx: &WorkerCtx) -> (Vec<Arc<AccountEntry>>, Arc<shared_state::Sna
     (c, snap)
 }
 
-/// Why no attempt could be accepted: picks 429 (all out of quota) or 503.
+/// Why no attempt could be accepted: 429 with the earliest reset when every active account is
+/// out of quota, 503 otherwise.
 fn exhausted(snap: &shared_state::Snapshot, saw_usage_limit: bool, saw_other: bool) -> Error {
     let now = shared_state::now_ms();
     let active: Vec<_> = snap
@@ -232,22 +233,25 @@ fn exhausted(snap: &shared_state::Snapshot, saw_usage_limit: bool, saw_other: bo
         .iter()
         .filter(|a| a.effective_status() == shared_state::AccountStatus::Active)
         .collect();
-    let all_cooling = !active.is_empty() && active.iter().all(|a| a.live.is_cooling(now));
-    if (saw_usage_limit && !saw_other) || (all_cooling && !saw_other) {
+    let out_of_quota = |a: &Arc<AccountEntry>| {
+        a.live.is_cooling(now)
+            && (a.live.primary_used_pct() >= 100.0 || a.live.secondary_used_pct() >= 100.0)
+    };
+    let all_out = !active.is_empty() && active.iter().all(|a| out_of_quota(a));
+    if all_out || (saw_usage_limit && !saw_other) {
         let earliest = active
             .iter()
+            .filter(|a| out_of_quota(a))
             .map(|a| a.live.cooldown_until_ms())
             .filter(|&t| t > now)
             .min()
             .map(|ms| ms.div_ceil(1000));
-        if saw_usage_limit || all_cooling {
-            return Error::new(
-                ErrorKind::QuotaExhausted {
-                    earliest_reset: earliest,
-                },
-                Side::Upstream,
-            );
-        }
+        return Error::new(
+            ErrorKind::QuotaExhausted {
+                earliest_reset: earliest,
+            },
+            Side::Upstream,
+        );
     }
     Error::new(ErrorKind::NoAccountAvailable, Side::Upstream)
 }
@@ -290,36 +294,73 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
     let mut last_err: Option<Error> = None;
     let limit_default = snap.settings.default_max_concurrency;
 
-    for account in cands.iter() {
-        if attempts as usize >= max {
-            break;
-        }
-        let limit = if account.max_concurrency > 0 {
-            account.max_concurrency
-        } else {
-            limit_default
-        };
-        let Some(lease) = account.live.try_acquire(limit) else {
-            continue;
-        };
-        ctx.metrics.attempt(attempts);
-        attempts += 1;
-        match attempt(ctx, plan, account, lease).await {
-            Ok(c) => {
-                account.live.note_served();
-                return Ok(c);
+    let queue_deadline = Instant::now() + QUEUE_WAIT;
+    'queue: loop {
+        let mut all_full = !cands.is_empty();
+        for account in cands.iter() {
+            if attempts as usize >= max {
+                break;
             }
-            Err(AttemptError::Failover { error, class }) => {
-                if matches!(class, Some(FailureClass::UsageLimit { .. })) {
-                    saw_usage_limit = true;
-                } else {
-                    saw_other = true;
+            let mut account = Arc::clone(account);
+            let mut refreshed = false;
+            loop {
+                if !refreshed && !account.is_schedulable(shared_state::now_ms()) {
+                    break;
                 }
-                tracing::info!(account = account.id, error = %error, "attempt failed; trying the next account");
-                last_err = Some(error);
+                let limit = if account.max_concurrency > 0 {
+                    account.max_concurrency
+                } else {
+                    limit_default
+                };
+                let Some(lease) = account.live.try_acquire(limit) else {
+                    break;
+                };
+                all_full = false;
+                ctx.metrics.attempt(attempts);
+                attempts += 1;
+                match attempt(ctx, plan, &account, lease, refreshed).await {
+                    Ok(c) => {
+                        account.live.note_served();
+                        return Ok(c);
+                    }
+                    Err(AttemptError::Failover {
+                        error,
+                        class: Some(FailureClass::AuthExpired),
+                    }) if !refreshed => {
+                        // One refresh, then the same account again (design.md §3).
+                        refreshed = true;
+                        match wait_for_fresh_token(ctx, &account).await {
+                            Some(fresh) => {
+                                account = fresh;
+                                continue;
+                            }
+                            None => {
+                                saw_other = true;
+                                last_err = Some(error);
+                            }
+                        }
+                    }
+                    Err(AttemptError::Failover { error, class }) => {
+                        if matches!(class, Some(FailureClass::UsageLimit { .. })) {
+                            saw_usage_limit = true;
+                        } else {
+                            saw_other = true;
+                        }
+                        tracing::info!(account = account.id, error = %error, "attempt failed; trying the next account");
+                        last_err = Some(error);
+                    }
+                    Err(AttemptError::Return(e)) => return Err(e),
+                }
+                break;
             }
-            Err(AttemptError::Return(e)) => return Err(e),
         }
+        // Every candidate was at its concurrency limit: wait for a slot (bounded) instead of
+        // failing at once. Only before any attempt: a request never waits after a failure.
+        if attempts == 0 && all_full && Instant::now() < queue_deadline && !ctx.is_draining() {
+            monoio::time::sleep(Duration::from_millis(5)).await;
+            continue 'queue;
+        }
+        break;
     }
     if attempts == 0 {
         return Err(exhausted(&snap, false, false));
@@ -340,11 +381,46 @@ enum AttemptError {
     Return(Error),
 }
 
+/// How long a request waits for a concurrency slot when every candidate is at its limit.
+const QUEUE_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a request waits for the sidecar to publish a refreshed token after a 401.
+const REFRESH_WAIT: Duration = Duration::from_secs(15);
+
+/// After a 401 the policy asked the sidecar for a refresh; wait until the snapshot carries a
+/// new access token for the account (or says it needs re-authentication).
+async fn wait_for_fresh_token(
+    ctx: &WorkerCtx,
+    account: &AccountEntry,
+) -> Option<Arc<AccountEntry>> {
+    let deadline = Instant::now() + REFRESH_WAIT;
+    loop {
+        let snap = ctx.snapshot.load();
+        if let Some(now) = snap.account(account.id) {
+            if now.effective_status() != shared_state::AccountStatus::Active {
+                return None;
+            }
+            if now.access_token != account.access_token {
+                // The refresh-wait cooldown set by the policy no longer applies.
+                policy::token_refreshed(now);
+                return Some(Arc::clone(now));
+            }
+        } else {
+            return None;
+        }
+        if Instant::now() >= deadline || ctx.is_draining() {
+            return None;
+        }
+        monoio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn attempt(
     ctx: &WorkerCtx,
     plan: &RequestPlan,
     account: &Arc<AccountEntry>,
     lease: Lease,
+    after_refresh: bool,
 ) -> Result<Committed, AttemptError> {
     let up = &ctx.upstream;
     let req = UpstreamRequest {
@@ -375,7 +451,7 @@ async fn attempt(
         let ct = resp.header("content-type").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), &body);
-        let failover = policy::apply(ctx, account, &failure.class);
+        let failover = policy::apply(ctx, account, &failure.class, after_refresh);
         let class = failure.class.clone();
         let error = Error::upstream(failure);
         return Err(if failover {
@@ -429,7 +505,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    let failover = policy::apply(ctx, account, &failure.class);
+                    let failover = policy::apply(ctx, account, &failure.class, after_refresh);
                     let class = failure.class.clone();
                     let error = Error::upstream(failure);
                     return Err(if failover {

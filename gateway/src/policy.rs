@@ -25,8 +25,14 @@ pub const CLOUDFLARE_COOLDOWN: Duration = Duration::from_secs(60);
 pub const USAGE_LIMIT_FALLBACK: Duration = Duration::from_secs(3600);
 
 /// Applies the effect of `class` on `account` and reports it. Returns true when another
-/// account may succeed (the failure is account-scoped).
-pub fn apply(ctx: &WorkerCtx, account: &AccountEntry, class: &FailureClass) -> bool {
+/// account may succeed (the failure is account-scoped). `after_refresh`: the account's token
+/// was refreshed for this very request, so a second rejection means re-authentication.
+pub fn apply(
+    ctx: &WorkerCtx,
+    account: &AccountEntry,
+    class: &FailureClass,
+    after_refresh: bool,
+) -> bool {
     let now = shared_state::now_ms();
     let cool = |d: Duration, reason: &str| {
         let until = now + d.as_millis() as u64;
@@ -49,6 +55,9 @@ pub fn apply(ctx: &WorkerCtx, account: &AccountEntry, class: &FailureClass) -> b
     account.live.note_failure();
     match class {
         FailureClass::UsageLimit { resets_at } => {
+            // The window is used up: quota state says so until the upstream reports otherwise
+            // (this is what tells "out of quota" from "briefly cooling" when all are down).
+            account.live.record_quota(Some(100.0), *resets_at, None, None);
             let until = resets_at
                 .map(|r| r * 1000)
                 .filter(|&r| r > now)
@@ -71,6 +80,7 @@ pub fn apply(ctx: &WorkerCtx, account: &AccountEntry, class: &FailureClass) -> b
             class.name(),
         ),
         FailureClass::Overloaded => cool(OVERLOAD_COOLDOWN, class.name()),
+        FailureClass::AuthExpired if after_refresh => status(AccountStatus::ReauthRequired),
         FailureClass::AuthExpired => {
             cool(AUTH_COOLDOWN, class.name());
             ctx.report(WorkerEvent::RefreshRequest {
@@ -85,4 +95,14 @@ pub fn apply(ctx: &WorkerCtx, account: &AccountEntry, class: &FailureClass) -> b
         | FailureClass::Request => {}
     }
     class.scope() == FailureScope::Account
+}
+
+/// A refreshed token was published for the account: lift the refresh-wait cooldown (a longer
+/// cooldown, e.g. a usage limit, stays).
+pub fn token_refreshed(account: &AccountEntry) {
+    let now = shared_state::now_ms();
+    let until = account.live.cooldown_until_ms();
+    if until > now && until <= now + AUTH_COOLDOWN.as_millis() as u64 {
+        account.live.clear_cooldown();
+    }
 }

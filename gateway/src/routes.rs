@@ -81,6 +81,13 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             };
             responses(ctx, conn, req, key, keep).await
         }
+        ("POST", "/v1/chat/completions") | ("POST", "/chat/completions") => {
+            let key = match authenticate(ctx, &req) {
+                Ok(k) => k,
+                Err(e) => return write_error(ctx, conn, "chat_completions", &e, keep).await,
+            };
+            crate::chat::chat_completions(ctx, conn, req, key, keep).await
+        }
         ("GET", "/v1/responses") | ("GET", "/responses") => {
             // The Responses WebSocket transport is not served yet: Codex CLI falls back to
             // HTTP+SSE on 426 without retrying (codex-protocol.md §5.4).
@@ -107,7 +114,7 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             conn.write_response(200, &[JSON], &body, keep).await?;
             Ok(keep)
         }
-        (_, "/healthz" | "/metrics" | "/v1/responses" | "/v1/models") => {
+        (_, "/healthz" | "/metrics" | "/v1/responses" | "/v1/models" | "/v1/chat/completions") => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
             write_error(ctx, conn, "other", &e, keep).await
         }
@@ -184,24 +191,37 @@ pub fn terminal_error_frame(e: &Error, response_id: Option<&str>) -> Vec<u8> {
     )
 }
 
-fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
+pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
     PASSTHROUGH_HEADERS
         .iter()
         .filter_map(|n| req.header(n).map(|v| (*n, v.to_owned())))
         .collect()
 }
 
-struct Accounting {
-    started: Instant,
-    started_ms: u64,
-    key_id: i64,
-    route: &'static str,
-    model: String,
-    stream: bool,
+pub(crate) struct Accounting {
+    pub(crate) started: Instant,
+    pub(crate) started_ms: u64,
+    pub(crate) key_id: i64,
+    pub(crate) route: &'static str,
+    pub(crate) model: String,
+    pub(crate) stream: bool,
 }
 
 impl Accounting {
-    fn finish(
+    /// Starts accounting for a request.
+    pub(crate) fn start(key_id: i64, route: &'static str, model: String, stream: bool) -> Self {
+        Self {
+            started: Instant::now(),
+            started_ms: shared_state::now_ms(),
+            key_id,
+            route,
+            model,
+            stream,
+        }
+    }
+
+    /// Reports the finished request.
+    pub(crate) fn finish(
         &self,
         ctx: &WorkerCtx,
         account_id: Option<i64>,
@@ -263,14 +283,7 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
         let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
         return write_error(ctx, conn, "responses", &e, keep).await;
     }
-    let acct = Accounting {
-        started: Instant::now(),
-        started_ms: shared_state::now_ms(),
-        key_id: key.id,
-        route: "responses",
-        model: norm.model.clone(),
-        stream: norm.stream,
-    };
+    let acct = Accounting::start(key.id, "responses", norm.model.clone(), norm.stream);
     let plan = RequestPlan {
         route: "responses",
         model: norm.model,
@@ -293,8 +306,50 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
     }
 }
 
+/// Rejects compressed request bodies with a clear error.
+pub(crate) fn check_encoding(req: &Request) -> Result<(), Error> {
+    if req
+        .header("content-encoding")
+        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
+    {
+        return Err(Error::new(
+            ErrorKind::BadRequest {
+                message:
+                    "Compressed request bodies are not supported; send the JSON body uncompressed."
+                        .into(),
+                param: None,
+            },
+            Side::Downstream,
+        ));
+    }
+    Ok(())
+}
+
+/// The SSE response head (plus client-visible upstream headers).
+pub(crate) fn sse_headers<'a>(
+    visible: &'a [(&'static str, String)],
+) -> Vec<(&'static str, &'a str)> {
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("content-type", "text/event-stream"),
+        ("cache-control", "no-cache"),
+        ("x-accel-buffering", "no"),
+    ];
+    for (n, v) in visible {
+        headers.push((n, v.as_str()));
+    }
+    headers
+}
+
 /// Decrements the open-stream gauge however the stream ends.
-struct StreamGauge<'a>(&'a WorkerCtx);
+pub(crate) struct StreamGauge<'a>(&'a WorkerCtx);
+
+impl<'a> StreamGauge<'a> {
+    /// Counts an open stream until dropped.
+    pub(crate) fn open(ctx: &'a WorkerCtx) -> Self {
+        ctx.metrics.stream_delta(1);
+        Self(ctx)
+    }
+}
 
 impl Drop for StreamGauge<'_> {
     fn drop(&mut self) {
@@ -310,18 +365,10 @@ async fn stream_responses<S: AsyncReadRent + AsyncWriteRent>(
     http10: bool,
     keep: bool,
 ) -> io::Result<bool> {
-    ctx.metrics.stream_delta(1);
-    let _gauge = StreamGauge(ctx);
+    let _gauge = StreamGauge::open(ctx);
     ctx.metrics.request("responses", 200);
-    let mut headers: Vec<(&str, &str)> = vec![
-        ("content-type", "text/event-stream"),
-        ("cache-control", "no-cache"),
-        ("x-accel-buffering", "no"),
-    ];
-    for (n, v) in &c.headers {
-        headers.push((n, v.as_str()));
-    }
-    conn.start_stream(200, &headers, http10).await?;
+    conn.start_stream(200, &sse_headers(&c.headers), http10)
+        .await?;
 
     let mut usage = None;
     let mut response_id: Option<String> = None;

@@ -6,6 +6,11 @@
 //!   instance per account lives for the whole process; snapshots carry an `Arc` to it, so a
 //!   snapshot swap never resets live counters.
 //! - [`Lease`]: RAII guard for one in-flight slot; dropping it releases the slot.
+//! - [`SchedulerLive`]: the scheduler's share of the live state (decaying penalties, EWMA
+//!   error rate and first-token latency, success/failure streaks, last request start,
+//!   per-model exclusions), built from the lock-free primitives [`AtomicF64`],
+//!   [`DecayingPenalty`] and [`ModelExclusions`]. Only the mechanism lives here; what the
+//!   values mean (weights, half-lives, tiers) is owned by `gateway::scheduler`.
 //!
 //! # Usage
 //! Workers call [`AccountLive::try_acquire`] while walking the frozen candidate order and keep
@@ -15,6 +20,8 @@ use std::sync::{
     atomic::{AtomicU32, AtomicU64, Ordering},
     Arc,
 };
+
+use arc_swap::ArcSwap;
 
 /// The status of an account as stored and as published in snapshots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -76,6 +83,8 @@ pub struct AccountLive {
     failures: AtomicU64,
     /// Status override set by a worker before the sidecar persists it (0 = none).
     status_override: AtomicU32,
+    /// Scheduling feedback (penalties, EWMAs, exclusions); see [`SchedulerLive`].
+    scheduler: SchedulerLive,
 }
 
 // === impl AccountLive ===
@@ -211,6 +220,248 @@ impl AccountLive {
         };
         self.status_override.store(v, Ordering::Release);
     }
+
+    /// The scheduler's feedback state for this account.
+    pub fn scheduler(&self) -> &SchedulerLive {
+        &self.scheduler
+    }
+}
+
+/// Number of [`DecayingPenalty`] slots per account (one per failure family the scheduler
+/// distinguishes; the mapping is `gateway::scheduler`'s).
+pub const PENALTY_SLOTS: usize = 8;
+
+/// The scheduler's share of an account's live state. Every field is updated lock-free by any
+/// worker; the meaning of each value is owned by `gateway::scheduler`.
+#[derive(Debug, Default)]
+pub struct SchedulerLive {
+    /// Exponentially decaying penalties, one slot per failure family.
+    pub penalties: [DecayingPenalty; PENALTY_SLOTS],
+    /// EWMA of the attempt error rate (0 = every recent attempt succeeded, 1 = all failed).
+    pub error_rate: AtomicF64,
+    /// EWMA of the time to first token in milliseconds (0 = no sample yet).
+    pub first_token_ms: AtomicF64,
+    /// Account-scoped failures since the last success.
+    pub consecutive_failures: AtomicU32,
+    /// Successes since the last account-scoped failure.
+    pub consecutive_successes: AtomicU32,
+    /// When the last request started on this account (ms since epoch; 0 = never).
+    pub last_request_ms: AtomicU64,
+    /// Models this account must not serve for a while ("model not supported").
+    pub excluded_models: ModelExclusions,
+}
+
+/// An `f64` in an [`AtomicU64`] (its bit pattern), updated with a CAS loop.
+#[derive(Debug, Default)]
+pub struct AtomicF64(AtomicU64);
+
+// === impl AtomicF64 ===
+
+impl AtomicF64 {
+    /// A cell holding `v`.
+    pub fn new(v: f64) -> Self {
+        Self(AtomicU64::new(v.to_bits()))
+    }
+
+    /// The current value.
+    pub fn load(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Acquire))
+    }
+
+    /// Replaces the value.
+    pub fn store(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Release);
+    }
+
+    /// Applies `f` atomically (retrying on contention) and returns the new value.
+    pub fn update(&self, mut f: impl FnMut(f64) -> f64) -> f64 {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let new = f(f64::from_bits(cur));
+            match self.0.compare_exchange_weak(
+                cur,
+                new.to_bits(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return new,
+                Err(now) => cur = now,
+            }
+        }
+    }
+}
+
+/// A penalty that decays exponentially with time. Value and timestamp share one
+/// [`AtomicU64`] (high 32 bits: unix seconds of the last update; low 32 bits: the value as
+/// `f32` at that instant), so they always change together without a lock.
+#[derive(Debug, Default)]
+pub struct DecayingPenalty(AtomicU64);
+
+// === impl DecayingPenalty ===
+
+impl DecayingPenalty {
+    fn unpack(raw: u64) -> (f64, u64) {
+        (f64::from(f32::from_bits(raw as u32)), raw >> 32)
+    }
+
+    fn pack(value: f64, at_s: u64) -> u64 {
+        ((at_s.min(u64::from(u32::MAX))) << 32) | u64::from((value as f32).to_bits())
+    }
+
+    fn decayed(value: f64, at_s: u64, now_ms: u64, half_life_ms: u64) -> f64 {
+        let dt_ms = now_ms.saturating_sub(at_s * 1000);
+        if half_life_ms == 0 {
+            return 0.0;
+        }
+        value * (-(dt_ms as f64) / half_life_ms as f64).exp2()
+    }
+
+    /// The value at `now_ms`, halved every `half_life_ms` since the last update.
+    pub fn value(&self, now_ms: u64, half_life_ms: u64) -> f64 {
+        let raw = self.0.load(Ordering::Acquire);
+        if raw == 0 {
+            return 0.0;
+        }
+        let (v, at_s) = Self::unpack(raw);
+        Self::decayed(v, at_s, now_ms, half_life_ms)
+    }
+
+    /// Decays the stored value to `now_ms`, adds `amount`, caps the sum at `cap`, and returns
+    /// the new value.
+    pub fn add(&self, amount: f64, cap: f64, now_ms: u64, half_life_ms: u64) -> f64 {
+        let now_s = now_ms / 1000;
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let old = if cur == 0 {
+                0.0
+            } else {
+                let (v, at_s) = Self::unpack(cur);
+                Self::decayed(v, at_s, now_ms, half_life_ms)
+            };
+            let new = (old + amount).clamp(0.0, cap);
+            match self.0.compare_exchange_weak(
+                cur,
+                Self::pack(new, now_s),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return new,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Decays the stored value to `now_ms` and multiplies it by `factor` (0..=1): relief
+    /// after a success. A no-op on an empty slot.
+    pub fn scale(&self, factor: f64, now_ms: u64, half_life_ms: u64) {
+        let now_s = now_ms / 1000;
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            if cur == 0 {
+                return;
+            }
+            let (v, at_s) = Self::unpack(cur);
+            let new = Self::decayed(v, at_s, now_ms, half_life_ms) * factor.clamp(0.0, 1.0);
+            let packed = if new < 1e-3 {
+                0
+            } else {
+                Self::pack(new, now_s)
+            };
+            match self
+                .0
+                .compare_exchange_weak(cur, packed, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Forgets the penalty.
+    pub fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+}
+
+/// One excluded model and until when (ms since epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelExclusion {
+    /// Model name as the upstream saw it.
+    pub model: Box<str>,
+    /// Excluded until this instant.
+    pub until_ms: u64,
+}
+
+/// Per-account set of models the account must not serve until a deadline. Reads are a
+/// single atomic load while nothing is excluded; the list itself is copy-on-write behind an
+/// [`ArcSwap`] (writes are rare: one per "model not supported" answer).
+#[derive(Debug, Default)]
+pub struct ModelExclusions {
+    /// The latest deadline in `list` (0 = never excluded anything): the read fast path.
+    until_max_ms: AtomicU64,
+    list: ArcSwap<Vec<ModelExclusion>>,
+}
+
+// === impl ModelExclusions ===
+
+impl ModelExclusions {
+    /// True when `model` is excluded at `now_ms` (model names compare ASCII-case-insensitively).
+    pub fn is_excluded(&self, model: &str, now_ms: u64) -> bool {
+        if self.until_max_ms.load(Ordering::Acquire) <= now_ms {
+            return false;
+        }
+        self.list
+            .load()
+            .iter()
+            .any(|e| e.until_ms > now_ms && e.model.eq_ignore_ascii_case(model))
+    }
+
+    /// Excludes `model` until `until_ms` (extending an existing entry, never shortening it);
+    /// expired entries are pruned on the way.
+    pub fn exclude(&self, model: &str, until_ms: u64, now_ms: u64) {
+        self.list.rcu(|cur| {
+            let mut next: Vec<ModelExclusion> = cur
+                .iter()
+                .filter(|e| e.until_ms > now_ms && !e.model.eq_ignore_ascii_case(model))
+                .cloned()
+                .collect();
+            let prev = cur
+                .iter()
+                .filter(|e| e.model.eq_ignore_ascii_case(model))
+                .map(|e| e.until_ms)
+                .max()
+                .unwrap_or(0);
+            next.push(ModelExclusion {
+                model: model.into(),
+                until_ms: until_ms.max(prev),
+            });
+            next
+        });
+        self.until_max_ms.fetch_max(until_ms, Ordering::AcqRel);
+    }
+
+    /// Lifts the exclusion of `model` (an operator action, or a catalog change).
+    pub fn lift(&self, model: &str) {
+        self.list.rcu(|cur| {
+            cur.iter()
+                .filter(|e| !e.model.eq_ignore_ascii_case(model))
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+    }
+
+    /// The exclusions still in force at `now_ms` (for admin display).
+    pub fn active(&self, now_ms: u64) -> Vec<ModelExclusion> {
+        if self.until_max_ms.load(Ordering::Acquire) <= now_ms {
+            return Vec::new();
+        }
+        self.list
+            .load()
+            .iter()
+            .filter(|e| e.until_ms > now_ms)
+            .cloned()
+            .collect()
+    }
 }
 
 /// One in-flight slot on an account; released on drop.
@@ -258,6 +509,51 @@ mod tests {
         assert_eq!(live.cooldown_until_ms(), 2_000);
         assert!(live.is_cooling(1_999));
         assert!(!live.is_cooling(2_000));
+    }
+
+    #[test]
+    fn atomic_f64_updates() {
+        let a = AtomicF64::default();
+        assert_eq!(a.load(), 0.0);
+        assert_eq!(a.update(|v| v + 1.5), 1.5);
+        a.store(-2.0);
+        assert_eq!(a.load(), -2.0);
+    }
+
+    #[test]
+    fn penalty_decays_by_half_life_and_caps() {
+        let p = DecayingPenalty::default();
+        assert_eq!(p.value(5_000, 60_000), 0.0);
+        let t0 = 1_000_000_000;
+        assert_eq!(p.add(40.0, 100.0, t0, 60_000), 40.0);
+        assert!((p.value(t0 + 60_000, 60_000) - 20.0).abs() < 1e-3);
+        assert!((p.value(t0 + 120_000, 60_000) - 10.0).abs() < 1e-3);
+        // Adding later decays first, then adds.
+        let v = p.add(5.0, 100.0, t0 + 60_000, 60_000);
+        assert!((v - 25.0).abs() < 1e-3);
+        assert_eq!(p.add(500.0, 100.0, t0 + 60_000, 60_000), 100.0);
+        p.scale(0.5, t0 + 60_000, 60_000);
+        assert!((p.value(t0 + 60_000, 60_000) - 50.0).abs() < 1e-3);
+        p.clear();
+        assert_eq!(p.value(t0, 60_000), 0.0);
+    }
+
+    #[test]
+    fn model_exclusions_expire_extend_and_lift() {
+        let x = ModelExclusions::default();
+        assert!(!x.is_excluded("gpt-5", 0));
+        x.exclude("gpt-5", 1_000, 0);
+        assert!(x.is_excluded("GPT-5", 999));
+        assert!(!x.is_excluded("gpt-5", 1_000));
+        assert!(!x.is_excluded("gpt-4", 10));
+        x.exclude("gpt-5", 500, 10);
+        assert!(x.is_excluded("gpt-5", 900), "never shortened");
+        x.exclude("o3", 2_000, 10);
+        assert_eq!(x.active(10).len(), 2);
+        x.lift("gpt-5");
+        assert!(!x.is_excluded("gpt-5", 10));
+        assert!(x.is_excluded("o3", 1_500));
+        assert!(x.active(3_000).is_empty());
     }
 
     #[test]

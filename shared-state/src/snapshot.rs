@@ -6,9 +6,13 @@
 //!   to its process-lifetime [`AccountLive`].
 //! - [`SharedSnapshot`]: the `ArcSwap` cell; workers `load()` it per request.
 //! - [`Health`]: process-wide health flags the sidecar maintains (storage reachable).
+//! - [`Settings`] and [`Strategy`]: runtime knobs, including how `gateway::scheduler` orders
+//!   accounts.
 
 use std::{
     collections::HashMap,
+    fmt,
+    str::FromStr,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -116,6 +120,13 @@ pub struct Settings {
     pub max_attempts: u32,
     /// Concurrency limit applied to accounts that have none of their own (0 = unlimited).
     pub default_max_concurrency: u32,
+    /// How the scheduler orders candidate accounts.
+    pub strategy: Strategy,
+    /// Skip accounts whose quota usage (primary 5 h window, or secondary weekly window) is
+    /// at or above this percent; `None` = never pause on usage.
+    pub pause_threshold_pct: Option<f64>,
+    /// Minimum time between two request starts on one account, in ms (0 = none).
+    pub min_request_interval_ms: u64,
 }
 
 impl Default for Settings {
@@ -123,7 +134,77 @@ impl Default for Settings {
         Self {
             max_attempts: 3,
             default_max_concurrency: 0,
+            strategy: Strategy::default(),
+            pause_threshold_pct: None,
+            min_request_interval_ms: 0,
         }
+    }
+}
+
+/// How `gateway::scheduler` orders the candidate accounts of a request.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// Health tiers, then a score from decaying penalties, EWMA error rate and latency, quota
+    /// and load; weighted randomness among near-equals; soft session affinity.
+    #[default]
+    Smart,
+    /// Rotate by the worker's cursor, proportionally to the account weights.
+    RoundRobin,
+    /// Fixed order by id: fill one account up to its concurrency limit before the next.
+    FillFirst,
+    /// Rendezvous hashing of the session key: a session stays on one account while that
+    /// account is schedulable. Without a key, like `Smart`.
+    Sticky,
+    /// The account whose primary (then secondary) window resets soonest first.
+    QuotaResetPriority,
+}
+
+/// An unknown [`Strategy`] name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheduling strategy `{0}` (expected one of: smart, round_robin, fill_first, sticky, quota_reset_priority)")]
+pub struct UnknownStrategy(pub String);
+
+// === impl Strategy ===
+
+impl Strategy {
+    /// Every strategy, in documentation order.
+    pub const ALL: [Strategy; 5] = [
+        Self::Smart,
+        Self::RoundRobin,
+        Self::FillFirst,
+        Self::Sticky,
+        Self::QuotaResetPriority,
+    ];
+
+    /// The stored / configured name (snake_case).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Smart => "smart",
+            Self::RoundRobin => "round_robin",
+            Self::FillFirst => "fill_first",
+            Self::Sticky => "sticky",
+            Self::QuotaResetPriority => "quota_reset_priority",
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = UnknownStrategy;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -192,6 +273,20 @@ mod tests {
         assert!(s.account(4).is_none());
         assert_eq!(s.key("sk-cg-x").map(|k| k.id), Some(7));
         assert!(s.key("sk-cg-y").is_none());
+    }
+
+    #[test]
+    fn strategy_names_roundtrip() {
+        for st in Strategy::ALL {
+            assert_eq!(st.as_str().parse::<Strategy>(), Ok(st));
+            assert_eq!(st.to_string(), st.as_str());
+        }
+        assert_eq!(Strategy::default(), Strategy::Smart);
+        assert!("weighted".parse::<Strategy>().is_err());
+        let d = Settings::default();
+        assert_eq!(d.strategy, Strategy::Smart);
+        assert_eq!(d.pause_threshold_pct, None);
+        assert_eq!(d.min_request_interval_ms, 0);
     }
 
     #[test]

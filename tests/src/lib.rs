@@ -311,3 +311,41 @@ pub fn parse_sse(body: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Live view of one account in the gateway's current snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccountView {
+    /// Effective status (`active`, `disabled`, `reauth_required`, `banned`).
+    pub status: &'static str,
+    /// Cooldown remaining, ms (0 when none).
+    pub cooling_ms: u64,
+    /// Leases held.
+    pub in_flight: u32,
+}
+
+impl Stack {
+    /// The live state of an account by ChatGPT account id.
+    pub fn account(&self, chatgpt_account_id: &str) -> AccountView {
+        let snap = self.app.snapshot.load();
+        let a = snap
+            .accounts
+            .iter()
+            .find(|a| a.chatgpt_account_id == chatgpt_account_id)
+            .expect("account in snapshot");
+        let now = shared_state::now_ms();
+        AccountView {
+            status: a.effective_status().as_str(),
+            cooling_ms: a.live.cooldown_until_ms().saturating_sub(now),
+            in_flight: a.live.in_flight(),
+        }
+    }
+
+    /// Which accounts the upstream saw, in order.
+    pub fn served_by(&self) -> Vec<String> {
+        self.mock
+            .requests()
+            .iter()
+            .filter_map(|r| r.account_id().map(str::to_owned))
+            .collect()
+    }
+}

@@ -39,3 +39,19 @@ fn openai_python_sdk_responses() {
     let s = StackBuilder::default().start();
     run_script("sdk_responses.py", &format!("{}/v1", s.url()), &s.key);
 }
+
+#[test]
+fn openai_python_sdk_chat_and_models() {
+    let s = StackBuilder::default().start();
+    // The script's first request is the tool-call round trip.
+    s.mock.set_behaviour(
+        "acct-0",
+        benches::Behaviour {
+            tool_call: Some("get_weather".into()),
+            tool_arguments: Some(r#"{"city":"Paris"}"#.into()),
+            ..Default::default()
+        }
+        .times(1),
+    );
+    run_script("sdk_chat.py", &format!("{}/v1", s.url()), &s.key);
+}

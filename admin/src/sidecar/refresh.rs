@@ -30,8 +30,8 @@ use tokio::time::Instant;
 
 use super::Core;
 use crate::{
-    oauth::{Identity, RefreshError},
-    storage::TokenUpdate,
+    oauth::{Identity, OAuthClient, RefreshError},
+    storage::{Storage, TokenUpdate},
 };
 
 /// Attempts per refresh before giving up (transient failures only).
@@ -238,46 +238,9 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         .await;
         return Step::Done;
     }
-    match core.oauth.refresh(&secrets.refresh_token).await {
-        Ok(t) => {
-            let ident = Identity::from_tokens(
-                t.id_token.as_ref().map(Secret::expose).unwrap_or(""),
-                t.access_token.expose(),
-            );
-            let now_s = i64::try_from(shared_state::now_ms() / 1000).unwrap_or(0);
-            let upd = TokenUpdate {
-                access_token: t.access_token,
-                refresh_token: t.refresh_token,
-                id_token: t.id_token,
-                access_expires_at: ident
-                    .access_expires_at
-                    .or_else(|| t.expires_in.map(|e| now_s + e)),
-                email: ident.email,
-                plan_type: ident.plan_type,
-            };
-            // The old refresh token is dead now: the new one must reach storage. Retry hard
-            // (bounded so the lease does not expire under us).
-            let mut stored = false;
-            for i in 0..6u32 {
-                match core.storage.update_tokens(id, &upd).await {
-                    Ok(true) => {
-                        stored = true;
-                        break;
-                    }
-                    Ok(false) => return Step::Done, // deleted meanwhile
-                    Err(e) => {
-                        tracing::error!(account = id, error = %e, "cannot store refreshed tokens; retrying");
-                        tokio::time::sleep(Duration::from_millis(500 * u64::from(i + 1))).await;
-                    }
-                }
-            }
-            if !stored {
-                tracing::error!(
-                    account = id,
-                    "refreshed tokens could not be stored; the account will need a new login"
-                );
-                return Step::Done;
-            }
+    match exchange_and_store(core.storage.as_ref(), &core.oauth, id, &secrets.refresh_token).await
+    {
+        Ok(Stored::Yes) => {
             if let Some(live) = core.publisher.live(id).await {
                 if live.status_override() == Some(AccountStatus::ReauthRequired) {
                     live.set_status_override(None);
@@ -294,12 +257,66 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
             tracing::info!(account = id, "refreshed account tokens");
             Step::Done
         }
+        Ok(Stored::Deleted | Stored::Lost) => Step::Done,
         Err(e @ RefreshError::Terminal { .. }) => {
             mark_terminal(core, id, &e).await;
             Step::Done
         }
         Err(RefreshError::Transient(why)) => Step::Retry(why),
     }
+}
+
+/// What [`exchange_and_store`] did with the new tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// Persisted (access + rotated refresh + id token, one transaction).
+    Yes,
+    /// The account was deleted meanwhile.
+    Deleted,
+    /// Storage kept failing: the rotated refresh token is lost (logged).
+    Lost,
+}
+
+/// Exchanges `refresh_token` at the token endpoint and persists the rotation. The old refresh
+/// token is dead once the endpoint answered, so storing retries hard (bounded, so a Redis
+/// lease held by the caller does not expire under it). Shared by the sidecar and the CLI.
+pub(crate) async fn exchange_and_store(
+    storage: &dyn Storage,
+    oauth: &OAuthClient,
+    id: i64,
+    refresh_token: &Secret,
+) -> Result<Stored, RefreshError> {
+    let t = oauth.refresh(refresh_token).await?;
+    let ident = Identity::from_tokens(
+        t.id_token.as_ref().map(Secret::expose).unwrap_or(""),
+        t.access_token.expose(),
+    );
+    let now_s = i64::try_from(shared_state::now_ms() / 1000).unwrap_or(0);
+    let upd = TokenUpdate {
+        access_token: t.access_token,
+        refresh_token: t.refresh_token,
+        id_token: t.id_token,
+        access_expires_at: ident
+            .access_expires_at
+            .or_else(|| t.expires_in.map(|e| now_s + e)),
+        email: ident.email,
+        plan_type: ident.plan_type,
+    };
+    for i in 0..6u32 {
+        match storage.update_tokens(id, &upd).await {
+            Ok(true) => return Ok(Stored::Yes),
+            Ok(false) => return Ok(Stored::Deleted),
+            Err(e) => {
+                tracing::error!(account = id, error = %e, "cannot store refreshed tokens; retrying");
+                tokio::time::sleep(Duration::from_millis(500 * u64::from(i + 1))).await;
+            }
+        }
+    }
+    tracing::error!(
+        account = id,
+        "refreshed tokens could not be stored; the account will need a new login"
+    );
+    Ok(Stored::Lost)
 }
 
 async fn publish_refreshed(core: &Arc<Core>, id: i64) {

@@ -59,6 +59,24 @@ pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, a
 /// Rows per multi-row usage INSERT (14 binds each; far below both engines' limits).
 pub(super) const USAGE_CHUNK: usize = 200;
 
+/// Usage totals grouped by `(key_id, account_id)`. `SUM` of a `BIGINT` is `NUMERIC` on
+/// PostgreSQL, hence the casts; `$N IS NULL OR ...` turns an absent filter off.
+pub(super) const USAGE_GROUPS: &str = "SELECT key_id, account_id, COUNT(*) AS requests, \
+     CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS input_tokens, \
+     CAST(COALESCE(SUM(cached_tokens), 0) AS BIGINT) AS cached_tokens, \
+     CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS output_tokens, \
+     CAST(COALESCE(SUM(reasoning_tokens), 0) AS BIGINT) AS reasoning_tokens, \
+     CAST(COALESCE(SUM(CASE WHEN status >= 400 OR error_code IS NOT NULL THEN 1 ELSE 0 END), 0) \
+         AS BIGINT) AS errors \
+     FROM usage_records \
+     WHERE ($1 IS NULL OR started_at_ms >= $1) AND ($2 IS NULL OR started_at_ms < $2) \
+       AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
+     GROUP BY key_id, account_id";
+
+pub(super) const UPSERT_SETTING: &str = "INSERT INTO settings (key, value, updated_at) \
+     VALUES ($1, $2, $3) \
+     ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
+
 /// Implements [`super::Storage`] for `$ty { pool: sqlx::Pool<$db>, cipher: Cipher }`.
 macro_rules! impl_storage {
     ($ty:ty, $db:ty, $backend:expr) => {
@@ -355,6 +373,27 @@ macro_rules! impl_storage {
                 })
             }
 
+            fn set_plan_type<'a>(
+                &'a self,
+                id: i64,
+                plan_type: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE accounts SET plan_type = $1, \
+                         updated_at = CASE WHEN plan_type IS NULL OR plan_type <> $1 \
+                             THEN $2 ELSE updated_at END \
+                         WHERE id = $3",
+                    )
+                    .bind(plan_type)
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
             fn delete_account(&self, id: i64) -> $crate::storage::StorageFuture<'_, bool> {
                 Box::pin(async move {
                     let res = sqlx::query("DELETE FROM accounts WHERE id = $1")
@@ -492,6 +531,86 @@ macro_rules! impl_storage {
                         .await?;
                     let n: i64 = row.try_get("n")?;
                     Ok(u64::try_from(n).unwrap_or(0))
+                })
+            }
+
+            fn usage_summary(
+                &self,
+                filter: $crate::storage::UsageFilter,
+            ) -> $crate::storage::StorageFuture<'_, $crate::storage::UsageSummary> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::USAGE_GROUPS)
+                        .bind(filter.since_ms)
+                        .bind(filter.until_ms)
+                        .bind(filter.key_id)
+                        .bind(filter.account_id)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let n = |r: &<$db as sqlx::Database>::Row, c: &str| -> Result<u64, sqlx::Error> {
+                        Ok(u64::try_from(r.try_get::<i64, _>(c)?).unwrap_or(0))
+                    };
+                    let mut groups = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        groups.push((
+                            r.try_get::<i64, _>("key_id")?,
+                            r.try_get::<Option<i64>, _>("account_id")?,
+                            $crate::storage::UsageTotals {
+                                requests: n(r, "requests")?,
+                                input_tokens: n(r, "input_tokens")?,
+                                cached_tokens: n(r, "cached_tokens")?,
+                                output_tokens: n(r, "output_tokens")?,
+                                reasoning_tokens: n(r, "reasoning_tokens")?,
+                                errors: n(r, "errors")?,
+                            },
+                        ));
+                    }
+                    Ok($crate::storage::UsageSummary::from_groups(groups))
+                })
+            }
+
+            fn load_settings(
+                &self,
+            ) -> $crate::storage::StorageFuture<'_, Vec<(String, String)>> {
+                Box::pin(async move {
+                    let rows: Vec<(String, String)> =
+                        sqlx::query_as("SELECT key, value FROM settings ORDER BY key")
+                            .fetch_all(&self.pool)
+                            .await?;
+                    Ok(rows)
+                })
+            }
+
+            fn write_settings<'a>(
+                &'a self,
+                changes: &'a [(String, Option<String>)],
+            ) -> $crate::storage::StorageFuture<'a, ()> {
+                Box::pin(async move {
+                    if changes.is_empty() {
+                        return Ok(());
+                    }
+                    let now = $crate::storage::now_ms_i64();
+                    let mut tx = self.pool.begin().await?;
+                    for (key, value) in changes {
+                        match value {
+                            Some(v) => {
+                                sqlx::query($crate::storage::sql::UPSERT_SETTING)
+                                    .bind(key)
+                                    .bind(v)
+                                    .bind(now)
+                                    .execute(&mut *tx)
+                                    .await?;
+                            }
+                            None => {
+                                sqlx::query("DELETE FROM settings WHERE key = $1")
+                                    .bind(key)
+                                    .execute(&mut *tx)
+                                    .await?;
+                            }
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok(())
                 })
             }
 

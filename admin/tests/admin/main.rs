@@ -6,6 +6,8 @@
 
 mod support;
 
+mod cli;
 mod import;
+mod quota;
 mod sidecar;
 mod storage;

@@ -16,24 +16,24 @@ use shared_state::{
 
 use crate::support::{both_backends, jwt, redis_url, wait_until, MockOAuth, TestDb, FAR_EXP};
 
-const WAIT: Duration = Duration::from_secs(10);
+pub const WAIT: Duration = Duration::from_secs(10);
 
-struct Running {
+pub struct Running {
     handle: Option<SidecarHandle>,
-    snapshot: SharedSnapshot,
-    health: Arc<Health>,
+    pub snapshot: SharedSnapshot,
+    pub health: Arc<Health>,
     tx: EventSender,
-    boxes: Vec<WorkerMailbox>,
-    base: String,
+    pub boxes: Vec<WorkerMailbox>,
+    pub base: String,
     http: reqwest::Client,
 }
 
 impl Running {
-    fn start(cfg: SidecarConfig) -> Self {
+    pub fn start(cfg: SidecarConfig) -> Self {
         Self::try_start(cfg).expect("spawn")
     }
 
-    fn try_start(cfg: SidecarConfig) -> Result<Self, SidecarError> {
+    pub fn try_start(cfg: SidecarConfig) -> Result<Self, SidecarError> {
         let snapshot = Snapshot::shared();
         let health = Arc::new(Health::default());
         let (tx, events) = channels::events();
@@ -59,13 +59,13 @@ impl Running {
         })
     }
 
-    fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Some(h) = self.handle.take() {
             h.shutdown();
         }
     }
 
-    async fn req(
+    pub async fn req(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -85,11 +85,11 @@ impl Running {
         (status, v)
     }
 
-    fn version(&self) -> u64 {
+    pub fn version(&self) -> u64 {
         self.snapshot.load().version
     }
 
-    fn send(&self, ev: WorkerEvent) {
+    pub fn send(&self, ev: WorkerEvent) {
         self.tx.try_send(ev).unwrap();
     }
 }
@@ -100,14 +100,15 @@ impl Drop for Running {
     }
 }
 
-fn config(db: &TestDb) -> SidecarConfig {
+pub fn config(db: &TestDb) -> SidecarConfig {
     let mut cfg = SidecarConfig::new(db.target(), "127.0.0.1:0".parse().unwrap());
     cfg.reload_interval = Duration::from_millis(200);
     cfg.oauth_token_url = "http://127.0.0.1:9/oauth/token".into();
+    cfg.quota_poll_interval = Duration::ZERO;
     cfg
 }
 
-async fn seed_account(s: &dyn Storage, account: &str, rt: &str) -> i64 {
+pub async fn seed_account(s: &dyn Storage, account: &str, rt: &str) -> i64 {
     s.upsert_account(&AccountUpsert {
         chatgpt_account_id: account.into(),
         user_id: format!("user-{account}"),
@@ -124,7 +125,7 @@ async fn seed_account(s: &dyn Storage, account: &str, rt: &str) -> i64 {
     .id
 }
 
-fn usage(i: u64) -> UsageRecord {
+pub fn usage(i: u64) -> UsageRecord {
     UsageRecord {
         key_id: 1,
         account_id: Some(1),

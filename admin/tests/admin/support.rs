@@ -434,3 +434,158 @@ pub fn write(dir: &std::path::Path, name: &str, content: &str) -> PathBuf {
     std::fs::write(&p, content).unwrap();
     p
 }
+
+// ===== mock Codex usage endpoint (`GET /backend-api/wham/usage`) =====
+
+/// One request the usage mock received.
+#[derive(Debug, Clone)]
+pub struct UsageHit {
+    pub at: std::time::Instant,
+    pub path: String,
+    pub authorization: Option<String>,
+    pub account_id: Option<String>,
+    pub user_agent: Option<String>,
+    pub originator: Option<String>,
+}
+
+#[derive(Default)]
+struct UsageState {
+    hits: Vec<UsageHit>,
+    /// Bearer tokens answered with 401.
+    rejected: HashSet<String>,
+    /// Body per `ChatGPT-Account-Id`.
+    bodies: HashMap<String, Value>,
+}
+
+/// The §2.5 usage JSON.
+pub fn usage_body(plan: &str, primary: f64, secondary: f64, limit_reached: bool) -> Value {
+    json!({
+        "user_id": "user-x", "account_id": "acc-x", "email": "x@x", "plan_type": plan,
+        "rate_limit": {
+            "allowed": !limit_reached, "limit_reached": limit_reached,
+            "primary_window": {"used_percent": primary, "limit_window_seconds": 18000,
+                               "reset_after_seconds": 1200, "reset_at": 3_900_000_000u64},
+            "secondary_window": {"used_percent": secondary, "limit_window_seconds": 604800,
+                                 "reset_after_seconds": 86400, "reset_at": 3_950_000_000u64}
+        },
+        "credits": {"has_credits": false, "unlimited": false, "balance": "0"}
+    })
+}
+
+/// A usage endpoint on 127.0.0.1:0, in its own thread (blocking CLI helpers can call it).
+pub struct MockUsage {
+    /// `http://127.0.0.1:<port>`.
+    pub origin: String,
+    state: Arc<Mutex<UsageState>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+async fn usage_handler(
+    State(st): State<Arc<Mutex<UsageState>>>,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> (StatusCode, Json<Value>) {
+    let h = |k: &str| {
+        headers
+            .get(k)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let hit = UsageHit {
+        at: std::time::Instant::now(),
+        path: uri.path().to_owned(),
+        authorization: h("authorization"),
+        account_id: h("chatgpt-account-id"),
+        user_agent: h("user-agent"),
+        originator: h("originator"),
+    };
+    let mut s = st.lock().unwrap();
+    s.hits.push(hit.clone());
+    let token = hit
+        .authorization
+        .as_deref()
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if s.rejected.contains(token) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"code": "token_expired", "message": "expired"}})),
+        );
+    }
+    let body = hit
+        .account_id
+        .as_deref()
+        .and_then(|a| s.bodies.get(a).cloned())
+        .unwrap_or_else(|| usage_body("plus", 10.0, 1.0, false));
+    (StatusCode::OK, Json(body))
+}
+
+impl MockUsage {
+    pub fn start() -> Self {
+        let state = Arc::new(Mutex::new(UsageState::default()));
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let st = Arc::clone(&state);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                addr_tx.send(l.local_addr().unwrap()).unwrap();
+                let app = Router::new().fallback(usage_handler).with_state(st);
+                axum::serve(l, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop_rx.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        let addr = addr_rx.recv().unwrap();
+        Self {
+            origin: format!("http://{addr}"),
+            state,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// The upstream base URL whose derived usage URL is this mock's `/backend-api/wham/usage`.
+    pub fn codex_base(&self) -> String {
+        format!("{}/backend-api/codex", self.origin)
+    }
+
+    pub fn set_body(&self, chatgpt_account_id: &str, body: Value) {
+        self.state
+            .lock()
+            .unwrap()
+            .bodies
+            .insert(chatgpt_account_id.to_owned(), body);
+    }
+
+    pub fn reject_token(&self, token: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .rejected
+            .insert(token.to_owned());
+    }
+
+    pub fn hits(&self) -> Vec<UsageHit> {
+        self.state.lock().unwrap().hits.clone()
+    }
+}
+
+impl Drop for MockUsage {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -39,6 +39,13 @@ struct Args {
     /// Delay between SSE events, in ms.
     #[arg(long, default_value_t = 0)]
     inter_event_delay_ms: u64,
+    /// Pace SSE events at this rate per stream (sets --inter-event-delay-ms to 1000/RATE).
+    #[arg(long, value_name = "RATE")]
+    events_per_second: Option<f64>,
+    /// Answer with exactly N deltas of a fixed token, rendered as the stream goes (long-lived
+    /// load-test streams); overrides --text / --deltas.
+    #[arg(long, value_name = "N")]
+    tokens: Option<u64>,
     /// Delay of the OAuth token endpoint, in ms.
     #[arg(long, default_value_t = 0)]
     token_delay_ms: u64,
@@ -75,6 +82,9 @@ struct Args {
     /// Runtime worker threads (default: available parallelism).
     #[arg(long)]
     workers: Option<usize>,
+    /// SETTINGS_MAX_CONCURRENT_STREAMS advertised on HTTP/2 connections.
+    #[arg(long, default_value_t = 4096)]
+    h2_max_concurrent_streams: u32,
 }
 
 /// Exit code for a bad command line (EX_USAGE).
@@ -127,9 +137,17 @@ fn config(a: &Args) -> Result<MockConfig, String> {
             .map_err(|e| format!("--account-behaviour {id}: {e}"))?;
         account_behaviours.push((id.to_owned(), b));
     }
-    let default_behaviour = match &a.behaviour {
+    let mut default_behaviour = match &a.behaviour {
         Some(s) => s.parse().map_err(|e| format!("--behaviour: {e}"))?,
         None => Behaviour::default(),
+    };
+    if let Some(n) = a.tokens {
+        default_behaviour.tokens.get_or_insert(n);
+    }
+    let inter_event_delay = match a.events_per_second {
+        Some(r) => benches::mock::per_second(&r.to_string())
+            .map_err(|e| format!("--events-per-second: {e}"))?,
+        None => Duration::from_millis(a.inter_event_delay_ms),
     };
     Ok(MockConfig {
         listen: a.listen,
@@ -138,7 +156,7 @@ fn config(a: &Args) -> Result<MockConfig, String> {
         deltas: a.deltas,
         text: a.text.clone(),
         first_byte_delay: Duration::from_millis(a.first_byte_delay_ms),
-        inter_event_delay: Duration::from_millis(a.inter_event_delay_ms),
+        inter_event_delay,
         token_delay: Duration::from_millis(a.token_delay_ms),
         strict_tokens: a.strict_tokens,
         omit_rotated_refresh_token: a.omit_rotated_refresh_token,
@@ -153,6 +171,7 @@ fn config(a: &Args) -> Result<MockConfig, String> {
                 .map(|n| n.get())
                 .unwrap_or(2)
         }),
+        h2_max_concurrent_streams: a.h2_max_concurrent_streams,
     })
 }
 

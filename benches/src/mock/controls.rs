@@ -373,8 +373,11 @@ fn ms(v: &str) -> Result<Duration, std::num::ParseIntError> {
     v.parse::<u64>().map(Duration::from_millis)
 }
 
-/// `1 / rate` seconds; a rate of 0 means no pacing.
-pub(crate) fn per_second(v: &str) -> Result<Duration, String> {
+/// The pause between events for a rate of `v` events per second (`0`: no pacing).
+///
+/// # Errors
+/// `v` is not a number, negative or not finite.
+pub fn per_second(v: &str) -> Result<Duration, String> {
     let r: f64 = v.parse().map_err(|e| format!("{e}"))?;
     if !r.is_finite() || r < 0.0 {
         return Err("expected a rate >= 0".to_owned());

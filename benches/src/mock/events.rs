@@ -4,12 +4,15 @@
 //! # Key Components
 //! - [`Plan`]: what one answer looks like (text, deltas, reasoning, tool call, terminal).
 //! - [`build`]: renders the whole sequence as `event: <type>\ndata: <json>\n\n` frames, each
-//!   JSON repeating `"type"` and carrying `sequence_number`.
+//!   JSON repeating `"type"` and carrying `sequence_number`. With [`Plan::tokens`] the text
+//!   deltas are a [`TokenRun`] rendered one at a time while streaming (and the events after it
+//!   only when the run is over), so long-lived load-test streams cost no memory per event.
 //! - [`SseStream`]: yields one frame per event (one HTTP/2 DATA frame or HTTP/1.1 chunk each),
-//!   sleeping `inter_event_delay` between them, aborting after `disconnect_after` events, and
-//!   keeping the mock's active / completed stream counters.
+//!   paced on a fixed schedule (`inter_event_delay` apart, without drift), aborting after
+//!   `disconnect_after` events, and keeping the mock's active / completed stream counters.
 
 use std::{
+    collections::VecDeque,
     future::Future,
     io,
     pin::Pin,
@@ -18,7 +21,7 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
+use bytes::{BufMut as _, Bytes, BytesMut};
 use futures_util::Stream;
 use hyper::body::Frame;
 use tokio::time::{Instant, Sleep};
@@ -35,6 +38,9 @@ const ABORT_FLUSH_PAUSE: Duration = Duration::from_millis(10);
 const REASONING_TEXT: &str =
     "**Answering the mock request**\n\nThe mock upstream is producing a canned answer.";
 
+/// The delta of every event of a [`TokenRun`].
+pub(crate) const TOKEN: &str = "tok ";
+
 /// The shape of one successful (or in-stream failing) answer.
 pub(crate) struct Plan<'a> {
     /// The request's `model`, echoed in the response object.
@@ -43,6 +49,8 @@ pub(crate) struct Plan<'a> {
     pub(crate) service_tier: &'a str,
     pub(crate) text: &'a str,
     pub(crate) deltas: usize,
+    /// `Some(n)`: the text answer is `n` deltas of [`TOKEN`] (`text` / `deltas` are ignored).
+    pub(crate) tokens: Option<u64>,
     pub(crate) reasoning: bool,
     /// `(name, arguments JSON)` of a function call answer.
     pub(crate) tool: Option<(&'a str, &'a str)>,
@@ -56,8 +64,69 @@ pub(crate) struct Plan<'a> {
 
 /// The rendered events; `terminal` says whether the last one ends the response.
 pub(crate) struct Rendered {
+    /// Every event, or with a [`TokenRun`] the events before it.
     pub(crate) events: Vec<Bytes>,
+    /// Generated deltas after `events`, then the rest of the answer.
+    pub(crate) run: Option<TokenRun>,
     pub(crate) terminal: bool,
+}
+
+/// Lazily rendered `response.output_text.delta` events, then the events after them.
+pub(crate) struct TokenRun {
+    left: u64,
+    seq: u64,
+    /// `event: ...\ndata: {"type":...,"sequence_number":`
+    prefix: &'static [u8],
+    /// `,"item_id":...,"delta":"tok ","logprobs":[]}\n\n`
+    suffix: Bytes,
+    /// Renders the events after the run (done events and the terminal).
+    tail: Option<Box<dyn FnOnce() -> Vec<Bytes> + Send>>,
+}
+
+// === impl TokenRun ===
+
+impl TokenRun {
+    /// The next delta event, or `None` when the run is over.
+    fn next_delta(&mut self) -> Option<Bytes> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let mut b = BytesMut::with_capacity(self.prefix.len() + 20 + self.suffix.len());
+        b.put_slice(self.prefix);
+        b.put_slice(itoa_buf(self.seq).as_bytes());
+        b.put_slice(&self.suffix);
+        self.seq += 1;
+        Some(b.freeze())
+    }
+}
+
+/// Decimal rendering of `n` without going through `fmt` machinery per event.
+fn itoa_buf(mut n: u64) -> Digits {
+    let mut d = Digits {
+        buf: [0; 20],
+        start: 20,
+    };
+    loop {
+        d.start -= 1;
+        d.buf[d.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    d
+}
+
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 /// JSON string literal of `s` (quotes included).
@@ -86,8 +155,7 @@ pub(crate) fn split_deltas(text: &str, n: usize) -> Vec<&str> {
         .collect()
 }
 
-struct Builder<'a> {
-    plan: &'a Plan<'a>,
+struct Builder {
     out: Vec<Bytes>,
     seq: u64,
     id: String,
@@ -96,7 +164,16 @@ struct Builder<'a> {
     tier: String,
 }
 
-impl Builder<'_> {
+/// What the terminal event needs, owned so a [`TokenRun`] can render it later.
+struct Ending {
+    incomplete: Option<String>,
+    empty_completed_output: bool,
+    fail_after_output: Option<String>,
+    input_tokens: u64,
+    cached_tokens: u64,
+}
+
+impl Builder {
     fn push(&mut self, ty: &str, rest: &str) {
         let s = format!(
             "event: {ty}\ndata: {{\"type\":\"{ty}\",\"sequence_number\":{},{rest}}}\n\n",
@@ -139,18 +216,89 @@ impl Builder<'_> {
         let r = self.response("failed", &error, "null", "", "null");
         self.push("response.failed", &r);
     }
+
+    /// `output_text.done`, `content_part.done`, `output_item.done` of the message `id`;
+    /// returns the item JSON.
+    fn message_done(
+        &mut self,
+        id: &str,
+        head: &str,
+        idx: usize,
+        text: &str,
+        status: &str,
+    ) -> String {
+        let text = js(text);
+        self.push(
+            "response.output_text.done",
+            &format!("{head},\"text\":{text},\"logprobs\":[]"),
+        );
+        let part = format!(
+            "{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":{text}}}"
+        );
+        self.push(
+            "response.content_part.done",
+            &format!("{head},\"part\":{part}"),
+        );
+        let item = format!(
+            "{{\"id\":\"{id}\",\"type\":\"message\",\"status\":\"{status}\",\"content\":[{part}],\"role\":\"assistant\"}}"
+        );
+        self.push(
+            "response.output_item.done",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        item
+    }
+
+    /// The terminal event: `response.completed` or `response.incomplete` with usage.
+    fn terminal(
+        &mut self,
+        output: &[String],
+        output_tokens: u64,
+        reasoning_tokens: u64,
+        end: &Ending,
+    ) {
+        let output_tokens = output_tokens.max(1);
+        let usage = format!(
+            "{{\"input_tokens\":{i},\"input_tokens_details\":{{\"cached_tokens\":{c}}},\
+             \"output_tokens\":{output_tokens},\"output_tokens_details\":{{\"reasoning_tokens\":{reasoning_tokens}}},\
+             \"total_tokens\":{t}}}",
+            i = end.input_tokens,
+            c = end.cached_tokens.min(end.input_tokens),
+            t = end.input_tokens + output_tokens,
+        );
+        let output = output.join(",");
+        if let Some(reason) = &end.incomplete {
+            let inc = format!("{{\"reason\":{}}}", js(reason));
+            let r = self.response("incomplete", "null", &inc, &output, &usage);
+            self.push("response.incomplete", &r);
+        } else {
+            let shown = if end.empty_completed_output {
+                ""
+            } else {
+                output.as_str()
+            };
+            let r = self.response("completed", "null", "null", shown, &usage);
+            self.push("response.completed", &r);
+        }
+    }
 }
 
 /// Renders the full event sequence of `plan`.
 pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
     let mut b = Builder {
-        plan,
         out: Vec::with_capacity(plan.deltas * 2 + 12),
         seq: 0,
         id: format!("resp_{}", rand_hex(16)),
         created_at: super::state::now_unix(),
         model: js(plan.model),
         tier: js(plan.service_tier),
+    };
+    let end = Ending {
+        incomplete: plan.incomplete.map(str::to_owned),
+        empty_completed_output: plan.empty_completed_output,
+        fail_after_output: plan.fail_after_output.map(str::to_owned),
+        input_tokens: plan.input_tokens,
+        cached_tokens: plan.cached_tokens,
     };
     let r = b.response("in_progress", "null", "null", "", "null");
     b.push("response.created", &r);
@@ -159,13 +307,14 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
         b.failed(code);
         return Rendered {
             events: b.out,
+            run: None,
             terminal: true,
         };
     }
 
     let mut output: Vec<String> = Vec::new();
     let mut reasoning_tokens = 0u64;
-    if b.plan.reasoning {
+    if plan.reasoning {
         let id = format!("rs_{}", rand_hex(16));
         let idx = output.len();
         b.push(
@@ -237,6 +386,7 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
             b.failed(code);
             return Rendered {
                 events: b.out,
+                run: None,
                 terminal: true,
             };
         }
@@ -270,6 +420,19 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
             "response.content_part.added",
             &format!("{head},\"part\":{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}"),
         );
+        if let Some(n) = plan.tokens {
+            return token_run(
+                b,
+                end,
+                id,
+                head,
+                idx,
+                n,
+                output,
+                output_tokens,
+                reasoning_tokens,
+            );
+        }
         let pieces = split_deltas(plan.text, plan.deltas);
         let cut = plan.fail_after_output.map(|_| pieces.len().div_ceil(2));
         for (i, d) in pieces.iter().enumerate() {
@@ -286,61 +449,76 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
             b.failed(code);
             return Rendered {
                 events: b.out,
+                run: None,
                 terminal: true,
             };
         }
-        let text = js(plan.text);
-        b.push(
-            "response.output_text.done",
-            &format!("{head},\"text\":{text},\"logprobs\":[]"),
-        );
-        let part = format!(
-            "{{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],\"text\":{text}}}"
-        );
-        b.push(
-            "response.content_part.done",
-            &format!("{head},\"part\":{part}"),
-        );
         let status = if plan.incomplete.is_some() {
             "incomplete"
         } else {
             "completed"
         };
-        let item = format!(
-            "{{\"id\":\"{id}\",\"type\":\"message\",\"status\":\"{status}\",\"content\":[{part}],\"role\":\"assistant\"}}"
-        );
-        b.push(
-            "response.output_item.done",
-            &format!("\"output_index\":{idx},\"item\":{item}"),
-        );
-        output.push(item);
+        output.push(b.message_done(&id, &head, idx, plan.text, status));
     }
 
-    let output_tokens = output_tokens.max(1);
-    let usage = format!(
-        "{{\"input_tokens\":{i},\"input_tokens_details\":{{\"cached_tokens\":{c}}},\
-         \"output_tokens\":{output_tokens},\"output_tokens_details\":{{\"reasoning_tokens\":{reasoning_tokens}}},\
-         \"total_tokens\":{t}}}",
-        i = plan.input_tokens,
-        c = plan.cached_tokens.min(plan.input_tokens),
-        t = plan.input_tokens + output_tokens,
-    );
-    let output = output.join(",");
-    if let Some(reason) = plan.incomplete {
-        let inc = format!("{{\"reason\":{}}}", js(reason));
-        let r = b.response("incomplete", "null", &inc, &output, &usage);
-        b.push("response.incomplete", &r);
-    } else {
-        let shown = if plan.empty_completed_output {
-            ""
-        } else {
-            output.as_str()
-        };
-        let r = b.response("completed", "null", "null", shown, &usage);
-        b.push("response.completed", &r);
-    }
+    b.terminal(&output, output_tokens, reasoning_tokens, &end);
     Rendered {
         events: b.out,
+        run: None,
+        terminal: true,
+    }
+}
+
+/// The message answer of `n` generated [`TOKEN`] deltas: the events so far, then a
+/// [`TokenRun`] whose tail renders the done events and the terminal once the run is over.
+#[allow(clippy::too_many_arguments)]
+fn token_run(
+    mut b: Builder,
+    end: Ending,
+    id: String,
+    head: String,
+    idx: usize,
+    n: u64,
+    mut output: Vec<String>,
+    output_tokens: u64,
+    reasoning_tokens: u64,
+) -> Rendered {
+    const PREFIX: &[u8] = b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":";
+    let count = match end.fail_after_output {
+        Some(_) => n.div_ceil(2),
+        None => n,
+    };
+    let suffix = Bytes::from(format!(
+        ",{head},\"delta\":{},\"logprobs\":[]}}\n\n",
+        js(TOKEN)
+    ));
+    let events = std::mem::take(&mut b.out);
+    let seq = b.seq;
+    b.seq += count;
+    let tail = move || {
+        if let Some(code) = &end.fail_after_output {
+            b.failed(code);
+            return b.out;
+        }
+        let status = if end.incomplete.is_some() {
+            "incomplete"
+        } else {
+            "completed"
+        };
+        let text = TOKEN.repeat(usize::try_from(count).unwrap_or(0));
+        output.push(b.message_done(&id, &head, idx, &text, status));
+        b.terminal(&output, output_tokens + count, reasoning_tokens, &end);
+        b.out
+    };
+    Rendered {
+        events,
+        run: Some(TokenRun {
+            left: count,
+            seq,
+            prefix: PREFIX,
+            suffix,
+            tail: Some(Box::new(tail)),
+        }),
         terminal: true,
     }
 }
@@ -348,13 +526,18 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
 /// The SSE body: yields the rendered events with pacing, counts itself in the mock's
 /// counters.
 pub(crate) struct SseStream {
-    events: Vec<Bytes>,
-    next: usize,
+    queue: VecDeque<Bytes>,
+    run: Option<TokenRun>,
+    /// Events yielded so far.
+    sent: usize,
     terminal: bool,
     delay: Duration,
     disconnect_after: Option<usize>,
+    /// When the next event is due (fixed schedule: `delay` after the previous due time).
+    due: Option<Instant>,
     sleep: Pin<Box<Sleep>>,
     armed: bool,
+    done: bool,
     shared: Arc<Shared>,
 }
 
@@ -373,15 +556,37 @@ impl SseStream {
             .active_streams
             .fetch_add(1, Ordering::SeqCst);
         Self {
-            events: rendered.events,
-            next: 0,
+            queue: rendered.events.into(),
+            run: rendered.run,
+            sent: 0,
             terminal: rendered.terminal,
             delay,
             disconnect_after,
+            due: None,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: false,
+            done: false,
             shared,
         }
+    }
+
+    /// The next event to send, rendering the token run (and its tail) on demand.
+    fn next_event(&mut self) -> Option<Bytes> {
+        if let Some(ev) = self.queue.pop_front() {
+            return Some(ev);
+        }
+        let run = self.run.as_mut()?;
+        if let Some(ev) = run.next_delta() {
+            return Some(ev);
+        }
+        let tail = run.tail.take();
+        self.run = None;
+        self.queue.extend(tail.map(|t| t()).unwrap_or_default());
+        self.queue.pop_front()
+    }
+
+    fn is_exhausted(&self) -> bool {
+        self.queue.is_empty() && self.run.is_none()
     }
 }
 
@@ -390,37 +595,46 @@ impl Stream for SseStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        if this.next >= this.events.len() {
+        if this.done || this.is_exhausted() {
             return Poll::Ready(None);
         }
-        let disconnect = this.disconnect_after.is_some_and(|k| this.next >= k);
+        let disconnect = this.disconnect_after.is_some_and(|k| this.sent >= k);
         // Pause before every event but the first, and before an abort: the pause lets the
         // connection flush what was sent, so the peer sees exactly `disconnect_after` events.
+        // Events are due on a fixed schedule (`delay` after the previous due time, never in
+        // the past), so timer rounding does not lower the rate.
         let pause = if disconnect {
             this.delay.max(ABORT_FLUSH_PAUSE)
-        } else if this.next > 0 {
+        } else if this.sent > 0 {
             this.delay
         } else {
             Duration::ZERO
         };
         if !pause.is_zero() {
             if !this.armed {
-                this.sleep.as_mut().reset(Instant::now() + pause);
+                let now = Instant::now();
+                let due = this.due.map_or(now + pause, |d| (d + pause).max(now));
+                this.due = Some(due);
+                this.sleep.as_mut().reset(due);
                 this.armed = true;
             }
             ready!(this.sleep.as_mut().poll(cx));
             this.armed = false;
+        } else if this.due.is_none() {
+            this.due = Some(Instant::now());
         }
         if disconnect {
-            this.next = this.events.len();
+            this.done = true;
             return Poll::Ready(Some(Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "mock-codex: disconnect-after",
             ))));
         }
-        let ev = std::mem::take(&mut this.events[this.next]);
-        this.next += 1;
-        if this.next == this.events.len() && this.terminal {
+        let Some(ev) = this.next_event() else {
+            return Poll::Ready(None);
+        };
+        this.sent += 1;
+        if this.is_exhausted() && this.terminal {
             this.shared
                 .counters
                 .completed_streams
@@ -450,6 +664,7 @@ mod tests {
             service_tier: "default",
             text: "Hello, wörld!",
             deltas: 4,
+            tokens: None,
             reasoning: false,
             tool: None,
             incomplete: None,

@@ -329,6 +329,7 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
             .or(cfg.text.as_deref())
             .unwrap_or(DEFAULT_TEXT),
         deltas: c.deltas.unwrap_or(cfg.deltas),
+        tokens: c.tokens,
         reasoning: c.reasoning.unwrap_or(false),
         tool: c.tool_call.as_deref().filter(|n| !n.is_empty()).map(|n| {
             (

@@ -90,6 +90,7 @@ pub(crate) fn run(
     };
     rt.block_on(async move {
         let listen = cfg.listen;
+        let max_streams = cfg.h2_max_concurrent_streams;
         let bound = bind(listen).and_then(|l| Ok((l.local_addr()?, l)));
         let (addr, listener) = match bound {
             Ok(x) => x,
@@ -102,19 +103,20 @@ pub(crate) fn run(
         if ready.send(Ok(shared.clone())).is_err() {
             return;
         }
-        serve(listener, shared, tls, stop).await;
+        serve(max_streams, listener, shared, tls, stop).await;
     });
     rt.shutdown_timeout(Duration::from_millis(200));
 }
 
 async fn serve(
+    max_streams: u32,
     listener: TcpListener,
     shared: Arc<Shared>,
     tls: Option<TlsAcceptor>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(4096);
+    builder.http2().max_concurrent_streams(max_streams);
     let builder = Arc::new(builder);
     loop {
         let accepted = tokio::select! {

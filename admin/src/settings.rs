@@ -1,0 +1,308 @@
+//! Runtime settings that operators change without a restart: validation, text form and the
+//! merge of stored overrides over the configured defaults.
+//!
+//! # Key Components
+//! - One table ([`KEYS`] lists it) maps each field of [`shared_state::Settings`] to a key, a
+//!   JSON form (for the admin API) and a parser with range checks. Stored values are text
+//!   (numbers in decimal, enums in snake_case) in the `settings` table.
+//! - [`effective`]: the configuration's settings with every valid stored override applied;
+//!   this is what the sidecar publishes in each snapshot.
+//! - [`apply`] / [`text_from_json`]: validate one change (CLI text / admin API JSON).
+//!
+//! | key | values | JSON form |
+//! | --- | --- | --- |
+//! | `max_attempts` | 1..=16 | number |
+//! | `default_max_concurrency` | 0..=100000 (0 = unlimited) | number |
+//! | `strategy` | `smart`, `round_robin`, `fill_first`, `sticky`, `quota_reset_priority` | string |
+//! | `pause_threshold_pct` | (0, 100], or `off` (never pause on usage) | number, or `null` when off |
+//! | `min_request_interval_ms` | 0..=60000 | number |
+//!
+//! In `PUT /api/admin/settings`, JSON `null` removes the override (back to the configured
+//! value); to turn `pause_threshold_pct` off over a configured threshold, send `"off"`.
+//!
+//! # Usage
+//! ```
+//! let mut s = shared_state::Settings::default();
+//! admin::settings::apply(&mut s, "max_attempts", "5").unwrap();
+//! assert_eq!(s.max_attempts, 5);
+//! assert!(admin::settings::apply(&mut s, "max_attempts", "0").is_err());
+//! ```
+//!
+//! # Error handling
+//! [`SettingError`] names the key and the accepted range; the admin API turns it into an
+//! OpenAI-shaped 400. An invalid value found in storage (written by hand) is skipped with a
+//! warning and the default stays in force.
+
+use serde_json::{Map, Value};
+use shared_state::{snapshot::Strategy, Settings};
+
+/// Why a setting change was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// Not a setting we know.
+    #[error("unknown setting {0:?} (known: {known})", known = KEYS.join(", "))]
+    UnknownKey(String),
+    /// The value is out of range or of the wrong type.
+    #[error("invalid value for {key}: {reason}")]
+    Invalid {
+        /// The setting.
+        key: String,
+        /// What is accepted.
+        reason: String,
+    },
+}
+
+/// One setting: its key, its JSON form and its parser.
+struct Spec {
+    key: &'static str,
+    get: fn(&Settings) -> Value,
+    set: fn(&mut Settings, &str) -> Result<(), String>,
+}
+
+fn parse_u32(v: &str, min: u32, max: u32) -> Result<u32, String> {
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| format!("expected an integer from {min} to {max}, got {v:?}"))
+}
+
+fn parse_pct(v: &str) -> Result<Option<f64>, String> {
+    let t = v.trim();
+    if ["off", "none", "null"].contains(&t.to_ascii_lowercase().as_str()) {
+        return Ok(None);
+    }
+    t.parse::<f64>()
+        .ok()
+        .filter(|p| p.is_finite() && *p > 0.0 && *p <= 100.0)
+        .map(Some)
+        .ok_or_else(|| format!("expected a percent above 0 and at most 100, or \"off\", got {v:?}"))
+}
+
+/// Most upstream attempts one request may make.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 16;
+/// Largest accepted default per-account concurrency limit.
+pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
+/// Largest accepted minimum spacing of request starts on one account, ms.
+pub const MAX_REQUEST_INTERVAL_MS: u64 = 60_000;
+
+const SPECS: &[Spec] = &[
+    Spec {
+        key: "max_attempts",
+        get: |s| Value::from(s.max_attempts),
+        set: |s, v| {
+            s.max_attempts = parse_u32(v, 1, MAX_ATTEMPTS_LIMIT)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "default_max_concurrency",
+        get: |s| Value::from(s.default_max_concurrency),
+        set: |s, v| {
+            s.default_max_concurrency = parse_u32(v, 0, MAX_CONCURRENCY_LIMIT)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "strategy",
+        get: |s| Value::from(s.strategy.as_str()),
+        set: |s, v| {
+            s.strategy = v.trim().parse::<Strategy>().map_err(|e| e.to_string())?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "pause_threshold_pct",
+        get: |s| s.pause_threshold_pct.map_or(Value::Null, Value::from),
+        set: |s, v| {
+            s.pause_threshold_pct = parse_pct(v)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "min_request_interval_ms",
+        get: |s| Value::from(s.min_request_interval_ms),
+        set: |s, v| {
+            s.min_request_interval_ms = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= MAX_REQUEST_INTERVAL_MS)
+                .ok_or_else(|| {
+                    format!("expected an integer from 0 to {MAX_REQUEST_INTERVAL_MS}, got {v:?}")
+                })?;
+            Ok(())
+        },
+    },
+];
+
+/// Every setting key, in display order.
+pub const KEYS: &[&str] = &[
+    "max_attempts",
+    "default_max_concurrency",
+    "strategy",
+    "pause_threshold_pct",
+    "min_request_interval_ms",
+];
+
+fn spec(key: &str) -> Result<&'static Spec, SettingError> {
+    SPECS
+        .iter()
+        .find(|s| s.key == key)
+        .ok_or_else(|| SettingError::UnknownKey(key.to_owned()))
+}
+
+/// Validates `value` (text form) and writes it into `settings`.
+pub fn apply(settings: &mut Settings, key: &str, value: &str) -> Result<(), SettingError> {
+    (spec(key)?.set)(settings, value).map_err(|reason| SettingError::Invalid {
+        key: key.to_owned(),
+        reason,
+    })
+}
+
+/// The JSON form of one setting.
+pub fn get(settings: &Settings, key: &str) -> Result<Value, SettingError> {
+    Ok((spec(key)?.get)(settings))
+}
+
+/// Every setting as a JSON object (what `GET /api/admin/settings` shows).
+pub fn to_json(settings: &Settings) -> Map<String, Value> {
+    SPECS
+        .iter()
+        .map(|s| (s.key.to_owned(), (s.get)(settings)))
+        .collect()
+}
+
+/// The text form of a JSON value for `key`, validated; `Ok(None)` for `null` (back to the
+/// default).
+pub fn text_from_json(key: &str, v: &Value) -> Result<Option<String>, SettingError> {
+    let spec = spec(key)?;
+    let text = match v {
+        Value::Null => return Ok(None),
+        Value::String(s) => s.trim().to_owned(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        _ => {
+            return Err(SettingError::Invalid {
+                key: key.to_owned(),
+                reason: "expected a number or a string".into(),
+            })
+        }
+    };
+    let mut scratch = Settings::default();
+    (spec.set)(&mut scratch, &text).map_err(|reason| SettingError::Invalid {
+        key: key.to_owned(),
+        reason,
+    })?;
+    Ok(Some(text))
+}
+
+/// `defaults` with every valid stored override applied, plus the overrides that were skipped.
+pub fn effective(defaults: &Settings, stored: &[(String, String)]) -> (Settings, Vec<SettingError>) {
+    let mut s = defaults.clone();
+    let mut bad = Vec::new();
+    for (k, v) in stored {
+        if let Err(e) = apply(&mut s, k, v) {
+            bad.push(e);
+        }
+    }
+    (s, bad)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_field_has_one_key() {
+        assert_eq!(KEYS.len(), SPECS.len());
+        for (k, s) in KEYS.iter().zip(SPECS) {
+            assert_eq!(*k, s.key);
+        }
+        let j = to_json(&Settings::default());
+        assert_eq!(j.len(), KEYS.len());
+        assert_eq!(j["max_attempts"], json!(3));
+    }
+
+    #[test]
+    fn validates_ranges_and_types() {
+        let mut s = Settings::default();
+        apply(&mut s, "default_max_concurrency", "0").unwrap();
+        apply(&mut s, "default_max_concurrency", " 12 ").unwrap();
+        assert_eq!(s.default_max_concurrency, 12);
+        for bad in ["0", "17", "-1", "x", "2.5", ""] {
+            assert!(
+                matches!(
+                    apply(&mut s, "max_attempts", bad),
+                    Err(SettingError::Invalid { .. })
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            apply(&mut s, "nope", "1"),
+            Err(SettingError::UnknownKey(_))
+        ));
+        assert_eq!(
+            text_from_json("max_attempts", &json!(4)).unwrap(),
+            Some("4".into())
+        );
+        assert_eq!(
+            text_from_json("max_attempts", &json!("4")).unwrap(),
+            Some("4".into())
+        );
+        assert_eq!(text_from_json("max_attempts", &Value::Null).unwrap(), None);
+        assert!(text_from_json("max_attempts", &json!([1])).is_err());
+        assert!(text_from_json("max_attempts", &json!(99)).is_err());
+    }
+
+    #[test]
+    fn scheduler_settings() {
+        let mut s = Settings::default();
+        apply(&mut s, "strategy", "round_robin").unwrap();
+        assert_eq!(s.strategy, Strategy::RoundRobin);
+        assert_eq!(get(&s, "strategy").unwrap(), json!("round_robin"));
+        assert!(apply(&mut s, "strategy", "weighted").is_err());
+        apply(&mut s, "pause_threshold_pct", "92.5").unwrap();
+        assert_eq!(s.pause_threshold_pct, Some(92.5));
+        assert_eq!(get(&s, "pause_threshold_pct").unwrap(), json!(92.5));
+        for bad in ["0", "101", "-5", "NaN", "x"] {
+            assert!(apply(&mut s, "pause_threshold_pct", bad).is_err(), "{bad}");
+        }
+        apply(&mut s, "pause_threshold_pct", "off").unwrap();
+        assert_eq!(s.pause_threshold_pct, None);
+        assert_eq!(get(&s, "pause_threshold_pct").unwrap(), Value::Null);
+        assert_eq!(
+            text_from_json("pause_threshold_pct", &json!(80)).unwrap(),
+            Some("80".into())
+        );
+        apply(&mut s, "min_request_interval_ms", "250").unwrap();
+        assert_eq!(s.min_request_interval_ms, 250);
+        assert!(apply(&mut s, "min_request_interval_ms", "60001").is_err());
+        for st in Strategy::ALL {
+            apply(&mut s, "strategy", st.as_str()).unwrap();
+        }
+    }
+
+    #[test]
+    fn stored_overrides_apply_over_defaults_and_bad_ones_are_skipped() {
+        let defaults = Settings {
+            max_attempts: 7,
+            ..Settings::default()
+        };
+        let (s, bad) = effective(
+            &defaults,
+            &[
+                ("default_max_concurrency".into(), "4".into()),
+                ("max_attempts".into(), "zero".into()),
+                ("retired_key".into(), "1".into()),
+            ],
+        );
+        assert_eq!(s.max_attempts, 7);
+        assert_eq!(s.default_max_concurrency, 4);
+        assert_eq!(bad.len(), 2);
+    }
+}

@@ -1,0 +1,129 @@
+//! Process accounting from `/proc` (Linux), and the open-file limit.
+//!
+//! # Key Components
+//! - [`ProcSample`]: CPU time (`utime + stime` of `/proc/PID/stat`, all threads) and resident
+//!   memory (`VmRSS` of `/proc/PID/status`) summed over a set of processes (the gateway, or
+//!   nginx's workers).
+//! - [`raise_nofile_limit`]: raises the soft `RLIMIT_NOFILE` to the hard limit.
+//!
+//! # Error handling
+//! A process that cannot be read (gone, not Linux) counts as zero; [`ProcSample::missing`]
+//! says how many were unreadable.
+
+use std::time::Duration;
+
+/// CPU and memory of a set of processes at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcSample {
+    /// User + system CPU time.
+    pub cpu: Duration,
+    /// Resident set size, KiB.
+    pub rss_kib: u64,
+    /// Processes that could not be read.
+    pub missing: usize,
+}
+
+/// Clock ticks per second of `/proc/PID/stat` times.
+#[allow(unsafe_code)]
+fn clock_ticks() -> u64 {
+    // SAFETY: sysconf has no preconditions; it only reads a configuration value.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as u64
+    } else {
+        100
+    }
+}
+
+/// `utime + stime` of `/proc/<pid>/stat` (`pid` may be `self`).
+fn cpu_of(pid: &str, ticks: u64) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may contain spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    // rest: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime(14)
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    let t = utime + stime;
+    Some(Duration::from_secs(t / ticks) + Duration::from_nanos((t % ticks) * 1_000_000_000 / ticks))
+}
+
+fn rss_of(pid: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line["VmRSS:".len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+// === impl ProcSample ===
+
+impl ProcSample {
+    /// Samples the processes `pids` (summed).
+    pub fn of(pids: &[u32]) -> Self {
+        let ticks = clock_ticks();
+        let mut s = Self::default();
+        for pid in pids {
+            let p = pid.to_string();
+            match (cpu_of(&p, ticks), rss_of(&p)) {
+                (Some(c), Some(r)) => {
+                    s.cpu += c;
+                    s.rss_kib += r;
+                }
+                _ => s.missing += 1,
+            }
+        }
+        s
+    }
+
+    /// CPU time of the calling process.
+    pub fn own_cpu() -> Duration {
+        cpu_of("self", clock_ticks()).unwrap_or_default()
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (each stream is a socket); returns the
+/// soft limit now in force.
+#[allow(unsafe_code)]
+pub fn raise_nofile_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the `rlimit` struct passed by pointer,
+    // which lives on this stack frame for the duration of the calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return 0;
+        }
+        if rl.rlim_cur < rl.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: rl.rlim_max,
+                rlim_max: rl.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return want.rlim_cur;
+            }
+        }
+    }
+    rl.rlim_cur
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_this_process() {
+        let pid = std::process::id();
+        let s = ProcSample::of(&[pid]);
+        assert_eq!(s.missing, 0);
+        assert!(s.rss_kib > 0);
+        let gone = ProcSample::of(&[u32::MAX]);
+        assert_eq!(gone.missing, 1);
+        assert!(raise_nofile_limit() > 0);
+    }
+}

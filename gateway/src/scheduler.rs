@@ -1,0 +1,575 @@
+//! The account scheduler: the one owner of "which accounts, in which order" for a request
+//! (design.md §3, *freeze the candidate order*).
+//!
+//! # Key Components
+//! - [`order`] / [`order_with`]: the frozen candidate order of one request: unique accounts,
+//!   schedulable ones only, at most [`PickRequest::max_candidates`] of them, best first.
+//! - [`Strategy`] (in [`shared_state::Settings::strategy`]):
+//!   - `smart` (default): health [`Tier`] first, then a score ([`assess`]) from decaying
+//!     penalties (401, 429, timeouts, 5xx, Cloudflare), the EWMA error rate and first-token
+//!     latency, quota usage and load; near-equal scores are broken by weighted randomness
+//!     so load spreads. With an affinity key the session's rendezvous-hash home account goes
+//!     first while it is `Healthy` or `Warm` (soft affinity). Above [`SMART_SAMPLE`]
+//!     accounts it scores a pseudo-random sample instead of the whole pool (power of many
+//!     choices), widening the walk only while fewer than `max_candidates` healthy accounts
+//!     were seen.
+//!   - `round_robin`: rotate by the worker's cursor; an account with weight `w` leads `w`
+//!     times per cycle.
+//!   - `fill_first`: fixed order by id, so one account fills up to its concurrency limit
+//!     before the next one gets traffic.
+//!   - `sticky`: rendezvous (highest-random-weight, weight-aware) hashing of the affinity
+//!     key over schedulable accounts; deterministic across workers and instances, and a
+//!     session moves only when its account stops being schedulable. No key: `smart`.
+//!   - `quota_reset_priority`: accounts with quota left whose primary (then secondary)
+//!     window resets soonest first; unhealthy or exhausted accounts last.
+//! - Eligibility ([`is_eligible`]): active status (with the data plane's override), a token,
+//!   no cooldown, usage below [`shared_state::Settings::pause_threshold_pct`] in both windows,
+//!   the model not excluded for the account ([`exclude_model`]), and
+//!   [`shared_state::Settings::min_request_interval_ms`] elapsed since the account's last
+//!   request start. Accounts already at their dynamic concurrency limit are left out too
+//!   (their `try_acquire` would fail anyway).
+//! - Feedback the lifecycle records: [`record_success`], [`record_failure`] (with
+//!   [`FailureKind::from_class`]), [`note_request_start`], [`exclude_model`].
+//! - Dynamic concurrency: [`effective_limit`] is what the lifecycle passes to
+//!   `AccountLive::try_acquire`; unhealthy tiers get fewer slots ([`Tier::limit`]).
+//!
+//! Penalties only change the order and the dynamic concurrency. Cooldowns and status changes
+//! stay with `crate::policy`; the model exclusion is the one eligibility effect recorded
+//! here, and `policy` decides when to apply it.
+//!
+//! # Usage
+//! ```ignore
+//! let snap = ctx.snapshot.load_full();
+//! let now = shared_state::now_ms();
+//! let cands = scheduler::order(&snap, &PickRequest {
+//!     model: &plan.model,
+//!     affinity_key: plan.affinity_key.as_deref(),
+//!     now_ms: now,
+//!     cursor: ctx.next_cursor(),
+//!     max_candidates: max_attempts + 2,
+//! });
+//! for account in &cands {
+//!     let limit = scheduler::effective_limit(account, &snap.settings, now);
+//!     let Some(lease) = account.live.try_acquire(limit) else { continue };
+//!     if !scheduler::note_request_start(account, &snap.settings, now) { continue }
+//!     // ... attempt; then record_success / record_failure
+//! }
+//! ```
+//!
+//! # Cost
+//! Nothing here locks or allocates per account: every account read is a handful of relaxed
+//! atomic loads. Per worker, a [`PickScratch`] (thread-local behind [`order`]) caches
+//! per-snapshot arrays (rendezvous hashes, weight prefix sums) and reuses its buffers, and
+//! selection keeps only the best `max_candidates` (bounded top-k, or
+//! `select_nth_unstable` then a sort of k). `round_robin` and `fill_first` stop after `k`
+//! schedulable accounts, `smart` scores a bounded sample, `sticky` hashes the whole pool
+//! (one multiply-xor per account) but reads live state only for its top candidates.
+//!
+//! # Error handling
+//! None: an empty result means no account is schedulable now; the lifecycle turns that into
+//! its own "no account" / "quota exhausted" error.
+
+mod hash;
+mod health;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    cell::RefCell,
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+pub use health::{
+    assess, base_limit, decayed_penalty, effective_limit, record_failure, record_success,
+    record_success_at, reset_feedback, Assessment, FailureKind, Tier, BASE_SCORE, ERROR_RATE_ALPHA,
+    LATENCY_ALPHA, PENALTY_CAP,
+};
+pub use shared_state::snapshot::{Strategy, UnknownStrategy};
+use shared_state::{AccountEntry, AccountLive, Settings, Snapshot};
+
+use self::hash::{coprime_stride, hrw_key, id_hash, key_hash, mix64, Rng, TopK};
+
+/// Pools up to this size are scored whole by `smart`; larger ones are sampled.
+pub const SMART_SAMPLE: usize = 128;
+/// `smart` scores at least this many accounts per wanted candidate.
+const SMART_SAMPLE_PER_CANDIDATE: usize = 8;
+/// Rendezvous candidates `sticky` reads beyond `max_candidates` before falling back to a
+/// full pass.
+const STICKY_SLACK: usize = 8;
+/// Rendezvous candidates examined for the soft-affinity home in `smart`.
+const AFFINITY_PROBE: usize = 8;
+/// Score points that count as "equal" in `smart` (randomness decides within a bucket).
+const SCORE_BUCKET: f64 = 8.0;
+/// Selections up to this size use the bounded top-k; larger ones collect and select.
+const TOPK_MAX: usize = 32;
+
+/// How long an account stays excluded for a model after "model not supported" (a plan does
+/// not gain a model often; a catalog refresh may lift it earlier with `ModelExclusions::lift`).
+pub const MODEL_EXCLUSION_TTL: Duration = Duration::from_secs(3600);
+
+/// What the scheduler needs to know about one request.
+#[derive(Debug, Clone, Copy)]
+pub struct PickRequest<'a> {
+    /// The upstream model (after alias resolution): accounts excluded for it are skipped.
+    pub model: &'a str,
+    /// The client's session signal (session-id / thread-id / prompt_cache_key), chosen by
+    /// the caller; drives `sticky` and the soft affinity of `smart`.
+    pub affinity_key: Option<&'a str>,
+    /// The clock (ms since epoch) every rule of this pick uses.
+    pub now_ms: u64,
+    /// The worker's round-robin cursor (`WorkerCtx::next_cursor()`); also seeds the
+    /// randomness of `smart`.
+    pub cursor: usize,
+    /// How many candidates to return (the attempt budget plus some headroom for leases
+    /// lost to races); 0 = every schedulable account, fully ordered.
+    pub max_candidates: usize,
+}
+
+/// Per-worker reusable state of [`order_with`]: buffers plus arrays derived from the current
+/// snapshot (rebuilt when the snapshot changes).
+#[derive(Debug, Default)]
+pub struct PickScratch {
+    index: Option<SnapshotIndex>,
+    sel: Selector,
+    hrw: Selector,
+    picked: Vec<u32>,
+}
+
+/// Arrays derived from one snapshot's account list.
+#[derive(Debug)]
+struct SnapshotIndex {
+    /// Identity of the snapshot (the `Weak` keeps its allocation, so the address is not reused).
+    snap: Weak<Snapshot>,
+    /// Rendezvous input per account.
+    id_hash: Vec<u64>,
+    /// Weights, `None` when they are all equal (then unweighted hashing is exact and cheaper).
+    weights: Option<Vec<f64>>,
+    /// Inclusive prefix sums of the weights.
+    cum_weight: Vec<u64>,
+}
+
+// === impl SnapshotIndex ===
+
+impl SnapshotIndex {
+    fn build(snap: &Arc<Snapshot>) -> Self {
+        let accounts = &snap.accounts;
+        let id_hash = accounts.iter().map(|a| id_hash(a.id)).collect();
+        let first = accounts.first().map_or(1, |a| a.weight.max(1));
+        let uniform = accounts.iter().all(|a| a.weight.max(1) == first);
+        let weights = (!uniform).then(|| {
+            accounts
+                .iter()
+                .map(|a| f64::from(a.weight.max(1)))
+                .collect()
+        });
+        let mut total = 0u64;
+        let cum_weight = accounts
+            .iter()
+            .map(|a| {
+                total += u64::from(a.weight.max(1));
+                total
+            })
+            .collect();
+        Self {
+            snap: Arc::downgrade(snap),
+            id_hash,
+            weights,
+            cum_weight,
+        }
+    }
+
+    fn is_for(&self, snap: &Arc<Snapshot>) -> bool {
+        std::ptr::eq(self.snap.as_ptr(), Arc::as_ptr(snap))
+    }
+
+    fn weight(&self, i: usize) -> Option<f64> {
+        self.weights.as_ref().map(|w| w[i])
+    }
+}
+
+/// Keeps the `k` smallest `(key, index)` pairs: a bounded top-k for small `k`, else collect
+/// then `select_nth_unstable` and sort the `k`.
+#[derive(Debug, Default)]
+struct Selector {
+    k: usize,
+    top: TopK,
+    all: Vec<(u128, u32)>,
+}
+
+// === impl Selector ===
+
+impl Selector {
+    fn begin(&mut self, k: usize) {
+        self.k = k;
+        self.all.clear();
+        if k <= TOPK_MAX {
+            self.top.reset(k);
+        }
+    }
+
+    #[inline]
+    fn admits(&self, key: u128) -> bool {
+        self.k > TOPK_MAX || self.top.admits(key)
+    }
+
+    #[inline]
+    fn offer(&mut self, key: u128, idx: u32) {
+        if self.k <= TOPK_MAX {
+            self.top.push(key, idx);
+        } else {
+            self.all.push((key, idx));
+        }
+    }
+
+    /// The selected pairs, best first.
+    fn finish(&mut self) -> &[(u128, u32)] {
+        if self.k <= TOPK_MAX {
+            return self.top.items();
+        }
+        if self.all.len() > self.k {
+            self.all.select_nth_unstable_by_key(self.k - 1, |e| e.0);
+            self.all.truncate(self.k);
+        }
+        self.all.sort_unstable_by_key(|e| e.0);
+        &self.all
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<PickScratch> = RefCell::new(PickScratch::default());
+}
+
+/// The frozen candidate order for one request, using this thread's [`PickScratch`]
+/// (workers are threads, so every worker gets its own).
+pub fn order(snapshot: &Arc<Snapshot>, req: &PickRequest<'_>) -> Vec<Arc<AccountEntry>> {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => order_with(snapshot, req, &mut scratch),
+        Err(_) => order_with(snapshot, req, &mut PickScratch::default()),
+    })
+}
+
+/// The frozen candidate order for one request: unique schedulable accounts, best first, at
+/// most `req.max_candidates` (0 = all) of them, following `snapshot.settings.strategy`.
+pub fn order_with(
+    snapshot: &Arc<Snapshot>,
+    req: &PickRequest<'_>,
+    scratch: &mut PickScratch,
+) -> Vec<Arc<AccountEntry>> {
+    let n = snapshot.accounts.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    if !scratch.index.as_ref().is_some_and(|ix| ix.is_for(snapshot)) {
+        scratch.index = Some(SnapshotIndex::build(snapshot));
+    }
+    let k = if req.max_candidates == 0 {
+        n
+    } else {
+        req.max_candidates.min(n)
+    };
+    let pick = Pick {
+        accounts: &snapshot.accounts,
+        settings: &snapshot.settings,
+        req,
+        k,
+    };
+    let PickScratch {
+        index,
+        sel,
+        hrw,
+        picked,
+    } = scratch;
+    let Some(index) = index.as_ref() else {
+        return Vec::new();
+    };
+    picked.clear();
+    match (snapshot.settings.strategy, req.affinity_key) {
+        (Strategy::Smart, _) | (Strategy::Sticky, None) => {
+            pick.smart(index, sel, hrw, picked, snapshot.version)
+        }
+        (Strategy::RoundRobin, _) => pick.round_robin(index, picked),
+        (Strategy::FillFirst, _) => pick.walk(0, picked),
+        (Strategy::Sticky, Some(key)) => pick.sticky(index, key, sel, hrw, picked),
+        (Strategy::QuotaResetPriority, _) => pick.quota_reset_priority(index, sel, picked),
+    }
+    picked
+        .iter()
+        .map(|&i| Arc::clone(&snapshot.accounts[i as usize]))
+        .collect()
+}
+
+/// True when `entry` may be picked for `model` at `now_ms` (concurrency aside).
+pub fn is_eligible(entry: &AccountEntry, settings: &Settings, model: &str, now_ms: u64) -> bool {
+    if !entry.is_schedulable(now_ms) {
+        return false;
+    }
+    let live = &*entry.live;
+    let s = live.scheduler();
+    if let Some(th) = settings.pause_threshold_pct {
+        let (p, q) = health::quota_pcts(live, now_ms);
+        if p >= th || q >= th {
+            return false;
+        }
+    }
+    if s.excluded_models.is_excluded(model, now_ms) {
+        return false;
+    }
+    let interval = settings.min_request_interval_ms;
+    if interval > 0 {
+        let last = s.last_request_ms.load(std::sync::atomic::Ordering::Acquire);
+        if last != 0 && now_ms < last.saturating_add(interval) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Records that a request starts on `entry` at `now_ms`, after its lease was taken. With a
+/// minimum request interval this *claims* the interval atomically: it returns false (drop
+/// the lease and move on) when another request started on the account less than
+/// `min_request_interval_ms` ago, so two workers never both slip through.
+pub fn note_request_start(entry: &AccountEntry, settings: &Settings, now_ms: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    let last = &entry.live.scheduler().last_request_ms;
+    let interval = settings.min_request_interval_ms;
+    if interval == 0 {
+        last.fetch_max(now_ms, Ordering::AcqRel);
+        return true;
+    }
+    let mut cur = last.load(Ordering::Acquire);
+    loop {
+        if cur != 0 && now_ms < cur.saturating_add(interval) {
+            return false;
+        }
+        match last.compare_exchange_weak(cur, now_ms, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return true,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Excludes `model` on this account until `until_ms` (use `now + MODEL_EXCLUSION_TTL`)
+/// after a "model not supported" answer; other models and other accounts are unaffected.
+pub fn exclude_model(live: &AccountLive, model: &str, until_ms: u64, now_ms: u64) {
+    live.scheduler()
+        .excluded_models
+        .exclude(model, until_ms, now_ms);
+}
+
+/// One pick's inputs.
+struct Pick<'a> {
+    accounts: &'a [Arc<AccountEntry>],
+    settings: &'a Settings,
+    req: &'a PickRequest<'a>,
+    k: usize,
+}
+
+// === impl Pick ===
+
+impl Pick<'_> {
+    /// The assessment of account `i` when it is a candidate now (eligible and not saturated).
+    #[inline]
+    fn candidate(&self, i: usize) -> Option<Assessment> {
+        let e = &self.accounts[i];
+        if !is_eligible(e, self.settings, self.req.model, self.req.now_ms) {
+            return None;
+        }
+        let a = assess(e, self.settings, self.req.now_ms);
+        (!a.saturated()).then_some(a)
+    }
+
+    /// Walks the pool from `start` (wrapping), keeping the first `k` candidates.
+    fn walk(&self, start: usize, picked: &mut Vec<u32>) {
+        let n = self.accounts.len();
+        for j in 0..n {
+            let i = (start + j) % n;
+            if self.candidate(i).is_some() {
+                picked.push(i as u32);
+                if picked.len() >= self.k {
+                    return;
+                }
+            }
+        }
+    }
+
+    fn round_robin(&self, index: &SnapshotIndex, picked: &mut Vec<u32>) {
+        let total = index.cum_weight.last().copied().unwrap_or(0).max(1);
+        let slot = (self.req.cursor as u64) % total;
+        let start = index.cum_weight.partition_point(|&c| c <= slot);
+        self.walk(start, picked);
+    }
+
+    /// Rendezvous order of the whole pool: fills `hrw` with the `m` best pairs.
+    fn hrw_top(&self, index: &SnapshotIndex, kh: u64, m: usize, hrw: &mut Selector) {
+        hrw.begin(m);
+        match &index.weights {
+            None => {
+                for (i, &ih) in index.id_hash.iter().enumerate() {
+                    let key = u128::from(hrw_key(kh, ih, None));
+                    if hrw.admits(key) {
+                        hrw.offer(key, i as u32);
+                    }
+                }
+            }
+            Some(w) => {
+                for (i, (&ih, &wt)) in index.id_hash.iter().zip(w).enumerate() {
+                    hrw.offer(u128::from(hrw_key(kh, ih, Some(wt))), i as u32);
+                }
+            }
+        }
+    }
+
+    fn sticky(
+        &self,
+        index: &SnapshotIndex,
+        key: &str,
+        sel: &mut Selector,
+        hrw: &mut Selector,
+        picked: &mut Vec<u32>,
+    ) {
+        let n = self.accounts.len();
+        let kh = key_hash(key);
+        let m = (self.k + STICKY_SLACK).min(n);
+        self.hrw_top(index, kh, m, hrw);
+        for &(_, i) in hrw.finish() {
+            if self.candidate(i as usize).is_some() {
+                picked.push(i);
+                if picked.len() >= self.k {
+                    return;
+                }
+            }
+        }
+        if m >= n {
+            return;
+        }
+        // Too many of the top hashes are unschedulable: rank every candidate.
+        picked.clear();
+        sel.begin(self.k);
+        for i in 0..n {
+            let key = u128::from(hrw_key(kh, index.id_hash[i], index.weight(i)));
+            if sel.admits(key) && self.candidate(i).is_some() {
+                sel.offer(key, i as u32);
+            }
+        }
+        picked.extend(sel.finish().iter().map(|e| e.1));
+    }
+
+    /// The session's home under soft affinity: the first account in rendezvous order that
+    /// is a candidate and at most `Warm`.
+    fn affinity_home(&self, index: &SnapshotIndex, key: &str, hrw: &mut Selector) -> Option<u32> {
+        let m = AFFINITY_PROBE.min(self.accounts.len());
+        self.hrw_top(index, key_hash(key), m, hrw);
+        hrw.finish().iter().map(|e| e.1).find(|&i| {
+            self.candidate(i as usize)
+                .is_some_and(|a| a.tier <= Tier::Warm)
+        })
+    }
+
+    fn smart(
+        &self,
+        index: &SnapshotIndex,
+        sel: &mut Selector,
+        hrw: &mut Selector,
+        picked: &mut Vec<u32>,
+        version: u64,
+    ) {
+        let n = self.accounts.len();
+        let mut rng =
+            Rng::new(mix64(self.req.cursor as u64) ^ self.req.now_ms.rotate_left(23) ^ version);
+        let home = self
+            .req
+            .affinity_key
+            .and_then(|key| self.affinity_home(index, key, hrw));
+        if let Some(h) = home {
+            picked.push(h);
+        }
+        let want = self.k.saturating_sub(picked.len());
+        if want == 0 {
+            return;
+        }
+        let sample = SMART_SAMPLE.max(SMART_SAMPLE_PER_CANDIDATE * want);
+        let stride = coprime_stride(n, rng.next_u64());
+        let mut pos = (rng.next_u64() % n as u64) as usize;
+        let mut healthy = 0usize;
+        sel.begin(want);
+        for visited in 0..n {
+            if visited >= sample && healthy >= want {
+                break;
+            }
+            let i = pos;
+            pos += stride;
+            if pos >= n {
+                pos -= n;
+            }
+            if home == Some(i as u32) {
+                continue;
+            }
+            let Some(a) = self.candidate(i) else {
+                continue;
+            };
+            if a.tier == Tier::Healthy {
+                healthy += 1;
+            }
+            sel.offer(smart_key(&a, index.weight(i), &mut rng), i as u32);
+        }
+        picked.extend(sel.finish().iter().map(|e| e.1));
+    }
+
+    fn quota_reset_priority(
+        &self,
+        index: &SnapshotIndex,
+        sel: &mut Selector,
+        picked: &mut Vec<u32>,
+    ) {
+        let now_s = self.req.now_ms / 1000;
+        let mut rng = Rng::new(mix64(self.req.cursor as u64) ^ self.req.now_ms);
+        sel.begin(self.k);
+        for i in 0..self.accounts.len() {
+            let Some(a) = self.candidate(i) else {
+                continue;
+            };
+            let live = &self.accounts[i].live;
+            // Unknown or already passed: after every known reset.
+            let reset = |at: u64| -> u128 {
+                if at > now_s {
+                    u128::from(at.min(u64::from(u32::MAX)))
+                } else {
+                    u128::from(u32::MAX)
+                }
+            };
+            let unhealthy = u128::from(a.tier >= Tier::Risky);
+            let exhausted = u128::from(a.quota_exhausted());
+            let rand = u128::from(random_key(index.weight(i), &mut rng) >> 18);
+            let key = (unhealthy << 127)
+                | (exhausted << 126)
+                | (reset(live.primary_reset_at()) << 94)
+                | (reset(live.secondary_reset_at()) << 62)
+                | (u128::from(score_bucket(a.score).min(0xffff)) << 46)
+                | rand;
+            sel.offer(key, i as u32);
+        }
+        picked.extend(sel.finish().iter().map(|e| e.1));
+    }
+}
+
+/// Score bucket: lower is better.
+fn score_bucket(score: f64) -> u64 {
+    ((BASE_SCORE + 200.0 - score).max(0.0) / SCORE_BUCKET) as u64
+}
+
+/// Weighted random key, lower is better: an exponential clock `-ln(u)/w` (so the chance to
+/// come first among equals is proportional to the weight), or a plain random number.
+fn random_key(weight: Option<f64>, rng: &mut Rng) -> u64 {
+    match weight {
+        None => rng.next_u64(),
+        Some(w) => (-rng.unit().ln() / w).to_bits(),
+    }
+}
+
+/// `smart`'s sort key, lower is better: tier, then score bucket, then weighted randomness.
+fn smart_key(a: &Assessment, weight: Option<f64>, rng: &mut Rng) -> u128 {
+    (u128::from(a.tier as u8) << 120)
+        | (u128::from(score_bucket(a.score).min(0xff_ffff)) << 64)
+        | u128::from(random_key(weight, rng))
+}

@@ -1,0 +1,186 @@
+//! Deterministic hashing for the scheduler: rendezvous (highest-random-weight) scores, a
+//! small PRNG for weighted randomness, and a bounded top-k collector.
+//!
+//! # Key Components
+//! - [`key_hash`] / [`id_hash`] / [`hrw_key`]: rendezvous hashing with fixed constants, so
+//!   every worker and every instance maps a session key to the same account without
+//!   sharing state (no `RandomState`).
+//! - [`Rng`]: splitmix64, seeded per pick; never used for anything secret.
+//! - [`TopK`]: keeps the `k` smallest `(key, index)` pairs of a stream in O(n + k log k)
+//!   expected time, so a pick over 10k accounts never sorts all of them.
+
+/// splitmix64's finalizer: a fast bijective 64-bit mixer.
+pub(crate) fn mix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Stable 64-bit hash of a session key (FNV-1a, then mixed).
+pub(crate) fn key_hash(key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    mix64(h)
+}
+
+/// Stable per-account hash input for rendezvous hashing (from the storage id, which every
+/// instance sharing the database agrees on).
+pub(crate) fn id_hash(id: i64) -> u64 {
+    mix64((id as u64) ^ 0x5ced_a7e5_0c0d_e6a7)
+}
+
+/// Rendezvous key of (session, account): **lower is better**. With uniform weights this is
+/// the inverted hash; with weights it is `-ln(u) / w` (the weighted HRW of Schindelhauer and
+/// Schomaker), as the bits of a non-negative `f64` (which order like the values).
+pub(crate) fn hrw_key(key_hash: u64, id_hash: u64, weight: Option<f64>) -> u64 {
+    let h = mix64(key_hash ^ id_hash);
+    match weight {
+        None => !h,
+        Some(w) => {
+            // u in (0, 1]: never 0, so ln(u) is finite.
+            let u = ((h >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64);
+            (-u.ln() / w.max(f64::MIN_POSITIVE)).to_bits()
+        }
+    }
+}
+
+/// splitmix64 PRNG.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+// === impl Rng ===
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix64(self.0)
+    }
+
+    /// Uniform in (0, 1].
+    pub(crate) fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// Large primes for strided walks: one of them never divides a pool size below their
+/// product, so the stride is coprime with `n` and the walk visits every index once.
+const STRIDES: [u64; 8] = [
+    7_919,
+    104_729,
+    1_299_709,
+    15_485_863,
+    179_424_673,
+    2_147_483_647,
+    32_452_843,
+    49_979_687,
+];
+
+/// A stride coprime with `n` (for `n >= 2`), chosen by `r`.
+pub(crate) fn coprime_stride(n: usize, r: u64) -> usize {
+    let n64 = n as u64;
+    let start = (r % STRIDES.len() as u64) as usize;
+    for i in 0..STRIDES.len() {
+        let p = STRIDES[(start + i) % STRIDES.len()];
+        if n64 % p != 0 {
+            return (p % n64) as usize;
+        }
+    }
+    1
+}
+
+/// Collects the `k` smallest `(key, index)` pairs of a stream, sorted ascending.
+#[derive(Debug, Default)]
+pub(crate) struct TopK {
+    k: usize,
+    items: Vec<(u128, u32)>,
+}
+
+// === impl TopK ===
+
+impl TopK {
+    /// Clears and sets the capacity (`k >= 1`).
+    pub(crate) fn reset(&mut self, k: usize) {
+        self.k = k.max(1);
+        self.items.clear();
+        self.items.reserve(self.k);
+    }
+
+    /// True when `key` would enter the set.
+    #[inline]
+    pub(crate) fn admits(&self, key: u128) -> bool {
+        self.items.len() < self.k || self.items.last().is_some_and(|l| key < l.0)
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, key: u128, idx: u32) {
+        if !self.admits(key) {
+            return;
+        }
+        if self.items.len() == self.k {
+            self.items.pop();
+        }
+        let pos = self.items.partition_point(|e| e.0 <= key);
+        self.items.insert(pos, (key, idx));
+    }
+
+    pub(crate) fn items(&self) -> &[(u128, u32)] {
+        &self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topk_keeps_smallest_sorted() {
+        let mut t = TopK::default();
+        t.reset(3);
+        for (i, k) in [9u128, 4, 7, 1, 8, 2, 6].into_iter().enumerate() {
+            t.push(k, i as u32);
+        }
+        let keys: Vec<u128> = t.items().iter().map(|e| e.0).collect();
+        assert_eq!(keys, vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn stride_is_coprime() {
+        for n in [2usize, 3, 10, 7_919, 7_919 * 2, 1_000, 10_000, 104_729] {
+            for r in 0..16 {
+                let s = coprime_stride(n, r);
+                let mut seen = vec![false; n.min(20_000)];
+                if n <= 20_000 {
+                    let mut p = 0;
+                    for _ in 0..n {
+                        assert!(!seen[p], "n={n} stride={s} revisits");
+                        seen[p] = true;
+                        p = (p + s) % n;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_hrw_prefers_heavier_accounts() {
+        // Over many keys, an account with weight 3 wins about 3x as often as weight 1.
+        let ids = [id_hash(1), id_hash(2)];
+        let mut wins = [0u32; 2];
+        for k in 0..20_000u64 {
+            let kh = mix64(k);
+            let a = hrw_key(kh, ids[0], Some(1.0));
+            let b = hrw_key(kh, ids[1], Some(3.0));
+            wins[usize::from(b < a)] += 1;
+        }
+        let ratio = f64::from(wins[1]) / f64::from(wins[0]);
+        assert!((2.6..3.4).contains(&ratio), "ratio {ratio}");
+    }
+}

@@ -1,0 +1,794 @@
+//! Unit tests of the scheduler: every strategy, every eligibility rule, the feedback math,
+//! dynamic concurrency, and leasing under contention.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use codex_protocol::classify::FailureClass;
+use shared_state::{AccountEntry, AccountLive, AccountStatus, Secret, Settings, Snapshot};
+
+use super::*;
+
+const NOW: u64 = 1_700_000_000_000;
+const NOW_S: u64 = NOW / 1000;
+
+fn entry_with(id: i64, weight: u32, max_concurrency: u32) -> Arc<AccountEntry> {
+    Arc::new(raw_entry(id, weight, max_concurrency))
+}
+
+fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
+    AccountEntry {
+        id,
+        label: format!("a{id}"),
+        chatgpt_account_id: format!("acc-{id}"),
+        user_id: None,
+        plan: None,
+        access_token: Secret::new("tok"),
+        access_expires_at: None,
+        status: AccountStatus::Active,
+        weight,
+        max_concurrency,
+        live: Arc::new(AccountLive::default()),
+    }
+}
+
+fn pool(n: usize) -> Vec<Arc<AccountEntry>> {
+    (1..=n as i64).map(|id| entry_with(id, 1, 0)).collect()
+}
+
+fn snap(accounts: Vec<Arc<AccountEntry>>, strategy: Strategy) -> Arc<Snapshot> {
+    Arc::new(Snapshot {
+        version: 1,
+        accounts,
+        settings: Settings {
+            strategy,
+            ..Settings::default()
+        },
+        ..Default::default()
+    })
+}
+
+fn snap_with(accounts: Vec<Arc<AccountEntry>>, settings: Settings) -> Arc<Snapshot> {
+    Arc::new(Snapshot {
+        version: 1,
+        accounts,
+        settings,
+        ..Default::default()
+    })
+}
+
+fn req<'a>(cursor: usize, k: usize) -> PickRequest<'a> {
+    PickRequest {
+        model: "gpt-5",
+        affinity_key: None,
+        now_ms: NOW,
+        cursor,
+        max_candidates: k,
+    }
+}
+
+fn ids(v: &[Arc<AccountEntry>]) -> Vec<i64> {
+    v.iter().map(|a| a.id).collect()
+}
+
+fn pick(s: &Arc<Snapshot>, r: &PickRequest<'_>) -> Vec<i64> {
+    ids(&order_with(s, r, &mut PickScratch::default()))
+}
+
+fn first(s: &Arc<Snapshot>, r: &PickRequest<'_>, scratch: &mut PickScratch) -> i64 {
+    order_with(s, r, scratch)[0].id
+}
+
+fn assert_unique(v: &[i64]) {
+    let set: HashSet<_> = v.iter().collect();
+    assert_eq!(set.len(), v.len(), "duplicates in {v:?}");
+}
+
+fn fail_n(a: &AccountEntry, kind: FailureKind, n: usize, at: u64) {
+    for _ in 0..n {
+        record_failure(&a.live, kind, at);
+    }
+}
+
+// === eligibility ===
+
+#[test]
+fn eligibility_filters() {
+    let accs = pool(9);
+    let settings = Settings {
+        strategy: Strategy::FillFirst,
+        pause_threshold_pct: Some(90.0),
+        min_request_interval_ms: 1_000,
+        default_max_concurrency: 2,
+        ..Settings::default()
+    };
+    // 1: fine. 2: status override. 3: cooling. 4: no token. 5: primary above pause.
+    // 6: secondary above pause. 7: model excluded. 8: interval not elapsed. 9: saturated.
+    accs[1]
+        .live
+        .set_status_override(Some(AccountStatus::ReauthRequired));
+    accs[2].live.cool_until(NOW + 1);
+    let mut accs = accs;
+    accs[3] = Arc::new(AccountEntry {
+        access_token: Secret::new(""),
+        ..raw_entry(4, 1, 0)
+    });
+    accs[4]
+        .live
+        .record_quota(Some(90.0), Some(NOW_S + 60), None, None);
+    accs[5]
+        .live
+        .record_quota(Some(10.0), None, Some(95.0), Some(NOW_S + 3600));
+    exclude_model(&accs[6].live, "gpt-5", NOW + 60_000, NOW);
+    assert!(note_request_start(&accs[7], &settings, NOW - 500));
+    let _l1 = accs[8].live.try_acquire(2).unwrap();
+    let _l2 = accs[8].live.try_acquire(2).unwrap();
+    let s = snap_with(accs.clone(), settings.clone());
+
+    assert_eq!(pick(&s, &req(0, 0)), vec![1]);
+    // The model exclusion is per model.
+    let other = PickRequest {
+        model: "gpt-5-mini",
+        ..req(0, 0)
+    };
+    assert_eq!(pick(&s, &other), vec![1, 7]);
+    // Time heals the cooldown, the interval and the exclusion; a past reset un-pauses.
+    let later = PickRequest {
+        now_ms: NOW + 3_600_000,
+        ..req(0, 0)
+    };
+    let got = pick(&s, &later);
+    assert_eq!(got, vec![1, 3, 5, 7, 8], "got {got:?}");
+    for a in &accs {
+        assert_eq!(
+            is_eligible(a, &settings, "gpt-5", NOW),
+            a.id == 1 || a.id == 9,
+            "account {}",
+            a.id
+        );
+    }
+}
+
+#[test]
+fn pause_threshold_none_never_pauses() {
+    let accs = pool(2);
+    accs[0]
+        .live
+        .record_quota(Some(100.0), Some(NOW_S + 60), None, None);
+    let s = snap(accs, Strategy::FillFirst);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2]);
+}
+
+#[test]
+fn frozen_order_is_unique_bounded_and_eligible_for_every_strategy() {
+    let accs: Vec<_> = (1..=40)
+        .map(|id| entry_with(id, (id % 3 + 1) as u32, 3))
+        .collect();
+    for (i, a) in accs.iter().enumerate() {
+        a.live.record_quota(
+            Some((i * 7 % 100) as f64),
+            Some(NOW_S + (i as u64 * 37) % 500),
+            Some((i * 3 % 100) as f64),
+            Some(NOW_S + 86_400),
+        );
+        if i % 5 == 0 {
+            a.live.cool_until(NOW + 10_000);
+        }
+        if i % 7 == 0 {
+            record_failure(&a.live, FailureKind::Timeout, NOW);
+        }
+    }
+    for st in Strategy::ALL {
+        let s = snap(accs.clone(), st);
+        for key in [None, Some("sess-1"), Some("sess-2")] {
+            for cursor in 0..20 {
+                for k in [0, 1, 3, 8] {
+                    let r = PickRequest {
+                        affinity_key: key,
+                        ..req(cursor, k)
+                    };
+                    let got = pick(&s, &r);
+                    assert_unique(&got);
+                    if k == 0 {
+                        assert_eq!(got.len(), 32, "{st}: every eligible account");
+                    } else {
+                        assert_eq!(got.len(), k, "{st}");
+                    }
+                    for id in &got {
+                        assert_ne!((id - 1) % 5, 0, "{st}: cooling account {id} picked");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn empty_pool_and_all_ineligible_give_empty_order() {
+    for st in Strategy::ALL {
+        assert!(pick(&snap(Vec::new(), st), &req(0, 3)).is_empty());
+        let accs = pool(3);
+        for a in &accs {
+            a.live.cool_until(NOW + 1);
+        }
+        assert!(pick(&snap(accs, st), &req(0, 3)).is_empty());
+    }
+}
+
+#[test]
+fn saturated_accounts_are_left_out_and_come_back() {
+    let accs: Vec<_> = (1..=3).map(|id| entry_with(id, 1, 1)).collect();
+    let s = snap(accs.clone(), Strategy::FillFirst);
+    let lease = accs[0].live.try_acquire(1).unwrap();
+    assert_eq!(pick(&s, &req(0, 0)), vec![2, 3]);
+    drop(lease);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+}
+
+// === fill_first ===
+
+#[test]
+fn fill_first_fills_accounts_in_id_order() {
+    let accs: Vec<_> = (1..=4).map(|id| entry_with(id, 1, 2)).collect();
+    let s = snap(accs.clone(), Strategy::FillFirst);
+    for cursor in 0..5 {
+        assert_eq!(pick(&s, &req(cursor, 0)), vec![1, 2, 3, 4]);
+    }
+    let mut leases = Vec::new();
+    // Simulate the lifecycle: take the first candidate's slot each time.
+    let mut firsts = Vec::new();
+    for _ in 0..6 {
+        let order = order_with(&s, &req(0, 3), &mut PickScratch::default());
+        let a = &order[0];
+        firsts.push(a.id);
+        leases.push(
+            a.live
+                .try_acquire(effective_limit(a, &s.settings, NOW))
+                .unwrap(),
+        );
+    }
+    assert_eq!(firsts, vec![1, 1, 2, 2, 3, 3]);
+}
+
+// === round_robin ===
+
+#[test]
+fn round_robin_rotates_by_cursor() {
+    let s = snap(pool(5), Strategy::RoundRobin);
+    for c in 0..12 {
+        let got = pick(&s, &req(c, 0));
+        let start = (c % 5) as i64 + 1;
+        let want: Vec<i64> = (0..5).map(|j| (start - 1 + j) % 5 + 1).collect();
+        assert_eq!(got, want);
+    }
+    // An ineligible account is skipped, its turn goes to the next one.
+    s.accounts[1].live.cool_until(NOW + 1);
+    assert_eq!(pick(&s, &req(1, 2)), vec![3, 4]);
+}
+
+#[test]
+fn round_robin_spreads_by_weight() {
+    let weights = [1u32, 2, 3, 4];
+    let accs: Vec<_> = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| entry_with(i as i64 + 1, w, 0))
+        .collect();
+    let s = snap(accs, Strategy::RoundRobin);
+    let mut scratch = PickScratch::default();
+    let mut counts: HashMap<i64, u32> = HashMap::new();
+    for c in 0..1_000 {
+        *counts
+            .entry(first(&s, &req(c, 2), &mut scratch))
+            .or_default() += 1;
+    }
+    for (i, w) in weights.iter().enumerate() {
+        assert_eq!(counts[&(i as i64 + 1)], 100 * w, "{counts:?}");
+    }
+}
+
+// === sticky ===
+
+#[test]
+fn sticky_is_stable_for_a_key_and_moves_only_when_ineligible() {
+    let s = snap(pool(20), Strategy::Sticky);
+    let keys: Vec<String> = (0..200).map(|i| format!("session-{i}")).collect();
+    let home = |s: &Arc<Snapshot>, key: &str, cursor: usize, now: u64| -> Vec<i64> {
+        let r = PickRequest {
+            affinity_key: Some(key),
+            now_ms: now,
+            ..req(cursor, 3)
+        };
+        pick(s, &r)
+    };
+    let before: Vec<Vec<i64>> = keys.iter().map(|k| home(&s, k, 0, NOW)).collect();
+    // Stable across cursors, clocks and workers (fresh scratch each time).
+    for (k, b) in keys.iter().zip(&before) {
+        for c in [1, 7, 99] {
+            assert_eq!(&home(&s, k, c, NOW + c as u64 * 1000), b);
+        }
+    }
+    // Spread: 200 keys over 20 accounts use most of them.
+    let used: HashSet<i64> = before.iter().map(|b| b[0]).collect();
+    assert!(used.len() >= 15, "{used:?}");
+
+    // Account 7 goes away: only its sessions move, each to its own second choice.
+    s.accounts[6].live.cool_until(NOW + 60_000);
+    let mut moved = 0;
+    for (k, b) in keys.iter().zip(&before) {
+        let now = home(&s, k, 0, NOW);
+        if b[0] == 7 {
+            moved += 1;
+            assert_eq!(now[0], b[1], "moves to its next rendezvous choice");
+        } else {
+            assert_eq!(now[0], b[0], "unaffected sessions stay");
+        }
+    }
+    assert!(moved > 0);
+    // It comes back: its sessions return.
+    s.accounts[6].live.clear_cooldown();
+    for (k, b) in keys.iter().zip(&before) {
+        assert_eq!(&home(&s, k, 0, NOW), b);
+    }
+}
+
+#[test]
+fn sticky_is_deterministic_across_instances_and_snapshot_rebuilds() {
+    // Another instance builds its own snapshot of the same accounts (same ids).
+    let a = snap(pool(50), Strategy::Sticky);
+    let b = snap(pool(50), Strategy::Sticky);
+    let mut scratch = PickScratch::default();
+    for i in 0..100 {
+        let key = format!("thread-{i}");
+        let r = PickRequest {
+            affinity_key: Some(&key),
+            ..req(i, 4)
+        };
+        let x = ids(&order_with(&a, &r, &mut scratch));
+        let y = ids(&order_with(&b, &r, &mut scratch));
+        assert_eq!(x, y);
+    }
+}
+
+#[test]
+fn sticky_falls_back_to_a_full_pass_when_top_hashes_are_ineligible() {
+    let s = snap(pool(100), Strategy::Sticky);
+    let r = PickRequest {
+        affinity_key: Some("k"),
+        ..req(0, 2)
+    };
+    let top = pick(
+        &s,
+        &PickRequest {
+            max_candidates: 30,
+            ..r
+        },
+    );
+    // Make the first 20 rendezvous choices unschedulable.
+    for id in &top[..20] {
+        s.accounts[(*id - 1) as usize].live.cool_until(NOW + 1);
+    }
+    assert_eq!(pick(&s, &r), top[20..22].to_vec());
+}
+
+#[test]
+fn sticky_respects_weights() {
+    let accs = vec![entry_with(1, 1, 0), entry_with(2, 3, 0)];
+    let s = snap(accs, Strategy::Sticky);
+    let mut scratch = PickScratch::default();
+    let mut wins = [0u32; 2];
+    for i in 0..4_000 {
+        let key = format!("s{i}");
+        let r = PickRequest {
+            affinity_key: Some(&key),
+            ..req(0, 1)
+        };
+        wins[(first(&s, &r, &mut scratch) - 1) as usize] += 1;
+    }
+    let ratio = f64::from(wins[1]) / f64::from(wins[0]);
+    assert!((2.5..3.5).contains(&ratio), "{wins:?}");
+}
+
+#[test]
+fn sticky_without_key_is_smart() {
+    let accs = pool(30);
+    for (i, a) in accs.iter().enumerate() {
+        a.live
+            .record_quota(Some((i * 3) as f64), Some(NOW_S + 100), None, None);
+    }
+    fail_n(&accs[3], FailureKind::Auth, 1, NOW);
+    let sticky = snap(accs.clone(), Strategy::Sticky);
+    let smart = snap(accs, Strategy::Smart);
+    for c in 0..20 {
+        assert_eq!(pick(&sticky, &req(c, 5)), pick(&smart, &req(c, 5)));
+    }
+}
+
+// === quota_reset_priority ===
+
+#[test]
+fn quota_reset_priority_prefers_soonest_reset_with_quota_left() {
+    let accs = pool(6);
+    let q = |i: usize, p: f64, pr: u64, s: f64, sr: u64| {
+        accs[i]
+            .live
+            .record_quota(Some(p), Some(pr), Some(s), Some(sr));
+    };
+    q(0, 50.0, NOW_S + 3_000, 10.0, NOW_S + 90_000); // 1
+    q(1, 20.0, NOW_S + 600, 10.0, NOW_S + 80_000); // 2: soonest primary, later secondary
+    q(2, 20.0, NOW_S + 600, 10.0, NOW_S + 70_000); // 3: same primary, sooner secondary
+    q(3, 100.0, NOW_S + 60, 10.0, NOW_S + 70_000); // 4: exhausted: last
+    q(4, 5.0, 0, 0.0, 0); // 5: unknown reset: after known ones
+    q(5, 30.0, NOW_S + 300, 10.0, NOW_S + 70_000); // 6: soonest but risky: near the end
+    fail_n(&accs[5], FailureKind::Auth, 1, NOW);
+    let s = snap(accs, Strategy::QuotaResetPriority);
+    assert_eq!(pick(&s, &req(0, 0)), vec![3, 2, 1, 5, 6, 4]);
+    assert_eq!(pick(&s, &req(5, 2)), vec![3, 2]);
+}
+
+// === smart ===
+
+#[test]
+fn smart_orders_by_tier_then_score() {
+    let accs = pool(5);
+    // 1: healthy idle. 2: warm (a timeout). 3: risky (a 401). 4: quarantine (two 401s).
+    // 5: healthy but high quota usage.
+    fail_n(&accs[1], FailureKind::Timeout, 1, NOW);
+    fail_n(&accs[2], FailureKind::Auth, 1, NOW);
+    fail_n(&accs[3], FailureKind::Auth, 2, NOW);
+    accs[4]
+        .live
+        .record_quota(Some(95.0), Some(NOW_S + 600), None, None);
+    let st = Settings::default();
+    let tiers: Vec<Tier> = accs.iter().map(|a| assess(a, &st, NOW).tier).collect();
+    assert_eq!(
+        tiers,
+        vec![
+            Tier::Healthy,
+            Tier::Warm,
+            Tier::Risky,
+            Tier::Quarantine,
+            Tier::Healthy
+        ]
+    );
+    let s = snap(accs, Strategy::Smart);
+    for c in 0..20 {
+        assert_eq!(pick(&s, &req(c, 0)), vec![1, 5, 2, 3, 4]);
+    }
+}
+
+#[test]
+fn smart_spreads_load_among_equals_by_weight() {
+    let accs = vec![
+        entry_with(1, 1, 0),
+        entry_with(2, 1, 0),
+        entry_with(3, 2, 0),
+        entry_with(4, 4, 0),
+    ];
+    let s = snap(accs, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    let mut counts = [0u32; 4];
+    for c in 0..8_000 {
+        counts[(first(&s, &req(c, 3), &mut scratch) - 1) as usize] += 1;
+    }
+    // Expected 1:1:2:4 of 8000 = 1000, 1000, 2000, 4000.
+    for (i, want) in [1_000.0, 1_000.0, 2_000.0, 4_000.0].iter().enumerate() {
+        let got = f64::from(counts[i]);
+        assert!((got - want).abs() < want * 0.12, "{counts:?}");
+    }
+}
+
+#[test]
+fn smart_soft_affinity_keeps_a_healthy_home_and_leaves_a_sick_one() {
+    let s = snap(pool(10), Strategy::Smart);
+    let r = |c: usize| PickRequest {
+        affinity_key: Some("conv-42"),
+        ..req(c, 3)
+    };
+    let home = pick(&s, &r(0))[0];
+    for c in 1..50 {
+        assert_eq!(pick(&s, &r(c))[0], home, "stays home while healthy");
+    }
+    // Home becomes risky: the session moves (to its next healthy rendezvous choice), and
+    // the risky account is not first for anyone.
+    let h = &s.accounts[(home - 1) as usize];
+    fail_n(h, FailureKind::Auth, 1, NOW);
+    let moved = pick(&s, &r(0))[0];
+    assert_ne!(moved, home);
+    for c in 1..50 {
+        assert_eq!(pick(&s, &r(c))[0], moved, "a stable second home");
+    }
+    // Without a key, load spreads: several different firsts.
+    let firsts: HashSet<i64> = (0..50).map(|c| pick(&s, &req(c, 3))[0]).collect();
+    assert!(firsts.len() >= 5, "{firsts:?}");
+}
+
+#[test]
+fn smart_samples_large_pools_but_still_finds_rare_healthy_accounts() {
+    let accs = pool(3_000);
+    let healthy = [17usize, 1_500, 2_999];
+    for (i, a) in accs.iter().enumerate() {
+        if !healthy.contains(&i) {
+            fail_n(a, FailureKind::Auth, 2, NOW);
+        }
+    }
+    let s = snap(accs, Strategy::Smart);
+    for c in 0..10 {
+        let mut got = pick(&s, &req(c, 3));
+        got.sort_unstable();
+        assert_eq!(got, vec![18, 1_501, 3_000]);
+    }
+    // With a mostly healthy pool, a pick reads only a sample and still returns k.
+    let s = snap(pool(3_000), Strategy::Smart);
+    let got = pick(&s, &req(0, 5));
+    assert_eq!(got.len(), 5);
+    assert_unique(&got);
+}
+
+// === feedback math ===
+
+#[test]
+fn penalties_decay_with_time() {
+    let accs = pool(1);
+    let a = &accs[0];
+    let st = Settings::default();
+    record_failure(&a.live, FailureKind::RateLimit, NOW);
+    let p0 = decayed_penalty(&a.live, NOW);
+    assert!((p0 - FailureKind::RateLimit.weight()).abs() < 1e-3);
+    let hl = FailureKind::RateLimit.half_life().as_millis() as u64;
+    assert!((decayed_penalty(&a.live, NOW + hl) - p0 / 2.0).abs() < 1e-3);
+    assert!((decayed_penalty(&a.live, NOW + 2 * hl) - p0 / 4.0).abs() < 1e-3);
+    // The streak term stays until a success; the decayed part fades.
+    let fresh = assess(a, &st, NOW);
+    let old = assess(a, &st, NOW + 10 * hl);
+    assert!(old.score > fresh.score);
+    assert!(old.penalty < fresh.penalty);
+    // Auth decays slower than a timeout.
+    assert!(FailureKind::Auth.half_life() > FailureKind::Timeout.half_life());
+}
+
+#[test]
+fn success_relieves_penalties_and_resets_the_streak() {
+    let accs = pool(1);
+    let a = &accs[0];
+    let st = Settings::default();
+    fail_n(a, FailureKind::Auth, 1, NOW);
+    assert_eq!(assess(a, &st, NOW).tier, Tier::Risky);
+    for _ in 0..3 {
+        record_success_at(&a.live, Duration::from_millis(800), NOW);
+    }
+    let after = assess(a, &st, NOW);
+    assert!(after.penalty < 50.0 * 0.35, "{after:?}");
+    assert!(after.tier <= Tier::Warm, "{after:?}");
+    reset_feedback(&a.live);
+    assert_eq!(assess(a, &st, NOW).score, BASE_SCORE);
+}
+
+#[test]
+fn ewma_math() {
+    let accs = pool(1);
+    let live = &accs[0].live;
+    let s = live.scheduler();
+    record_failure(live, FailureKind::Server, NOW);
+    assert!((s.error_rate.load() - ERROR_RATE_ALPHA).abs() < 1e-12);
+    record_failure(live, FailureKind::Server, NOW);
+    let two = ERROR_RATE_ALPHA + ERROR_RATE_ALPHA * (1.0 - ERROR_RATE_ALPHA);
+    assert!((s.error_rate.load() - two).abs() < 1e-12);
+    record_success_at(live, Duration::from_millis(1_000), NOW);
+    assert!((s.error_rate.load() - two * (1.0 - ERROR_RATE_ALPHA)).abs() < 1e-12);
+    // Latency: the first sample seeds the average, the next ones blend.
+    assert!((s.first_token_ms.load() - 1_000.0).abs() < 1e-9);
+    record_success_at(live, Duration::from_millis(3_000), NOW);
+    let want = 1_000.0 + LATENCY_ALPHA * 2_000.0;
+    assert!((s.first_token_ms.load() - want).abs() < 1e-9);
+    // Many failures converge toward 1 and put the account in quarantine.
+    for _ in 0..40 {
+        record_failure(live, FailureKind::Server, NOW);
+    }
+    assert!(s.error_rate.load() > 0.99);
+    assert_eq!(
+        assess(&accs[0], &Settings::default(), NOW).tier,
+        Tier::Quarantine
+    );
+}
+
+#[test]
+fn ewma_is_lock_free_under_contention() {
+    let live = Arc::new(AccountLive::default());
+    std::thread::scope(|sc| {
+        for _ in 0..8 {
+            let live = Arc::clone(&live);
+            sc.spawn(move || {
+                for _ in 0..1_000 {
+                    live.scheduler().first_token_ms.update(|v| v + 1.0);
+                }
+            });
+        }
+    });
+    assert_eq!(live.scheduler().first_token_ms.load(), 8_000.0);
+}
+
+#[test]
+fn slow_first_tokens_and_quota_lower_the_score() {
+    let accs = pool(3);
+    let st = Settings::default();
+    record_success_at(&accs[1].live, Duration::from_secs(25), NOW);
+    accs[2]
+        .live
+        .record_quota(Some(90.0), Some(NOW_S + 60), Some(80.0), Some(NOW_S + 600));
+    let base = assess(&accs[0], &st, NOW).score;
+    assert!(assess(&accs[1], &st, NOW).score < base - 10.0);
+    assert!(assess(&accs[2], &st, NOW).score < base - 20.0);
+    // A window whose reset already passed reads as unused.
+    let later = assess(&accs[2], &st, (NOW_S + 601) * 1000);
+    assert_eq!(later.primary_pct, 0.0);
+    assert_eq!(later.secondary_pct, 0.0);
+}
+
+#[test]
+fn failure_kinds_map_from_classes() {
+    use FailureClass as C;
+    let cases = [
+        (
+            C::UsageLimit { resets_at: None },
+            Some(FailureKind::RateLimit),
+        ),
+        (
+            C::RateLimited {
+                retry_after_s: Some(3),
+            },
+            Some(FailureKind::RateLimit),
+        ),
+        (C::UsageNotIncluded, Some(FailureKind::Auth)),
+        (C::AuthExpired, Some(FailureKind::Auth)),
+        (C::Deactivated, Some(FailureKind::Auth)),
+        (C::Overloaded, Some(FailureKind::Server)),
+        (C::Cloudflare, Some(FailureKind::Blocked)),
+        (C::ModelNotSupported, None),
+        (C::ContinuationNotFound, None),
+        (C::Request, None),
+    ];
+    for (class, want) in cases {
+        assert_eq!(FailureKind::from_class(&class), want, "{class:?}");
+    }
+    let names: HashSet<_> = FailureKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(names.len(), FailureKind::COUNT);
+}
+
+// === dynamic concurrency ===
+
+#[test]
+fn dynamic_concurrency_shrinks_for_unhealthy_tiers() {
+    assert_eq!(Tier::Healthy.limit(8), 8);
+    assert_eq!(Tier::Warm.limit(8), 4);
+    assert_eq!(Tier::Warm.limit(1), 1);
+    assert_eq!(Tier::Risky.limit(8), 2);
+    assert_eq!(Tier::Risky.limit(2), 1);
+    assert_eq!(Tier::Risky.limit(100), 4);
+    assert_eq!(Tier::Quarantine.limit(8), 1);
+    assert_eq!(Tier::Healthy.limit(0), 0, "unlimited stays unlimited");
+    assert_eq!(Tier::Warm.limit(0), 0);
+    assert_eq!(Tier::Risky.limit(0), 4);
+    assert_eq!(Tier::Quarantine.limit(0), 1);
+
+    let accs = vec![entry_with(1, 1, 8), entry_with(2, 1, 0)];
+    let st = Settings {
+        default_max_concurrency: 6,
+        ..Settings::default()
+    };
+    assert_eq!(effective_limit(&accs[0], &st, NOW), 8);
+    assert_eq!(effective_limit(&accs[1], &st, NOW), 6, "settings default");
+    fail_n(&accs[0], FailureKind::Auth, 1, NOW);
+    assert_eq!(effective_limit(&accs[0], &st, NOW), 2);
+    fail_n(&accs[0], FailureKind::Auth, 1, NOW);
+    assert_eq!(effective_limit(&accs[0], &st, NOW), 1);
+    // A risky account at its reduced limit is saturated and left out of the order.
+    let _lease = accs[0].live.try_acquire(1).unwrap();
+    let s = snap_with(accs, st);
+    assert_eq!(pick(&s, &req(0, 0)), vec![2]);
+}
+
+#[test]
+fn note_request_start_claims_the_interval() {
+    let accs = pool(1);
+    let a = &accs[0];
+    let st = Settings {
+        min_request_interval_ms: 1_000,
+        ..Settings::default()
+    };
+    assert!(note_request_start(a, &st, NOW));
+    assert!(!note_request_start(a, &st, NOW + 999));
+    assert!(!is_eligible(a, &st, "m", NOW + 999));
+    assert!(is_eligible(a, &st, "m", NOW + 1_000));
+    assert!(note_request_start(a, &st, NOW + 1_000));
+    // Without an interval it only records.
+    let free = Settings::default();
+    assert!(note_request_start(a, &free, NOW + 1_001));
+    assert!(note_request_start(a, &free, NOW + 1_001));
+    assert_eq!(
+        a.live.scheduler().last_request_ms.load(Ordering::Relaxed),
+        NOW + 1_001
+    );
+}
+
+#[test]
+fn concurrent_leases_never_exceed_the_limit() {
+    const ACCOUNTS: usize = 5;
+    const LIMIT: u32 = 2;
+    let accs: Vec<_> = (1..=ACCOUNTS as i64)
+        .map(|id| entry_with(id, 1, LIMIT))
+        .collect();
+    let holding: Vec<AtomicU32> = (0..ACCOUNTS).map(|_| AtomicU32::new(0)).collect();
+    let peak: Vec<AtomicU32> = (0..ACCOUNTS).map(|_| AtomicU32::new(0)).collect();
+    let st = Settings::default();
+    std::thread::scope(|sc| {
+        for t in 0..100 {
+            let (accs, holding, peak, st) = (&accs, &holding, &peak, &st);
+            sc.spawn(move || {
+                for j in 0..300 {
+                    let i = (t + j) % ACCOUNTS;
+                    let limit = effective_limit(&accs[i], st, NOW);
+                    if let Some(lease) = accs[i].live.try_acquire(limit) {
+                        let now = holding[i].fetch_add(1, Ordering::SeqCst) + 1;
+                        peak[i].fetch_max(now, Ordering::SeqCst);
+                        assert!(now <= LIMIT, "{now} in flight on account {i}");
+                        std::thread::yield_now();
+                        holding[i].fetch_sub(1, Ordering::SeqCst);
+                        drop(lease);
+                    }
+                }
+            });
+        }
+    });
+    for (i, a) in accs.iter().enumerate() {
+        assert_eq!(a.live.in_flight(), 0);
+        assert!(peak[i].load(Ordering::SeqCst) <= LIMIT);
+    }
+}
+
+// === snapshots and scratch ===
+
+#[test]
+fn scratch_follows_snapshot_changes() {
+    let mut scratch = PickScratch::default();
+    let a = snap(pool(4), Strategy::RoundRobin);
+    assert_eq!(first(&a, &req(2, 1), &mut scratch), 3);
+    // A new snapshot with other weights: the cached prefix sums are rebuilt.
+    let b = snap(
+        vec![entry_with(1, 10, 0), entry_with(2, 1, 0)],
+        Strategy::RoundRobin,
+    );
+    assert_eq!(first(&b, &req(2, 1), &mut scratch), 1);
+    assert_eq!(first(&b, &req(10, 1), &mut scratch), 2);
+    // The thread-local wrapper gives the same answers.
+    assert_eq!(ids(&order(&b, &req(10, 1))), vec![2]);
+}
+
+#[test]
+fn exclude_model_affects_only_that_model_and_account() {
+    let accs = pool(3);
+    exclude_model(
+        &accs[1].live,
+        "gpt-5-codex",
+        NOW + MODEL_EXCLUSION_TTL.as_millis() as u64,
+        NOW,
+    );
+    let s = snap(accs, Strategy::FillFirst);
+    let r = PickRequest {
+        model: "gpt-5-codex",
+        ..req(0, 0)
+    };
+    assert_eq!(pick(&s, &r), vec![1, 3]);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+    let later = PickRequest {
+        now_ms: NOW + MODEL_EXCLUSION_TTL.as_millis() as u64,
+        ..r
+    };
+    assert_eq!(pick(&s, &later), vec![1, 2, 3]);
+}

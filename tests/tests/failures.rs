@@ -1,0 +1,229 @@
+//! One test per row of the failure table (codex-protocol.md §2.6): which account served, what
+//! the client saw, and the account's state afterwards. Accounts are tried in the worker's
+//! round-robin order, so each test makes acct-0 fail and checks the outcome whichever account
+//! was tried first.
+
+use std::time::Duration;
+
+use benches::{Behaviour, ErrorKind, MockConfig};
+use integration_tests::{Stack, StackBuilder};
+use serde_json::{json, Value};
+
+fn two() -> Stack {
+    // One worker keeps the round-robin cursor deterministic: acct-0 is tried first.
+    StackBuilder { accounts: 2, workers: 1, ..StackBuilder::default() }.start()
+}
+
+async fn ask(s: &Stack) -> (u16, Value) {
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap())
+}
+
+/// acct-0 fails with `kind`; the request is served by acct-1.
+async fn fails_over(kind: ErrorKind) -> Stack {
+    let s = two();
+    s.mock.set_behaviour("acct-0", Behaviour::error(kind));
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 200, "{kind:?}: {v}");
+    assert_eq!(s.served_by(), vec!["acct-0", "acct-1"], "{kind:?}");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_limit_cools_until_reset() {
+    let s = fails_over(ErrorKind::UsageLimitReached).await;
+    let a = s.account("acct-0");
+    assert_eq!(a.status, "active");
+    // the mock's resets_at is one hour ahead
+    assert!(a.cooling_ms > 3_500_000 && a.cooling_ms <= 3_600_000, "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_not_included_disables() {
+    let s = fails_over(ErrorKind::UsageNotIncluded).await;
+    assert_eq!(s.account("acct-0").status, "disabled");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limit_is_a_short_backoff() {
+    let s = fails_over(ErrorKind::RateLimitExceeded).await;
+    let a = s.account("acct-0");
+    assert!(a.cooling_ms > 0 && a.cooling_ms <= 300_000, "{a:?}");
+    assert_eq!(a.status, "active");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn overload_and_5xx_are_short_cooldowns() {
+    for kind in [ErrorKind::ServerIsOverloaded, ErrorKind::Internal] {
+        let s = fails_over(kind).await;
+        let a = s.account("acct-0");
+        assert!(a.cooling_ms > 0 && a.cooling_ms <= 5_000, "{kind:?} {a:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_stream_failure_before_commit_fails_over() {
+    let s = two();
+    s.mock.set_behaviour("acct-0", Behaviour::fail_in_stream("server_is_overloaded"));
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("response.completed") && !body.contains("response.failed"), "{body}");
+    assert_eq!(body.matches("event: response.created").count(), 1, "held-back events of the failed attempt never reach the client");
+    assert_eq!(s.served_by(), vec!["acct-0", "acct-1"]);
+    assert!(s.account("acct-0").cooling_ms > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn token_invalidated_refreshes_once_and_retries_the_same_account() {
+    let s = two();
+    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated).times(1));
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.served_by(), vec!["acct-0", "acct-0"], "same account after the refresh");
+    assert_eq!(s.mock.token_calls(), 1);
+    let last = s.mock.requests().pop().unwrap();
+    let fresh = s.mock.account_tokens("acct-0").unwrap();
+    assert_eq!(last.header("authorization").unwrap(), format!("Bearer {}", fresh.access_token));
+    let a = s.account("acct-0");
+    assert_eq!((a.status, a.cooling_ms), ("active", 0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_401_after_refresh_needs_reauth() {
+    let s = two();
+    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated));
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.served_by(), vec!["acct-0", "acct-0", "acct-1"]);
+    assert_eq!(s.account("acct-0").status, "reauth_required");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deactivated_is_banned() {
+    let s = fails_over(ErrorKind::AccountDeactivated).await;
+    assert_eq!(s.account("acct-0").status, "banned");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cloudflare_block_is_a_short_cooldown_not_a_credential_failure() {
+    let s = fails_over(ErrorKind::Cloudflare).await;
+    let a = s.account("acct-0");
+    assert_eq!(a.status, "active");
+    assert!(a.cooling_ms > 0 && a.cooling_ms <= 60_000);
+    assert_eq!(s.mock.token_calls(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_not_supported_tries_other_accounts() {
+    let s = fails_over(ErrorKind::ModelNotSupported).await;
+    assert_eq!(s.account("acct-0").status, "active");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn request_errors_are_returned_without_failover() {
+    for (kind, status, code) in [
+        (ErrorKind::UnsupportedParameter, 400, "unsupported_parameter"),
+        (ErrorKind::ContextLengthExceeded, 400, "context_length_exceeded"),
+        (ErrorKind::CyberPolicy, 400, "cyber_policy"),
+    ] {
+        let s = two();
+        s.mock.set_behaviour("acct-0", Behaviour::error(kind));
+        let (st, v) = ask(&s).await;
+        assert_eq!(st, status, "{kind:?}: {v}");
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert_eq!(s.served_by(), vec!["acct-0"], "{kind:?}: no failover");
+        let a = s.account("acct-0");
+        assert_eq!((a.status, a.cooling_ms), ("active", 0), "the account is not penalized");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn all_accounts_failing_gives_a_deterministic_503() {
+    let s = two();
+    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
+    s.mock.set_behaviour("acct-1", Behaviour::error(ErrorKind::ServerIsOverloaded));
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 503, "{v}");
+    assert!(!v.to_string().contains("acct-"), "no account names leak: {v}");
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 503, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_concurrent_401s_cause_one_token_call() {
+    let s = StackBuilder {
+        accounts: 1,
+        mock: MockConfig { token_delay: Duration::from_millis(300), ..MockConfig::default() },
+        ..StackBuilder::default()
+    }
+    .start();
+    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated).times(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let req = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"}));
+        tasks.push(tokio::spawn(async move { req.send().await.unwrap().status().as_u16() }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await.unwrap() == 200 {
+            ok += 1;
+        }
+    }
+    assert_eq!(s.mock.token_calls(), 1, "single-flight refresh");
+    assert_eq!(ok, 50, "every request retried with the refreshed token");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_limit_is_never_exceeded() {
+    let s = StackBuilder {
+        accounts: 5,
+        mock: MockConfig { deltas: 4, inter_event_delay: Duration::from_millis(20), ..MockConfig::default() },
+        ..StackBuilder::default()
+    }
+    .start();
+    let c = integration_tests::client();
+    let accounts: Value = c.get(format!("{}/api/admin/accounts", s.admin_url())).send().await.unwrap().json().await.unwrap();
+    for a in accounts["data"].as_array().unwrap() {
+        let r = c.patch(format!("{}/api/admin/accounts/{}", s.admin_url(), a["id"])).json(&json!({"max_concurrency": 2})).send().await.unwrap();
+        assert!(r.status().is_success());
+    }
+    // wait for the republished snapshot
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.app.snapshot.load().accounts.iter().any(|a| a.max_concurrency != 2) {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let snap = s.app.snapshot.clone();
+    let stop2 = stop.clone();
+    let sampler = std::thread::spawn(move || {
+        let mut max = 0;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            for a in snap.load().accounts.iter() {
+                max = max.max(a.live.in_flight());
+            }
+        }
+        max
+    });
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let req = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true}));
+        tasks.push(tokio::spawn(async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            (st, body.contains("response.completed"))
+        }));
+    }
+    for t in tasks {
+        let (st, done) = t.await.unwrap();
+        assert_eq!(st, 200);
+        assert!(done);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let max = sampler.join().unwrap();
+    assert!(max <= 2, "an account had {max} requests in flight");
+    assert!(max >= 1);
+}
