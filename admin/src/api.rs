@@ -418,7 +418,9 @@ async fn refresh_account(State(core): State<AppState>, Path(id): Path<String>) -
     crate::sidecar::refresh::request(&core, id, snap.version);
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"id": id, "object": "account", "refresh_in_flight": core.refresh.in_flight(id)})),
+        Json(
+            json!({"id": id, "object": "account", "refresh_in_flight": core.refresh.in_flight(id)}),
+        ),
     )
         .into_response())
 }
@@ -462,7 +464,9 @@ async fn get_settings(State(core): State<AppState>) -> ApiResult {
 async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult {
     let v = parse_body(&body)?;
     let Some(obj) = v.as_object() else {
-        return Err(ApiError::bad_request("the body must be a JSON object of settings"));
+        return Err(ApiError::bad_request(
+            "the body must be a JSON object of settings",
+        ));
     };
     let mut changes = Vec::new();
     for (k, val) in obj {
@@ -531,9 +535,12 @@ async fn get_usage(
             let mut m = totals_json(t);
             m.insert("account_id".into(), json!(id));
             m.insert(
-                "label".into(),
-                json!(id.and_then(|id| accounts.iter().find(|a| a.id == id).map(AccountRow::label))),
-            );
+                    "label".into(),
+                    json!(id.and_then(|id| accounts
+                        .iter()
+                        .find(|a| a.id == id)
+                        .map(AccountRow::label))),
+                );
             Value::Object(m)
         })
         .collect();

@@ -45,6 +45,9 @@ use crate::{
     DbTarget,
 };
 
+/// One outcome per account: `(account id, Ok(value) | Err(printable reason))`.
+pub type PerAccount<T> = Vec<(i64, Result<T, String>)>;
+
 fn block_on<T>(f: impl Future<Output = Result<T, AdminError>>) -> Result<T, AdminError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -116,7 +119,7 @@ pub fn accounts_refresh(
     db: &DbTarget,
     id: Option<i64>,
     oauth_token_url: &str,
-) -> Result<Vec<(i64, Result<(), String>)>, AdminError> {
+) -> Result<PerAccount<()>, AdminError> {
     accounts_refresh_with(db, id, oauth_token_url, None)
 }
 
@@ -128,7 +131,7 @@ pub fn accounts_refresh_with(
     id: Option<i64>,
     oauth_token_url: &str,
     redis_url: Option<&str>,
-) -> Result<Vec<(i64, Result<(), String>)>, AdminError> {
+) -> Result<PerAccount<()>, AdminError> {
     let http = build_http_client(None).map_err(AdminError::HttpClient)?;
     let oauth = OAuthClient::new(http, oauth_token_url);
     let redis_url = redis_url.map(str::trim).filter(|u| !u.is_empty());
@@ -182,8 +185,7 @@ async fn refresh_one(s: &dyn Storage, oauth: &OAuthClient, id: i64) -> Result<()
     };
     if secrets.refresh_token.is_empty() {
         return Err(
-            "no refresh token stored (access-token-only import): log in again and re-import"
-                .into(),
+            "no refresh token stored (access-token-only import): log in again and re-import".into(),
         );
     }
     match exchange_and_store(s, oauth, id, &secrets.refresh_token).await {
@@ -210,7 +212,7 @@ pub fn accounts_quota(
     db: &DbTarget,
     id: Option<i64>,
     endpoint: &UsageEndpoint,
-) -> Result<Vec<(i64, Result<WhamUsage, String>)>, AdminError> {
+) -> Result<PerAccount<WhamUsage>, AdminError> {
     let http = build_http_client(endpoint.ca_file.as_deref()).map_err(AdminError::HttpClient)?;
     let client = UsageClient::new(http, endpoint.clone());
     block_on(with_storage(db, async |s: &dyn Storage| {

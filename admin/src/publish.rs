@@ -255,7 +255,6 @@ impl Publisher {
         );
         Ok(Some(version))
     }
-
 }
 
 fn entry(

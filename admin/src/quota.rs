@@ -426,7 +426,11 @@ mod tests {
         assert_eq!(q.primary_pct, Some(42.5));
         assert_eq!(q.primary_reset_at, Some(1_900_000_000));
         assert_eq!(q.secondary_pct, Some(7.0));
-        assert_eq!(q.secondary_reset_at, Some(4_600), "reset_after_seconds + now");
+        assert_eq!(
+            q.secondary_reset_at,
+            Some(4_600),
+            "reset_after_seconds + now"
+        );
         assert_eq!(u.limit_reset_at(1_000), None);
     }
 

@@ -198,7 +198,10 @@ pub fn text_from_json(key: &str, v: &Value) -> Result<Option<String>, SettingErr
 }
 
 /// `defaults` with every valid stored override applied, plus the overrides that were skipped.
-pub fn effective(defaults: &Settings, stored: &[(String, String)]) -> (Settings, Vec<SettingError>) {
+pub fn effective(
+    defaults: &Settings,
+    stored: &[(String, String)],
+) -> (Settings, Vec<SettingError>) {
     let mut s = defaults.clone();
     let mut bad = Vec::new();
     for (k, v) in stored {

@@ -16,7 +16,7 @@
 //!
 //! # Time units
 //! `created_at`, `updated_at`, `last_refresh_at`, `quota_updated_at`, `cooldown_until_ms`,
-//! `revoked_at` and usage `started_at_ms` are Unix **milliseconds**; `access_expires_at` and the
+//! `revoked_at`, usage `started_at_ms` and settings `updated_at` are Unix **milliseconds**; `access_expires_at` and the
 //! quota `*_reset_at` columns are Unix **seconds** (as the JWT `exp` and the upstream send them).
 //! `updated_at` changes on identity, token, status and limit changes, but not on cooldown or
 //! quota writes (those reach workers through the live atomics, not through a snapshot).

@@ -71,10 +71,44 @@ enum AccountsCmd {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
-    /// List accounts.
+    /// List accounts (status, plan, quota windows, cooldown).
     List {
         #[command(flatten)]
         db: DbArgs,
+    },
+    /// Enable an account (clears its cooldown).
+    Enable {
+        /// Account id (see `accounts list`).
+        id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Disable an account.
+    Disable {
+        /// Account id.
+        id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Delete an account and its tokens.
+    Delete {
+        /// Account id.
+        id: i64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Refresh tokens now (one account, or every active account).
+    Refresh {
+        /// Account id; all active accounts when omitted.
+        id: Option<i64>,
+        #[command(flatten)]
+        db: DbArgs,
+        /// OAuth token endpoint.
+        #[arg(long, env = "CODEX_GATEWAY_OAUTH_TOKEN_URL", default_value = DEFAULT_TOKEN_URL)]
+        oauth_token_url: String,
+        /// Redis URL: hold the fleet-wide refresh lease while refreshing.
+        #[arg(long, env = "CODEX_GATEWAY_REDIS_URL")]
+        redis_url: Option<String>,
     },
 }
 
@@ -110,6 +144,24 @@ fn wait_for_signal() {
         Err(e) => tracing::error!(error = %e, "cannot install signal handlers"),
     }
     tracing::info!("signal received; draining");
+}
+
+#[allow(clippy::print_stdout)]
+fn toggle(r: Result<bool, admin::AdminError>, id: i64, what: &str) -> ExitCode {
+    match r {
+        Ok(true) => {
+            println!("account {id} {what}");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            eprintln!("codex-gateway: no account with id {id}");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("codex-gateway: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 #[allow(clippy::print_stdout)]
@@ -154,6 +206,50 @@ fn main() -> ExitCode {
             }
         },
         Command::Accounts { cmd } => match cmd {
+            AccountsCmd::Enable { id, db } => {
+                toggle(admin::cli::accounts_enable(&db.target(), id), id, "enabled")
+            }
+            AccountsCmd::Disable { id, db } => toggle(
+                admin::cli::accounts_disable(&db.target(), id),
+                id,
+                "disabled",
+            ),
+            AccountsCmd::Delete { id, db } => {
+                toggle(admin::cli::accounts_delete(&db.target(), id), id, "deleted")
+            }
+            AccountsCmd::Refresh {
+                id,
+                db,
+                oauth_token_url,
+                redis_url,
+            } => match admin::cli::accounts_refresh_with(
+                &db.target(),
+                id,
+                &oauth_token_url,
+                redis_url.as_deref(),
+            ) {
+                Ok(results) => {
+                    let mut failed = false;
+                    for (id, r) in results {
+                        match r {
+                            Ok(()) => println!("account {id}: refreshed"),
+                            Err(e) => {
+                                failed = true;
+                                println!("account {id}: refresh failed: {e}");
+                            }
+                        }
+                    }
+                    if failed {
+                        ExitCode::from(1)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            },
             AccountsCmd::Import {
                 db,
                 oauth_token_url,

@@ -26,8 +26,9 @@
 //!   no cooldown, usage below [`shared_state::Settings::pause_threshold_pct`] in both windows,
 //!   the model not excluded for the account ([`exclude_model`]), and
 //!   [`shared_state::Settings::min_request_interval_ms`] elapsed since the account's last
-//!   request start. Accounts already at their dynamic concurrency limit are left out too
-//!   (their `try_acquire` would fail anyway).
+//!   request start. Accounts already at their dynamic concurrency limit stay in the order
+//!   but come after every account with a free slot (in the strategy's order), so a pool
+//!   where everything is busy still yields candidates to queue on.
 //! - Feedback the lifecycle records: [`record_success`], [`record_failure`] (with
 //!   [`FailureKind::from_class`]), [`note_request_start`], [`exclude_model`].
 //! - Dynamic concurrency: [`effective_limit`] is what the lifecycle passes to
@@ -134,6 +135,7 @@ pub struct PickScratch {
     sel: Selector,
     hrw: Selector,
     picked: Vec<u32>,
+    spill: Vec<u32>,
 }
 
 /// Arrays derived from one snapshot's account list.
@@ -279,18 +281,20 @@ pub fn order_with(
         sel,
         hrw,
         picked,
+        spill,
     } = scratch;
     let Some(index) = index.as_ref() else {
         return Vec::new();
     };
     picked.clear();
+    spill.clear();
     match (snapshot.settings.strategy, req.affinity_key) {
         (Strategy::Smart, _) | (Strategy::Sticky, None) => {
             pick.smart(index, sel, hrw, picked, snapshot.version)
         }
-        (Strategy::RoundRobin, _) => pick.round_robin(index, picked),
-        (Strategy::FillFirst, _) => pick.walk(0, picked),
-        (Strategy::Sticky, Some(key)) => pick.sticky(index, key, sel, hrw, picked),
+        (Strategy::RoundRobin, _) => pick.round_robin(index, picked, spill),
+        (Strategy::FillFirst, _) => pick.walk(0, picked, spill),
+        (Strategy::Sticky, Some(key)) => pick.sticky(index, key, sel, hrw, picked, spill),
         (Strategy::QuotaResetPriority, _) => pick.quota_reset_priority(index, sel, picked),
     }
     picked
@@ -368,36 +372,59 @@ struct Pick<'a> {
 // === impl Pick ===
 
 impl Pick<'_> {
-    /// The assessment of account `i` when it is a candidate now (eligible and not saturated).
+    /// The assessment of account `i` when it is eligible now (it may still be saturated).
     #[inline]
     fn candidate(&self, i: usize) -> Option<Assessment> {
         let e = &self.accounts[i];
         if !is_eligible(e, self.settings, self.req.model, self.req.now_ms) {
             return None;
         }
-        let a = assess(e, self.settings, self.req.now_ms);
-        (!a.saturated()).then_some(a)
+        Some(assess(e, self.settings, self.req.now_ms))
+    }
+
+    /// Takes eligible accounts in the order of `indices`: free ones into `picked`, saturated
+    /// ones into `spill` (at most `k`). Returns true once `picked` holds `k`.
+    fn take_in_order(
+        &self,
+        indices: impl Iterator<Item = usize>,
+        picked: &mut Vec<u32>,
+        spill: &mut Vec<u32>,
+    ) -> bool {
+        for i in indices {
+            let Some(a) = self.candidate(i) else {
+                continue;
+            };
+            if !a.saturated() {
+                picked.push(i as u32);
+                if picked.len() >= self.k {
+                    return true;
+                }
+            } else if spill.len() < self.k {
+                spill.push(i as u32);
+            }
+        }
+        false
+    }
+
+    /// Appends saturated accounts after the free ones, up to `k`.
+    fn fill_from_spill(&self, picked: &mut Vec<u32>, spill: &[u32]) {
+        let room = self.k.saturating_sub(picked.len());
+        picked.extend(spill.iter().take(room));
     }
 
     /// Walks the pool from `start` (wrapping), keeping the first `k` candidates.
-    fn walk(&self, start: usize, picked: &mut Vec<u32>) {
+    fn walk(&self, start: usize, picked: &mut Vec<u32>, spill: &mut Vec<u32>) {
         let n = self.accounts.len();
-        for j in 0..n {
-            let i = (start + j) % n;
-            if self.candidate(i).is_some() {
-                picked.push(i as u32);
-                if picked.len() >= self.k {
-                    return;
-                }
-            }
+        if !self.take_in_order((0..n).map(|j| (start + j) % n), picked, spill) {
+            self.fill_from_spill(picked, spill);
         }
     }
 
-    fn round_robin(&self, index: &SnapshotIndex, picked: &mut Vec<u32>) {
+    fn round_robin(&self, index: &SnapshotIndex, picked: &mut Vec<u32>, spill: &mut Vec<u32>) {
         let total = index.cum_weight.last().copied().unwrap_or(0).max(1);
         let slot = (self.req.cursor as u64) % total;
         let start = index.cum_weight.partition_point(|&c| c <= slot);
-        self.walk(start, picked);
+        self.walk(start, picked, spill);
     }
 
     /// Rendezvous order of the whole pool: fills `hrw` with the `m` best pairs.
@@ -427,29 +454,31 @@ impl Pick<'_> {
         sel: &mut Selector,
         hrw: &mut Selector,
         picked: &mut Vec<u32>,
+        spill: &mut Vec<u32>,
     ) {
         let n = self.accounts.len();
         let kh = key_hash(key);
         let m = (self.k + STICKY_SLACK).min(n);
         self.hrw_top(index, kh, m, hrw);
-        for &(_, i) in hrw.finish() {
-            if self.candidate(i as usize).is_some() {
-                picked.push(i);
-                if picked.len() >= self.k {
-                    return;
-                }
-            }
-        }
-        if m >= n {
+        let top = hrw.finish().iter().map(|e| e.1 as usize);
+        if self.take_in_order(top, picked, spill) {
             return;
         }
-        // Too many of the top hashes are unschedulable: rank every candidate.
+        if m >= n {
+            self.fill_from_spill(picked, spill);
+            return;
+        }
+        // Too many of the top hashes are unschedulable or busy: rank every candidate, free
+        // ones first.
         picked.clear();
         sel.begin(self.k);
         for i in 0..n {
             let key = u128::from(hrw_key(kh, index.id_hash[i], index.weight(i)));
-            if sel.admits(key) && self.candidate(i).is_some() {
-                sel.offer(key, i as u32);
+            if !sel.admits(key) {
+                continue;
+            }
+            if let Some(a) = self.candidate(i) {
+                sel.offer(key | (u128::from(a.saturated()) << 127), i as u32);
             }
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
@@ -462,7 +491,7 @@ impl Pick<'_> {
         self.hrw_top(index, key_hash(key), m, hrw);
         hrw.finish().iter().map(|e| e.1).find(|&i| {
             self.candidate(i as usize)
-                .is_some_and(|a| a.tier <= Tier::Warm)
+                .is_some_and(|a| !a.saturated() && a.tier <= Tier::Warm)
         })
     }
 
@@ -508,7 +537,7 @@ impl Pick<'_> {
             let Some(a) = self.candidate(i) else {
                 continue;
             };
-            if a.tier == Tier::Healthy {
+            if a.tier == Tier::Healthy && !a.saturated() {
                 healthy += 1;
             }
             sel.offer(smart_key(&a, index.weight(i), &mut rng), i as u32);
@@ -538,14 +567,16 @@ impl Pick<'_> {
                     u128::from(u32::MAX)
                 }
             };
+            let saturated = u128::from(a.saturated());
             let unhealthy = u128::from(a.tier >= Tier::Risky);
             let exhausted = u128::from(a.quota_exhausted());
-            let rand = u128::from(random_key(index.weight(i), &mut rng) >> 18);
-            let key = (unhealthy << 127)
-                | (exhausted << 126)
-                | (reset(live.primary_reset_at()) << 94)
-                | (reset(live.secondary_reset_at()) << 62)
-                | (u128::from(score_bucket(a.score).min(0xffff)) << 46)
+            let rand = u128::from(random_key(index.weight(i), &mut rng) >> 19);
+            let key = (saturated << 127)
+                | (unhealthy << 126)
+                | (exhausted << 125)
+                | (reset(live.primary_reset_at()) << 93)
+                | (reset(live.secondary_reset_at()) << 61)
+                | (u128::from(score_bucket(a.score).min(0xffff)) << 45)
                 | rand;
             sel.offer(key, i as u32);
         }
@@ -567,9 +598,11 @@ fn random_key(weight: Option<f64>, rng: &mut Rng) -> u64 {
     }
 }
 
-/// `smart`'s sort key, lower is better: tier, then score bucket, then weighted randomness.
+/// `smart`'s sort key, lower is better: free before saturated, then tier, then score
+/// bucket, then weighted randomness.
 fn smart_key(a: &Assessment, weight: Option<f64>, rng: &mut Rng) -> u128 {
-    (u128::from(a.tier as u8) << 120)
+    (u128::from(a.saturated()) << 127)
+        | (u128::from(a.tier as u8) << 120)
         | (u128::from(score_bucket(a.score).min(0xff_ffff)) << 64)
         | u128::from(random_key(weight, rng))
 }

@@ -93,6 +93,19 @@ fn serve_streams_and_drains_on_sigterm() {
     let list = String::from_utf8_lossy(&out.stdout);
     assert!(list.contains("acct-smoke") && list.contains("active"), "{list}");
     assert!(!list.contains(&t.access_token), "tokens never printed");
+    // operations: disable / enable / refresh (token rotation through the OAuth endpoint)
+    let out = gw().args(["accounts", "disable", "1", "--data-dir", &d]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list = String::from_utf8(gw().args(["accounts", "list", "--data-dir", &d]).output().unwrap().stdout).unwrap();
+    assert!(list.contains("disabled"), "{list}");
+    assert!(gw().args(["accounts", "enable", "1", "--data-dir", &d]).status().unwrap().success());
+    let out = gw()
+        .args(["accounts", "refresh", "1", "--data-dir", &d, "--oauth-token-url", &mock.token_url()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(mock.token_calls(), 1);
+    assert_eq!(gw().args(["accounts", "delete", "99", "--data-dir", &d]).status().unwrap().code(), Some(1));
     let key = String::from_utf8(gw().args(["keys", "create", "k", "--data-dir", &d]).output().unwrap().stdout)
         .unwrap()
         .trim()

@@ -100,17 +100,21 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
         Ok(usage) => {
             let live = core.publisher.live(id).await;
             let current_cooldown = live.as_ref().map_or(0, |l| l.cooldown_until_ms());
-            let stored =
-                match crate::quota::store_usage(core.storage.as_ref(), id, &usage, current_cooldown)
-                    .await
-                {
-                    Ok(Some(s)) => Some(s),
-                    Ok(None) => return, // deleted meanwhile
-                    Err(e) => {
-                        tracing::warn!(account = id, error = %e, "cannot persist polled quota");
-                        None
-                    }
-                };
+            let stored = match crate::quota::store_usage(
+                core.storage.as_ref(),
+                id,
+                &usage,
+                current_cooldown,
+            )
+            .await
+            {
+                Ok(Some(s)) => Some(s),
+                Ok(None) => return, // deleted meanwhile
+                Err(e) => {
+                    tracing::warn!(account = id, error = %e, "cannot persist polled quota");
+                    None
+                }
+            };
             let now_s = shared_state::now_ms() / 1000;
             let q = stored.map_or_else(|| usage.quota_update(now_s), |s| s.quota);
             if let Some(live) = &live {
@@ -125,7 +129,10 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
                 }
             }
             if usage.limit_reset_at(now_s).is_some() {
-                tracing::info!(account = id, "usage limit reached; cooling down until the reset");
+                tracing::info!(
+                    account = id,
+                    "usage limit reached; cooling down until the reset"
+                );
             }
             tracing::debug!(
                 account = id,
@@ -139,7 +146,10 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
             }
         }
         Err(QuotaError::Unauthorized) => {
-            tracing::info!(account = id, "usage poll: access token rejected; refreshing");
+            tracing::info!(
+                account = id,
+                "usage poll: access token rejected; refreshing"
+            );
             super::refresh::request(core, id, version);
         }
         Err(e) => {

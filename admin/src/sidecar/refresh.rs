@@ -238,7 +238,13 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         .await;
         return Step::Done;
     }
-    match exchange_and_store(core.storage.as_ref(), &core.oauth, id, &secrets.refresh_token).await
+    match exchange_and_store(
+        core.storage.as_ref(),
+        &core.oauth,
+        id,
+        &secrets.refresh_token,
+    )
+    .await
     {
         Ok(Stored::Yes) => {
             if let Some(live) = core.publisher.live(id).await {

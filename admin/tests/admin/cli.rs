@@ -13,10 +13,7 @@ use crate::{
 };
 
 /// Runs a blocking CLI helper off the async test thread.
-async fn cli<T: Send + 'static>(
-    db: &TestDb,
-    f: impl FnOnce(&DbTarget) -> T + Send + 'static,
-) -> T {
+async fn cli<T: Send + 'static>(db: &TestDb, f: impl FnOnce(&DbTarget) -> T + Send + 'static) -> T {
     let target = db.target();
     tokio::task::spawn_blocking(move || f(&target))
         .await
@@ -64,10 +61,21 @@ async fn cli_changes_reach_a_running_sidecar(db: &TestDb) {
         .await,
         "re-enabled and no longer cooling"
     );
-    assert_eq!(s.get_account(id).await.unwrap().unwrap().0.cooldown_until_ms, 0);
+    assert_eq!(
+        s.get_account(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+            .cooldown_until_ms,
+        0
+    );
 
     // Settings.
-    cli(db, |t| admin::cli::settings_set(t, "max_attempts", "9").unwrap()).await;
+    cli(db, |t| {
+        admin::cli::settings_set(t, "max_attempts", "9").unwrap()
+    })
+    .await;
     assert!(
         wait_until(WAIT, || async {
             run.snapshot.load().settings.max_attempts == 9
@@ -82,7 +90,11 @@ async fn cli_changes_reach_a_running_sidecar(db: &TestDb) {
     assert!(matches!(e, Err(admin::AdminError::Invalid(_))), "{e:?}");
     let e = cli(db, |t| admin::cli::settings_set(t, "nope", "1")).await;
     assert!(matches!(e, Err(admin::AdminError::Invalid(_))), "{e:?}");
-    assert!(cli(db, |t| admin::cli::settings_unset(t, "max_attempts").unwrap()).await);
+    assert!(
+        cli(db, |t| admin::cli::settings_unset(t, "max_attempts")
+            .unwrap())
+        .await
+    );
     assert!(
         wait_until(WAIT, || async {
             run.snapshot.load().settings.max_attempts == 4

@@ -435,7 +435,151 @@ async fn reload_picks_up_changes_from_other_processes(db: &TestDb) {
     assert_eq!(run.version(), v2);
 }
 
+async fn settings_and_usage_api(db: &TestDb) {
+    use shared_state::snapshot::Strategy;
+    let s = db.open().await;
+    let id = seed_account(s.as_ref(), "acc-set", "rt").await;
+    let (_, key) = admin::cli::create_key(s.as_ref(), "team-a").await.unwrap();
+    let mut cfg = config(db);
+    cfg.settings.max_attempts = 5;
+    cfg.reload_interval = Duration::from_secs(3600); // changes must republish by themselves
+    let mut run = Running::start(cfg.clone());
+    use reqwest::Method as M;
+
+    let (st, body) = run.req(M::GET, "/api/admin/settings", None, None).await;
+    assert_eq!(st, 200);
+    assert_eq!(body["object"], "settings");
+    assert_eq!(body["max_attempts"], 5, "the config is the default");
+    assert_eq!(body["strategy"], "smart");
+    assert_eq!(body["defaults"]["max_attempts"], 5);
+    assert_eq!(body["overridden"], json!([]));
+
+    let v0 = run.version();
+    let (st, body) = run
+        .req(
+            M::PUT,
+            "/api/admin/settings",
+            None,
+            Some(json!({"max_attempts": 9, "strategy": "fill_first",
+                        "pause_threshold_pct": 90, "default_max_concurrency": 3})),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["max_attempts"], 9);
+    assert_eq!(body["pause_threshold_pct"], 90.0);
+    assert_eq!(body["defaults"]["max_attempts"], 5);
+    let snap = run.snapshot.load_full();
+    assert!(snap.version > v0, "republished at once");
+    assert_eq!(snap.settings.max_attempts, 9);
+    assert_eq!(snap.settings.strategy, Strategy::FillFirst);
+    assert_eq!(snap.settings.pause_threshold_pct, Some(90.0));
+    assert_eq!(
+        snap.account(id).unwrap().max_concurrency,
+        3,
+        "the default concurrency applies to accounts without their own"
+    );
+
+    // Validation: OpenAI-shaped 400s, nothing written.
+    for bad in [
+        json!({"max_attempts": 0}),
+        json!({"max_attempts": "many"}),
+        json!({"strategy": "weighted"}),
+        json!({"pause_threshold_pct": 250}),
+        json!({"max_attempts": 4, "bogus": 1}),
+        json!({}),
+        json!([1, 2]),
+    ] {
+        let (st, body) = run
+            .req(M::PUT, "/api/admin/settings", None, Some(bad.clone()))
+            .await;
+        assert_eq!(st, 400, "{bad}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{bad}");
+        assert!(body["error"]["message"].is_string());
+    }
+    assert_eq!(run.snapshot.load().settings.max_attempts, 9);
+
+    // GET round-trips through PUT; null resets to the configured value.
+    let (_, view) = run.req(M::GET, "/api/admin/settings", None, None).await;
+    let (st, _) = run
+        .req(M::PUT, "/api/admin/settings", None, Some(view))
+        .await;
+    assert_eq!(st, 200);
+    let (st, body) = run
+        .req(
+            M::PUT,
+            "/api/admin/settings",
+            None,
+            Some(json!({"max_attempts": null})),
+        )
+        .await;
+    assert_eq!((st, body["max_attempts"].as_u64()), (200, Some(5)));
+    assert_eq!(run.snapshot.load().settings.max_attempts, 5);
+    let mut overridden: Vec<String> = serde_json::from_value(body["overridden"].clone()).unwrap();
+    overridden.sort();
+    assert_eq!(
+        overridden,
+        [
+            "default_max_concurrency",
+            "min_request_interval_ms",
+            "pause_threshold_pct",
+            "strategy"
+        ]
+    );
+
+    // Usage totals by key and by account.
+    let key_id = s.list_keys().await.unwrap()[0].id;
+    let _ = key;
+    let mut records = Vec::new();
+    for i in 0..4u64 {
+        let mut r = usage(i);
+        r.key_id = key_id;
+        r.account_id = Some(id);
+        r.status = if i == 3 { 502 } else { 200 };
+        r.started_at_ms = 1_000 * (i + 1);
+        records.push(r);
+    }
+    s.insert_usage(&records).await.unwrap();
+    let (st, body) = run.req(M::GET, "/api/admin/usage", None, None).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["object"], "usage");
+    assert_eq!(body["totals"]["requests"], 4);
+    assert_eq!(body["totals"]["input_tokens"], 6);
+    assert_eq!(body["totals"]["output_tokens"], 6);
+    assert_eq!(body["totals"]["errors"], 1);
+    assert_eq!(body["by_key"][0]["key_id"], key_id);
+    assert_eq!(body["by_key"][0]["name"], "team-a");
+    assert_eq!(body["by_account"][0]["account_id"], id);
+    assert_eq!(body["by_account"][0]["label"], "acc-set@x.io");
+    let (st, body) = run
+        .req(
+            M::GET,
+            &format!("/api/admin/usage?since_ms=2500&key_id={key_id}&account_id={id}"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(body["totals"]["requests"], 2);
+    assert_eq!(body["filter"]["since_ms"], 2500);
+    let (st, body) = run
+        .req(M::GET, "/api/admin/usage?key_id=abc", None, None)
+        .await;
+    assert_eq!(
+        (st, body["error"]["type"].as_str()),
+        (400, Some("invalid_request_error"))
+    );
+
+    // Stored overrides survive a restart (the config stays the default).
+    run.stop();
+    let run = Running::start(cfg);
+    let snap = run.snapshot.load_full();
+    assert_eq!(snap.settings.max_attempts, 5);
+    assert_eq!(snap.settings.strategy, Strategy::FillFirst);
+    assert_eq!(snap.settings.default_max_concurrency, 3);
+}
+
 both_backends!(
+    settings_and_usage_api,
     spawn_publishes_snapshot_and_serves_healthz,
     events_are_persisted_and_flushed_on_shutdown,
     admin_api_auth_and_mutations,
@@ -532,6 +676,28 @@ async fn refresh_request_rotates_tokens_single_flight() {
         s.get_account(id).await.unwrap().unwrap().1.refresh_token,
         rt_before
     );
+
+    // An operator can start a refresh from the admin API.
+    mock.omit_refresh_token(false);
+    let (st, body) = run
+        .req(
+            reqwest::Method::POST,
+            &format!("/api/admin/accounts/{id}/refresh"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(st, 202, "{body}");
+    assert!(wait_until(WAIT, || async { mock.calls() == 3 }).await);
+    let (st, _) = run
+        .req(
+            reqwest::Method::POST,
+            "/api/admin/accounts/999/refresh",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
 }
 
 #[tokio::test]

@@ -352,6 +352,7 @@ async fn snapshot_reuses_live_arcs(db: &TestDb) {
     let settings = Settings {
         max_attempts: 4,
         default_max_concurrency: 9,
+        ..Settings::default()
     };
     let p = Publisher::new(Arc::clone(&snap), mailboxes, settings);
     assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), Some(1));
@@ -430,7 +431,120 @@ async fn snapshot_reuses_live_arcs(db: &TestDb) {
     assert!(Arc::ptr_eq(&snap.load().account(a).unwrap().live, &ea.live));
 }
 
+async fn settings_rows_and_plan_type(db: &TestDb) {
+    let s = db.open().await;
+    assert!(s.load_settings().await.unwrap().is_empty());
+    s.write_settings(&[
+        ("strategy".into(), Some("round_robin".into())),
+        ("max_attempts".into(), Some("5".into())),
+    ])
+    .await
+    .unwrap();
+    s.write_settings(&[
+        ("max_attempts".into(), Some("6".into())),
+        ("strategy".into(), None),
+        ("absent".into(), None),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        s.load_settings().await.unwrap(),
+        vec![("max_attempts".to_owned(), "6".to_owned())]
+    );
+    s.write_settings(&[]).await.unwrap();
+
+    let id = s
+        .upsert_account(&upsert("acc-p", "u", None, "at", "rt"))
+        .await
+        .unwrap()
+        .id;
+    let before = s.get_account(id).await.unwrap().unwrap().0.updated_at;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(s.set_plan_type(id, "plus").await.unwrap());
+    assert_eq!(
+        s.get_account(id).await.unwrap().unwrap().0.updated_at,
+        before,
+        "same plan: no change"
+    );
+    assert!(s.set_plan_type(id, "pro").await.unwrap());
+    let row = s.get_account(id).await.unwrap().unwrap().0;
+    assert_eq!(row.plan_type.as_deref(), Some("pro"));
+    assert!(row.updated_at > before);
+    assert!(!s.set_plan_type(9999, "pro").await.unwrap());
+}
+
+async fn usage_summary_groups_and_filters(db: &TestDb) {
+    use admin::storage::{UsageFilter, UsageTotals};
+    let s = db.open().await;
+    let rec = |key: i64, account: Option<i64>, status: u16, err: Option<&str>, at: u64| {
+        let mut r = usage(1);
+        r.key_id = key;
+        r.account_id = account;
+        r.status = status;
+        r.error_code = err.map(Into::into);
+        r.input_tokens = 10;
+        r.cached_tokens = 4;
+        r.output_tokens = 20;
+        r.reasoning_tokens = 5;
+        r.started_at_ms = at;
+        r
+    };
+    let records = vec![
+        rec(1, Some(7), 200, None, 1_000),
+        rec(1, Some(7), 200, Some("stream_failed"), 2_000),
+        rec(1, Some(8), 502, Some("upstream_error"), 3_000),
+        rec(2, Some(8), 200, None, 4_000),
+        rec(2, None, 429, Some("rate_limited"), 5_000),
+    ];
+    s.insert_usage(&records).await.unwrap();
+    let all = s.usage_summary(UsageFilter::default()).await.unwrap();
+    let t = |requests, errors| UsageTotals {
+        requests,
+        input_tokens: 10 * requests,
+        cached_tokens: 4 * requests,
+        output_tokens: 20 * requests,
+        reasoning_tokens: 5 * requests,
+        errors,
+    };
+    assert_eq!(all.totals, t(5, 3));
+    assert_eq!(all.by_key, vec![(1, t(3, 2)), (2, t(2, 1))]);
+    assert_eq!(
+        all.by_account,
+        vec![(None, t(1, 1)), (Some(7), t(2, 1)), (Some(8), t(2, 1))]
+    );
+    let f = s
+        .usage_summary(UsageFilter {
+            since_ms: Some(2_000),
+            until_ms: Some(5_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(f.totals, t(3, 2));
+    let f = s
+        .usage_summary(UsageFilter {
+            key_id: Some(2),
+            account_id: Some(8),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(f.totals, t(1, 0));
+    assert_eq!(f.by_account, vec![(Some(8), t(1, 0))]);
+    let none = s
+        .usage_summary(UsageFilter {
+            since_ms: Some(10_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(none.totals, UsageTotals::default());
+    assert!(none.by_key.is_empty() && none.by_account.is_empty());
+}
+
 both_backends!(
+    settings_rows_and_plan_type,
+    usage_summary_groups_and_filters,
     migrations_apply_and_ping,
     account_upsert_merges,
     tokens_encrypted_at_rest,

@@ -567,11 +567,7 @@ impl MockUsage {
     }
 
     pub fn reject_token(&self, token: &str) {
-        self.state
-            .lock()
-            .unwrap()
-            .rejected
-            .insert(token.to_owned());
+        self.state.lock().unwrap().rejected.insert(token.to_owned());
     }
 
     pub fn hits(&self) -> Vec<UsageHit> {

@@ -76,6 +76,10 @@ struct Args {
     /// Register an account at start and print its tokens as one JSON line (repeatable).
     #[arg(long = "account", value_name = "ID")]
     accounts: Vec<String>,
+    /// Also write each --account's tokens as an official Codex `auth.json` file,
+    /// `DIR/<ID>.json` (for `codex-gateway accounts import`).
+    #[arg(long, value_name = "DIR")]
+    write_auth_json: Option<PathBuf>,
     /// Requests kept for /__mock/requests (0 disables recording).
     #[arg(long, default_value_t = 10_000)]
     max_recorded: usize,
@@ -182,6 +186,21 @@ fn run(args: &Args, cfg: MockConfig) -> anyhow::Result<()> {
     for id in &args.accounts {
         let t = handle.add_account(MockAccount::new(id.as_str()).with_plan(args.plan_type.clone()));
         writeln!(out, "{}", serde_json::to_string(&t)?)?;
+        if let Some(dir) = &args.write_auth_json {
+            std::fs::create_dir_all(dir)?;
+            let auth = serde_json::json!({
+                "auth_mode": "chatgpt",
+                "OPENAI_API_KEY": null,
+                "tokens": {
+                    "id_token": t.id_token,
+                    "access_token": t.access_token,
+                    "refresh_token": t.refresh_token,
+                    "account_id": t.account_id,
+                },
+                "last_refresh": rfc3339_now(),
+            });
+            std::fs::write(dir.join(format!("{id}.json")), auth.to_string())?;
+        }
     }
     out.flush()?;
     drop(out);
@@ -192,6 +211,30 @@ fn run(args: &Args, cfg: MockConfig) -> anyhow::Result<()> {
     rt.block_on(wait_for_signal())?;
     handle.shutdown();
     Ok(())
+}
+
+/// The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

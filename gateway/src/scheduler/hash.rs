@@ -89,7 +89,9 @@ pub(crate) fn coprime_stride(n: usize, r: u64) -> usize {
     let start = (r % STRIDES.len() as u64) as usize;
     for i in 0..STRIDES.len() {
         let p = STRIDES[(start + i) % STRIDES.len()];
-        if n64 % p != 0 {
+        // A prime that does not divide n is coprime with it (kept as `%` for the 1.85 MSRV).
+        let rem = n64 % p;
+        if rem > 0 {
             return (p % n64) as usize;
         }
     }

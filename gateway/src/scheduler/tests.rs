@@ -128,23 +128,23 @@ fn eligibility_filters() {
     exclude_model(&accs[6].live, "gpt-5", NOW + 60_000, NOW);
     assert!(note_request_start(&accs[7], &settings, NOW - 500));
     let _l1 = accs[8].live.try_acquire(2).unwrap();
-    let _l2 = accs[8].live.try_acquire(2).unwrap();
+    let _l2 = accs[8].live.try_acquire(2).unwrap(); // saturated: last, but eligible
     let s = snap_with(accs.clone(), settings.clone());
 
-    assert_eq!(pick(&s, &req(0, 0)), vec![1]);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 9]);
     // The model exclusion is per model.
     let other = PickRequest {
         model: "gpt-5-mini",
         ..req(0, 0)
     };
-    assert_eq!(pick(&s, &other), vec![1, 7]);
+    assert_eq!(pick(&s, &other), vec![1, 7, 9]);
     // Time heals the cooldown, the interval and the exclusion; a past reset un-pauses.
     let later = PickRequest {
         now_ms: NOW + 3_600_000,
         ..req(0, 0)
     };
     let got = pick(&s, &later);
-    assert_eq!(got, vec![1, 3, 5, 7, 8], "got {got:?}");
+    assert_eq!(got, vec![1, 3, 5, 6, 7, 8, 9], "got {got:?}");
     for a in &accs {
         assert_eq!(
             is_eligible(a, &settings, "gpt-5", NOW),
@@ -222,13 +222,42 @@ fn empty_pool_and_all_ineligible_give_empty_order() {
 }
 
 #[test]
-fn saturated_accounts_are_left_out_and_come_back() {
+fn saturated_accounts_come_after_free_ones_for_every_strategy() {
     let accs: Vec<_> = (1..=3).map(|id| entry_with(id, 1, 1)).collect();
-    let s = snap(accs.clone(), Strategy::FillFirst);
     let lease = accs[0].live.try_acquire(1).unwrap();
-    assert_eq!(pick(&s, &req(0, 0)), vec![2, 3]);
-    drop(lease);
-    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+    for st in Strategy::ALL {
+        let s = snap(accs.clone(), st);
+        for key in [None, Some("k1"), Some("k2")] {
+            for c in 0..6 {
+                let r = PickRequest {
+                    affinity_key: key,
+                    ..req(c, 0)
+                };
+                let got = pick(&s, &r);
+                assert_eq!(got.len(), 3, "{st}");
+                assert_eq!(got[2], 1, "{st}: busy account last in {got:?}");
+                let two = pick(
+                    &s,
+                    &PickRequest {
+                        max_candidates: 2,
+                        ..r
+                    },
+                );
+                assert!(!two.contains(&1), "{st}: free accounts fill k first");
+            }
+        }
+    }
+    // Everything busy: the order still has candidates (the lifecycle may queue on them).
+    let l2 = accs[1].live.try_acquire(1).unwrap();
+    let l3 = accs[2].live.try_acquire(1).unwrap();
+    for st in Strategy::ALL {
+        assert_eq!(pick(&snap(accs.clone(), st), &req(0, 2)).len(), 2, "{st}");
+    }
+    drop((lease, l2, l3));
+    assert_eq!(
+        pick(&snap(accs, Strategy::FillFirst), &req(0, 0)),
+        vec![1, 2, 3]
+    );
 }
 
 // === fill_first ===
@@ -688,10 +717,10 @@ fn dynamic_concurrency_shrinks_for_unhealthy_tiers() {
     assert_eq!(effective_limit(&accs[0], &st, NOW), 2);
     fail_n(&accs[0], FailureKind::Auth, 1, NOW);
     assert_eq!(effective_limit(&accs[0], &st, NOW), 1);
-    // A risky account at its reduced limit is saturated and left out of the order.
+    // A risky account at its reduced limit is saturated and goes after free ones.
     let _lease = accs[0].live.try_acquire(1).unwrap();
     let s = snap_with(accs, st);
-    assert_eq!(pick(&s, &req(0, 0)), vec![2]);
+    assert_eq!(pick(&s, &req(0, 0)), vec![2, 1]);
 }
 
 #[test]

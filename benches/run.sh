@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# Macro benchmark of codex-gateway (see benches/README.md, section "Macro benchmark").
+#
+# One run measures the same workloads
+#   (a) direct to mock-codex,
+#   (b) through codex-gateway (gateway -> mock over h2c, as in production over h2),
+#   (c) through nginx as a raw reverse proxy (when nginx is installed; else skipped),
+# then prints the results, the ratios and the targets (met or not) with bench-report.
+#
+# Workloads:
+#   json  short non-stream JSON answers (closed loop, JSON_CLIENTS clients)
+#   sse   SSE_STREAMS concurrent streams at SSE_RATE events/s each
+#   slow  SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
+#
+# Build first:  cargo build --release -p gateway -p codex-gateway-benches
+# Run:          benches/run.sh                      (full scale, about 5 minutes)
+#               SCALE=0.2 benches/run.sh            (every client count x 0.2)
+#               WORKLOADS="sse" VIA="direct gateway" benches/run.sh
+#               PROFILE=1 benches/run.sh            (perf record of the gateway during sse)
+# Results:      target/bench-results/<timestamp>/{*.json,summary.md,machine.txt,*.log}
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/target/release}
+OUT=${OUT:-$ROOT/target/bench-results/$(date +%Y%m%d-%H%M%S)}
+SCALE=${SCALE:-1}
+WORKLOADS=${WORKLOADS:-"json sse slow"}
+VIA=${VIA:-"direct gateway nginx"}
+GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
+NGINX_WORKERS=${NGINX_WORKERS:-$GATEWAY_WORKERS}
+MOCK_WORKERS=${MOCK_WORKERS:-2}
+LOADGEN_THREADS=${LOADGEN_THREADS:-1}
+ACCOUNTS=${ACCOUNTS:-4}
+PROFILE=${PROFILE:-0}
+
+scaled() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'; }
+JSON_CLIENTS=${JSON_CLIENTS:-$(scaled 64)}
+JSON_SECS=${JSON_SECS:-10}
+SSE_STREAMS=${SSE_STREAMS:-$(scaled 1000)}
+SSE_RATE=${SSE_RATE:-20}
+SSE_TOKENS=${SSE_TOKENS:-200}
+SSE_RAMP=${SSE_RAMP:-5}
+SSE_SECS=${SSE_SECS:-20}
+SLOW_STREAMS=${SLOW_STREAMS:-$(scaled 10000)}
+SLOW_RATE=${SLOW_RATE:-0.2}
+SLOW_RAMP=${SLOW_RAMP:-20}
+SLOW_SECS=${SLOW_SECS:-20}
+
+for b in mock-codex loadgen bench-report codex-gateway; do
+  if [[ ! -x $BIN/$b ]]; then
+    echo "run.sh: $BIN/$b is missing; build with: cargo build --release -p gateway -p codex-gateway-benches" >&2
+    exit 1
+  fi
+done
+mkdir -p "$OUT"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-bench.XXXXXX")
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do
+    [[ -n $p ]] && kill "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+log() { echo "[run.sh] $*" >&2; }
+
+free_port() {
+  if command -v python3 >/dev/null; then
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  else
+    echo $((20000 + RANDOM % 20000))
+  fi
+}
+
+# Waits until FILE has a line matching REGEX; prints the first match.
+wait_line() {
+  local file=$1 re=$2 i
+  for i in $(seq 1 300); do
+    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "run.sh: timed out waiting for /$re/ in $file" >&2
+  cat "$file" >&2
+  return 1
+}
+
+machine() {
+  {
+    echo "date: $(date -u +%FT%TZ)"
+    echo "host: $(uname -srm)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') x $(nproc) online"
+    echo "memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
+    echo "open files: $(ulimit -n)"
+    echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "nginx: $(nginx -v 2>&1 || echo absent)"
+    echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
+    echo "scale: SCALE=$SCALE json=$JSON_CLIENTS clients x ${JSON_SECS}s; sse=$SSE_STREAMS streams x ${SSE_RATE} ev/s (${SSE_TOKENS} tokens per answer), ramp ${SSE_RAMP}s + ${SSE_SECS}s; slow=$SLOW_STREAMS streams x ${SLOW_RATE} ev/s, ramp ${SLOW_RAMP}s + ${SLOW_SECS}s"
+    echo "processes: gateway workers=$GATEWAY_WORKERS, nginx workers=$NGINX_WORKERS, mock workers=$MOCK_WORKERS, loadgen threads=$LOADGEN_THREADS, all on the same machine"
+  } >"$OUT/machine.txt"
+  cat "$OUT/machine.txt" >&2
+}
+
+# --- mock-codex ------------------------------------------------------------------------------
+start_mock() {
+  local accounts=() i
+  for i in $(seq 1 "$ACCOUNTS"); do accounts+=(--account "acct-bench-$i"); done
+  RUST_LOG=warn "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
+    --max-recorded 0 --h2-max-concurrent-streams 100000 \
+    --write-auth-json "$WORK/auth" "${accounts[@]}" >"$OUT/mock.log" 2>&1 &
+  MOCK_PID=$!
+  PIDS+=("$MOCK_PID")
+  MOCK_ORIGIN=$(wait_line "$OUT/mock.log" 'http://127\.0\.0\.1:[0-9]+')
+  MOCK_HOSTPORT=${MOCK_ORIGIN#http://}
+  wait_line "$OUT/mock.log" "acct-bench-$ACCOUNTS" >/dev/null
+  log "mock-codex $MOCK_ORIGIN (pid $MOCK_PID)"
+}
+
+# --- codex-gateway ---------------------------------------------------------------------------
+start_gateway() {
+  local data=$WORK/gateway
+  mkdir -p "$data"
+  cat >"$WORK/gateway.toml" <<EOF
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+data_dir = "$data"
+workers = $GATEWAY_WORKERS
+
+[upstream]
+base_url = "$MOCK_ORIGIN/backend-api/codex"
+oauth_token_url = "$MOCK_ORIGIN/oauth/token"
+plain_http = "h2c"
+EOF
+  RUST_LOG=warn "$BIN/codex-gateway" accounts import --data-dir "$data" \
+    --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$OUT/gateway.log" 2>&1
+  GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$OUT/gateway.log" | tail -1)
+  RUST_LOG=warn "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
+  GATEWAY_PID=$!
+  PIDS+=("$GATEWAY_PID")
+  GATEWAY_ORIGIN=$(wait_line "$OUT/gateway.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
+  log "codex-gateway $GATEWAY_ORIGIN (pid $GATEWAY_PID, $GATEWAY_WORKERS workers, upstream h2c)"
+}
+
+# --- nginx -----------------------------------------------------------------------------------
+start_nginx() {
+  if ! command -v nginx >/dev/null; then
+    log "nginx not found; trying apt-get install -y nginx-light"
+    if command -v apt-get >/dev/null; then
+      apt-get install -y nginx-light >"$OUT/nginx-install.log" 2>&1 ||
+        apt-get install -y nginx >>"$OUT/nginx-install.log" 2>&1 || true
+    fi
+  fi
+  if ! command -v nginx >/dev/null; then
+    log "nginx is not available: the nginx baseline (c) is SKIPPED"
+    echo "nginx: skipped (not installed)" >>"$OUT/machine.txt"
+    return 1
+  fi
+  local prefix=$WORK/nginx port
+  port=$(free_port)
+  mkdir -p "$prefix"
+  sed -e "s|@PREFIX@|$prefix|g" -e "s|@WORKERS@|$NGINX_WORKERS|g" \
+    -e "s|@UPSTREAM@|$MOCK_HOSTPORT|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
+    "$ROOT/benches/nginx.conf.template" >"$prefix/nginx.conf"
+  nginx -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+  NGINX_PID=$!
+  PIDS+=("$NGINX_PID")
+  local i
+  for i in $(seq 1 50); do
+    NGINX_WORKER_PIDS=$(pgrep -P "$NGINX_PID" | paste -sd, - || true)
+    [[ $(echo "$NGINX_WORKER_PIDS" | tr ',' '\n' | grep -c .) -ge $NGINX_WORKERS ]] && break
+    sleep 0.1
+  done
+  NGINX_ORIGIN=http://127.0.0.1:$port
+  log "nginx $NGINX_ORIGIN (master $NGINX_PID, workers $NGINX_WORKER_PIDS)"
+}
+
+# --- one loadgen run -------------------------------------------------------------------------
+# lg VIA WORKLOAD [loadgen args...]: runs against VIA's URL, sampling VIA's processes.
+lg() {
+  local via=$1 workload=$2
+  shift 2
+  local url pids auth=()
+  case $via in
+    direct)
+      url=$MOCK_ORIGIN/backend-api/codex/responses
+      pids=$MOCK_PID
+      auth=(--key mock-token -H chatgpt-account-id:acct-bench-1)
+      ;;
+    gateway)
+      url=$GATEWAY_ORIGIN/v1/responses
+      pids=$GATEWAY_PID
+      auth=(--key "$GATEWAY_KEY")
+      ;;
+    nginx)
+      url=$NGINX_ORIGIN/backend-api/codex/responses
+      pids=$NGINX_PID,$NGINX_WORKER_PIDS
+      auth=(--key mock-token -H chatgpt-account-id:acct-bench-1)
+      ;;
+  esac
+  "$BIN/loadgen" --url "$url" "${auth[@]}" --target-pid "$pids" --threads "$LOADGEN_THREADS" \
+    --label "$via/$workload" "$@"
+}
+
+run_one() {
+  local via=$1 workload=$2 file=$OUT/$1-$2.json
+  shift 2
+  log "$via/$workload: $*"
+  # Warm-up (connections, h2c session, caches), not measured.
+  lg "$via" "$workload" --concurrency 4 --requests 40 >/dev/null
+  local perf_pid=
+  if [[ $PROFILE == 1 && $via == gateway && $workload == sse ]] && command -v perf >/dev/null; then
+    (sleep "$SSE_RAMP"; exec perf record -F 999 -g -p "$GATEWAY_PID" -o "$OUT/perf-gateway-sse.data" -- sleep "$SSE_SECS") \
+      >"$OUT/perf.log" 2>&1 &
+    perf_pid=$!
+  fi
+  lg "$via" "$workload" --json "$@" >"$file"
+  if [[ -n $perf_pid ]]; then
+    wait "$perf_pid" || true
+    perf report -i "$OUT/perf-gateway-sse.data" --no-children --percent-limit 0.5 --stdio \
+      >"$OUT/perf-gateway-sse.txt" 2>/dev/null || true
+    log "profile: $OUT/perf-gateway-sse.txt"
+  fi
+  local line
+  line=$(awk -F': ' '/"errors_total"|"open_streams_peak"|"events_per_sec"|"requests_per_sec"/ { gsub(/,/, "", $2); printf "%s=%s ", $1, $2 }' "$file" | tr -d ' "')
+  log "  -> $line"
+  sleep 3 # let the target settle (closing sockets) before the next run
+}
+
+workload() {
+  local via=$1 w=$2
+  case $w in
+    json)
+      # The mock only streams; direct and nginx read its whole (16-event) SSE answer, the
+      # gateway aggregates the same answer into one JSON body (stream:false).
+      local stream=--stream
+      [[ $via == gateway ]] && stream=--no-stream
+      run_one "$via" json $stream --concurrency "$JSON_CLIENTS" --ramp-up-secs 1 \
+        --duration-secs "$JSON_SECS"
+      ;;
+    sse)
+      run_one "$via" sse --concurrency "$SSE_STREAMS" --ramp-up-secs "$SSE_RAMP" \
+        --duration-secs "$SSE_SECS" --client-metadata "x-mock-events-per-second=$SSE_RATE" \
+        --client-metadata "x-mock-tokens=$SSE_TOKENS"
+      ;;
+    slow)
+      run_one "$via" slow --concurrency "$SLOW_STREAMS" --ramp-up-secs "$SLOW_RAMP" \
+        --duration-secs "$SLOW_SECS" --client-metadata "x-mock-events-per-second=$SLOW_RATE" \
+        --client-metadata "x-mock-tokens=1000000" --idle-timeout-secs 120
+      ;;
+  esac
+}
+
+machine
+start_mock
+HAVE=()
+for v in $VIA; do
+  case $v in
+    direct) HAVE+=(direct) ;;
+    gateway) start_gateway && HAVE+=(gateway) ;;
+    nginx) start_nginx && HAVE+=(nginx) || true ;;
+  esac
+done
+for w in $WORKLOADS; do
+  for v in "${HAVE[@]}"; do
+    workload "$v" "$w"
+  done
+done
+
+"$BIN/bench-report" "$OUT" | tee "$OUT/summary.md"
+{
+  echo
+  echo '#### Machine and scale'
+  echo
+  sed 's/^/    /' "$OUT/machine.txt"
+} | tee -a "$OUT/summary.md"
+log "results in $OUT"
