@@ -37,7 +37,7 @@ fn cfg(mock: &MockHandle, metadata: &[(&str, &str)]) -> LoadConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_every_event_the_mock_sent() {
     let mock = mock();
-    // 4 leading events + 20 deltas + 4 closing events, 5 ms apart.
+    // 4 leading events (at once) + 20 deltas + 4 closing events, 5 ms apart.
     let mut c = cfg(
         &mock,
         &[("x-mock-tokens", "20"), ("x-mock-events-per-second", "200")],

@@ -284,9 +284,11 @@ async fn token_runs_are_generated_and_paced_by_rate() {
     );
     let resp = post(&c, &mock, &[("x-mock-events-per-second", "200")], &body).await;
     let sse = read_sse(resp).await;
-    // 4 leading events, 40 deltas, 3 done events, the terminal: 47 gaps of 5 ms.
+    // 4 leading events (sent at once), 40 deltas, 3 done events, the terminal: 44 gaps of
+    // 5 ms.
     assert_eq!(sse.events.len(), 48);
-    assert!(sent.elapsed() >= Duration::from_millis(47 * 5 * 9 / 10));
+    assert!(sent.elapsed() >= Duration::from_millis(44 * 5 * 9 / 10));
+    assert!(sse.events[3].0 - sse.events[0].0 < Duration::from_millis(4));
     let deltas: String = sse
         .events
         .iter()

@@ -304,8 +304,18 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
             let mut account = Arc::clone(account);
             let mut refreshed = false;
             loop {
-                if !refreshed && !account.is_schedulable(shared_state::now_ms()) {
+                let now = shared_state::now_ms();
+                if !refreshed && !account.is_schedulable(now) {
                     break;
+                }
+                if !refreshed && account.live.is_refreshing(now) {
+                    // Another request got a 401 here: wait for the refreshed token instead
+                    // of sending a doomed request.
+                    refreshed = true;
+                    match wait_for_fresh_token(ctx, &account).await {
+                        Some(fresh) => account = fresh,
+                        None => break,
+                    }
                 }
                 let limit = if account.max_concurrency > 0 {
                     account.max_concurrency

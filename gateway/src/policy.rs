@@ -17,7 +17,7 @@ use crate::worker::WorkerCtx;
 pub const OVERLOAD_COOLDOWN: Duration = Duration::from_secs(5);
 /// Cooldown after a transient rate limit without a hint.
 pub const RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(15);
-/// Cooldown while a rejected token is refreshed.
+/// How long requests wait on an account whose rejected token is being refreshed.
 pub const AUTH_COOLDOWN: Duration = Duration::from_secs(30);
 /// Cooldown after a Cloudflare block.
 pub const CLOUDFLARE_COOLDOWN: Duration = Duration::from_secs(60);
@@ -82,7 +82,11 @@ pub fn apply(
         FailureClass::Overloaded => cool(OVERLOAD_COOLDOWN, class.name()),
         FailureClass::AuthExpired if after_refresh => status(AccountStatus::ReauthRequired),
         FailureClass::AuthExpired => {
-            cool(AUTH_COOLDOWN, class.name());
+            // Not a cooldown: requests that reach the account wait for the refreshed token
+            // (single-flight in the sidecar) instead of each sending a doomed request.
+            account
+                .live
+                .start_refreshing(now + AUTH_COOLDOWN.as_millis() as u64);
             ctx.report(WorkerEvent::RefreshRequest {
                 account_id: account.id,
                 seen_version: ctx.snapshot.load().version,
@@ -97,12 +101,7 @@ pub fn apply(
     class.scope() == FailureScope::Account
 }
 
-/// A refreshed token was published for the account: lift the refresh-wait cooldown (a longer
-/// cooldown, e.g. a usage limit, stays).
+/// A refreshed token was published for the account.
 pub fn token_refreshed(account: &AccountEntry) {
-    let now = shared_state::now_ms();
-    let until = account.live.cooldown_until_ms();
-    if until > now && until <= now + AUTH_COOLDOWN.as_millis() as u64 {
-        account.live.clear_cooldown();
-    }
+    account.live.refreshed();
 }

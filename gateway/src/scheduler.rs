@@ -26,9 +26,10 @@
 //!   no cooldown, usage below [`shared_state::Settings::pause_threshold_pct`] in both windows,
 //!   the model not excluded for the account ([`exclude_model`]), and
 //!   [`shared_state::Settings::min_request_interval_ms`] elapsed since the account's last
-//!   request start. Accounts already at their dynamic concurrency limit stay in the order
-//!   but come after every account with a free slot (in the strategy's order), so a pool
-//!   where everything is busy still yields candidates to queue on.
+//!   request start. Accounts that cannot serve at once (at their dynamic concurrency limit,
+//!   or waiting for a refreshed token) stay in the order but come after every ready account
+//!   (in the strategy's order), so a pool where everything is busy still yields candidates
+//!   to queue on.
 //! - Feedback the lifecycle records: [`record_success`], [`record_failure`] (with
 //!   [`FailureKind::from_class`]), [`note_request_start`], [`exclude_model`].
 //! - Dynamic concurrency: [`effective_limit`] is what the lifecycle passes to
@@ -89,7 +90,7 @@ pub use health::{
 pub use shared_state::snapshot::{Strategy, UnknownStrategy};
 use shared_state::{AccountEntry, AccountLive, Settings, Snapshot};
 
-use self::hash::{coprime_stride, hrw_key, id_hash, key_hash, mix64, Rng, TopK};
+use self::hash::{coprime_stride, hrw_hash, hrw_key, id_hash, key_hash, mix64, unit_of, Rng, TopK};
 
 /// Pools up to this size are scored whole by `smart`; larger ones are sampled.
 pub const SMART_SAMPLE: usize = 128;
@@ -145,8 +146,9 @@ struct SnapshotIndex {
     snap: Weak<Snapshot>,
     /// Rendezvous input per account.
     id_hash: Vec<u64>,
-    /// Weights, `None` when they are all equal (then unweighted hashing is exact and cheaper).
-    weights: Option<Vec<f64>>,
+    /// Inverse weights, `None` when all weights are equal (then unweighted hashing gives the
+    /// same order, cheaper).
+    inv_weights: Option<Vec<f64>>,
     /// Inclusive prefix sums of the weights.
     cum_weight: Vec<u64>,
 }
@@ -159,10 +161,10 @@ impl SnapshotIndex {
         let id_hash = accounts.iter().map(|a| id_hash(a.id)).collect();
         let first = accounts.first().map_or(1, |a| a.weight.max(1));
         let uniform = accounts.iter().all(|a| a.weight.max(1) == first);
-        let weights = (!uniform).then(|| {
+        let inv_weights = (!uniform).then(|| {
             accounts
                 .iter()
-                .map(|a| f64::from(a.weight.max(1)))
+                .map(|a| 1.0 / f64::from(a.weight.max(1)))
                 .collect()
         });
         let mut total = 0u64;
@@ -176,7 +178,7 @@ impl SnapshotIndex {
         Self {
             snap: Arc::downgrade(snap),
             id_hash,
-            weights,
+            inv_weights,
             cum_weight,
         }
     }
@@ -185,8 +187,8 @@ impl SnapshotIndex {
         std::ptr::eq(self.snap.as_ptr(), Arc::as_ptr(snap))
     }
 
-    fn weight(&self, i: usize) -> Option<f64> {
-        self.weights.as_ref().map(|w| w[i])
+    fn inv_weight(&self, i: usize) -> Option<f64> {
+        self.inv_weights.as_ref().map(|w| w[i])
     }
 }
 
@@ -213,6 +215,16 @@ impl Selector {
     #[inline]
     fn admits(&self, key: u128) -> bool {
         self.k > TOPK_MAX || self.top.admits(key)
+    }
+
+    /// The key a newcomer must beat, when known (bounded top-k and full).
+    #[inline]
+    fn bound(&self) -> Option<u128> {
+        if self.k > TOPK_MAX {
+            None
+        } else {
+            self.top.worst()
+        }
     }
 
     #[inline]
@@ -382,8 +394,9 @@ impl Pick<'_> {
         Some(assess(e, self.settings, self.req.now_ms))
     }
 
-    /// Takes eligible accounts in the order of `indices`: free ones into `picked`, saturated
-    /// ones into `spill` (at most `k`). Returns true once `picked` holds `k`.
+    /// Takes eligible accounts in the order of `indices`: ready ones into `picked`, deferred
+    /// ones (saturated, refreshing) into `spill` (at most `k`). Returns true once `picked`
+    /// holds `k`.
     fn take_in_order(
         &self,
         indices: impl Iterator<Item = usize>,
@@ -394,7 +407,7 @@ impl Pick<'_> {
             let Some(a) = self.candidate(i) else {
                 continue;
             };
-            if !a.saturated() {
+            if !a.deferred() {
                 picked.push(i as u32);
                 if picked.len() >= self.k {
                     return true;
@@ -406,7 +419,7 @@ impl Pick<'_> {
         false
     }
 
-    /// Appends saturated accounts after the free ones, up to `k`.
+    /// Appends deferred accounts after the ready ones, up to `k`.
     fn fill_from_spill(&self, picked: &mut Vec<u32>, spill: &[u32]) {
         let room = self.k.saturating_sub(picked.len());
         picked.extend(spill.iter().take(room));
@@ -430,7 +443,7 @@ impl Pick<'_> {
     /// Rendezvous order of the whole pool: fills `hrw` with the `m` best pairs.
     fn hrw_top(&self, index: &SnapshotIndex, kh: u64, m: usize, hrw: &mut Selector) {
         hrw.begin(m);
-        match &index.weights {
+        match &index.inv_weights {
             None => {
                 for (i, &ih) in index.id_hash.iter().enumerate() {
                     let key = u128::from(hrw_key(kh, ih, None));
@@ -439,9 +452,16 @@ impl Pick<'_> {
                     }
                 }
             }
-            Some(w) => {
-                for (i, (&ih, &wt)) in index.id_hash.iter().zip(w).enumerate() {
-                    hrw.offer(u128::from(hrw_key(kh, ih, Some(wt))), i as u32);
+            Some(iw) => {
+                for (i, (&ih, &iw)) in index.id_hash.iter().zip(iw).enumerate() {
+                    // Skip the logarithm when the lower bound (1 - u) / w already loses.
+                    if let Some(b) = hrw.bound() {
+                        let u = unit_of(hrw_hash(kh, ih));
+                        if (1.0 - u) * iw >= f64::from_bits(b as u64) {
+                            continue;
+                        }
+                    }
+                    hrw.offer(u128::from(hrw_key(kh, ih, Some(iw))), i as u32);
                 }
             }
         }
@@ -473,12 +493,12 @@ impl Pick<'_> {
         picked.clear();
         sel.begin(self.k);
         for i in 0..n {
-            let key = u128::from(hrw_key(kh, index.id_hash[i], index.weight(i)));
+            let key = u128::from(hrw_key(kh, index.id_hash[i], index.inv_weight(i)));
             if !sel.admits(key) {
                 continue;
             }
             if let Some(a) = self.candidate(i) {
-                sel.offer(key | (u128::from(a.saturated()) << 127), i as u32);
+                sel.offer(key | (u128::from(a.deferred()) << 127), i as u32);
             }
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
@@ -491,7 +511,7 @@ impl Pick<'_> {
         self.hrw_top(index, key_hash(key), m, hrw);
         hrw.finish().iter().map(|e| e.1).find(|&i| {
             self.candidate(i as usize)
-                .is_some_and(|a| !a.saturated() && a.tier <= Tier::Warm)
+                .is_some_and(|a| !a.deferred() && a.tier <= Tier::Warm)
         })
     }
 
@@ -537,10 +557,10 @@ impl Pick<'_> {
             let Some(a) = self.candidate(i) else {
                 continue;
             };
-            if a.tier == Tier::Healthy && !a.saturated() {
+            if a.tier == Tier::Healthy && !a.deferred() {
                 healthy += 1;
             }
-            sel.offer(smart_key(&a, index.weight(i), &mut rng), i as u32);
+            sel.offer(smart_key(&a, index.inv_weight(i), &mut rng), i as u32);
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
     }
@@ -553,29 +573,34 @@ impl Pick<'_> {
     ) {
         let now_s = self.req.now_ms / 1000;
         let mut rng = Rng::new(mix64(self.req.cursor as u64) ^ self.req.now_ms);
+        // Unknown or already passed: after every known reset.
+        let reset = |at: u64| -> u128 {
+            if at > now_s {
+                u128::from(at.min(u64::from(u32::MAX)))
+            } else {
+                u128::from(u32::MAX)
+            }
+        };
         sel.begin(self.k);
         for i in 0..self.accounts.len() {
+            let live = &self.accounts[i].live;
+            let resets =
+                (reset(live.primary_reset_at()) << 93) | (reset(live.secondary_reset_at()) << 61);
+            // The reset instants alone are a lower bound of the key: skip the rest early.
+            if !sel.admits(resets) {
+                continue;
+            }
             let Some(a) = self.candidate(i) else {
                 continue;
             };
-            let live = &self.accounts[i].live;
-            // Unknown or already passed: after every known reset.
-            let reset = |at: u64| -> u128 {
-                if at > now_s {
-                    u128::from(at.min(u64::from(u32::MAX)))
-                } else {
-                    u128::from(u32::MAX)
-                }
-            };
-            let saturated = u128::from(a.saturated());
+            let saturated = u128::from(a.deferred());
             let unhealthy = u128::from(a.tier >= Tier::Risky);
             let exhausted = u128::from(a.quota_exhausted());
-            let rand = u128::from(random_key(index.weight(i), &mut rng) >> 19);
+            let rand = u128::from(random_key(index.inv_weight(i), &mut rng) >> 19);
             let key = (saturated << 127)
                 | (unhealthy << 126)
                 | (exhausted << 125)
-                | (reset(live.primary_reset_at()) << 93)
-                | (reset(live.secondary_reset_at()) << 61)
+                | resets
                 | (u128::from(score_bucket(a.score).min(0xffff)) << 45)
                 | rand;
             sel.offer(key, i as u32);
@@ -590,19 +615,20 @@ fn score_bucket(score: f64) -> u64 {
 }
 
 /// Weighted random key, lower is better: an exponential clock `-ln(u)/w` (so the chance to
-/// come first among equals is proportional to the weight), or a plain random number.
-fn random_key(weight: Option<f64>, rng: &mut Rng) -> u64 {
-    match weight {
+/// come first among equals is proportional to the weight; `inv_weight` is `1/w`), or a
+/// plain random number.
+fn random_key(inv_weight: Option<f64>, rng: &mut Rng) -> u64 {
+    match inv_weight {
         None => rng.next_u64(),
-        Some(w) => (-rng.unit().ln() / w).to_bits(),
+        Some(iw) => (-rng.unit().ln() * iw).to_bits(),
     }
 }
 
 /// `smart`'s sort key, lower is better: free before saturated, then tier, then score
 /// bucket, then weighted randomness.
-fn smart_key(a: &Assessment, weight: Option<f64>, rng: &mut Rng) -> u128 {
-    (u128::from(a.saturated()) << 127)
+fn smart_key(a: &Assessment, inv_weight: Option<f64>, rng: &mut Rng) -> u128 {
+    (u128::from(a.deferred()) << 127)
         | (u128::from(a.tier as u8) << 120)
         | (u128::from(score_bucket(a.score).min(0xff_ffff)) << 64)
-        | u128::from(random_key(weight, rng))
+        | u128::from(random_key(inv_weight, rng))
 }

@@ -83,6 +83,8 @@ pub struct AccountLive {
     failures: AtomicU64,
     /// Status override set by a worker before the sidecar persists it (0 = none).
     status_override: AtomicU32,
+    /// A rejected token is being refreshed until this instant (ms since epoch); 0 = none.
+    refreshing_until_ms: AtomicU64,
     /// Scheduling feedback (penalties, EWMAs, exclusions); see [`SchedulerLive`].
     scheduler: SchedulerLive,
 }
@@ -224,6 +226,27 @@ impl AccountLive {
     /// The scheduler's feedback state for this account.
     pub fn scheduler(&self) -> &SchedulerLive {
         &self.scheduler
+    }
+
+    /// Alias of [`AccountLive::scheduler`].
+    pub fn scheduler_state(&self) -> &SchedulerLive {
+        &self.scheduler
+    }
+
+    /// Marks the account's token as being refreshed until `until_ms` (requests that reach it
+    /// wait for the new token instead of sending a doomed request).
+    pub fn start_refreshing(&self, until_ms: u64) {
+        self.refreshing_until_ms.fetch_max(until_ms, Ordering::AcqRel);
+    }
+
+    /// True while a refresh of the account's token is awaited.
+    pub fn is_refreshing(&self, now_ms: u64) -> bool {
+        self.refreshing_until_ms.load(Ordering::Acquire) > now_ms
+    }
+
+    /// A new token was published.
+    pub fn refreshed(&self) {
+        self.refreshing_until_ms.store(0, Ordering::Release);
     }
 }
 

@@ -159,7 +159,16 @@ async fn fifty_concurrent_401s_cause_one_token_call() {
         ..StackBuilder::default()
     }
     .start();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated).times(50));
+    // The token is rejected while all 50 requests are in flight upstream (the 401s arrive
+    // after 200 ms), so each of them sees its own 401.
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            first_byte_delay: Some(Duration::from_millis(200)),
+            ..Behaviour::error(ErrorKind::TokenInvalidated)
+        }
+        .times(50),
+    );
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let req = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"}));
@@ -173,6 +182,8 @@ async fn fifty_concurrent_401s_cause_one_token_call() {
     }
     assert_eq!(s.mock.token_calls(), 1, "single-flight refresh");
     assert_eq!(ok, 50, "every request retried with the refreshed token");
+    assert_eq!(s.mock.responses_requests(), 100, "50 rejected + 50 retried");
+    assert_eq!(s.account("acct-0").status, "active");
 }
 
 #[tokio::test(flavor = "multi_thread")]

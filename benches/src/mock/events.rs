@@ -530,6 +530,10 @@ pub(crate) struct SseStream {
     run: Option<TokenRun>,
     /// Events yielded so far.
     sent: usize,
+    /// Events sent without a pause first: 1, or with a [`TokenRun`] every event before it
+    /// (the stream opens at once, like the backend's `created` / `in_progress` /
+    /// `output_item.added`, and only the tokens are paced).
+    unpaced: usize,
     terminal: bool,
     delay: Duration,
     disconnect_after: Option<usize>,
@@ -555,10 +559,16 @@ impl SseStream {
             .counters
             .active_streams
             .fetch_add(1, Ordering::SeqCst);
+        let unpaced = if rendered.run.is_some() {
+            rendered.events.len().max(1)
+        } else {
+            1
+        };
         Self {
             queue: rendered.events.into(),
             run: rendered.run,
             sent: 0,
+            unpaced,
             terminal: rendered.terminal,
             delay,
             disconnect_after,
@@ -599,13 +609,14 @@ impl Stream for SseStream {
             return Poll::Ready(None);
         }
         let disconnect = this.disconnect_after.is_some_and(|k| this.sent >= k);
-        // Pause before every event but the first, and before an abort: the pause lets the
-        // connection flush what was sent, so the peer sees exactly `disconnect_after` events.
+        // Pause before every event but the unpaced ones (the first, or everything before a
+        // token run), and before an abort: the pause lets the connection flush what was
+        // sent, so the peer sees exactly `disconnect_after` events.
         // Events are due on a fixed schedule (`delay` after the previous due time, never in
         // the past), so timer rounding does not lower the rate.
         let pause = if disconnect {
             this.delay.max(ABORT_FLUSH_PAUSE)
-        } else if this.sent > 0 {
+        } else if this.sent >= this.unpaced {
             this.delay
         } else {
             Duration::ZERO

@@ -33,18 +33,28 @@ pub(crate) fn id_hash(id: i64) -> u64 {
     mix64((id as u64) ^ 0x5ced_a7e5_0c0d_e6a7)
 }
 
+/// The rendezvous hash of (session, account).
+#[inline]
+pub(crate) fn hrw_hash(key_hash: u64, id_hash: u64) -> u64 {
+    mix64(key_hash ^ id_hash)
+}
+
+/// A hash as a uniform number in (0, 1]: never 0, so `ln` is finite.
+#[inline]
+pub(crate) fn unit_of(h: u64) -> f64 {
+    ((h >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64)
+}
+
 /// Rendezvous key of (session, account): **lower is better**. With uniform weights this is
-/// the inverted hash; with weights it is `-ln(u) / w` (the weighted HRW of Schindelhauer and
-/// Schomaker), as the bits of a non-negative `f64` (which order like the values).
-pub(crate) fn hrw_key(key_hash: u64, id_hash: u64, weight: Option<f64>) -> u64 {
-    let h = mix64(key_hash ^ id_hash);
-    match weight {
+/// the inverted hash; with weights (passed as `1 / w`) it is `-ln(u) / w` (the weighted HRW
+/// of Schindelhauer and Schomaker), as the bits of a non-negative `f64` (which order like
+/// the values). Since `-ln(u) >= 1 - u`, `(1 - u) / w` is a cheap lower bound of the key.
+#[inline]
+pub(crate) fn hrw_key(key_hash: u64, id_hash: u64, inv_weight: Option<f64>) -> u64 {
+    let h = hrw_hash(key_hash, id_hash);
+    match inv_weight {
         None => !h,
-        Some(w) => {
-            // u in (0, 1]: never 0, so ln(u) is finite.
-            let u = ((h >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64);
-            (-u.ln() / w.max(f64::MIN_POSITIVE)).to_bits()
-        }
+        Some(iw) => (-unit_of(h).ln() * iw).to_bits(),
     }
 }
 
@@ -66,7 +76,7 @@ impl Rng {
 
     /// Uniform in (0, 1].
     pub(crate) fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 1.0) * (1.0 / (1u64 << 53) as f64)
+        unit_of(self.next_u64())
     }
 }
 
@@ -113,6 +123,16 @@ impl TopK {
         self.k = k.max(1);
         self.items.clear();
         self.items.reserve(self.k);
+    }
+
+    /// The key a newcomer must beat once the set is full.
+    #[inline]
+    pub(crate) fn worst(&self) -> Option<u128> {
+        if self.items.len() < self.k {
+            None
+        } else {
+            self.items.last().map(|l| l.0)
+        }
     }
 
     /// True when `key` would enter the set.
@@ -179,7 +199,7 @@ mod tests {
         for k in 0..20_000u64 {
             let kh = mix64(k);
             let a = hrw_key(kh, ids[0], Some(1.0));
-            let b = hrw_key(kh, ids[1], Some(3.0));
+            let b = hrw_key(kh, ids[1], Some(1.0 / 3.0));
             wins[usize::from(b < a)] += 1;
         }
         let ratio = f64::from(wins[1]) / f64::from(wins[0]);

@@ -225,6 +225,8 @@ pub struct Assessment {
     pub in_flight: u32,
     /// Dynamic concurrency limit (0 = unlimited).
     pub limit: u32,
+    /// The account's rejected token is being refreshed (requests reaching it would wait).
+    pub refreshing: bool,
 }
 
 // === impl Assessment ===
@@ -233,6 +235,12 @@ impl Assessment {
     /// True when no further lease fits under the dynamic limit.
     pub fn saturated(&self) -> bool {
         self.limit != 0 && self.in_flight >= self.limit
+    }
+
+    /// True when the account cannot serve at once (saturated, or waiting for a refreshed
+    /// token): such accounts stay candidates but come after every ready one.
+    pub fn deferred(&self) -> bool {
+        self.refreshing || self.saturated()
     }
 
     /// True when either window is used up (a request would most likely get a 429).
@@ -328,6 +336,7 @@ pub fn assess(entry: &AccountEntry, settings: &Settings, now_ms: u64) -> Assessm
         secondary_pct,
         in_flight,
         limit,
+        refreshing: live.is_refreshing(now_ms),
     }
 }
 

@@ -821,3 +821,17 @@ fn exclude_model_affects_only_that_model_and_account() {
     };
     assert_eq!(pick(&s, &later), vec![1, 2, 3]);
 }
+
+#[test]
+fn accounts_waiting_for_a_token_refresh_come_after_ready_ones() {
+    let accs = pool(3);
+    accs[0].live.start_refreshing(NOW + 30_000);
+    for st in Strategy::ALL {
+        let s = snap(accs.clone(), st);
+        let got = pick(&s, &req(0, 0));
+        assert_eq!(got.len(), 3, "{st}: still a candidate");
+        assert_eq!(got[2], 1, "{st}: {got:?}");
+    }
+    assert!(assess(&accs[0], &Settings::default(), NOW).deferred());
+    assert!(!assess(&accs[0], &Settings::default(), NOW + 30_000).deferred());
+}
