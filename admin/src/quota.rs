@@ -248,18 +248,8 @@ impl UsageClient {
         access_token: &Secret,
         chatgpt_account_id: &str,
     ) -> Result<WhamUsage, QuotaError> {
-        let mut req = self
-            .http
-            .get(&self.endpoint.url)
-            .timeout(FETCH_TIMEOUT)
-            .bearer_auth(access_token.expose())
-            .header(reqwest::header::USER_AGENT, &self.endpoint.user_agent)
-            .header("originator", &self.endpoint.originator)
-            .header(reqwest::header::ACCEPT, "application/json");
-        if !chatgpt_account_id.is_empty() {
-            req = req.header("ChatGPT-Account-Id", chatgpt_account_id);
-        }
-        let resp = req
+        let resp = self
+            .identity_get(&self.endpoint.url, access_token, chatgpt_account_id)
             .send()
             .await
             .map_err(|e| QuotaError::Transport(crate::oauth::describe_reqwest(&e)))?;
@@ -272,18 +262,45 @@ impl UsageClient {
             return Err(QuotaError::Unauthorized);
         }
         if !status.is_success() {
-            let snippet = String::from_utf8_lossy(&body)
-                .chars()
-                .filter(|c| !c.is_control())
-                .take(200)
-                .collect();
             return Err(QuotaError::Http {
                 status: status.as_u16(),
-                snippet,
+                snippet: snippet(&body),
             });
         }
         WhamUsage::parse(&body)
     }
+
+    /// `GET url` as the Codex CLI would send it for one account: `Authorization: Bearer`,
+    /// `ChatGPT-Account-Id` (when known), `User-Agent`, `originator`, `Accept: application/json`
+    /// and a [`FETCH_TIMEOUT`]. Shared with the `/models` client ([`crate::models`]).
+    pub(crate) fn identity_get(
+        &self,
+        url: &str,
+        access_token: &Secret,
+        chatgpt_account_id: &str,
+    ) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .get(url)
+            .timeout(FETCH_TIMEOUT)
+            .bearer_auth(access_token.expose())
+            .header(reqwest::header::USER_AGENT, &self.endpoint.user_agent)
+            .header("originator", &self.endpoint.originator)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if !chatgpt_account_id.is_empty() {
+            req = req.header("ChatGPT-Account-Id", chatgpt_account_id);
+        }
+        req
+    }
+}
+
+/// The start of an error body, printable (at most 200 characters, no control characters).
+pub(crate) fn snippet(body: &[u8]) -> String {
+    String::from_utf8_lossy(body)
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
 }
 
 /// What [`store_usage`] wrote.

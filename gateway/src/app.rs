@@ -133,6 +133,8 @@ impl App {
         }
 
         let snapshot = Snapshot::shared();
+        // The embedded catalog until the sidecar fetches the upstream's.
+        let catalog = shared_state::ModelCatalog::embedded(cfg.model_aliases.clone()).shared();
         let health = Arc::new(Health::default());
         let (ev_tx, ev_rx) = events();
         let (mb, boxes) = mailboxes(n);
@@ -181,6 +183,7 @@ impl App {
                 events: ev_tx.clone(),
                 mailbox,
                 registry: registry.clone(),
+                catalog: Arc::clone(&catalog),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()

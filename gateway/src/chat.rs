@@ -14,8 +14,11 @@ use codex_protocol::{
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 
+use codex_protocol::normalize::ModelChoice;
+
 use crate::{
     error::{Error, ErrorKind, Side},
+    models,
     lifecycle::{self, Next, RequestPlan},
     routes::{check_encoding, passthrough, sse_headers, write_error, Accounting, StreamGauge},
     server::h1::{Conn, Request},
@@ -54,7 +57,30 @@ pub async fn chat_completions<S: AsyncReadRent + AsyncWriteRent>(
     if let Err(e) = check_encoding(&req) {
         return write_error(ctx, conn, ROUTE, &e, keep).await;
     }
-    let mut creq = match chat_to_responses(&req.body, &ChatRequestOptions::default()) {
+    // Resolve the model against the catalog before translating (aliases, unknown models).
+    let catalog = ctx.catalog.load();
+    let requested = sonic_rs::get(req.body.as_slice(), &["model"])
+        .ok()
+        .and_then(|v| sonic_rs::JsonValueTrait::as_str(&v).map(str::to_owned));
+    let mut opts = ChatRequestOptions::default();
+    let resolved;
+    if let Some(m) = requested.as_deref() {
+        match models::choose(&catalog, ctx.cfg.strict_models, m) {
+            ModelChoice::Reject => {
+                let e = Error::new(ErrorKind::ModelNotFound(m.to_owned()), Side::Downstream);
+                return write_error(ctx, conn, ROUTE, &e, keep).await;
+            }
+            ModelChoice::Rewrite { slug, .. } => {
+                resolved = slug;
+                opts.upstream_model = Some(&resolved);
+            }
+            ModelChoice::Keep => {}
+        }
+        if let Some(r) = catalog.resolve(m) {
+            opts.reasoning_levels = r.levels;
+        }
+    }
+    let mut creq = match chat_to_responses(&req.body, &opts) {
         Ok(c) => c,
         Err(e) => {
             let e = Error::bad_request(e.message, e.param.as_deref());

@@ -80,6 +80,16 @@ pub struct FileConfig {
     upstream: FileUpstream,
     #[serde(default)]
     wire: FileWire,
+    #[serde(default)]
+    models: FileModels,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileModels {
+    strict: Option<bool>,
+    #[serde(default)]
+    aliases: std::collections::HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -298,6 +308,11 @@ pub struct GatewayConfig {
     /// Use the legacy (epoll) driver even where io_uring works
     /// (`MONOIO_FORCE_LEGACY_DRIVER=1` or `force_legacy_driver = true`).
     pub force_legacy_driver: bool,
+    /// Client-facing model aliases (`alias -> slug[@effort]`).
+    pub model_aliases: std::collections::HashMap<String, shared_state::catalog::ModelAlias>,
+    /// Reject models missing from the catalog even while only the embedded catalog is known
+    /// (a catalog fetched from the upstream is always enforced).
+    pub strict_models: bool,
 }
 
 fn addr(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
@@ -329,6 +344,8 @@ impl GatewayConfig {
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
             pin_workers: true,
+            model_aliases: Default::default(),
+            strict_models: false,
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -449,6 +466,16 @@ impl GatewayConfig {
         }
         if let Some(v) = file.max_body_bytes {
             c.max_body_bytes = v;
+        }
+        if let Some(v) = file.models.strict {
+            c.strict_models = v;
+        }
+        for (alias, target) in &file.models.aliases {
+            if target.is_empty() {
+                return Err(ConfigError(format!("model alias `{alias}` has an empty target")));
+            }
+            c.model_aliases
+                .insert(alias.clone(), shared_state::catalog::parse_alias(target));
         }
         let w = &file.wire;
         if let Some(v) = &w.originator {

@@ -77,7 +77,7 @@ pub fn run(args: DemoArgs, wait: impl FnOnce()) -> Result<(), String> {
     {
         println!("codex-gateway demo is running on http://{addr} (admin http://{}), upstream: built-in mock-codex at {}", app.admin_addr, mock.base_url());
         println!("demo key: {key}");
-        println!("try:\n  curl -N http://{addr}/v1/responses -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' -d '{{\"model\":\"gpt-5.1-codex\",\"input\":\"say hi\",\"stream\":true}}'");
+        println!("try:\n  curl -N http://{addr}/v1/responses -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' -d '{{\"model\":\"gpt-5.5\",\"input\":\"say hi\",\"stream\":true}}'");
     }
     wait();
     app.shutdown();

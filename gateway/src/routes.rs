@@ -13,7 +13,7 @@ use std::{io, time::Instant};
 use bytes::Bytes;
 use codex_protocol::{
     events::{self, EventClass, Usage},
-    normalize::normalize_responses,
+    normalize::normalize_responses_with,
     sse::SseEvent,
 };
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
@@ -109,7 +109,7 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 .query
                 .as_deref()
                 .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("client_version=")));
-            let body = models::list(codex_shape);
+            let body = models::list(&ctx.catalog.load(), codex_shape);
             ctx.metrics.request("models", 200);
             conn.write_response(200, &[JSON], &body, keep).await?;
             Ok(keep)
@@ -272,13 +272,19 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
         );
         return write_error(ctx, conn, "responses", &e, keep).await;
     }
-    let norm = match normalize_responses(&req.body) {
+    let catalog = ctx.catalog.load();
+    let strict = ctx.cfg.strict_models;
+    let norm = match normalize_responses_with(&req.body, &|m| models::choose(&catalog, strict, m)) {
         Ok(n) => n,
         Err(e) => {
-            let e = Error::bad_request(e.message, e.param);
+            let e = match e.unknown_model {
+                Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
+                None => Error::bad_request(e.message, e.param),
+            };
             return write_error(ctx, conn, "responses", &e, keep).await;
         }
     };
+    drop(catalog);
     if norm.previous_response_id.is_some() {
         let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
         return write_error(ctx, conn, "responses", &e, keep).await;

@@ -59,13 +59,19 @@
 //! ```
 //!
 //! # Cost
-//! Nothing here locks or allocates per account: every account read is a handful of relaxed
-//! atomic loads. Per worker, a [`PickScratch`] (thread-local behind [`order`]) caches
-//! per-snapshot arrays (rendezvous hashes, weight prefix sums) and reuses its buffers, and
-//! selection keeps only the best `max_candidates` (bounded top-k, or
-//! `select_nth_unstable` then a sort of k). `round_robin` and `fill_first` stop after `k`
-//! schedulable accounts, `smart` scores a bounded sample, `sticky` hashes the whole pool
-//! (one multiply-xor per account) but reads live state only for its top candidates.
+//! Nothing here locks or allocates per account: every account read is a handful of atomic
+//! loads. Per worker, a [`PickScratch`] (thread-local behind [`order`]) caches per-snapshot
+//! arrays (rendezvous hashes, inverse weights, weight prefix sums) and reuses its buffers;
+//! selection keeps only the best `max_candidates` (bounded top-k, or `select_nth_unstable`
+//! then a sort of k). `round_robin` and `fill_first` stop after `k` ready accounts; `smart`
+//! scores a bounded sample; `sticky` hashes the whole pool (a mix and a compare per account;
+//! the weighted logarithm only for accounts that can still enter the top) but reads live
+//! state only for its top candidates; `quota_reset_priority` needs the global minimum, so it
+//! reads every account's reset instants and assesses only those that can still enter the
+//! top. `benches/pick.rs` (k = 5, busy mixed pool) measured on the 2-core dev box, per pick
+//! at 10 / 1k / 10k accounts: smart 0.6 / 8.7 / 13.5 µs, smart+key 1.2 / 18 / 90 µs,
+//! round_robin 0.2 / 0.25 / 0.25 µs, sticky 0.6 / 9.5 / 48 µs, fill_first 0.2 µs,
+//! quota_reset_priority 0.6 / 6.7 / 67 µs.
 //!
 //! # Error handling
 //! None: an empty result means no account is schedulable now; the lifecycle turns that into

@@ -56,6 +56,8 @@ pub struct WorkerSeed {
     pub mailbox: WorkerMailbox,
     /// Metrics.
     pub registry: Registry,
+    /// Model catalog cell.
+    pub catalog: shared_state::SharedCatalog,
 }
 
 /// Per-worker state.
@@ -74,6 +76,8 @@ pub struct WorkerCtx {
     pub metrics: Arc<WorkerMetrics>,
     /// All workers' metrics (for `/metrics`).
     pub registry: Registry,
+    /// Model catalog cell.
+    pub catalog: shared_state::SharedCatalog,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
     draining: Cell<bool>,
@@ -185,6 +189,7 @@ async fn worker_main(
         events,
         mailbox,
         registry,
+        catalog,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -211,6 +216,7 @@ async fn worker_main(
         upstream,
         metrics,
         registry,
+        catalog,
         events,
         spool: RefCell::new(VecDeque::new()),
         draining: Cell::new(false),

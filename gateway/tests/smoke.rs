@@ -131,7 +131,7 @@ fn serve_streams_and_drains_on_sigterm() {
     });
 
     let mut s = TcpStream::connect(&addr).unwrap();
-    let body = r#"{"model":"gpt-5.1-codex","input":"hi","stream":true}"#;
+    let body = r#"{"model":"gpt-5.5","input":"hi","stream":true}"#;
     write!(
         s,
         "POST /v1/responses HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",

@@ -14,6 +14,7 @@
 //! Nothing here performs I/O or depends on a runtime, so both crates link it freely.
 
 pub mod account;
+pub mod catalog;
 pub mod channels;
 pub mod jwt;
 pub mod keys;
@@ -21,6 +22,7 @@ pub mod secret;
 pub mod snapshot;
 
 pub use account::{AccountLive, AccountStatus, Lease};
+pub use catalog::{ModelCatalog, SharedCatalog};
 pub use channels::{
     AccountEffect, EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox,
     WorkerMailboxes,

@@ -19,7 +19,7 @@ def main():
     client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
 
     # 1. non-streaming create
-    r = client.responses.create(model="gpt-5.1-codex", input="say hi", instructions="be brief")
+    r = client.responses.create(model="gpt-5.5", input="say hi", instructions="be brief")
     check(r.status == "completed", f"status {r.status}")
     check(r.output_text.startswith("Hello from mock-codex"), f"output_text {r.output_text!r}")
     check(r.usage is not None and r.usage.total_tokens > 0, "usage")
@@ -27,7 +27,7 @@ def main():
     # 2. create(stream=True): iterate raw events
     types = []
     text = ""
-    with client.responses.create(model="gpt-5.1-codex", input="say hi", stream=True) as stream:
+    with client.responses.create(model="gpt-5.5", input="say hi", stream=True) as stream:
         for ev in stream:
             types.append(ev.type)
             if ev.type == "response.output_text.delta":
@@ -38,7 +38,7 @@ def main():
 
     # 3. the responses.stream helper (needs output_item.added + content_part.added first)
     deltas = []
-    with client.responses.stream(model="gpt-5.1-codex", input="say hi") as stream:
+    with client.responses.stream(model="gpt-5.5", input="say hi") as stream:
         for ev in stream:
             if ev.type == "response.output_text.delta":
                 deltas.append(ev.delta)
@@ -49,7 +49,7 @@ def main():
     # 4. errors surface as SDK exceptions with the OpenAI shape
     bad = OpenAI(base_url=base_url, api_key="sk-cg-wrong", max_retries=0)
     try:
-        bad.responses.create(model="gpt-5.1-codex", input="x")
+        bad.responses.create(model="gpt-5.5", input="x")
         check(False, "wrong key must fail")
     except Exception as e:  # openai.AuthenticationError
         check(getattr(e, "status_code", None) == 401, f"wrong key gave {e!r}")

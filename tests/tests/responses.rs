@@ -15,13 +15,13 @@ fn stack() -> Stack {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_response_is_the_completed_object() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.1-codex","input":"say hi"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"say hi"})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers().get("x-codex-primary-used-percent").is_none(), "quota headers are stripped");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["object"], "response");
     assert_eq!(v["status"], "completed");
-    assert_eq!(v["model"], "gpt-5.1-codex");
+    assert_eq!(v["model"], "gpt-5.5");
     let text = v["output"][0]["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("Hello from mock-codex"), "{text}");
     assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
@@ -31,7 +31,7 @@ async fn json_response_is_the_completed_object() {
 async fn json_response_rebuilds_empty_completed_output() {
     let s = stack();
     let r = s.post("/v1/responses")
-        .json(&json!({"model":"m","input":"x","client_metadata":{"x-mock-empty-completed-output":"1"}}))
+        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-empty-completed-output":"1"}}))
         .send().await.unwrap();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -44,7 +44,7 @@ async fn sse_stream_forwards_the_full_event_sequence() {
     let s = stack();
     let r = s.post("/v1/responses")
         .header("accept", "application/json") // the OpenAI SDK never asks for text/event-stream
-        .json(&json!({"model":"gpt-5.1-codex","input":"say hi","stream":true}))
+        .json(&json!({"model":"gpt-5.5","input":"say hi","stream":true}))
         .send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
@@ -70,7 +70,7 @@ async fn sse_arrives_incrementally() {
     }
     .start();
     let start = Instant::now();
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":true})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     let mut first_delta = None;
@@ -93,17 +93,17 @@ async fn auth_is_required_and_the_key_never_goes_upstream() {
     let s = stack();
     let c = client();
     let url = format!("{}/v1/responses", s.url());
-    let r = c.post(&url).json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = c.post(&url).json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "missing_api_key");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = c.post(&url).bearer_auth("sk-cg-wrong").json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = c.post(&url).bearer_auth("sk-cg-wrong").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "invalid_api_key");
     assert_eq!(s.mock.responses_requests(), 0, "rejected requests never reach the upstream");
-    let r = c.post(&url).header("x-api-key", &s.key).json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = c.post(&url).header("x-api-key", &s.key).json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let req = s.mock.requests().pop().unwrap();
     let auth = req.header("authorization").unwrap().to_owned();
@@ -122,7 +122,7 @@ async fn body_is_normalized_and_identity_rewritten() {
         .header("originator", "evil-client")
         .header("chatgpt-account-id", "spoofed")
         .json(&json!({
-            "model":"gpt-5.1-codex","input":[{"type":"message","role":"system","content":"sys"},{"type":"message","role":"user","content":"hi"}],
+            "model":"gpt-5.5","input":[{"type":"message","role":"system","content":"sys"},{"type":"message","role":"user","content":"hi"}],
             "temperature":0.5,"max_output_tokens":10,"store":true,"metadata":{"a":"b"},"service_tier":"fast"
         }))
         .send().await.unwrap();
@@ -168,14 +168,14 @@ async fn oversized_and_malformed_bodies_are_rejected() {
 async fn upstream_request_errors_are_returned_as_openai_errors() {
     let s = stack();
     let r = s.post("/v1/responses")
-        .json(&json!({"model":"m","input":"x","client_metadata":{"x-mock-error":"unsupported_parameter","x-mock-param":"foo"}}))
+        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"unsupported_parameter","x-mock-param":"foo"}}))
         .send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["message"], "Unsupported parameter: foo");
     assert_eq!(v["error"]["type"], "invalid_request_error");
     let r = s.post("/v1/responses")
-        .json(&json!({"model":"m","input":"x","client_metadata":{"x-mock-error":"context_length_exceeded"}}))
+        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"context_length_exceeded"}}))
         .send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
@@ -187,7 +187,7 @@ async fn upstream_request_errors_are_returned_as_openai_errors() {
 async fn quota_exhausted_everywhere_gives_429_with_reset() {
     let s = stack();
     s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::UsageLimitReached));
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 429);
     let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!(retry > 0);
@@ -196,7 +196,7 @@ async fn quota_exhausted_everywhere_gives_429_with_reset() {
     assert!(v["error"]["resets_at"].as_u64().unwrap() > 0);
     // The account is cooling: the next request does not even reach the upstream.
     let before = s.mock.responses_requests();
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(s.mock.responses_requests(), before);
 }
@@ -206,7 +206,7 @@ async fn failover_before_commit_uses_the_next_account() {
     let s = StackBuilder { accounts: 2, ..StackBuilder::default() }.start();
     s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
     for _ in 0..4 {
-        let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":true})).send().await.unwrap();
+        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("response.completed"));
@@ -223,7 +223,7 @@ async fn failover_before_commit_uses_the_next_account() {
 async fn stream_cut_after_commit_ends_with_one_terminal_error() {
     let s = StackBuilder { accounts: 2, ..StackBuilder::default() }.start();
     let r = s.post("/v1/responses")
-        .json(&json!({"model":"m","input":"x","stream":true,"client_metadata":{"x-mock-disconnect-after":"6"}}))
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true,"client_metadata":{"x-mock-disconnect-after":"6"}}))
         .send().await.unwrap();
     assert_eq!(r.status(), 200);
     let body = r.text().await.unwrap();
@@ -242,7 +242,7 @@ async fn client_disconnect_releases_upstream_stream_and_slot() {
         ..StackBuilder::default()
     }
     .start();
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":true})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     while !seen.contains("response.output_text.delta") {
@@ -263,7 +263,7 @@ async fn client_disconnect_releases_upstream_stream_and_slot() {
 #[tokio::test(flavor = "multi_thread")]
 async fn previous_response_id_over_http_is_a_clear_error() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","previous_response_id":"resp_1"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","previous_response_id":"resp_1"})).send().await.unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "previous_response_not_found");
@@ -275,7 +275,7 @@ async fn h2c_upstream_and_legacy_driver() {
     let s = StackBuilder { plain_http: PlainHttp::H2c, legacy: true, ..StackBuilder::default() }.start();
     assert!(s.app.drivers.iter().all(|d| *d == "legacy"));
     for _ in 0..3 {
-        let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":true})).send().await.unwrap();
+        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
         assert_eq!(r.status(), 200);
         assert!(r.text().await.unwrap().contains("response.completed"));
     }
@@ -286,7 +286,7 @@ async fn h2c_upstream_and_legacy_driver() {
 #[tokio::test(flavor = "multi_thread")]
 async fn http1_upstream_on_io_uring() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":true})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
     assert!(r.text().await.unwrap().contains("response.completed"));
     assert!(s.mock.requests().iter().all(|r| r.version == "HTTP/1.1"));
     let m = client().get(format!("{}/metrics", s.url())).send().await.unwrap().text().await.unwrap();

@@ -31,7 +31,7 @@ async fn tls_h2_upstream_with_private_ca() {
     let dir = tempfile::tempdir().unwrap();
     let s = tls_stack(dir.path(), true);
     for stream in [true, false, true] {
-        let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x","stream":stream})).send().await.unwrap();
+        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":stream})).send().await.unwrap();
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("Hello from mock-codex"), "{body}");
@@ -45,7 +45,7 @@ async fn tls_h2_upstream_with_private_ca() {
 async fn tls_upstream_without_the_ca_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let s = tls_stack(dir.path(), false);
-    let r = s.post("/v1/responses").json(&json!({"model":"m","input":"x"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "upstream_unreachable");
@@ -55,7 +55,7 @@ async fn tls_upstream_without_the_ca_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_backend_serves_and_persists_usage() {
     let s = StackBuilder { postgres: true, ..StackBuilder::default() }.start();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.1-codex","input":"x"})).send().await.unwrap();
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let url = s.db.database_url.clone().unwrap();
     // usage is persisted by the sidecar in batches
@@ -73,7 +73,7 @@ async fn postgres_backend_serves_and_persists_usage() {
 async fn count_usage(url: &str) -> i64 {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM usage_records WHERE model = 'gpt-5.1-codex' AND status = 200")
+    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM usage_records WHERE model = 'gpt-5.5' AND status = 200")
         .fetch_one(&mut c)
         .await
         .unwrap();

@@ -61,17 +61,45 @@ pub struct NormalizeError {
     pub message: String,
     /// The offending parameter.
     pub param: Option<&'static str>,
+    /// The requested model is unknown (the caller answers 404 `model_not_found`).
+    pub unknown_model: Option<String>,
 }
 
 fn err(message: impl Into<String>, param: Option<&'static str>) -> NormalizeError {
     NormalizeError {
         message: message.into(),
         param,
+        unknown_model: None,
     }
 }
 
-/// Normalizes a client `/v1/responses` body for the Codex backend.
+/// What to do with the requested model (the caller owns the catalog and aliases).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// Send it as is.
+    Keep,
+    /// Send this slug instead, optionally forcing a reasoning effort (an alias).
+    Rewrite {
+        /// Upstream slug.
+        slug: String,
+        /// Reasoning effort to set.
+        effort: Option<String>,
+    },
+    /// Unknown model.
+    Reject,
+}
+
+/// Normalizes a client `/v1/responses` body for the Codex backend, keeping the model.
 pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
+    normalize_responses_with(body, &|_| ModelChoice::Keep)
+}
+
+/// Normalizes a client `/v1/responses` body, resolving the model with `choose`.
+/// [`Normalized::model`] stays the client's name (accounting); the body carries the slug.
+pub fn normalize_responses_with(
+    body: &[u8],
+    choose: &dyn Fn(&str) -> ModelChoice,
+) -> Result<Normalized, NormalizeError> {
     let mut v: Value = sonic_rs::from_slice(body).map_err(|e| {
         err(
             format!("We could not parse the JSON body of your request: {e}"),
@@ -89,6 +117,29 @@ pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
         Some(_) => return Err(err("`model` must be a non-empty string.", Some("model"))),
         None => return Err(err("Missing required parameter: 'model'.", Some("model"))),
     };
+    match choose(&model) {
+        ModelChoice::Keep => {}
+        ModelChoice::Reject => {
+            return Err(NormalizeError {
+                message: format!("The model `{model}` does not exist or you do not have access to it."),
+                param: Some("model"),
+                unknown_model: Some(model),
+            })
+        }
+        ModelChoice::Rewrite { slug, effort } => {
+            obj.insert(&"model", slug.as_str());
+            if let Some(effort) = effort {
+                match obj.get_mut(&"reasoning").and_then(|r| r.as_object_mut()) {
+                    Some(r) => {
+                        r.insert(&"effort", effort.as_str());
+                    }
+                    None => {
+                        obj.insert(&"reasoning", json!({"effort": effort.as_str()}));
+                    }
+                }
+            }
+        }
+    }
     let stream = match obj.get(&"stream") {
         None => false,
         Some(s) if s.is_null() => false,
@@ -239,6 +290,23 @@ mod tests {
         assert_eq!(v["input"][0]["role"].as_str(), Some("developer"));
         assert_eq!(v["service_tier"].as_str(), Some("priority"));
         assert_eq!(v["tools"][0]["type"].as_str(), Some("web_search"));
+    }
+
+    #[test]
+    fn resolves_models_through_the_caller() {
+        let choose = |m: &str| match m {
+            "fast" => ModelChoice::Rewrite { slug: "gpt-5.5".into(), effort: Some("low".into()) },
+            "gpt-5.5" => ModelChoice::Keep,
+            _ => ModelChoice::Reject,
+        };
+        let n = normalize_responses_with(br#"{"model":"fast","input":"x","reasoning":{"summary":"auto"}}"#, &choose).unwrap();
+        let v: Value = sonic_rs::from_slice(&n.body).unwrap();
+        assert_eq!(n.model, "fast");
+        assert_eq!(v["model"].as_str(), Some("gpt-5.5"));
+        assert_eq!(v["reasoning"]["effort"].as_str(), Some("low"));
+        assert_eq!(v["reasoning"]["summary"].as_str(), Some("auto"));
+        let e = normalize_responses_with(br#"{"model":"nope"}"#, &choose).unwrap_err();
+        assert_eq!(e.unknown_model.as_deref(), Some("nope"));
     }
 
     #[test]

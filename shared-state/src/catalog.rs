@@ -1,0 +1,254 @@
+//! The model catalog the data plane serves and validates against: the Codex `/models` shape
+//! (`{"models":[...]}`), rendered once per publish in both client shapes, plus aliases.
+//!
+//! # Key Components
+//! - [`ModelCatalog`]: slugs with their reasoning levels, pre-rendered bodies for
+//!   `GET /v1/models` (OpenAI list shape and Codex shape), aliases, and where it came from.
+//! - [`SharedCatalog`]: the `ArcSwap` cell; the sidecar replaces it after a refresh from the
+//!   upstream, workers `load()` it per request.
+//! - [`ModelCatalog::embedded`]: the fallback shipped in the binary (Codex CLI 0.171 catalog).
+//!
+//! # Error handling
+//! A body that is not a Codex catalog is a [`CatalogError`]; the sidecar keeps the last good
+//! catalog.
+
+use std::{collections::HashMap, sync::Arc};
+
+use arc_swap::ArcSwap;
+use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
+
+/// The catalog bundled with the Codex CLI 0.171.0 (`base_instructions` stripped).
+pub const EMBEDDED_CATALOG: &str = include_str!("../catalog/codex-models-catalog.json");
+
+/// The cell through which the sidecar publishes catalogs.
+pub type SharedCatalog = Arc<ArcSwap<ModelCatalog>>;
+
+/// Where a catalog came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatalogSource {
+    /// Shipped in the binary.
+    Embedded,
+    /// Fetched from the upstream `/models`.
+    Upstream,
+}
+
+/// An alias: a client-facing model name mapped to an upstream slug, optionally with a
+/// reasoning effort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelAlias {
+    /// Upstream slug.
+    pub target: String,
+    /// Reasoning effort to apply (`low`, `high`, ...).
+    pub effort: Option<String>,
+}
+
+/// One model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Reasoning efforts the model accepts.
+    pub reasoning_levels: Vec<String>,
+}
+
+/// A published catalog.
+#[derive(Debug, Clone)]
+pub struct ModelCatalog {
+    /// Where it came from.
+    pub source: CatalogSource,
+    /// Models by slug.
+    pub models: HashMap<String, ModelInfo>,
+    /// Aliases by client-facing name.
+    pub aliases: HashMap<String, ModelAlias>,
+    /// `{"object":"list","data":[...]}` (models and aliases).
+    pub openai_body: Vec<u8>,
+    /// `{"models":[...]}` with `base_instructions`/`model_messages` stripped.
+    pub codex_body: Vec<u8>,
+}
+
+/// The body is not a Codex catalog.
+#[derive(Debug, thiserror::Error)]
+#[error("not a Codex model catalog: {0}")]
+pub struct CatalogError(pub String);
+
+/// What a requested model resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    /// The upstream slug.
+    pub slug: &'a str,
+    /// Reasoning effort forced by an alias.
+    pub effort: Option<&'a str>,
+    /// Reasoning levels the model accepts (empty when unknown).
+    pub levels: &'a [String],
+}
+
+// === impl ModelCatalog ===
+
+impl ModelCatalog {
+    /// The embedded fallback catalog with `aliases`.
+    pub fn embedded(aliases: HashMap<String, ModelAlias>) -> Self {
+        Self::from_codex_json(EMBEDDED_CATALOG.as_bytes(), CatalogSource::Embedded, aliases)
+            .unwrap_or_else(|_| Self::empty(aliases_default()))
+    }
+
+    /// An empty catalog (every model unknown).
+    pub fn empty(aliases: HashMap<String, ModelAlias>) -> Self {
+        Self::render(CatalogSource::Embedded, Vec::new(), aliases)
+    }
+
+    /// Parses one or more Codex `/models` bodies (e.g. one per plan) into a merged catalog.
+    pub fn from_codex_json(
+        raw: &[u8],
+        source: CatalogSource,
+        aliases: HashMap<String, ModelAlias>,
+    ) -> Result<Self, CatalogError> {
+        Self::merge_codex_json(&[raw], source, aliases)
+    }
+
+    /// Merges several Codex `/models` bodies (union by slug, first wins).
+    pub fn merge_codex_json(
+        raws: &[&[u8]],
+        source: CatalogSource,
+        aliases: HashMap<String, ModelAlias>,
+    ) -> Result<Self, CatalogError> {
+        let mut models: Vec<sonic_rs::Value> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for raw in raws {
+            let mut v: sonic_rs::Value =
+                sonic_rs::from_slice(raw).map_err(|e| CatalogError(e.to_string()))?;
+            let list = v
+                .get_mut("models")
+                .and_then(|m| m.as_array_mut())
+                .ok_or_else(|| CatalogError("no `models` array".into()))?;
+            for m in list.iter_mut() {
+                let Some(slug) = m.get("slug").and_then(|s| s.as_str()).map(str::to_owned)
+                else {
+                    continue;
+                };
+                if !seen.insert(slug) {
+                    continue;
+                }
+                if let Some(o) = m.as_object_mut() {
+                    o.remove(&"base_instructions");
+                    o.remove(&"model_messages");
+                }
+                models.push(m.clone());
+            }
+        }
+        Ok(Self::render(source, models, aliases))
+    }
+
+    fn render(
+        source: CatalogSource,
+        models: Vec<sonic_rs::Value>,
+        aliases: HashMap<String, ModelAlias>,
+    ) -> Self {
+        let mut infos = HashMap::with_capacity(models.len());
+        let mut data = sonic_rs::Array::new();
+        let mut codex = sonic_rs::Array::new();
+        for m in models {
+            let Some(slug) = m.get("slug").and_then(|s| s.as_str()).map(str::to_owned) else {
+                continue;
+            };
+            let levels = m
+                .get("supported_reasoning_levels")
+                .and_then(|l| l.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.get("effort").and_then(|e| e.as_str()).map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            data.push(sonic_rs::json!({"id": slug.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "openai"}));
+            infos.insert(slug, ModelInfo { reasoning_levels: levels });
+            codex.push(m);
+        }
+        let mut names: Vec<&String> = aliases.keys().collect();
+        names.sort();
+        for a in names {
+            data.push(sonic_rs::json!({"id": a.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "codex-gateway"}));
+        }
+        let openai_body =
+            sonic_rs::to_vec(&sonic_rs::json!({"object": "list", "data": data})).unwrap_or_default();
+        let codex_body = sonic_rs::to_vec(&sonic_rs::json!({"models": codex})).unwrap_or_default();
+        Self {
+            source,
+            models: infos,
+            aliases,
+            openai_body,
+            codex_body,
+        }
+    }
+
+    /// Resolves a requested model: an alias, else a known slug; `None` when unknown.
+    pub fn resolve<'a>(&'a self, requested: &'a str) -> Option<Resolved<'a>> {
+        if let Some(a) = self.aliases.get(requested) {
+            let levels = self
+                .models
+                .get(&a.target)
+                .map_or(&[][..], |m| m.reasoning_levels.as_slice());
+            return Some(Resolved {
+                slug: &a.target,
+                effort: a.effort.as_deref(),
+                levels,
+            });
+        }
+        self.models.get(requested).map(|m| Resolved {
+            slug: requested,
+            effort: None,
+            levels: &m.reasoning_levels,
+        })
+    }
+
+    /// Creates the shared cell holding `self`.
+    pub fn shared(self) -> SharedCatalog {
+        Arc::new(ArcSwap::from_pointee(self))
+    }
+}
+
+fn aliases_default() -> HashMap<String, ModelAlias> {
+    HashMap::new()
+}
+
+/// Parses `"slug"` or `"slug@effort"` alias targets.
+pub fn parse_alias(target: &str) -> ModelAlias {
+    match target.split_once('@') {
+        Some((slug, effort)) if !effort.is_empty() => ModelAlias {
+            target: slug.to_owned(),
+            effort: Some(effort.to_owned()),
+        },
+        _ => ModelAlias {
+            target: target.trim_end_matches('@').to_owned(),
+            effort: None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_catalog_renders_both_shapes_and_resolves_aliases() {
+        let mut aliases = HashMap::new();
+        aliases.insert("fast".to_owned(), parse_alias("gpt-5.5@low"));
+        let c = ModelCatalog::embedded(aliases);
+        assert!(c.models.contains_key("gpt-5.5"));
+        let r = c.resolve("fast").unwrap();
+        assert_eq!((r.slug, r.effort), ("gpt-5.5", Some("low")));
+        assert!(r.levels.iter().any(|l| l == "high"));
+        assert!(c.resolve("nope").is_none());
+        let openai: sonic_rs::Value = sonic_rs::from_slice(&c.openai_body).unwrap();
+        assert_eq!(openai["object"].as_str(), Some("list"));
+        assert!(String::from_utf8_lossy(&c.openai_body).contains("\"fast\""));
+        let codex = String::from_utf8_lossy(&c.codex_body);
+        assert!(codex.starts_with("{\"models\":[") && !codex.contains("base_instructions"));
+    }
+
+    #[test]
+    fn merge_is_a_union_by_slug() {
+        let a = br#"{"models":[{"slug":"a"},{"slug":"b"}]}"#;
+        let b = br#"{"models":[{"slug":"b"},{"slug":"c"}]}"#;
+        let c = ModelCatalog::merge_codex_json(&[a, b], CatalogSource::Upstream, HashMap::new()).unwrap();
+        assert_eq!(c.models.len(), 3);
+        assert!(ModelCatalog::from_codex_json(b"[]", CatalogSource::Upstream, HashMap::new()).is_err());
+    }
+}
