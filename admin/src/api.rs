@@ -14,7 +14,13 @@
 //!     `overridden` keys; `PUT /api/admin/settings` with any subset of the keys (`null`
 //!     resets a key to its configured default), validated as a whole;
 //!   - `GET /api/admin/usage?since_ms=&until_ms=&key_id=&account_id=` -> `totals`,
-//!     `by_key` and `by_account` (requests, input/cached/output/reasoning tokens, errors).
+//!     `by_key` and `by_account` (requests, input/cached/output/reasoning tokens, errors);
+//!   - `GET /api/admin/models` -> the published model catalog: `source` (`embedded` |
+//!     `upstream`), sorted `slugs`, `aliases` (`{name: {target, effort}}`), per-`plans`
+//!     fetch status (`account_id`, `etag`, `models`, `checked_at`, `fetched_at`, `error`),
+//!     `last_attempt_at`, `last_published_at`, `refresh_interval_s`, `url`;
+//!     `POST /api/admin/models/refresh` runs a refresh round now and answers the same view
+//!     plus `outcome` (`plans`, `fetched`, `not_modified`, `failed`, `published`).
 //!
 //!   Every mutation republishes the snapshot before answering.
 //! - [`ApiError`]: the one place that turns a failure into an OpenAI-shaped
@@ -64,6 +70,8 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .route("/keys/{id}", axum::routing::delete(revoke_key))
         .route("/settings", get(get_settings).put(put_settings))
         .route("/usage", get(get_usage))
+        .route("/models", get(get_models))
+        .route("/models/refresh", post(refresh_models))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
@@ -557,4 +565,41 @@ async fn get_usage(
         "by_account": by_account,
     }))
     .into_response())
+}
+
+fn models_view(core: &Core) -> Value {
+    let cat = core.models.catalog.load();
+    let mut slugs: Vec<&str> = cat.models.keys().map(String::as_str).collect();
+    slugs.sort_unstable();
+    let aliases: serde_json::Map<String, Value> = cat
+        .aliases
+        .iter()
+        .map(|(k, a)| (k.clone(), json!({"target": a.target, "effort": a.effort})))
+        .collect();
+    let st = core.models.status();
+    json!({
+        "object": "model_catalog",
+        "source": match cat.source {
+            shared_state::catalog::CatalogSource::Embedded => "embedded",
+            shared_state::catalog::CatalogSource::Upstream => "upstream",
+        },
+        "slugs": slugs,
+        "aliases": aliases,
+        "plans": st.plans,
+        "last_attempt_at": st.last_attempt_at,
+        "last_published_at": st.last_published_at,
+        "refresh_interval_s": core.models.interval.as_secs(),
+        "url": core.models.client.url(),
+    })
+}
+
+async fn get_models(State(core): State<AppState>) -> ApiResult {
+    Ok(Json(models_view(&core)).into_response())
+}
+
+async fn refresh_models(State(core): State<AppState>) -> ApiResult {
+    let outcome = crate::sidecar::models::refresh(&core).await;
+    let mut v = models_view(&core);
+    v["outcome"] = json!(outcome);
+    Ok(Json(v).into_response())
 }

@@ -14,6 +14,8 @@
 //! - [`import`]: credential file import; [`oauth`]: token endpoint and JWT identity;
 //!   [`lease`]: Redis refresh leases; [`crypto`]: secrets at rest and client keys.
 //! - [`quota`]: the `/wham/usage` client and parser behind the staggered quota poller.
+//! - [`models`]: the upstream `/models` client behind the model catalog refresher, which
+//!   publishes the merged per-plan catalog into [`SidecarShared::catalog`].
 //! - [`settings`]: runtime settings stored in the database over the configured defaults.
 //! - [`cli`]: blocking helpers for the `accounts` / `keys` / `settings` subcommands.
 //!
@@ -21,7 +23,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use shared_state::{channels, Health, Snapshot};
+//! use shared_state::{channels, Health, ModelCatalog, Snapshot};
 //!
 //! let snapshot = Snapshot::shared();
 //! let (event_tx, events) = channels::events();
@@ -35,6 +37,7 @@
 //!     health: Default::default(),
 //!     events,
 //!     mailboxes,
+//!     catalog: ModelCatalog::embedded(Default::default()).shared(),
 //! })?;
 //! println!("admin API on {}", handle.admin_addr);
 //! # drop(event_tx);
@@ -48,6 +51,7 @@
 //! outages flip [`Health::storage_up`], usage is spooled, and everything is retried.
 
 use std::{
+    collections::HashMap,
     net::SocketAddr,
     path::PathBuf,
     sync::{mpsc, Arc},
@@ -55,7 +59,10 @@ use std::{
     time::Duration,
 };
 
-use shared_state::{Events, Health, Secret, Settings, SharedSnapshot, WorkerMailboxes};
+use shared_state::{
+    catalog::ModelAlias, Events, Health, Secret, Settings, SharedCatalog, SharedSnapshot,
+    WorkerMailboxes,
+};
 use tokio::sync::watch;
 
 mod api;
@@ -64,6 +71,7 @@ pub mod crypto;
 pub mod error;
 pub mod import;
 pub mod lease;
+pub mod models;
 pub mod oauth;
 pub mod publish;
 pub mod quota;
@@ -90,6 +98,10 @@ pub const DEFAULT_ORIGINATOR: &str = "codex_cli_rs";
 /// Default `User-Agent` of sidecar requests upstream (consistent with [`DEFAULT_ORIGINATOR`]).
 pub const DEFAULT_USER_AGENT: &str =
     "codex_cli_rs/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_cli_rs; 0.171.0)";
+/// Default interval between two refreshes of the model catalog.
+pub const DEFAULT_CATALOG_REFRESH_INTERVAL: Duration = Duration::from_secs(3600);
+/// Default Codex CLI version presented to `/models` (`client_version`, `version`).
+pub const DEFAULT_CLIENT_VERSION: &str = models::DEFAULT_CLIENT_VERSION;
 /// How long [`SidecarHandle::shutdown`] waits for the thread.
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(16);
 
@@ -134,6 +146,14 @@ pub struct SidecarConfig {
     pub settings: Settings,
     /// Re-read storage this often and republish when anything changed.
     pub reload_interval: Duration,
+    /// Refresh the model catalog from the upstream `/models` this often (the first time
+    /// shortly after start); zero disables the background refresh (the admin API's
+    /// `POST /api/admin/models/refresh` still works).
+    pub catalog_refresh_interval: Duration,
+    /// Codex CLI version sent to `/models` (`?client_version=` and the `version` header).
+    pub client_version: String,
+    /// Model aliases, applied to every catalog the sidecar publishes.
+    pub model_aliases: HashMap<String, ModelAlias>,
 }
 
 // === impl SidecarConfig ===
@@ -155,7 +175,15 @@ impl SidecarConfig {
             upstream_ca: None,
             settings: Settings::default(),
             reload_interval: DEFAULT_RELOAD_INTERVAL,
+            catalog_refresh_interval: DEFAULT_CATALOG_REFRESH_INTERVAL,
+            client_version: DEFAULT_CLIENT_VERSION.to_owned(),
+            model_aliases: HashMap::new(),
         }
+    }
+
+    /// The model catalog URL (see [`models::models_url`]).
+    pub fn models_url(&self) -> String {
+        models::models_url(&self.upstream_base_url, &self.client_version)
     }
 
     /// Where and as whom the sidecar polls usage.
@@ -185,6 +213,10 @@ pub struct SidecarShared {
     pub events: Events,
     /// The sidecar end of the per-worker command channels.
     pub mailboxes: WorkerMailboxes,
+    /// The model catalog cell the sidecar publishes into (create it with
+    /// `ModelCatalog::embedded(aliases).shared()`; it stays embedded until the first
+    /// successful upstream fetch).
+    pub catalog: SharedCatalog,
 }
 
 /// A running sidecar. Dropping it stops the sidecar without waiting; prefer

@@ -2,7 +2,7 @@
 //! conditional request the sidecar's catalog refresher sends for one account.
 //!
 //! # Key Components
-//! - [`models_url`]: `{upstream_base_url}/models?client_version=<ver>`.
+//! - [`models_url`] builds `{upstream_base_url}/models?client_version=<ver>`.
 //! - [`ModelsClient`]: `GET <url>` with the same identity headers as the usage poller
 //!   (`Authorization: Bearer`, `ChatGPT-Account-Id`, `User-Agent`, `originator`, built by
 //!   [`UsageClient`]'s request builder over the same HTTP client) plus `version: <ver>` and,

@@ -11,6 +11,9 @@
 //!     of access-token expiry;
 //!   - the quota poller ([`quota`]): each active account's `/wham/usage` once per
 //!     `quota_poll_interval`, staggered (off when the interval is zero);
+//!   - the model catalog refresher ([`models`]): the upstream `/models` per plan, merged into
+//!     the shared catalog shortly after start and every `catalog_refresh_interval` (off when
+//!     zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
 //!   - the Axum admin server ([`crate::api`]).
 //!
@@ -30,6 +33,7 @@ use tokio::sync::watch;
 use crate::{
     error::SidecarError,
     lease::RedisLeases,
+    models::ModelsClient,
     oauth::{build_http_client, OAuthClient},
     publish::Publisher,
     quota::UsageClient,
@@ -38,6 +42,7 @@ use crate::{
 };
 
 pub(crate) mod events;
+pub(crate) mod models;
 pub(crate) mod quota;
 pub(crate) mod refresh;
 
@@ -61,6 +66,8 @@ pub(crate) struct Core {
     pub admin_token: Option<Secret>,
     /// The usage endpoint client (quota polling).
     pub usage: UsageClient,
+    /// The model catalog refresher.
+    pub models: models::CatalogRefresher,
 }
 
 // === impl Core ===
@@ -91,6 +98,7 @@ pub(crate) async fn run(
         health,
         events,
         mailboxes,
+        catalog,
     } = shared;
     let started = async {
         let storage = crate::storage::open(&cfg.db).await?;
@@ -114,6 +122,12 @@ pub(crate) async fn run(
             source,
         })?;
         let usage = UsageClient::new(http.clone(), cfg.usage_endpoint());
+        let models = models::CatalogRefresher::new(
+            catalog,
+            cfg.model_aliases.clone(),
+            ModelsClient::new(usage.clone(), cfg.models_url(), cfg.client_version.clone()),
+            cfg.catalog_refresh_interval,
+        );
         let core = Arc::new(Core {
             storage,
             publisher,
@@ -123,6 +137,7 @@ pub(crate) async fn run(
             refresh: refresh::RefreshBook::default(),
             admin_token: cfg.admin_token.clone().filter(|t| !t.is_empty()),
             usage,
+            models,
         });
         Ok::<_, SidecarError>((core, listener, addr))
     };
@@ -171,6 +186,9 @@ pub(crate) async fn run(
         ))
     });
 
+    let models_task = (!cfg.catalog_refresh_interval.is_zero())
+        .then(|| tokio::spawn(models::run(Arc::clone(&core), stop.clone())));
+
     if ready.send(Ok(addr)).is_err() {
         // The caller is gone; nothing will ever ask us to stop, so stop now.
         tracing::warn!("spawn() caller vanished during startup; stopping the sidecar");
@@ -183,6 +201,9 @@ pub(crate) async fn run(
     reload_task.abort();
     health_task.abort();
     if let Some(t) = quota_task {
+        t.abort();
+    }
+    if let Some(t) = models_task {
         t.abort();
     }
     // The event loop sees the same signal, drains and flushes (bounded) before returning.

@@ -152,9 +152,10 @@ impl App {
         sc.upstream_ca = cfg.upstream.ca_file.clone();
         sc.originator = cfg.wire.originator.clone();
         sc.user_agent = cfg.wire.user_agent.clone();
+        sc.model_aliases = cfg.model_aliases.clone();
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,
-            ..Settings::default()
+            ..cfg.pool.clone()
         };
         let sidecar = admin::spawn(
             sc,
@@ -163,6 +164,7 @@ impl App {
                 health: Arc::clone(&health),
                 events: ev_rx,
                 mailboxes: mb.clone(),
+                catalog: Arc::clone(&catalog),
             },
         )
         .map_err(|e| StartError::Sidecar(e.to_string()))?;

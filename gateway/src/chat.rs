@@ -20,7 +20,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     models,
     lifecycle::{self, Next, RequestPlan},
-    routes::{check_encoding, passthrough, sse_headers, write_error, Accounting, StreamGauge},
+    routes::{affinity_key, check_encoding, passthrough, sse_headers, write_error, Accounting, StreamGauge},
     server::h1::{Conn, Request},
     worker::WorkerCtx,
 };
@@ -94,6 +94,7 @@ pub async fn chat_completions<S: AsyncReadRent + AsyncWriteRent>(
         body: Bytes::from(std::mem::take(&mut creq.body)),
         passthrough: passthrough(&req),
         key_id: key.id,
+        affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
     };
     let mut c = match lifecycle::open(ctx, &plan).await {
         Ok(c) => c,

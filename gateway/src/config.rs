@@ -82,6 +82,17 @@ pub struct FileConfig {
     wire: FileWire,
     #[serde(default)]
     models: FileModels,
+    #[serde(default)]
+    pool: FilePool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePool {
+    strategy: Option<String>,
+    pause_threshold_pct: Option<f64>,
+    default_max_concurrency: Option<u32>,
+    min_request_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -308,6 +319,8 @@ pub struct GatewayConfig {
     /// Use the legacy (epoll) driver even where io_uring works
     /// (`MONOIO_FORCE_LEGACY_DRIVER=1` or `force_legacy_driver = true`).
     pub force_legacy_driver: bool,
+    /// Scheduling settings (defaults; the admin API can override them at runtime).
+    pub pool: shared_state::Settings,
     /// Client-facing model aliases (`alias -> slug[@effort]`).
     pub model_aliases: std::collections::HashMap<String, shared_state::catalog::ModelAlias>,
     /// Reject models missing from the catalog even while only the embedded catalog is known
@@ -344,6 +357,7 @@ impl GatewayConfig {
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
             pin_workers: true,
+            pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
             strict_models: false,
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
@@ -467,6 +481,25 @@ impl GatewayConfig {
         if let Some(v) = file.max_body_bytes {
             c.max_body_bytes = v;
         }
+        if let Some(st) = &file.pool.strategy {
+            c.pool.strategy = st.parse().map_err(|_| {
+                ConfigError(format!(
+                    "`pool.strategy` = `{st}` must be one of smart, round_robin, fill_first, sticky, quota_reset_priority"
+                ))
+            })?;
+        }
+        if let Some(p) = file.pool.pause_threshold_pct {
+            if !(0.0..=100.0).contains(&p) {
+                return Err(ConfigError(format!("`pool.pause_threshold_pct` = {p} must be within 0..=100")));
+            }
+            c.pool.pause_threshold_pct = Some(p);
+        }
+        if let Some(v) = file.pool.default_max_concurrency {
+            c.pool.default_max_concurrency = v;
+        }
+        if let Some(v) = file.pool.min_request_interval_ms {
+            c.pool.min_request_interval_ms = v;
+        }
         if let Some(v) = file.models.strict {
             c.strict_models = v;
         }
@@ -500,6 +533,19 @@ impl GatewayConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_config_parses() {
+        let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/config.example.toml"));
+        let c = GatewayConfig::load(&ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(c.listen.port(), 8080);
+        assert_eq!(c.upstream.host, "chatgpt.com");
+        assert_eq!(c.max_body_bytes, 16 * 1024 * 1024);
+    }
 
     #[test]
     fn parses_upstream_urls() {

@@ -31,7 +31,7 @@ use shared_state::{AccountEntry, Lease, WorkerEvent};
 
 use crate::{
     error::{Error, ErrorKind, Side},
-    policy,
+    policy, scheduler,
     upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
     worker::WorkerCtx,
 };
@@ -78,6 +78,8 @@ pub struct RequestPlan {
     pub passthrough: Vec<(&'static str, String)>,
     /// Client key id.
     pub key_id: i64,
+    /// The client's session signal (session/thread id or prompt cache key), for affinity.
+    pub affinity_key: Option<String>,
 }
 
 /// An attempt that passed the commit barrier.
@@ -207,21 +209,22 @@ fn identity_headers(
     h
 }
 
-/// The frozen candidate order: schedulable accounts, rotated by the worker's cursor.
-fn candidates(ctx: &WorkerCtx) -> (Vec<Arc<AccountEntry>>, Arc<shared_state::Snapshot>) {
-    let snap = ctx.snapshot.load_full();
-    let now = shared_state::now_ms();
-    let mut c: Vec<Arc<AccountEntry>> = snap
-        .accounts
-        .iter()
-        .filter(|a| a.is_schedulable(now))
-        .cloned()
-        .collect();
-    if !c.is_empty() {
-        let start = ctx.next_cursor() % c.len();
-        c.rotate_left(start);
-    }
-    (c, snap)
+/// The frozen candidate order for this request (the scheduler owns the ordering rules).
+fn candidates(
+    ctx: &WorkerCtx,
+    plan: &RequestPlan,
+    snap: &Arc<shared_state::Snapshot>,
+) -> Vec<Arc<AccountEntry>> {
+    scheduler::order(
+        snap,
+        &scheduler::PickRequest {
+            model: &plan.model,
+            affinity_key: plan.affinity_key.as_deref(),
+            now_ms: shared_state::now_ms(),
+            cursor: ctx.next_cursor(),
+            max_candidates: ctx.cfg.max_attempts.max(1) as usize + 2,
+        },
+    )
 }
 
 /// Why no attempt could be accepted: 429 with the earliest reset when every active account is
@@ -286,13 +289,13 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
 
 /// Runs attempts until one commits, or returns the error to show the client.
 pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
-    let (cands, snap) = candidates(ctx);
+    let snap = ctx.snapshot.load_full();
+    let mut cands = candidates(ctx, plan, &snap);
     let max = ctx.cfg.max_attempts.max(1) as usize;
     let mut attempts = 0u32;
     let mut saw_usage_limit = false;
     let mut saw_other = false;
     let mut last_err: Option<Error> = None;
-    let limit_default = snap.settings.default_max_concurrency;
 
     let queue_deadline = Instant::now() + QUEUE_WAIT;
     'queue: loop {
@@ -305,7 +308,8 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
             let mut refreshed = false;
             loop {
                 let now = shared_state::now_ms();
-                if !refreshed && !account.is_schedulable(now) {
+                if !refreshed && !scheduler::is_eligible(&account, &snap.settings, &plan.model, now)
+                {
                     break;
                 }
                 if !refreshed && account.live.is_refreshing(now) {
@@ -317,14 +321,15 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                         None => break,
                     }
                 }
-                let limit = if account.max_concurrency > 0 {
-                    account.max_concurrency
-                } else {
-                    limit_default
-                };
+                let limit = scheduler::effective_limit(&account, &snap.settings, now);
                 let Some(lease) = account.live.try_acquire(limit) else {
                     break;
                 };
+                if !scheduler::note_request_start(&account, &snap.settings, now) {
+                    // Its minimum request interval has not elapsed: try the next account.
+                    drop(lease);
+                    break;
+                }
                 all_full = false;
                 ctx.metrics.attempt(attempts);
                 attempts += 1;
@@ -368,6 +373,9 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
         // failing at once. Only before any attempt: a request never waits after a failure.
         if attempts == 0 && all_full && Instant::now() < queue_deadline && !ctx.is_draining() {
             monoio::time::sleep(Duration::from_millis(5)).await;
+            // A slot may have freed anywhere in the pool: order again (no attempt was made,
+            // so nothing was leased twice).
+            cands = candidates(ctx, plan, &snap);
             continue 'queue;
         }
         break;
@@ -442,14 +450,24 @@ async fn attempt(
     let started = Instant::now();
     let mut resp = match up.send(req).await {
         Ok(r) => r,
-        Err(e) if !e.maybe_sent() => {
-            // Nothing reached the upstream: another attempt is safe. Not the account's fault.
-            return Err(AttemptError::Failover {
-                error: transport_error(&e),
-                class: None,
+        Err(e) => {
+            let kind = match &e {
+                UpstreamError::Connect(_) => scheduler::FailureKind::Connect,
+                UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,
+                UpstreamError::Protocol { .. } => scheduler::FailureKind::Server,
+            };
+            scheduler::record_failure(&account.live, kind, shared_state::now_ms());
+            return Err(if e.maybe_sent() {
+                // The payload may have reached the upstream: never resend it.
+                AttemptError::Return(transport_error(&e))
+            } else {
+                // Nothing reached the upstream: another attempt is safe.
+                AttemptError::Failover {
+                    error: transport_error(&e),
+                    class: None,
+                }
             });
         }
-        Err(e) => return Err(AttemptError::Return(transport_error(&e))),
     };
     let ttfb = started.elapsed();
     ctx.metrics.ttfb(ttfb);
@@ -461,7 +479,7 @@ async fn attempt(
         let ct = resp.header("content-type").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), &body);
-        let failover = policy::apply(ctx, account, &failure.class, after_refresh);
+        let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
         let class = failure.class.clone();
         let error = Error::upstream(failure);
         return Err(if failover {
@@ -515,7 +533,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    let failover = policy::apply(ctx, account, &failure.class, after_refresh);
+                    let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
                     let class = failure.class.clone();
                     let error = Error::upstream(failure);
                     return Err(if failover {

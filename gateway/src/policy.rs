@@ -11,7 +11,7 @@ use std::time::Duration;
 use codex_protocol::classify::{FailureClass, FailureScope};
 use shared_state::{AccountEffect, AccountEntry, AccountStatus, WorkerEvent};
 
-use crate::worker::WorkerCtx;
+use crate::{scheduler, worker::WorkerCtx};
 
 /// Short cooldown after an overload / 5xx.
 pub const OVERLOAD_COOLDOWN: Duration = Duration::from_secs(5);
@@ -31,6 +31,7 @@ pub fn apply(
     ctx: &WorkerCtx,
     account: &AccountEntry,
     class: &FailureClass,
+    model: &str,
     after_refresh: bool,
 ) -> bool {
     let now = shared_state::now_ms();
@@ -53,6 +54,13 @@ pub fn apply(
         });
     };
     account.live.note_failure();
+    // The scheduler's health feedback (order only; eligibility effects are below). A rejected
+    // token is not ill health: it is refreshed (and a second rejection needs re-auth).
+    if let Some(kind) = scheduler::FailureKind::from_class(class)
+        .filter(|_| !matches!(class, FailureClass::AuthExpired))
+    {
+        scheduler::record_failure(&account.live, kind, now);
+    }
     match class {
         FailureClass::UsageLimit { resets_at } => {
             // The window is used up: quota state says so until the upstream reports otherwise
@@ -94,9 +102,13 @@ pub fn apply(
         }
         FailureClass::Deactivated => status(AccountStatus::Banned),
         FailureClass::Cloudflare => cool(CLOUDFLARE_COOLDOWN, class.name()),
-        FailureClass::ModelNotSupported
-        | FailureClass::ContinuationNotFound
-        | FailureClass::Request => {}
+        FailureClass::ModelNotSupported => scheduler::exclude_model(
+            &account.live,
+            model,
+            now + scheduler::MODEL_EXCLUSION_TTL.as_millis() as u64,
+            now,
+        ),
+        FailureClass::ContinuationNotFound | FailureClass::Request => {}
     }
     class.scope() == FailureScope::Account
 }

@@ -191,6 +191,16 @@ pub fn terminal_error_frame(e: &Error, response_id: Option<&str>) -> Vec<u8> {
     )
 }
 
+/// The client's session signal, in the order peers use: explicit session/thread ids, then
+/// (by the caller) `prompt_cache_key`.
+pub(crate) fn affinity_key(req: &Request) -> Option<String> {
+    ["session-id", "session_id", "thread-id", "conversation_id"]
+        .iter()
+        .find_map(|h| req.header(h))
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
 pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
     PASSTHROUGH_HEADERS
         .iter()
@@ -296,6 +306,7 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
         body: Bytes::from(norm.body),
         passthrough: passthrough(&req),
         key_id: key.id,
+        affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
     };
     let committed = match lifecycle::open(ctx, &plan).await {
         Ok(c) => c,

@@ -10,8 +10,16 @@ use integration_tests::{Stack, StackBuilder};
 use serde_json::{json, Value};
 
 fn two() -> Stack {
-    // One worker keeps the round-robin cursor deterministic: acct-0 is tried first.
-    StackBuilder { accounts: 2, workers: 1, ..StackBuilder::default() }.start()
+    // fill_first makes the order deterministic: acct-0 is tried first.
+    StackBuilder {
+        accounts: 2,
+        workers: 1,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        })),
+        ..StackBuilder::default()
+    }
+    .start()
 }
 
 async fn ask(s: &Stack) -> (u16, Value) {

@@ -8,6 +8,7 @@ mod support;
 
 mod cli;
 mod import;
+mod models;
 mod quota;
 mod sidecar;
 mod storage;

@@ -10,8 +10,9 @@ use admin::{
 };
 use serde_json::{json, Value};
 use shared_state::{
-    channels, AccountEffect, AccountStatus, EventSender, Health, Secret, SharedSnapshot, Snapshot,
-    UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox,
+    channels, AccountEffect, AccountStatus, EventSender, Health, ModelCatalog, Secret,
+    SharedCatalog, SharedSnapshot, Snapshot, UsageRecord, WorkerCommand, WorkerEvent,
+    WorkerMailbox,
 };
 
 use crate::support::{both_backends, jwt, redis_url, wait_until, MockOAuth, TestDb, FAR_EXP};
@@ -22,6 +23,7 @@ pub struct Running {
     handle: Option<SidecarHandle>,
     pub snapshot: SharedSnapshot,
     pub health: Arc<Health>,
+    pub catalog: SharedCatalog,
     tx: EventSender,
     pub boxes: Vec<WorkerMailbox>,
     pub base: String,
@@ -38,6 +40,7 @@ impl Running {
         let health = Arc::new(Health::default());
         let (tx, events) = channels::events();
         let (mailboxes, boxes) = channels::mailboxes(1);
+        let catalog = ModelCatalog::embedded(Default::default()).shared();
         let handle = admin::spawn(
             cfg,
             SidecarShared {
@@ -45,6 +48,7 @@ impl Running {
                 health: Arc::clone(&health),
                 events,
                 mailboxes,
+                catalog: Arc::clone(&catalog),
             },
         )?;
         let base = format!("http://{}", handle.admin_addr);
@@ -52,6 +56,7 @@ impl Running {
             handle: Some(handle),
             snapshot,
             health,
+            catalog,
             tx,
             boxes,
             base,
@@ -105,6 +110,7 @@ pub fn config(db: &TestDb) -> SidecarConfig {
     cfg.reload_interval = Duration::from_millis(200);
     cfg.oauth_token_url = "http://127.0.0.1:9/oauth/token".into();
     cfg.quota_poll_interval = Duration::ZERO;
+    cfg.catalog_refresh_interval = Duration::ZERO;
     cfg
 }
 
