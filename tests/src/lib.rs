@@ -31,11 +31,21 @@ pub struct Stack {
     pub db: admin::DbTarget,
     /// PostgreSQL database (dropped with the stack).
     pub _pg: Option<PgDatabase>,
+    /// The configuration the gateway was started with.
+    pub cfg: GatewayConfig,
 }
 
 // === impl Stack ===
 
 impl Stack {
+    /// Stops the gateway and starts it again on the same storage (same port).
+    pub fn restart(&mut self) {
+        self.app.shutdown();
+        let mut cfg = self.cfg.clone();
+        cfg.listen = self.app.data_addr;
+        self.app = App::spawn(cfg).expect("gateway restart");
+    }
+
     /// `http://127.0.0.1:PORT`
     pub fn url(&self) -> String {
         format!("http://{}", self.app.data_addr)
@@ -173,8 +183,9 @@ impl StackBuilder {
         if let Some(t) = self.tweak {
             t(&mut cfg);
         }
-        let app = App::spawn(cfg).expect("gateway start");
+        let app = App::spawn(cfg.clone()).expect("gateway start");
         Stack {
+            cfg,
             mock,
             app,
             key,
@@ -248,12 +259,15 @@ fn rand_suffix() -> String {
 
 impl Drop for PgDatabase {
     fn drop(&mut self) {
-        let sql = format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'; DROP DATABASE IF EXISTS {0}",
-            self.name
-        );
+        let name = self.name.clone();
         let url = self.admin_url.clone();
-        let _ = std::thread::spawn(move || pg_exec(&url, &sql)).join();
+        // DROP DATABASE cannot share an (implicit) transaction with other statements.
+        let _ = std::thread::spawn(move || {
+            pg_exec(&url, &format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true"));
+            pg_exec(&url, &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"));
+            pg_exec(&url, &format!("DROP DATABASE IF EXISTS {name}"));
+        })
+        .join();
     }
 }
 
