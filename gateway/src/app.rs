@@ -58,6 +58,8 @@ pub struct AppHandle {
     pub registry: Registry,
     /// Snapshot cell (tests inspect live account state through it).
     pub snapshot: SharedSnapshot,
+    /// Model catalog cell.
+    pub catalog: shared_state::SharedCatalog,
     mailboxes: WorkerMailboxes,
     workers: Vec<JoinHandle<()>>,
     sidecar: Option<admin::SidecarHandle>,
@@ -201,6 +203,7 @@ impl App {
             drivers: Vec::new(),
             registry,
             snapshot,
+            catalog,
             mailboxes: mb,
             workers,
             sidecar: Some(sidecar),

@@ -51,3 +51,23 @@ async fn models_list_shapes_aliases_and_unknown_models() {
     }
     assert_eq!(s.mock.responses_requests(), before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
+    let s = StackBuilder::default().start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.app.catalog.load().source != shared_state::catalog::CatalogSource::Upstream {
+        assert!(std::time::Instant::now() < deadline, "catalog never fetched");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let models_req = s.mock.requests().into_iter().find(|r| r.path.ends_with("/models"));
+    if let Some(r) = models_req {
+        assert!(r.query.as_deref().unwrap_or("").contains("client_version="));
+        assert_eq!(r.account_id(), Some("acct-0"));
+    }
+    // not strict by configuration, but the upstream's catalog is authoritative
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-nope","input":"x"})).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
