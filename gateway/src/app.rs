@@ -85,7 +85,9 @@ fn spawn_resolver(cfg: &GatewayConfig) {
     }
     match up.resolve_now() {
         Ok(n) => tracing::info!(host = %up.host, addrs = n, "upstream resolved"),
-        Err(e) => tracing::warn!(host = %up.host, error = %e, "cannot resolve the upstream yet; retrying"),
+        Err(e) => {
+            tracing::warn!(host = %up.host, error = %e, "cannot resolve the upstream yet; retrying")
+        }
     }
     let _ = std::thread::Builder::new()
         .name("codex-resolver".into())

@@ -18,9 +18,12 @@ use codex_protocol::normalize::ModelChoice;
 
 use crate::{
     error::{Error, ErrorKind, Side},
-    models,
     lifecycle::{self, Next, RequestPlan},
-    routes::{affinity_key, check_encoding, passthrough, sse_headers, write_error, Accounting, StreamGauge},
+    models,
+    routes::{
+        affinity_key, check_encoding, passthrough, sse_headers, write_error, Accounting,
+        StreamGauge,
+    },
     server::h1::{Conn, Request},
     worker::WorkerCtx,
 };

@@ -490,7 +490,9 @@ impl GatewayConfig {
         }
         if let Some(p) = file.pool.pause_threshold_pct {
             if !(0.0..=100.0).contains(&p) {
-                return Err(ConfigError(format!("`pool.pause_threshold_pct` = {p} must be within 0..=100")));
+                return Err(ConfigError(format!(
+                    "`pool.pause_threshold_pct` = {p} must be within 0..=100"
+                )));
             }
             c.pool.pause_threshold_pct = Some(p);
         }
@@ -505,7 +507,9 @@ impl GatewayConfig {
         }
         for (alias, target) in &file.models.aliases {
             if target.is_empty() {
-                return Err(ConfigError(format!("model alias `{alias}` has an empty target")));
+                return Err(ConfigError(format!(
+                    "model alias `{alias}` has an empty target"
+                )));
             }
             c.model_aliases
                 .insert(alias.clone(), shared_state::catalog::parse_alias(target));
@@ -536,7 +540,10 @@ mod tests {
 
     #[test]
     fn the_example_config_parses() {
-        let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/config.example.toml"));
+        let p = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/config.example.toml"
+        ));
         let c = GatewayConfig::load(&ServeArgs {
             config: Some(p),
             ..Default::default()

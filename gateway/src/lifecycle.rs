@@ -533,7 +533,8 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
+                    let failover =
+                        policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
                     let class = failure.class.clone();
                     let error = Error::upstream(failure);
                     return Err(if failover {

@@ -65,7 +65,9 @@ pub fn apply(
         FailureClass::UsageLimit { resets_at } => {
             // The window is used up: quota state says so until the upstream reports otherwise
             // (this is what tells "out of quota" from "briefly cooling" when all are down).
-            account.live.record_quota(Some(100.0), *resets_at, None, None);
+            account
+                .live
+                .record_quota(Some(100.0), *resets_at, None, None);
             let until = resets_at
                 .map(|r| r * 1000)
                 .filter(|&r| r > now)

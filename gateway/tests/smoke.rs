@@ -25,12 +25,21 @@ fn gw() -> Command {
 
 #[test]
 fn bad_configuration_exits_2_with_one_message() {
-    let out = gw().args(["serve", "--listen", "not-an-address"]).output().unwrap();
+    let out = gw()
+        .args(["serve", "--listen", "not-an-address"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("configuration error") && err.contains("listen"), "{err}");
+    assert!(
+        err.contains("configuration error") && err.contains("listen"),
+        "{err}"
+    );
 
-    let out = gw().args(["serve", "--config", "/nonexistent/codex.toml"]).output().unwrap();
+    let out = gw()
+        .args(["serve", "--config", "/nonexistent/codex.toml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/codex.toml"));
 
@@ -41,7 +50,10 @@ fn bad_configuration_exits_2_with_one_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("wokers"));
 
-    let out = gw().args(["serve", "--database-url", "mysql://x"]).output().unwrap();
+    let out = gw()
+        .args(["serve", "--database-url", "mysql://x"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -49,19 +61,38 @@ fn bad_configuration_exits_2_with_one_message() {
 fn keys_create_list_revoke() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let out = gw().args(["keys", "create", "laptop", "--data-dir", d]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = gw()
+        .args(["keys", "create", "laptop", "--data-dir", d])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     assert!(key.starts_with("sk-cg-") && key.len() > 30, "{key}");
-    let out = gw().args(["keys", "list", "--data-dir", d]).output().unwrap();
+    let out = gw()
+        .args(["keys", "list", "--data-dir", d])
+        .output()
+        .unwrap();
     let list = String::from_utf8(out.stdout).unwrap();
     assert!(list.contains("laptop") && list.contains("active"), "{list}");
     assert!(!list.contains(&key), "the key is shown only once");
-    let out = gw().args(["keys", "revoke", "laptop", "--data-dir", d]).output().unwrap();
+    let out = gw()
+        .args(["keys", "revoke", "laptop", "--data-dir", d])
+        .output()
+        .unwrap();
     assert!(out.status.success());
-    let out = gw().args(["keys", "list", "--data-dir", d]).output().unwrap();
+    let out = gw()
+        .args(["keys", "list", "--data-dir", d])
+        .output()
+        .unwrap();
     assert!(String::from_utf8(out.stdout).unwrap().contains("revoked"));
-    let out = gw().args(["keys", "revoke", "nobody", "--data-dir", d]).output().unwrap();
+    let out = gw()
+        .args(["keys", "revoke", "nobody", "--data-dir", d])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -85,34 +116,98 @@ fn serve_streams_and_drains_on_sigterm() {
         ),
     )
     .unwrap();
-    let out = gw().args(["accounts", "import", "--data-dir", &d]).arg(&auth).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(summary.contains("added"), "{summary}");
-    let out = gw().args(["accounts", "list", "--data-dir", &d]).output().unwrap();
-    let list = String::from_utf8_lossy(&out.stdout);
-    assert!(list.contains("acct-smoke") && list.contains("active"), "{list}");
-    assert!(!list.contains(&t.access_token), "tokens never printed");
-    // operations: disable / enable / refresh (token rotation through the OAuth endpoint)
-    let out = gw().args(["accounts", "disable", "1", "--data-dir", &d]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let list = String::from_utf8(gw().args(["accounts", "list", "--data-dir", &d]).output().unwrap().stdout).unwrap();
-    assert!(list.contains("disabled"), "{list}");
-    assert!(gw().args(["accounts", "enable", "1", "--data-dir", &d]).status().unwrap().success());
     let out = gw()
-        .args(["accounts", "refresh", "1", "--data-dir", &d, "--oauth-token-url", &mock.token_url()])
+        .args(["accounts", "import", "--data-dir", &d])
+        .arg(&auth)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    assert_eq!(mock.token_calls(), 1);
-    assert_eq!(gw().args(["accounts", "delete", "99", "--data-dir", &d]).status().unwrap().code(), Some(1));
-    let key = String::from_utf8(gw().args(["keys", "create", "k", "--data-dir", &d]).output().unwrap().stdout)
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("added"), "{summary}");
+    let out = gw()
+        .args(["accounts", "list", "--data-dir", &d])
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        list.contains("acct-smoke") && list.contains("active"),
+        "{list}"
+    );
+    assert!(!list.contains(&t.access_token), "tokens never printed");
+    // operations: disable / enable / refresh (token rotation through the OAuth endpoint)
+    let out = gw()
+        .args(["accounts", "disable", "1", "--data-dir", &d])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = String::from_utf8(
+        gw().args(["accounts", "list", "--data-dir", &d])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert!(list.contains("disabled"), "{list}");
+    assert!(gw()
+        .args(["accounts", "enable", "1", "--data-dir", &d])
+        .status()
         .unwrap()
-        .trim()
-        .to_owned();
+        .success());
+    let out = gw()
+        .args([
+            "accounts",
+            "refresh",
+            "1",
+            "--data-dir",
+            &d,
+            "--oauth-token-url",
+            &mock.token_url(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(mock.token_calls(), 1);
+    assert_eq!(
+        gw().args(["accounts", "delete", "99", "--data-dir", &d])
+            .status()
+            .unwrap()
+            .code(),
+        Some(1)
+    );
+    let key = String::from_utf8(
+        gw().args(["keys", "create", "k", "--data-dir", &d])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_owned();
 
     let mut child = gw()
-        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--workers", "2", "--data-dir", &d])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--data-dir",
+            &d,
+        ])
         .args(["--upstream-base-url", &mock.base_url()])
         .stderr(Stdio::piped())
         .spawn()
@@ -120,7 +215,10 @@ fn serve_streams_and_drains_on_sigterm() {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let addr = loop {
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "gateway exited before listening");
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway exited before listening"
+        );
         if let Some(rest) = line.strip_prefix("codex-gateway listening on http://") {
             break rest.split_whitespace().next().unwrap().to_owned();
         }
@@ -161,7 +259,10 @@ fn serve_streams_and_drains_on_sigterm() {
         }
     }
     let text = String::from_utf8_lossy(&got);
-    assert!(text.contains("response.completed"), "the open stream finished during the drain");
+    assert!(
+        text.contains("response.completed"),
+        "the open stream finished during the drain"
+    );
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert!(start.elapsed() < Duration::from_secs(30));

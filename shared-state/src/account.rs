@@ -236,7 +236,8 @@ impl AccountLive {
     /// Marks the account's token as being refreshed until `until_ms` (requests that reach it
     /// wait for the new token instead of sending a doomed request).
     pub fn start_refreshing(&self, until_ms: u64) {
-        self.refreshing_until_ms.fetch_max(until_ms, Ordering::AcqRel);
+        self.refreshing_until_ms
+            .fetch_max(until_ms, Ordering::AcqRel);
     }
 
     /// True while a refresh of the account's token is awaited.

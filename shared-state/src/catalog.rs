@@ -85,8 +85,12 @@ pub struct Resolved<'a> {
 impl ModelCatalog {
     /// The embedded fallback catalog with `aliases`.
     pub fn embedded(aliases: HashMap<String, ModelAlias>) -> Self {
-        Self::from_codex_json(EMBEDDED_CATALOG.as_bytes(), CatalogSource::Embedded, aliases)
-            .unwrap_or_else(|_| Self::empty(aliases_default()))
+        Self::from_codex_json(
+            EMBEDDED_CATALOG.as_bytes(),
+            CatalogSource::Embedded,
+            aliases,
+        )
+        .unwrap_or_else(|_| Self::empty(aliases_default()))
     }
 
     /// An empty catalog (every model unknown).
@@ -119,8 +123,7 @@ impl ModelCatalog {
                 .and_then(|m| m.as_array_mut())
                 .ok_or_else(|| CatalogError("no `models` array".into()))?;
             for m in list.iter_mut() {
-                let Some(slug) = m.get("slug").and_then(|s| s.as_str()).map(str::to_owned)
-                else {
+                let Some(slug) = m.get("slug").and_then(|s| s.as_str()).map(str::to_owned) else {
                     continue;
                 };
                 if !seen.insert(slug) {
@@ -158,7 +161,12 @@ impl ModelCatalog {
                 })
                 .unwrap_or_default();
             data.push(sonic_rs::json!({"id": slug.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "openai"}));
-            infos.insert(slug, ModelInfo { reasoning_levels: levels });
+            infos.insert(
+                slug,
+                ModelInfo {
+                    reasoning_levels: levels,
+                },
+            );
             codex.push(m);
         }
         let mut names: Vec<&String> = aliases.keys().collect();
@@ -166,8 +174,8 @@ impl ModelCatalog {
         for a in names {
             data.push(sonic_rs::json!({"id": a.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "codex-gateway"}));
         }
-        let openai_body =
-            sonic_rs::to_vec(&sonic_rs::json!({"object": "list", "data": data})).unwrap_or_default();
+        let openai_body = sonic_rs::to_vec(&sonic_rs::json!({"object": "list", "data": data}))
+            .unwrap_or_default();
         let codex_body = sonic_rs::to_vec(&sonic_rs::json!({"models": codex})).unwrap_or_default();
         Self {
             source,
@@ -247,8 +255,11 @@ mod tests {
     fn merge_is_a_union_by_slug() {
         let a = br#"{"models":[{"slug":"a"},{"slug":"b"}]}"#;
         let b = br#"{"models":[{"slug":"b"},{"slug":"c"}]}"#;
-        let c = ModelCatalog::merge_codex_json(&[a, b], CatalogSource::Upstream, HashMap::new()).unwrap();
+        let c = ModelCatalog::merge_codex_json(&[a, b], CatalogSource::Upstream, HashMap::new())
+            .unwrap();
         assert_eq!(c.models.len(), 3);
-        assert!(ModelCatalog::from_codex_json(b"[]", CatalogSource::Upstream, HashMap::new()).is_err());
+        assert!(
+            ModelCatalog::from_codex_json(b"[]", CatalogSource::Upstream, HashMap::new()).is_err()
+        );
     }
 }

@@ -220,9 +220,11 @@ pub fn pg_exec(url: &str, sql: &str) {
         .expect("rt");
     rt.block_on(async {
         use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(url)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL at {url} is required for this test (start it or run tests/run.sh): {e}"));
+        let mut c = sqlx::PgConnection::connect(url).await.unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL at {url} is required for this test (start it or run tests/run.sh): {e}"
+            )
+        });
         sqlx::raw_sql(sql).execute(&mut c).await.expect("sql");
     });
 }
@@ -230,17 +232,15 @@ pub fn pg_exec(url: &str, sql: &str) {
 /// Creates a fresh database.
 pub fn pg_database() -> PgDatabase {
     let admin_url = pg_admin_url();
-    let name = format!(
-        "cg_it_{}_{}",
-        std::process::id(),
-        rand_suffix()
-    );
+    let name = format!("cg_it_{}_{}", std::process::id(), rand_suffix());
     let sql = format!("CREATE DATABASE {name}");
     let u = admin_url.clone();
     std::thread::spawn(move || pg_exec(&u, &sql))
         .join()
         .expect("create database");
-    let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url.as_str(), |(b, _)| b);
     PgDatabase {
         url: format!("{base}/{name}"),
         name,

@@ -14,7 +14,10 @@ async fn chat_non_stream_and_stream_with_usage() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["model"], "gpt-5.5");
     assert_eq!(v["choices"][0]["message"]["role"], "assistant");
-    assert!(v["choices"][0]["message"]["content"].as_str().unwrap().starts_with("Hello from mock-codex"));
+    assert!(v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("Hello from mock-codex"));
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert!(v["usage"]["total_tokens"].as_u64().unwrap() > 0);
     // what reached the upstream is a Codex Responses body
@@ -35,15 +38,29 @@ async fn chat_non_stream_and_stream_with_usage() {
     assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
     let usage: Value = serde_json::from_str(&frames[frames.len() - 2]).unwrap();
     assert!(usage["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
-    let text: String = frames.iter().filter_map(|f| serde_json::from_str::<Value>(f).ok())
-        .filter_map(|v| v["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect();
+    let text: String = frames
+        .iter()
+        .filter_map(|f| serde_json::from_str::<Value>(f).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
     assert!(text.starts_with("Hello from mock-codex"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_failure_before_commit_fails_over_and_after_commit_ends_without_done() {
-    let s = StackBuilder { accounts: 2, ..StackBuilder::default() }.start();
-    s.mock.set_behaviour("acct-0", benches::Behaviour::fail_in_stream("server_is_overloaded"));
+    let s = StackBuilder {
+        accounts: 2,
+        ..StackBuilder::default()
+    }
+    .start();
+    s.mock.set_behaviour(
+        "acct-0",
+        benches::Behaviour::fail_in_stream("server_is_overloaded"),
+    );
     for _ in 0..3 {
         let r = s.post("/v1/chat/completions")
             .json(&json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true}))
@@ -58,13 +75,21 @@ async fn chat_failure_before_commit_fails_over_and_after_commit_ends_without_don
     assert_eq!(r.status(), 200);
     // In-stream failure after output: one error object, no [DONE].
     s.mock.clear_behaviour("acct-0");
-    let r = s.post("/v1/chat/completions")
+    let r = s
+        .post("/v1/chat/completions")
         .json(&json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true}))
         .header("x-mock-fail-after-output", "server_is_overloaded")
-        .send().await.unwrap();
+        .send()
+        .await
+        .unwrap();
     let body = r.text().await.unwrap();
     let _ = body; // controls in headers are not forwarded; this request succeeds
-    let bad = s.post("/v1/chat/completions").json(&json!({"model":"gpt-5.5"})).send().await.unwrap();
+    let bad = s
+        .post("/v1/chat/completions")
+        .json(&json!({"model":"gpt-5.5"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad.status(), 400);
     let v: Value = bad.json().await.unwrap();
     assert_eq!(v["error"]["param"], "messages");

@@ -23,7 +23,12 @@ fn two() -> Stack {
 }
 
 async fn ask(s: &Stack) -> (u16, Value) {
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     let st = r.status().as_u16();
     (st, r.json().await.unwrap())
 }
@@ -44,7 +49,10 @@ async fn usage_limit_cools_until_reset() {
     let a = s.account("acct-0");
     assert_eq!(a.status, "active");
     // the mock's resets_at is one hour ahead
-    assert!(a.cooling_ms > 3_500_000 && a.cooling_ms <= 3_600_000, "{a:?}");
+    assert!(
+        a.cooling_ms > 3_500_000 && a.cooling_ms <= 3_600_000,
+        "{a:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -73,12 +81,25 @@ async fn overload_and_5xx_are_short_cooldowns() {
 #[tokio::test(flavor = "multi_thread")]
 async fn in_stream_failure_before_commit_fails_over() {
     let s = two();
-    s.mock.set_behaviour("acct-0", Behaviour::fail_in_stream("server_is_overloaded"));
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+    s.mock
+        .set_behaviour("acct-0", Behaviour::fail_in_stream("server_is_overloaded"));
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let body = r.text().await.unwrap();
-    assert!(body.contains("response.completed") && !body.contains("response.failed"), "{body}");
-    assert_eq!(body.matches("event: response.created").count(), 1, "held-back events of the failed attempt never reach the client");
+    assert!(
+        body.contains("response.completed") && !body.contains("response.failed"),
+        "{body}"
+    );
+    assert_eq!(
+        body.matches("event: response.created").count(),
+        1,
+        "held-back events of the failed attempt never reach the client"
+    );
     assert_eq!(s.served_by(), vec!["acct-0", "acct-1"]);
     assert!(s.account("acct-0").cooling_ms > 0);
 }
@@ -86,14 +107,24 @@ async fn in_stream_failure_before_commit_fails_over() {
 #[tokio::test(flavor = "multi_thread")]
 async fn token_invalidated_refreshes_once_and_retries_the_same_account() {
     let s = two();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated).times(1));
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
     let (st, v) = ask(&s).await;
     assert_eq!(st, 200, "{v}");
-    assert_eq!(s.served_by(), vec!["acct-0", "acct-0"], "same account after the refresh");
+    assert_eq!(
+        s.served_by(),
+        vec!["acct-0", "acct-0"],
+        "same account after the refresh"
+    );
     assert_eq!(s.mock.token_calls(), 1);
     let last = s.mock.requests().pop().unwrap();
     let fresh = s.mock.account_tokens("acct-0").unwrap();
-    assert_eq!(last.header("authorization").unwrap(), format!("Bearer {}", fresh.access_token));
+    assert_eq!(
+        last.header("authorization").unwrap(),
+        format!("Bearer {}", fresh.access_token)
+    );
     let a = s.account("acct-0");
     assert_eq!((a.status, a.cooling_ms), ("active", 0));
 }
@@ -101,7 +132,8 @@ async fn token_invalidated_refreshes_once_and_retries_the_same_account() {
 #[tokio::test(flavor = "multi_thread")]
 async fn second_401_after_refresh_needs_reauth() {
     let s = two();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated));
+    s.mock
+        .set_behaviour("acct-0", Behaviour::error(ErrorKind::TokenInvalidated));
     let (st, v) = ask(&s).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(s.served_by(), vec!["acct-0", "acct-0", "acct-1"]);
@@ -132,8 +164,16 @@ async fn model_not_supported_tries_other_accounts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn request_errors_are_returned_without_failover() {
     for (kind, status, code) in [
-        (ErrorKind::UnsupportedParameter, 400, "unsupported_parameter"),
-        (ErrorKind::ContextLengthExceeded, 400, "context_length_exceeded"),
+        (
+            ErrorKind::UnsupportedParameter,
+            400,
+            "unsupported_parameter",
+        ),
+        (
+            ErrorKind::ContextLengthExceeded,
+            400,
+            "context_length_exceeded",
+        ),
         (ErrorKind::CyberPolicy, 400, "cyber_policy"),
     ] {
         let s = two();
@@ -143,18 +183,27 @@ async fn request_errors_are_returned_without_failover() {
         assert_eq!(v["error"]["code"], code, "{v}");
         assert_eq!(s.served_by(), vec!["acct-0"], "{kind:?}: no failover");
         let a = s.account("acct-0");
-        assert_eq!((a.status, a.cooling_ms), ("active", 0), "the account is not penalized");
+        assert_eq!(
+            (a.status, a.cooling_ms),
+            ("active", 0),
+            "the account is not penalized"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn all_accounts_failing_gives_a_deterministic_503() {
     let s = two();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
-    s.mock.set_behaviour("acct-1", Behaviour::error(ErrorKind::ServerIsOverloaded));
+    s.mock
+        .set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
+    s.mock
+        .set_behaviour("acct-1", Behaviour::error(ErrorKind::ServerIsOverloaded));
     let (st, v) = ask(&s).await;
     assert_eq!(st, 503, "{v}");
-    assert!(!v.to_string().contains("acct-"), "no account names leak: {v}");
+    assert!(
+        !v.to_string().contains("acct-"),
+        "no account names leak: {v}"
+    );
     let (st, v) = ask(&s).await;
     assert_eq!(st, 503, "{v}");
 }
@@ -163,7 +212,10 @@ async fn all_accounts_failing_gives_a_deterministic_503() {
 async fn fifty_concurrent_401s_cause_one_token_call() {
     let s = StackBuilder {
         accounts: 1,
-        mock: MockConfig { token_delay: Duration::from_millis(300), ..MockConfig::default() },
+        mock: MockConfig {
+            token_delay: Duration::from_millis(300),
+            ..MockConfig::default()
+        },
         ..StackBuilder::default()
     }
     .start();
@@ -179,8 +231,12 @@ async fn fifty_concurrent_401s_cause_one_token_call() {
     );
     let mut tasks = Vec::new();
     for _ in 0..50 {
-        let req = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"}));
-        tasks.push(tokio::spawn(async move { req.send().await.unwrap().status().as_u16() }));
+        let req = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x"}));
+        tasks.push(tokio::spawn(async move {
+            req.send().await.unwrap().status().as_u16()
+        }));
     }
     let mut ok = 0;
     for t in tasks {
@@ -198,19 +254,42 @@ async fn fifty_concurrent_401s_cause_one_token_call() {
 async fn concurrency_limit_is_never_exceeded() {
     let s = StackBuilder {
         accounts: 5,
-        mock: MockConfig { deltas: 4, inter_event_delay: Duration::from_millis(20), ..MockConfig::default() },
+        mock: MockConfig {
+            deltas: 4,
+            inter_event_delay: Duration::from_millis(20),
+            ..MockConfig::default()
+        },
         ..StackBuilder::default()
     }
     .start();
     let c = integration_tests::client();
-    let accounts: Value = c.get(format!("{}/api/admin/accounts", s.admin_url())).send().await.unwrap().json().await.unwrap();
+    let accounts: Value = c
+        .get(format!("{}/api/admin/accounts", s.admin_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     for a in accounts["data"].as_array().unwrap() {
-        let r = c.patch(format!("{}/api/admin/accounts/{}", s.admin_url(), a["id"])).json(&json!({"max_concurrency": 2})).send().await.unwrap();
+        let r = c
+            .patch(format!("{}/api/admin/accounts/{}", s.admin_url(), a["id"]))
+            .json(&json!({"max_concurrency": 2}))
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success());
     }
     // wait for the republished snapshot
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while s.app.snapshot.load().accounts.iter().any(|a| a.max_concurrency != 2) {
+    while s
+        .app
+        .snapshot
+        .load()
+        .accounts
+        .iter()
+        .any(|a| a.max_concurrency != 2)
+    {
         assert!(std::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -228,7 +307,9 @@ async fn concurrency_limit_is_never_exceeded() {
     });
     let mut tasks = Vec::new();
     for _ in 0..100 {
-        let req = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true}));
+        let req = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}));
         tasks.push(tokio::spawn(async move {
             let r = req.send().await.unwrap();
             let st = r.status().as_u16();

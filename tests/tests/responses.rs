@@ -15,9 +15,17 @@ fn stack() -> Stack {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_response_is_the_completed_object() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"say hi"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"say hi"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    assert!(r.headers().get("x-codex-primary-used-percent").is_none(), "quota headers are stripped");
+    assert!(
+        r.headers().get("x-codex-primary-used-percent").is_none(),
+        "quota headers are stripped"
+    );
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["object"], "response");
     assert_eq!(v["status"], "completed");
@@ -42,35 +50,64 @@ async fn json_response_rebuilds_empty_completed_output() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sse_stream_forwards_the_full_event_sequence() {
     let s = stack();
-    let r = s.post("/v1/responses")
+    let r = s
+        .post("/v1/responses")
         .header("accept", "application/json") // the OpenAI SDK never asks for text/event-stream
         .json(&json!({"model":"gpt-5.5","input":"say hi","stream":true}))
-        .send().await.unwrap();
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/event-stream");
-    assert!(r.headers().get("x-codex-turn-state").is_some(), "turn state stays visible");
+    assert!(
+        r.headers().get("x-codex-turn-state").is_some(),
+        "turn state stays visible"
+    );
     assert!(r.headers().get("x-codex-primary-used-percent").is_none());
     let body = r.text().await.unwrap();
     let evs: Vec<String> = parse_sse(&body).into_iter().map(|(e, _)| e).collect();
     assert_eq!(evs.first().map(String::as_str), Some("response.created"));
     assert_eq!(evs.last().map(String::as_str), Some("response.completed"));
-    for needed in ["response.output_item.added", "response.content_part.added", "response.output_text.delta", "response.output_item.done"] {
-        assert!(evs.iter().any(|e| e == needed), "missing {needed} in {evs:?}");
+    for needed in [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_item.done",
+    ] {
+        assert!(
+            evs.iter().any(|e| e == needed),
+            "missing {needed} in {evs:?}"
+        );
     }
-    let added = evs.iter().position(|e| e == "response.output_item.added").unwrap();
-    let delta = evs.iter().position(|e| e == "response.output_text.delta").unwrap();
+    let added = evs
+        .iter()
+        .position(|e| e == "response.output_item.added")
+        .unwrap();
+    let delta = evs
+        .iter()
+        .position(|e| e == "response.output_text.delta")
+        .unwrap();
     assert!(added < delta);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sse_arrives_incrementally() {
     let s = StackBuilder {
-        mock: MockConfig { deltas: 5, inter_event_delay: Duration::from_millis(200), ..MockConfig::default() },
+        mock: MockConfig {
+            deltas: 5,
+            inter_event_delay: Duration::from_millis(200),
+            ..MockConfig::default()
+        },
         ..StackBuilder::default()
     }
     .start();
     let start = Instant::now();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+        .send()
+        .await
+        .unwrap();
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     let mut first_delta = None;
@@ -84,7 +121,10 @@ async fn sse_arrives_incrementally() {
     let first = first_delta.expect("a delta");
     // 13 events 200 ms apart: the stream takes > 2 s; the first delta is due after ~1 s.
     assert!(total >= Duration::from_millis(2000), "total {total:?}");
-    assert!(total - first >= Duration::from_millis(1000), "first delta at {first:?}, end at {total:?}: events were batched");
+    assert!(
+        total - first >= Duration::from_millis(1000),
+        "first delta at {first:?}, end at {total:?}: events were batched"
+    );
     assert!(seen.contains("response.completed"));
 }
 
@@ -93,17 +133,38 @@ async fn auth_is_required_and_the_key_never_goes_upstream() {
     let s = stack();
     let c = client();
     let url = format!("{}/v1/responses", s.url());
-    let r = c.post(&url).json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let r = c
+        .post(&url)
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "missing_api_key");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = c.post(&url).bearer_auth("sk-cg-wrong").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let r = c
+        .post(&url)
+        .bearer_auth("sk-cg-wrong")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "invalid_api_key");
-    assert_eq!(s.mock.responses_requests(), 0, "rejected requests never reach the upstream");
-    let r = c.post(&url).header("x-api-key", &s.key).json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    assert_eq!(
+        s.mock.responses_requests(),
+        0,
+        "rejected requests never reach the upstream"
+    );
+    let r = c
+        .post(&url)
+        .header("x-api-key", &s.key)
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let req = s.mock.requests().pop().unwrap();
     let auth = req.header("authorization").unwrap().to_owned();
@@ -141,7 +202,10 @@ async fn body_is_normalized_and_identity_rewritten() {
     assert_eq!(req.header("originator"), Some("codex_cli_rs"));
     assert_eq!(req.header("session-id"), Some("sess-1"));
     assert_eq!(req.header("thread-id"), Some("thr-1"));
-    assert_eq!(req.header("x-codex-turn-metadata"), Some("{\"turn_id\":\"t\"}"));
+    assert_eq!(
+        req.header("x-codex-turn-metadata"),
+        Some("{\"turn_id\":\"t\"}")
+    );
     assert!(req.header("x-codex-installation-id").is_some());
 }
 
@@ -153,11 +217,21 @@ async fn oversized_and_malformed_bodies_are_rejected() {
     assert_eq!(r.status(), 413);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "request_too_large");
-    let r = s.post("/v1/responses").body("{not json").send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = s.post("/v1/responses").json(&json!({"input":"x"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["param"], "model");
@@ -180,39 +254,76 @@ async fn upstream_request_errors_are_returned_as_openai_errors() {
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded");
-    assert_eq!(s.mock.responses_requests(), 2, "request errors are not retried on another account");
+    assert_eq!(
+        s.mock.responses_requests(),
+        2,
+        "request errors are not retried on another account"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn quota_exhausted_everywhere_gives_429_with_reset() {
     let s = stack();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::UsageLimitReached));
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    s.mock
+        .set_behaviour("acct-0", Behaviour::error(ErrorKind::UsageLimitReached));
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
-    let retry: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(retry > 0);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "usage_limit_reached");
     assert!(v["error"]["resets_at"].as_u64().unwrap() > 0);
     // The account is cooling: the next request does not even reach the upstream.
     let before = s.mock.responses_requests();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 429);
     assert_eq!(s.mock.responses_requests(), before);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failover_before_commit_uses_the_next_account() {
-    let s = StackBuilder { accounts: 2, ..StackBuilder::default() }.start();
-    s.mock.set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
+    let s = StackBuilder {
+        accounts: 2,
+        ..StackBuilder::default()
+    }
+    .start();
+    s.mock
+        .set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
     for _ in 0..4 {
-        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+        let r = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("response.completed"));
-        assert!(!body.contains("server_is_overloaded"), "the failed attempt is invisible");
+        assert!(
+            !body.contains("server_is_overloaded"),
+            "the failed attempt is invisible"
+        );
     }
-    let by: Vec<String> = s.mock.requests().iter().filter_map(|r| r.account_id().map(str::to_owned)).collect();
+    let by: Vec<String> = s
+        .mock
+        .requests()
+        .iter()
+        .filter_map(|r| r.account_id().map(str::to_owned))
+        .collect();
     // Round robin puts acct-0 first within two requests; it fails once, the request moves on to
     // acct-1, and the cooldown keeps acct-0 out afterwards.
     assert_eq!(by.iter().filter(|a| *a == "acct-0").count(), 1, "{by:?}");
@@ -221,7 +332,11 @@ async fn failover_before_commit_uses_the_next_account() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stream_cut_after_commit_ends_with_one_terminal_error() {
-    let s = StackBuilder { accounts: 2, ..StackBuilder::default() }.start();
+    let s = StackBuilder {
+        accounts: 2,
+        ..StackBuilder::default()
+    }
+    .start();
     let r = s.post("/v1/responses")
         .json(&json!({"model":"gpt-5.5","input":"x","stream":true,"client_metadata":{"x-mock-disconnect-after":"6"}}))
         .send().await.unwrap();
@@ -230,23 +345,47 @@ async fn stream_cut_after_commit_ends_with_one_terminal_error() {
     let evs = parse_sse(&body);
     let last = evs.last().unwrap();
     assert_eq!(last.0, "response.failed", "{evs:?}");
-    assert_eq!(evs.iter().filter(|(e, _)| e == "response.failed" || e == "response.completed").count(), 1);
-    assert_eq!(evs.iter().filter(|(e, _)| e == "response.created").count(), 1, "no second account's output");
-    assert_eq!(s.mock.responses_requests(), 1, "a committed stream is never retried");
+    assert_eq!(
+        evs.iter()
+            .filter(|(e, _)| e == "response.failed" || e == "response.completed")
+            .count(),
+        1
+    );
+    assert_eq!(
+        evs.iter().filter(|(e, _)| e == "response.created").count(),
+        1,
+        "no second account's output"
+    );
+    assert_eq!(
+        s.mock.responses_requests(),
+        1,
+        "a committed stream is never retried"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_disconnect_releases_upstream_stream_and_slot() {
     let s = StackBuilder {
-        mock: MockConfig { deltas: 200, inter_event_delay: Duration::from_millis(50), ..MockConfig::default() },
+        mock: MockConfig {
+            deltas: 200,
+            inter_event_delay: Duration::from_millis(50),
+            ..MockConfig::default()
+        },
         ..StackBuilder::default()
     }
     .start();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+        .send()
+        .await
+        .unwrap();
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     while !seen.contains("response.output_text.delta") {
-        seen.push_str(&String::from_utf8_lossy(&stream.next().await.unwrap().unwrap()));
+        seen.push_str(&String::from_utf8_lossy(
+            &stream.next().await.unwrap().unwrap(),
+        ));
     }
     assert_eq!(s.mock.active_streams(), 1);
     assert_eq!(s.in_flight("acct-0"), 1);
@@ -263,7 +402,12 @@ async fn client_disconnect_releases_upstream_stream_and_slot() {
 #[tokio::test(flavor = "multi_thread")]
 async fn previous_response_id_over_http_is_a_clear_error() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","previous_response_id":"resp_1"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","previous_response_id":"resp_1"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "previous_response_not_found");
@@ -272,37 +416,84 @@ async fn previous_response_id_over_http_is_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn h2c_upstream_and_legacy_driver() {
-    let s = StackBuilder { plain_http: PlainHttp::H2c, legacy: true, ..StackBuilder::default() }.start();
+    let s = StackBuilder {
+        plain_http: PlainHttp::H2c,
+        legacy: true,
+        ..StackBuilder::default()
+    }
+    .start();
     assert!(s.app.drivers.iter().all(|d| *d == "legacy"));
     for _ in 0..3 {
-        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+        let r = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         assert!(r.text().await.unwrap().contains("response.completed"));
     }
     let reqs = s.mock.requests();
-    assert!(reqs.iter().all(|r| r.version == "HTTP/2.0"), "{:?}", reqs.iter().map(|r| &r.version).collect::<Vec<_>>());
+    assert!(
+        reqs.iter().all(|r| r.version == "HTTP/2.0"),
+        "{:?}",
+        reqs.iter().map(|r| &r.version).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn http1_upstream_on_io_uring() {
     let s = stack();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":true})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+        .send()
+        .await
+        .unwrap();
     assert!(r.text().await.unwrap().contains("response.completed"));
     assert!(s.mock.requests().iter().all(|r| r.version == "HTTP/1.1"));
-    let m = client().get(format!("{}/metrics", s.url())).send().await.unwrap().text().await.unwrap();
-    assert!(m.contains("codex_gateway_worker_driver{worker=\"0\""), "{m}");
-    assert!(m.contains("codex_gateway_requests_total{route=\"responses\",status=\"200\"} 1"), "{m}");
-    assert!(m.contains("codex_gateway_upstream_ttfb_seconds_count 1"), "{m}");
+    let m = client()
+        .get(format!("{}/metrics", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("codex_gateway_worker_driver{worker=\"0\""),
+        "{m}"
+    );
+    assert!(
+        m.contains("codex_gateway_requests_total{route=\"responses\",status=\"200\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("codex_gateway_upstream_ttfb_seconds_count 1"),
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_on_both_planes() {
     let s = stack();
-    let r = client().get(format!("{}/healthz", s.url())).send().await.unwrap();
+    let r = client()
+        .get(format!("{}/healthz", s.url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let r = client().get(format!("{}/healthz", s.admin_url())).send().await.unwrap();
+    let r = client()
+        .get(format!("{}/healthz", s.admin_url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let r = client().get(format!("{}/nope", s.url())).send().await.unwrap();
+    let r = client()
+        .get(format!("{}/nope", s.url()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert!(v["error"]["message"].is_string());

@@ -12,7 +12,11 @@ use serde_json::{json, Value};
 fn tls_stack(dir: &std::path::Path, trust_ca: bool) -> integration_tests::Stack {
     let tls = tls_material(dir);
     // Reserve a port so the upstream URL can name `localhost` (the certificate's name).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     StackBuilder {
         mock: MockConfig {
             tls: Some((tls.cert.clone(), tls.key.clone())),
@@ -31,21 +35,35 @@ async fn tls_h2_upstream_with_private_ca() {
     let dir = tempfile::tempdir().unwrap();
     let s = tls_stack(dir.path(), true);
     for stream in [true, false, true] {
-        let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x","stream":stream})).send().await.unwrap();
+        let r = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","stream":stream}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("Hello from mock-codex"), "{body}");
     }
     let reqs = s.mock.requests();
     assert_eq!(reqs.len(), 3);
-    assert!(reqs.iter().all(|r| r.version == "HTTP/2.0"), "ALPN must pick h2: {:?}", reqs.iter().map(|r| &r.version).collect::<Vec<_>>());
+    assert!(
+        reqs.iter().all(|r| r.version == "HTTP/2.0"),
+        "ALPN must pick h2: {:?}",
+        reqs.iter().map(|r| &r.version).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_upstream_without_the_ca_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let s = tls_stack(dir.path(), false);
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "upstream_unreachable");
@@ -54,8 +72,17 @@ async fn tls_upstream_without_the_ca_is_refused() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_backend_serves_and_persists_usage() {
-    let s = StackBuilder { postgres: true, ..StackBuilder::default() }.start();
-    let r = s.post("/v1/responses").json(&json!({"model":"gpt-5.5","input":"x"})).send().await.unwrap();
+    let s = StackBuilder {
+        postgres: true,
+        ..StackBuilder::default()
+    }
+    .start();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let url = s.db.database_url.clone().unwrap();
     // usage is persisted by the sidecar in batches
@@ -73,21 +100,29 @@ async fn postgres_backend_serves_and_persists_usage() {
 async fn count_usage(url: &str) -> i64 {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(url).await.unwrap();
-    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM usage_records WHERE model = 'gpt-5.5' AND status = 200")
-        .fetch_one(&mut c)
-        .await
-        .unwrap();
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM usage_records WHERE model = 'gpt-5.5' AND status = 200",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
     n
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_is_503_while_storage_is_down() {
-    let s = StackBuilder { postgres: true, ..StackBuilder::default() }.start();
+    let s = StackBuilder {
+        postgres: true,
+        ..StackBuilder::default()
+    }
+    .start();
     let name = s._pg.as_ref().unwrap().name.clone();
     let admin = integration_tests::pg_admin_url();
     let down = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'");
     let a2 = admin.clone();
-    std::thread::spawn(move || pg_exec(&a2, &down)).join().unwrap();
+    std::thread::spawn(move || pg_exec(&a2, &down))
+        .join()
+        .unwrap();
     let wait_for = |want: u16| {
         let data = format!("{}/healthz", s.url());
         let adm = format!("{}/healthz", s.admin_url());
@@ -99,13 +134,18 @@ async fn healthz_is_503_while_storage_is_down() {
                 if a == want && b == want {
                     return;
                 }
-                assert!(Instant::now() < deadline, "healthz stayed {a}/{b}, wanted {want}");
+                assert!(
+                    Instant::now() < deadline,
+                    "healthz stayed {a}/{b}, wanted {want}"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };
     wait_for(503).await;
     let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
-    std::thread::spawn(move || pg_exec(&admin, &up)).join().unwrap();
+    std::thread::spawn(move || pg_exec(&admin, &up))
+        .join()
+        .unwrap();
     wait_for(200).await;
 }

@@ -162,7 +162,8 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
         || tag("slow_down")
         || tag("server_error")
         || tag("internal_error")
-        || status >= 500 {
+        || status >= 500
+    {
         FailureClass::Overloaded
     } else if (status == 403 && is_html) || (status == 404 && body.trim_ascii().is_empty()) {
         FailureClass::Cloudflare

@@ -121,7 +121,9 @@ pub fn normalize_responses_with(
         ModelChoice::Keep => {}
         ModelChoice::Reject => {
             return Err(NormalizeError {
-                message: format!("The model `{model}` does not exist or you do not have access to it."),
+                message: format!(
+                    "The model `{model}` does not exist or you do not have access to it."
+                ),
                 param: Some("model"),
                 unknown_model: Some(model),
             })
@@ -295,11 +297,18 @@ mod tests {
     #[test]
     fn resolves_models_through_the_caller() {
         let choose = |m: &str| match m {
-            "fast" => ModelChoice::Rewrite { slug: "gpt-5.5".into(), effort: Some("low".into()) },
+            "fast" => ModelChoice::Rewrite {
+                slug: "gpt-5.5".into(),
+                effort: Some("low".into()),
+            },
             "gpt-5.5" => ModelChoice::Keep,
             _ => ModelChoice::Reject,
         };
-        let n = normalize_responses_with(br#"{"model":"fast","input":"x","reasoning":{"summary":"auto"}}"#, &choose).unwrap();
+        let n = normalize_responses_with(
+            br#"{"model":"fast","input":"x","reasoning":{"summary":"auto"}}"#,
+            &choose,
+        )
+        .unwrap();
         let v: Value = sonic_rs::from_slice(&n.body).unwrap();
         assert_eq!(n.model, "fast");
         assert_eq!(v["model"].as_str(), Some("gpt-5.5"));
