@@ -182,6 +182,10 @@ pub struct TargetReport {
     pub rss_kib_per_open_stream: f64,
     /// Processes that could not be read at the end.
     pub missing: usize,
+    /// CPU seconds in the window per thread name (trailing digits dropped, e.g.
+    /// `gateway-worker-`, `codex-sidecar`, `sqlx-sqlite-worker-`).
+    #[serde(default)]
+    pub threads_cpu_secs_window: BTreeMap<String, f64>,
 }
 
 /// The result of one run.
@@ -349,18 +353,24 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
     let mut sampled_open = 0u64;
     let mut rss_peak = first.rss_kib;
     let mut rss_at_peak_open = first.rss_kib;
-    let mut win_a: Option<(Instant, ProcSample, u64, u64)> = None;
-    let mut win_b: Option<(Instant, ProcSample, u64, u64)> = None;
-    let snapshot = |s: &Shared| {
-        (
-            Instant::now(),
-            ProcSample::of(&s.cfg.target_pids),
-            s.stats.events.load(Relaxed),
-            s.stats.completed.load(Relaxed),
-        )
+    let mut win_a: Option<Snapshot> = None;
+    let mut win_b: Option<Snapshot> = None;
+    let snapshot = |s: &Shared| Snapshot {
+        at: Instant::now(),
+        proc: ProcSample::of(&s.cfg.target_pids),
+        threads: procfs::cpu_by_thread(&s.cfg.target_pids),
+        events: s.stats.events.load(Relaxed),
+        completed: s.stats.completed.load(Relaxed),
     };
+    let first_threads = procfs::cpu_by_thread(&pids);
     if window_start <= Instant::now() {
-        win_a = Some((start, first, 0, 0));
+        win_a = Some(Snapshot {
+            at: start,
+            proc: first,
+            threads: first_threads.clone(),
+            events: 0,
+            completed: 0,
+        });
     }
     let mut tick = tokio::time::interval(cfg.sample_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -402,14 +412,19 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
     }
     let end = Instant::now();
     let last = ProcSample::of(&pids);
-    let win_a = win_a.unwrap_or((start, first, 0, 0));
-    let win_b = win_b.unwrap_or_else(|| {
-        (
-            end,
-            last,
-            shared.stats.events.load(Relaxed),
-            shared.stats.completed.load(Relaxed),
-        )
+    let win_a = win_a.unwrap_or(Snapshot {
+        at: start,
+        proc: first,
+        threads: first_threads,
+        events: 0,
+        completed: 0,
+    });
+    let win_b = win_b.unwrap_or_else(|| Snapshot {
+        at: end,
+        proc: last,
+        threads: procfs::cpu_by_thread(&pids),
+        events: shared.stats.events.load(Relaxed),
+        completed: shared.stats.completed.load(Relaxed),
     });
 
     let st = &shared.stats;
@@ -426,11 +441,19 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         stream_failed: st.stream_failed.load(Relaxed),
         truncated: st.truncated.load(Relaxed),
     };
-    let window_secs = (win_b.0 - win_a.0).as_secs_f64().max(1e-9);
-    let events_window = win_b.2.saturating_sub(win_a.2);
-    let completed_window = win_b.3.saturating_sub(win_a.3);
+    let window_secs = (win_b.at - win_a.at).as_secs_f64().max(1e-9);
+    let events_window = win_b.events.saturating_sub(win_a.events);
+    let completed_window = win_b.completed.saturating_sub(win_a.completed);
     let target = (!pids.is_empty()).then(|| {
-        let cpu_window = win_b.1.cpu.saturating_sub(win_a.1.cpu).as_secs_f64();
+        let cpu_window = win_b.proc.cpu.saturating_sub(win_a.proc.cpu).as_secs_f64();
+        let threads_cpu_secs_window = win_b
+            .threads
+            .iter()
+            .map(|(name, cpu)| {
+                let before = win_a.threads.get(name).copied().unwrap_or_default();
+                (name.clone(), cpu.saturating_sub(before).as_secs_f64())
+            })
+            .collect();
         let per = |n: u64| {
             if n == 0 {
                 0.0
@@ -455,6 +478,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
                 rss_at_peak_open.saturating_sub(first.rss_kib) as f64 / sampled_open as f64
             },
             missing: last.missing,
+            threads_cpu_secs_window,
         }
     });
     let errors_total = errors.total();
@@ -484,6 +508,15 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
             .saturating_sub(own_cpu_start)
             .as_secs_f64(),
     })
+}
+
+/// The counters and the target's CPU at one instant (window start or end).
+struct Snapshot {
+    at: Instant,
+    proc: ProcSample,
+    threads: BTreeMap<String, Duration>,
+    events: u64,
+    completed: u64,
 }
 
 /// Takes one request from the `--requests` budget.
@@ -776,6 +809,13 @@ impl Report {
                 t.cpu_us_per_event,
                 t.cpu_us_per_request
             );
+            let threads: Vec<String> = t
+                .threads_cpu_secs_window
+                .iter()
+                .filter(|(_, c)| **c > 0.0)
+                .map(|(n, c)| format!("{n} {c:.2}s"))
+                .collect();
+            let _ = writeln!(o, "  target threads (window): {}", threads.join(", "));
             let _ = writeln!(
                 o,
                 "  target rss: start {} KiB, peak {} KiB, end {} KiB, {:.2} KiB per open stream",

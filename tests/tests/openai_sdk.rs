@@ -54,4 +54,28 @@ fn openai_python_sdk_chat_and_models() {
         .times(1),
     );
     run_script("sdk_chat.py", &format!("{}/v1", s.url()), &s.key);
+    // What the SDK's structured-output and tool requests became upstream.
+    let bodies: Vec<serde_json::Value> = s
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .filter_map(|r| serde_json::from_slice(&r.body).ok())
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .any(|b| b["text"]["format"]["type"] == "json_schema"
+                && b["text"]["format"]["name"] == "answer"
+                && b["text"]["format"]["schema"]["properties"]["city"].is_object()),
+        "response_format json_schema -> text.format"
+    );
+    assert!(bodies
+        .iter()
+        .any(|b| b["tools"][0]["name"] == "get_weather" && b["tools"][0]["type"] == "function"));
+    assert!(bodies
+        .iter()
+        .any(|b| b["input"].as_array().is_some_and(|i| i
+            .iter()
+            .any(|it| it["type"] == "function_call_output" && it["output"] == "sunny"))));
 }

@@ -365,7 +365,17 @@ async fn stream_cut_after_commit_ends_with_one_terminal_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_disconnect_releases_upstream_stream_and_slot() {
+    client_disconnect_releases(PlainHttp::H1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_disconnect_resets_the_h2_stream() {
+    client_disconnect_releases(PlainHttp::H2c).await;
+}
+
+async fn client_disconnect_releases(plain_http: PlainHttp) {
     let s = StackBuilder {
+        plain_http,
         mock: MockConfig {
             deltas: 200,
             inter_event_delay: Duration::from_millis(50),

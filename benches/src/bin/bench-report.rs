@@ -89,6 +89,34 @@ fn cpu_event(x: &Report) -> Option<f64> {
         .filter(|v| *v > 0.0)
 }
 
+/// CPU µs per event of the gateway's data-plane threads only (`gateway-worker-*`).
+fn worker_cpu_event(x: &Report) -> Option<f64> {
+    let t = x.target.as_ref()?;
+    let cpu: f64 = t
+        .threads_cpu_secs_window
+        .iter()
+        .filter(|(n, _)| n.starts_with("gateway-worker"))
+        .map(|(_, c)| *c)
+        .sum();
+    (cpu > 0.0 && x.events_window > 0).then(|| cpu * 1e6 / x.events_window as f64)
+}
+
+/// `name 1.23 s (45%)` per thread name of the target in the window.
+fn thread_split(x: &Report) -> Option<String> {
+    let t = x.target.as_ref()?;
+    let total: f64 = t.threads_cpu_secs_window.values().sum();
+    if total <= 0.0 {
+        return None;
+    }
+    let parts: Vec<String> = t
+        .threads_cpu_secs_window
+        .iter()
+        .filter(|(_, c)| **c > 0.0)
+        .map(|(n, c)| format!("{n} {c:.2} s ({:.0} %)", c * 100.0 / total))
+        .collect();
+    Some(parts.join(", "))
+}
+
 fn ratios(r: &Reports) -> String {
     let mut o = String::new();
     for w in ["sse", "slow"] {
@@ -98,6 +126,13 @@ fn ratios(r: &Reports) -> String {
                     let _ = writeln!(
                         o,
                         "- CPU per forwarded event ({w}): gateway {a:.2} µs, nginx {b:.2} µs: **{:.2}× nginx**",
+                        a / b
+                    );
+                }
+                if let (Some(a), Some(b)) = (worker_cpu_event(g), cpu_event(n)) {
+                    let _ = writeln!(
+                        o,
+                        "- CPU per forwarded event ({w}), gateway worker threads only (no sidecar): {a:.2} µs: {:.2}× nginx",
                         a / b
                     );
                 }
@@ -124,6 +159,11 @@ fn ratios(r: &Reports) -> String {
                 "- CPU per request (json): gateway {a:.1} µs, nginx {b:.1} µs: **{:.2}× nginx**",
                 a / b
             );
+        }
+    }
+    for w in WORKLOADS {
+        if let Some(split) = get(r, "gateway", w).and_then(thread_split) {
+            let _ = writeln!(o, "- Gateway CPU by thread ({w}, window): {split}");
         }
     }
     for via in ["gateway", "nginx"] {
@@ -192,10 +232,14 @@ fn targets(r: &Reports) -> String {
     let g = get(r, "gateway", "sse");
     let n = get(r, "nginx", "sse");
     let cpu = g.and_then(cpu_event).zip(n.and_then(cpu_event));
+    let workers = g.and_then(worker_cpu_event);
     let _ = writeln!(
         o,
-        "| CPU per forwarded event <= nginx's (sse) | {} | {} |",
+        "| CPU per forwarded event <= nginx's (sse; whole gateway process) | {}{} | {} |",
         cpu.map_or("-".into(), |(a, b)| format!("{a:.2} µs vs {b:.2} µs")),
+        workers.map_or(String::new(), |w| format!(
+            " (worker threads alone: {w:.2} µs)"
+        )),
         verdict(cpu.map(|(a, b)| a <= b))
     );
     let d = get(r, "direct", "sse");

@@ -10,7 +10,7 @@
 //! A process that cannot be read (gone, not Linux) counts as zero; [`ProcSample::missing`]
 //! says how many were unreadable.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 /// CPU and memory of a set of processes at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,9 +35,13 @@ fn clock_ticks() -> u64 {
     }
 }
 
-/// `utime + stime` of `/proc/<pid>/stat` (`pid` may be `self`).
+/// `utime + stime` of `/proc/<pid>/stat` (`pid` may be `self`, or `PID/task/TID`).
 fn cpu_of(pid: &str, ticks: u64) -> Option<Duration> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_cpu(&stat, ticks)
+}
+
+fn stat_cpu(stat: &str, ticks: u64) -> Option<Duration> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut f = rest.split_ascii_whitespace();
@@ -85,6 +89,32 @@ impl ProcSample {
     }
 }
 
+/// CPU time per thread name (`comm`, digits at the end dropped so `gateway-worker-0` and
+/// `gateway-worker-1` add up as `gateway-worker-`), summed over the threads of `pids`.
+/// Threads that exited are not counted.
+pub fn cpu_by_thread(pids: &[u32]) -> BTreeMap<String, Duration> {
+    let ticks = clock_ticks();
+    let mut out: BTreeMap<String, Duration> = BTreeMap::new();
+    for pid in pids {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in dir.flatten() {
+            let Ok(stat) = std::fs::read_to_string(t.path().join("stat")) else {
+                continue;
+            };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            let name = stat[open + 1..close].trim_end_matches(|c: char| c.is_ascii_digit());
+            if let Some(cpu) = stat_cpu(&stat, ticks) {
+                *out.entry(name.to_owned()).or_default() += cpu;
+            }
+        }
+    }
+    out
+}
+
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit (each stream is a socket); returns the
 /// soft limit now in force.
 #[allow(unsafe_code)]
@@ -122,6 +152,8 @@ mod tests {
         let s = ProcSample::of(&[pid]);
         assert_eq!(s.missing, 0);
         assert!(s.rss_kib > 0);
+        let threads = cpu_by_thread(&[pid]);
+        assert!(!threads.is_empty());
         let gone = ProcSample::of(&[u32::MAX]);
         assert_eq!(gone.missing, 1);
         assert!(raise_nofile_limit() > 0);

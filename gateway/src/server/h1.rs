@@ -159,6 +159,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                 self.read_body_bytes().await?;
             }
             req.body = self.buf.drain(..len).collect();
+            self.shrink();
         } else if chunked {
             if expect_continue && self.buf.is_empty() {
                 self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
@@ -166,6 +167,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                     .map_err(ReadError::Io)?;
             }
             req.body = self.read_chunked(max_body).await?;
+            self.shrink();
         }
         Ok(req)
     }
@@ -222,6 +224,17 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                 return Err(reject(400, "Malformed chunk terminator."));
             }
             self.buf.drain(..size + 2);
+        }
+    }
+
+    /// Gives back a buffer that grew for a large body (idle connections must not pin memory).
+    fn shrink(&mut self) {
+        if self.buf.capacity() > 64 * 1024 {
+            if self.buf.is_empty() {
+                self.buf = Vec::new();
+            } else {
+                self.buf.shrink_to(self.buf.len().max(INITIAL_BUF));
+            }
         }
     }
 
