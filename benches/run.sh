@@ -16,7 +16,7 @@
 # Run:          benches/run.sh                      (full scale, about 5 minutes)
 #               SCALE=0.2 benches/run.sh            (every client count x 0.2)
 #               WORKLOADS="sse" VIA="direct gateway" benches/run.sh
-#               PROFILE=1 benches/run.sh            (perf record of the gateway during sse)
+#               PROFILE=1 benches/run.sh            (+ unmeasured perf runs of gateway json/sse)
 # Results:      target/bench-results/<timestamp>/{*.json,summary.md,machine.txt,*.log}
 set -euo pipefail
 
@@ -29,6 +29,8 @@ VIA=${VIA:-"direct gateway nginx"}
 GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
 NGINX_WORKERS=${NGINX_WORKERS:-$GATEWAY_WORKERS}
 MOCK_WORKERS=${MOCK_WORKERS:-2}
+# SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise a few hundred).
+MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-100000}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 ACCOUNTS=${ACCOUNTS:-4}
 PROFILE=${PROFILE:-0}
@@ -110,7 +112,7 @@ start_mock() {
   local accounts=() i
   for i in $(seq 1 "$ACCOUNTS"); do accounts+=(--account "acct-bench-$i"); done
   RUST_LOG=warn "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
-    --max-recorded 0 --h2-max-concurrent-streams 100000 \
+    --max-recorded 0 --h2-max-concurrent-streams "$MOCK_H2_MAX_STREAMS" \
     --write-auth-json "$WORK/auth" "${accounts[@]}" >"$OUT/mock.log" 2>&1 &
   MOCK_PID=$!
   PIDS+=("$MOCK_PID")
@@ -178,6 +180,35 @@ start_nginx() {
   log "nginx $NGINX_ORIGIN (master $NGINX_PID, workers $NGINX_WORKER_PIDS)"
 }
 
+# --- profile ---------------------------------------------------------------------------------
+# profile_gateway WORKLOAD RAMP_SECS [loadgen args]: a second, unmeasured gateway run of
+# WORKLOAD under `perf record` (DWARF call graphs, 10 s after the ramp-up); writes
+# perf-gateway-WORKLOAD.{data,txt} (self time by thread and symbol, then inclusive time).
+profile_gateway() {
+  local w=$1 ramp=$2
+  shift 2
+  if ! command -v perf >/dev/null; then
+    log "PROFILE=1 but perf is not installed (apt-get install linux-perf); skipping"
+    return 0
+  fi
+  log "profiling gateway/$w (unmeasured run)"
+  lg gateway "$w-profiled" --json "$@" >"$OUT/gateway-$w-profiled.json" &
+  local lg_pid=$! data=$OUT/perf-gateway-$w.data
+  sleep "$ramp"
+  perf record -F 499 --call-graph dwarf,8192 -p "$GATEWAY_PID" -o "$data" \
+    -- sleep 8 >"$OUT/perf.log" 2>&1 || true
+  wait "$lg_pid" || true
+  {
+    echo "# flat profile (self time), by thread name and shared object"
+    perf report -i "$data" --no-children --sort comm,dso --stdio -g none 2>/dev/null | grep -v '^#' | grep .
+    echo "# flat profile (self time), by symbol"
+    perf report -i "$data" --no-children --sort sym --stdio -g none --percent-limit 0.3 2>/dev/null | grep -v '^#' | grep .
+    echo "# inclusive time (children), by symbol"
+    perf report -i "$data" --children --sort sym --stdio -g none --percent-limit 0.5 2>/dev/null | grep -v '^#' | grep .
+  } >"$OUT/perf-gateway-$w.txt"
+  log "profile: $OUT/perf-gateway-$w.txt"
+}
+
 # --- one loadgen run -------------------------------------------------------------------------
 # lg VIA WORKLOAD [loadgen args...]: runs against VIA's URL, sampling VIA's processes.
 lg() {
@@ -211,21 +242,16 @@ run_one() {
   log "$via/$workload: $*"
   # Warm-up (connections, h2c session, caches), not measured.
   lg "$via" "$workload" --concurrency 4 --requests 40 >/dev/null
-  local perf_pid=
-  if [[ $PROFILE == 1 && $via == gateway && $workload == sse ]] && command -v perf >/dev/null; then
-    (sleep "$SSE_RAMP"; exec perf record -F 999 -g -p "$GATEWAY_PID" -o "$OUT/perf-gateway-sse.data" -- sleep "$SSE_SECS") \
-      >"$OUT/perf.log" 2>&1 &
-    perf_pid=$!
-  fi
   lg "$via" "$workload" --json "$@" >"$file"
-  if [[ -n $perf_pid ]]; then
-    wait "$perf_pid" || true
-    perf report -i "$OUT/perf-gateway-sse.data" --no-children --percent-limit 0.5 --stdio \
-      >"$OUT/perf-gateway-sse.txt" 2>/dev/null || true
-    log "profile: $OUT/perf-gateway-sse.txt"
+  if [[ $PROFILE == 1 && $via == gateway ]]; then
+    case $workload in
+      sse) profile_gateway sse "$SSE_RAMP" "$@" ;;
+      json) profile_gateway json 1 "$@" ;;
+    esac
   fi
   local line
-  line=$(awk -F': ' '/"errors_total"|"open_streams_peak"|"events_per_sec"|"requests_per_sec"/ { gsub(/,/, "", $2); printf "%s=%s ", $1, $2 }' "$file" | tr -d ' "')
+  line=$(awk -F': ' '/^  "(errors_total|open_streams_peak|events_per_sec|requests_per_sec)"/ {
+      gsub(/[ ",]/, "", $1); gsub(/,/, "", $2); printf "%s=%.0f ", $1, $2 }' "$file")
   log "  -> $line"
   sleep 3 # let the target settle (closing sockets) before the next run
 }

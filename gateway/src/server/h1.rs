@@ -64,6 +64,8 @@ pub enum ReadError {
 pub struct Conn<S> {
     io: S,
     buf: Vec<u8>,
+    /// Reused write buffer for stream chunks (owned I/O hands it back after each write).
+    wbuf: Vec<u8>,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -81,6 +83,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         Self {
             io,
             buf: Vec::new(),
+            wbuf: Vec::new(),
         }
     }
 
@@ -291,19 +294,29 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         self.write_all(out).await
     }
 
-    /// Writes one chunk of a streaming response as one socket write.
+    /// Writes one chunk of a streaming response as one socket write, framing it into a
+    /// reused buffer (no allocation per event once warm).
     pub async fn write_chunk(&mut self, data: &[u8], http10: bool) -> io::Result<()> {
         if data.is_empty() {
             return Ok(());
         }
-        if http10 {
-            return self.write_all(data.to_vec()).await;
+        let mut w = std::mem::take(&mut self.wbuf);
+        w.clear();
+        if !http10 {
+            push_hex(&mut w, data.len());
+            w.extend_from_slice(b"\r\n");
         }
-        let mut out = Vec::with_capacity(data.len() + 12);
-        out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-        out.extend_from_slice(data);
-        out.extend_from_slice(b"\r\n");
-        self.write_all(out).await
+        w.extend_from_slice(data);
+        if !http10 {
+            w.extend_from_slice(b"\r\n");
+        }
+        let (res, mut w) = self.io.write_all(w).await;
+        // Keep a small buffer for the next event; give back what a large one grew.
+        if w.capacity() > 64 * 1024 {
+            w = Vec::new();
+        }
+        self.wbuf = w;
+        res.map(|_| ())
     }
 
     /// Ends a chunked response.
@@ -316,6 +329,37 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
 }
 
 type Head = (usize, Request, Option<usize>, bool, bool);
+
+/// Appends `n` in lower-case hex (chunk sizes) without formatting machinery.
+fn push_hex(out: &mut Vec<u8>, n: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut tmp = [0u8; 16];
+    let mut i = tmp.len();
+    let mut v = n;
+    loop {
+        i -= 1;
+        tmp[i] = DIGITS[v & 0xf];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&tmp[i..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_hex;
+
+    #[test]
+    fn hex_chunk_sizes() {
+        for n in [0usize, 1, 15, 16, 255, 4096, 0xdead_beef] {
+            let mut v = Vec::new();
+            push_hex(&mut v, n);
+            assert_eq!(String::from_utf8(v).unwrap(), format!("{n:x}"));
+        }
+    }
+}
 
 fn parse_head(p: &httparse::Request<'_, '_>, n: usize) -> Result<Head, ReadError> {
     let method = p.method.unwrap_or("GET").to_owned();
