@@ -232,7 +232,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
 
     /// Gives back a buffer that grew for a large body (idle connections must not pin memory).
     fn shrink(&mut self) {
-        if self.buf.capacity() > 64 * 1024 {
+        // A streaming response can last for minutes: don't hold the request's buffer meanwhile.
+        if self.buf.capacity() > 2 * INITIAL_BUF {
             if self.buf.is_empty() {
                 self.buf = Vec::new();
             } else {
