@@ -34,6 +34,8 @@ MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-100000}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 ACCOUNTS=${ACCOUNTS:-4}
 PROFILE=${PROFILE:-0}
+# A model the gateway's catalog knows (it answers 404 model_not_found otherwise).
+MODEL=${MODEL:-gpt-5.5}
 
 scaled() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'; }
 JSON_CLIENTS=${JSON_CLIENTS:-$(scaled 64)}
@@ -233,7 +235,7 @@ lg() {
       ;;
   esac
   "$BIN/loadgen" --url "$url" "${auth[@]}" --target-pid "$pids" --threads "$LOADGEN_THREADS" \
-    --label "$via/$workload" "$@"
+    --model "$MODEL" --label "$via/$workload" "$@"
 }
 
 run_one() {

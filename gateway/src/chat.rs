@@ -99,7 +99,7 @@ pub async fn chat_completions<S: AsyncReadRent + AsyncWriteRent>(
         key_id: key.id,
         affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
     };
-    let mut c = match lifecycle::open(ctx, &plan).await {
+    let mut c = match Box::pin(lifecycle::open(ctx, &plan)).await {
         Ok(c) => c,
         Err(e) => {
             acct.finish(ctx, None, e.to_openai().status, None, None, Some(&e));
@@ -111,11 +111,12 @@ pub async fn chat_completions<S: AsyncReadRent + AsyncWriteRent>(
 
     if creq.stream {
         let _gauge = StreamGauge::open(ctx);
+        conn.release_read_buffer();
         ctx.metrics.request(ROUTE, 200);
         conn.start_stream(200, &sse_headers(&c.headers), req.http10)
             .await?;
         let mut chat = ChatStream::for_request(&creq, now_s());
-        let mut out = Vec::with_capacity(4096);
+        let mut out = Vec::new();
         let mut pending = std::mem::take(&mut c.held);
         loop {
             out.clear();

@@ -86,7 +86,7 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 Ok(k) => k,
                 Err(e) => return write_error(ctx, conn, "chat_completions", &e, keep).await,
             };
-            crate::chat::chat_completions(ctx, conn, req, key, keep).await
+            Box::pin(crate::chat::chat_completions(ctx, conn, req, key, keep)).await
         }
         ("GET", "/v1/responses") | ("GET", "/responses") => {
             // The Responses WebSocket transport is not served yet: Codex CLI falls back to
@@ -308,7 +308,9 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
         key_id: key.id,
         affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
     };
-    let committed = match lifecycle::open(ctx, &plan).await {
+    // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
+    // connection's task for the whole stream (benches/README.md, "next costs" 2).
+    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
         Ok(c) => c,
         Err(e) => {
             let status = e.to_openai().status;
@@ -319,7 +321,7 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
     if norm.stream {
         stream_responses(ctx, conn, committed, &acct, req.http10, keep).await
     } else {
-        json_responses(ctx, conn, committed, &acct, keep).await
+        Box::pin(json_responses(ctx, conn, committed, &acct, keep)).await
     }
 }
 
@@ -383,6 +385,7 @@ async fn stream_responses<S: AsyncReadRent + AsyncWriteRent>(
     keep: bool,
 ) -> io::Result<bool> {
     let _gauge = StreamGauge::open(ctx);
+    conn.release_read_buffer();
     ctx.metrics.request("responses", 200);
     conn.start_stream(200, &sse_headers(&c.headers), http10)
         .await?;

@@ -359,6 +359,7 @@ impl Stack {
         self.mock
             .requests()
             .iter()
+            .filter(|r| r.path.ends_with("/responses"))
             .filter_map(|r| r.account_id().map(str::to_owned))
             .collect()
     }

@@ -298,6 +298,9 @@ async fn quota_exhausted_everywhere_gives_429_with_reset() {
 async fn failover_before_commit_uses_the_next_account() {
     let s = StackBuilder {
         accounts: 2,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        })),
         ..StackBuilder::default()
     }
     .start();
@@ -322,10 +325,11 @@ async fn failover_before_commit_uses_the_next_account() {
         .mock
         .requests()
         .iter()
+        .filter(|r| r.path.ends_with("/responses"))
         .filter_map(|r| r.account_id().map(str::to_owned))
         .collect();
-    // Round robin puts acct-0 first within two requests; it fails once, the request moves on to
-    // acct-1, and the cooldown keeps acct-0 out afterwards.
+    // fill_first puts acct-0 first; it fails once, the request moves on to acct-1, and the
+    // cooldown keeps acct-0 out afterwards.
     assert_eq!(by.iter().filter(|a| *a == "acct-0").count(), 1, "{by:?}");
     assert_eq!(by.iter().filter(|a| *a == "acct-1").count(), 4, "{by:?}");
 }

@@ -79,6 +79,8 @@ impl SqliteStorage {
                 .synchronous(SqliteSynchronous::Normal);
         }
         let pool = SqlitePoolOptions::new()
+            // An embedded database needs no liveness round trip per acquire.
+            .test_before_acquire(false)
             // An in-memory database exists per connection: keep exactly one alive.
             .max_connections(if memory { 1 } else { 4 })
             .min_connections(if memory { 1 } else { 0 })

@@ -25,8 +25,8 @@ struct Args {
     /// Request body: JSON text, or @FILE. Default: a Responses body from --model / --input.
     #[arg(long)]
     body: Option<String>,
-    /// Model of the generated body.
-    #[arg(long, default_value = "gpt-5.1-codex")]
+    /// Model of the generated body (one the gateway's catalog knows).
+    #[arg(long, default_value = "gpt-5.5")]
     model: String,
     /// User input of the generated body.
     #[arg(long, default_value = "Say hello.")]

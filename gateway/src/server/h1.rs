@@ -230,6 +230,14 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         }
     }
 
+    /// Frees the read buffer while a long response streams (nothing is read meanwhile; a
+    /// pipelined request already buffered is kept).
+    pub fn release_read_buffer(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = Vec::new();
+        }
+    }
+
     /// Gives back a buffer that grew for a large body (idle connections must not pin memory).
     fn shrink(&mut self) {
         // A streaming response can last for minutes: don't hold the request's buffer meanwhile.
