@@ -433,6 +433,28 @@ async fn wait_for_fresh_token(
     }
 }
 
+/// A definitive upstream rejection (HTTP error, or a failure before the commit barrier): apply
+/// its account effects and decide whether another candidate may try.
+fn rejected(
+    ctx: &WorkerCtx,
+    plan: &RequestPlan,
+    account: &AccountEntry,
+    failure: codex_protocol::classify::Failure,
+    after_refresh: bool,
+) -> AttemptError {
+    let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
+    let class = failure.class.clone();
+    let error = Error::upstream(failure);
+    if failover {
+        AttemptError::Failover {
+            error,
+            class: Some(class),
+        }
+    } else {
+        AttemptError::Return(error)
+    }
+}
+
 async fn attempt(
     ctx: &WorkerCtx,
     plan: &RequestPlan,
@@ -479,17 +501,7 @@ async fn attempt(
         let ct = resp.header("content-type").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), &body);
-        let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
-        let class = failure.class.clone();
-        let error = Error::upstream(failure);
-        return Err(if failover {
-            AttemptError::Failover {
-                error,
-                class: Some(class),
-            }
-        } else {
-            AttemptError::Return(error)
-        });
+        return Err(rejected(ctx, plan, account, failure, after_refresh));
     }
 
     let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
@@ -533,18 +545,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    let failover =
-                        policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
-                    let class = failure.class.clone();
-                    let error = Error::upstream(failure);
-                    return Err(if failover {
-                        AttemptError::Failover {
-                            error,
-                            class: Some(class),
-                        }
-                    } else {
-                        AttemptError::Return(error)
-                    });
+                    return Err(rejected(ctx, plan, account, failure, after_refresh));
                 }
                 EventClass::Output | EventClass::Completed | EventClass::Incomplete => {
                     let finished = class != EventClass::Output;
