@@ -34,6 +34,24 @@ async fn rotated_refresh_token_survives_a_restart() {
     assert_ne!(rotated.refresh_token, original.refresh_token);
 
     tokio::task::block_in_place(|| s.restart());
+    // Wait until the restarted gateway answers on its port.
+    let health = format!("{}/healthz", s.url());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let c = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        if c.get(&health).send().await.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "restarted gateway never became healthy"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // strict tokens: only the rotated access token is accepted upstream
     let r = s
         .post("/v1/responses")
