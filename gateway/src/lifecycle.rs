@@ -151,7 +151,7 @@ fn transport_error(e: &UpstreamError) -> Error {
 /// Stable per-account installation id (`x-codex-installation-id`), derived so that one
 /// account always presents the same installation.
 fn installation_id(account: &AccountEntry) -> String {
-    use sha2_lite::digest;
+    use fnv128::digest;
     let h = digest(account.chatgpt_account_id.as_bytes(), account.id);
     format!(
         "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
@@ -164,7 +164,7 @@ fn installation_id(account: &AccountEntry) -> String {
 }
 
 /// A tiny non-cryptographic 128-bit mix (FNV-1a based) for stable derived ids.
-mod sha2_lite {
+mod fnv128 {
     pub fn digest(data: &[u8], salt: i64) -> u128 {
         let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
         for b in data.iter().chain(salt.to_le_bytes().iter()) {

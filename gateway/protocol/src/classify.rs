@@ -162,6 +162,7 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
         || tag("slow_down")
         || tag("server_error")
         || tag("internal_error")
+        || tag("internal_server_error")
         || status >= 500
     {
         FailureClass::Overloaded

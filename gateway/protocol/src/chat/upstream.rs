@@ -322,17 +322,8 @@ impl ChatUpstreamFailure {
     /// the `error` event's `error`); `None` / garbage gives a generic server error.
     pub fn from_error_json(error_json: Option<&str>) -> Self {
         let raw = error_json.unwrap_or("{}");
-        let mut f = classify_stream_error(raw.as_bytes());
-        // The backend's generic in-stream failure is `{"code":"server_error"}`: the server's
-        // fault, not the request's (the shared classifier only looks at `type` for this).
-        let is_tag = |t: &str| f.code.as_deref() == Some(t) || f.error_type.as_deref() == Some(t);
-        if f.class == FailureClass::Request
-            && (is_tag("server_error")
-                || is_tag("internal_error")
-                || is_tag("internal_server_error"))
-        {
-            f.class = FailureClass::Overloaded;
-        }
+        // The one classifier decides (it files `server_error` in-stream failures as overload).
+        let f = classify_stream_error(raw.as_bytes());
         let status_hint = match &f.class {
             FailureClass::UsageLimit { .. } | FailureClass::RateLimited { .. } => 429,
             FailureClass::UsageNotIncluded => 403,
