@@ -10,6 +10,8 @@
 //! - [`policy`]: account effects of classified failures.
 //! - [`scheduler`]: the frozen candidate order (strategies, health tiers, dynamic concurrency).
 //! - [`upstream`]: HTTP/2 (TLS, h2c) and streaming HTTP/1.1 client to the Codex backend.
+//! - [`wire`]: HTTP/1.1 wire primitives shared by server and client (appending reads, strict
+//!   chunk framing).
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
 //! - [`config`], [`metrics`], [`models`], [`demo`].
 //!
@@ -27,5 +29,8 @@ pub mod policy;
 pub mod routes;
 pub mod scheduler;
 pub mod server;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod upstream;
+pub mod wire;
 pub mod worker;

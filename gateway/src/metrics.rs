@@ -48,6 +48,7 @@ pub struct WorkerMetrics {
     ttfb_sum_us: AtomicU64,
     upstream_attempts: AtomicU64,
     failovers: AtomicU64,
+    panics: AtomicU64,
 }
 
 // === impl WorkerMetrics ===
@@ -65,6 +66,7 @@ impl WorkerMetrics {
             ttfb_sum_us: AtomicU64::new(0),
             upstream_attempts: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
         }
     }
 
@@ -109,6 +111,11 @@ impl WorkerMetrics {
         self.ttfb_count.fetch_add(1, Ordering::Relaxed);
         self.ttfb_sum_us
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a connection task that panicked (caught; the connection was closed).
+    pub fn panic(&self) {
+        self.panics.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an upstream attempt, and a failover when it is not the first.
@@ -236,6 +243,17 @@ impl Registry {
             .map(|w| w.failovers.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_failovers_total {f}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_connection_panics_total Connection tasks that panicked (each closed its connection and released its slots)."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_connection_panics_total counter");
+        let p: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.panics.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_connection_panics_total {p}");
         let _ = writeln!(
             o,
             "# HELP codex_gateway_worker_driver The I/O driver each worker runs on (1 = active)."

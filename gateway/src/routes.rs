@@ -24,7 +24,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     lifecycle::{self, Committed, Next, RequestPlan, PASSTHROUGH_HEADERS},
     models,
-    server::h1::{Conn, Request},
+    server::h1::{Conn, ReadError, Request},
     worker::WorkerCtx,
 };
 
@@ -34,7 +34,7 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
-    req: Request,
+    mut req: Request,
 ) -> io::Result<bool> {
     let keep = req.keep_alive && !ctx.is_draining();
     let path = req.path.trim_end_matches('/');
@@ -79,6 +79,9 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 Ok(k) => k,
                 Err(e) => return write_error(ctx, conn, "responses", &e, keep).await,
             };
+            if let Err(e) = conn.read_body(&mut req, ctx.cfg.max_body_bytes).await {
+                return Ok(write_read_error(ctx, conn, "responses", e).await);
+            }
             responses(ctx, conn, req, key, keep).await
         }
         ("POST", "/v1/chat/completions") | ("POST", "/chat/completions") => {
@@ -86,6 +89,9 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 Ok(k) => k,
                 Err(e) => return write_error(ctx, conn, "chat_completions", &e, keep).await,
             };
+            if let Err(e) = conn.read_body(&mut req, ctx.cfg.max_body_bytes).await {
+                return Ok(write_read_error(ctx, conn, "chat_completions", e).await);
+            }
             Box::pin(crate::chat::chat_completions(ctx, conn, req, key, keep)).await
         }
         ("GET", "/v1/responses") | ("GET", "/responses") => {
@@ -171,6 +177,40 @@ pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
     conn.write_response(r.status, &headers, &r.body.to_json(), keep)
         .await?;
     Ok(keep)
+}
+
+/// Answers a request that could not be read (malformed framing, over a limit) and returns
+/// `false`: the connection closes after it. Nothing is written when the peer is gone.
+pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    route: &'static str,
+    e: ReadError,
+) -> bool {
+    match e {
+        ReadError::TooLarge => {
+            let e = Error::new(
+                ErrorKind::BodyTooLarge {
+                    limit: ctx.cfg.max_body_bytes,
+                },
+                Side::Downstream,
+            );
+            let _ = write_error(ctx, conn, route, &e, false).await;
+        }
+        ReadError::Reject { status, message } => {
+            let body = codex_protocol::openai_error::ErrorBody::new(
+                message,
+                "invalid_request_error",
+                Some("bad_http_request"),
+            );
+            ctx.metrics.request(route, status);
+            let _ = conn
+                .write_response(status, &[JSON], &body.to_json(), false)
+                .await;
+        }
+        ReadError::Closed | ReadError::Io(_) => {}
+    }
+    false
 }
 
 /// One terminal SSE event for a failure after the commit (Responses API shape).
@@ -319,10 +359,26 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
         }
     };
     if norm.stream {
-        stream_responses(ctx, conn, committed, &acct, req.http10, keep).await
+        let panic_after_commit = fault_requested(&req, "panic-after-commit");
+        stream_responses(
+            ctx,
+            conn,
+            committed,
+            &acct,
+            req.http10,
+            keep,
+            panic_after_commit,
+        )
+        .await
     } else {
         Box::pin(json_responses(ctx, conn, committed, &acct, keep)).await
     }
+}
+
+/// Test-only fault injection: with the `fault-injection` feature (enabled by the integration
+/// test crate only), the request header `x-codex-gateway-fault` names a fault to inject.
+fn fault_requested(req: &Request, fault: &str) -> bool {
+    cfg!(feature = "fault-injection") && req.header("x-codex-gateway-fault") == Some(fault)
 }
 
 /// Rejects compressed request bodies with a clear error.
@@ -383,6 +439,7 @@ async fn stream_responses<S: AsyncReadRent + AsyncWriteRent>(
     acct: &Accounting,
     http10: bool,
     keep: bool,
+    panic_after_commit: bool,
 ) -> io::Result<bool> {
     let _gauge = StreamGauge::open(ctx);
     conn.release_read_buffer();
@@ -407,6 +464,9 @@ async fn stream_responses<S: AsyncReadRent + AsyncWriteRent>(
     if let Err(e) = conn.write_chunk(&out, http10).await {
         acct.finish(ctx, Some(c.account.id), 499, usage, Some(c.ttfb), None);
         return Err(e);
+    }
+    if panic_after_commit {
+        panic!("injected fault: panic-after-commit");
     }
     let mut error: Option<Error> = None;
     while !finished {

@@ -14,11 +14,13 @@
 use std::{
     cell::{Cell, RefCell},
     collections::VecDeque,
+    panic::AssertUnwindSafe,
     rc::Rc,
     sync::{mpsc, Arc},
     time::{Duration, Instant},
 };
 
+use futures_util::FutureExt;
 use monoio::net::TcpStream;
 use shared_state::{
     snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerEvent, WorkerMailbox,
@@ -26,10 +28,9 @@ use shared_state::{
 
 use crate::{
     config::GatewayConfig,
-    error::{Error, ErrorKind, Side},
     metrics::{Registry, WorkerMetrics},
     routes,
-    server::h1::{Conn, ReadError},
+    server::h1::Conn,
     upstream::Upstream,
 };
 
@@ -132,6 +133,24 @@ impl WorkerCtx {
     }
 }
 
+/// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
+/// the accept loop, the command loop) would leave its `SO_REUSEPORT` listener taking
+/// connections nobody serves and its slots held. It is never hidden: the process aborts, and
+/// its supervisor restarts it (systemd `Restart=always`, a container restart policy).
+struct AbortOnEscapedPanic(usize);
+
+impl Drop for AbortOnEscapedPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                worker = self.0,
+                "worker thread panicked; aborting the process"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// Builds the worker's runtime (io_uring, else legacy) and runs `make(driver)` on it.
 fn build_and_run<F, Fut>(force_legacy: bool, make: F) -> std::io::Result<()>
 where
@@ -162,6 +181,7 @@ where
 
 /// Runs one worker thread to completion. `ready` gets `Ok(driver)` once the worker accepts.
 pub fn run(seed: WorkerSeed, ready: mpsc::Sender<Result<&'static str, String>>) {
+    let _backstop = AbortOnEscapedPanic(seed.id);
     if let Some(cpu) = seed.cpu {
         if let Err(e) = monoio::utils::bind_to_cpu_set(Some(cpu)) {
             tracing::debug!(cpu, error = ?e, "cannot pin worker");
@@ -261,7 +281,7 @@ async fn worker_main(
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nodelay(true);
                     let ctx = Rc::clone(&ctx);
-                    monoio::spawn(serve_connection(ctx, stream));
+                    monoio::spawn(serve_connection_caught(ctx, stream));
                 }
                 Err(e) => {
                     tracing::warn!(worker = id, error = %e, "accept failed");
@@ -287,51 +307,47 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
+/// Serves one connection inside a panic boundary: a panic in its task is logged and counted,
+/// and dropping the task's state closes the socket and releases every slot it held (RAII
+/// guards), so the client sees the connection end instead of a hang and the worker goes on.
+async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream) {
+    let metrics = Arc::clone(&ctx.metrics);
+    let id = ctx.id;
+    let served = AssertUnwindSafe(serve_connection(ctx, stream))
+        .catch_unwind()
+        .await;
+    if let Err(panic) = served {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        metrics.panic();
+        tracing::error!(worker = id, panic = %what, "connection task panicked; connection closed");
+    }
+}
+
 async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
     let mut conn = Conn::new(stream);
     loop {
         if ctx.is_draining() {
             break;
         }
-        let req = conn
-            .read_request(ctx.cfg.client_idle_timeout, ctx.cfg.max_body_bytes)
-            .await;
+        let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
         ctx.active.set(ctx.active.get() + 1);
         let _guard = ActiveGuard(&ctx);
-        match req {
-            Ok(req) => match routes::handle(&ctx, &mut conn, req).await {
-                Ok(true) => continue,
-                Ok(false) | Err(_) => break,
-            },
-            Err(ReadError::TooLarge) => {
-                let e = Error::new(
-                    ErrorKind::BodyTooLarge {
-                        limit: ctx.cfg.max_body_bytes,
-                    },
-                    Side::Downstream,
-                );
-                let _ = routes::write_error(&ctx, &mut conn, "other", &e, false).await;
-                conn.linger(Duration::from_secs(2), 64 * 1024 * 1024).await;
-                break;
-            }
-            Err(ReadError::Reject { status, message }) => {
-                let body = codex_protocol::openai_error::ErrorBody::new(
-                    message,
-                    "invalid_request_error",
-                    Some("bad_http_request"),
-                );
-                ctx.metrics.request("other", status);
-                let _ = conn
-                    .write_response(
-                        status,
-                        &[("content-type", "application/json")],
-                        &body.to_json(),
-                        false,
-                    )
-                    .await;
-                break;
-            }
-            Err(ReadError::Closed) | Err(ReadError::Io(_)) => break,
+        let keep = match req {
+            Ok(req) => routes::handle(&ctx, &mut conn, req).await.unwrap_or(false),
+            Err(e) => routes::write_read_error(&ctx, &mut conn, "other", e).await,
+        };
+        if conn.body_unread() {
+            // Answered without reading the body (rejected before authentication, or a
+            // framing error): drain briefly so the client reads the answer, not a reset.
+            conn.linger(Duration::from_secs(2), 64 * 1024 * 1024).await;
+            break;
+        }
+        if !keep {
+            break;
         }
     }
 }

@@ -4,14 +4,32 @@ use std::{io, time::Duration};
 
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 
+use crate::wire::{parse_chunk_size, take_line, Line};
+
 /// Most header lines accepted.
 const MAX_HEADERS: usize = 96;
 /// Largest request head accepted.
 const MAX_HEAD: usize = 64 * 1024;
 /// Initial read buffer; grows only when a request needs it.
 const INITIAL_BUF: usize = 4 * 1024;
+/// Most spare room reserved ahead of one body read (larger bodies grow by doubling).
+const MAX_BODY_STEP: usize = 1024 * 1024;
+/// Longest chunk-size line (size plus extensions) accepted.
+const MAX_CHUNK_LINE: usize = 4096;
 
-/// A parsed request.
+/// How the request body is delimited (RFC 9112 §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(usize),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// A parsed request. [`Conn::read_head`] fills everything but `body`; the handler reads the
+/// body with [`Conn::read_body`] once it has authenticated the head.
 #[derive(Debug)]
 pub struct Request {
     /// Method, upper case.
@@ -22,12 +40,16 @@ pub struct Request {
     pub query: Option<String>,
     /// Headers, names lower-cased.
     pub headers: Vec<(String, String)>,
-    /// The whole body.
+    /// The whole body (empty until [`Conn::read_body`]).
     pub body: Vec<u8>,
     /// HTTP/1.0 request.
     pub http10: bool,
     /// The client allows keep-alive.
     pub keep_alive: bool,
+    /// How the body is framed.
+    pub framing: Framing,
+    /// The client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
 }
 
 // === impl Request ===
@@ -66,6 +88,10 @@ pub struct Conn<S> {
     buf: Vec<u8>,
     /// Reused write buffer for stream chunks (owned I/O hands it back after each write).
     wbuf: Vec<u8>,
+    /// The current request has a body nobody has read: the connection cannot be reused.
+    body_unread: bool,
+    /// The current request is `HEAD`: responses carry no body bytes.
+    head_request: bool,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -73,6 +99,11 @@ fn reject(status: u16, message: impl Into<String>) -> ReadError {
         status,
         message: message.into(),
     }
+}
+
+/// A chunk-framing violation: 400 and close.
+fn bad_chunk(what: &'static str) -> ReadError {
+    reject(400, format!("Malformed chunked request body: {what}."))
 }
 
 // === impl Conn ===
@@ -84,36 +115,32 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             io,
             buf: Vec::new(),
             wbuf: Vec::new(),
+            body_unread: false,
+            head_request: false,
         }
     }
 
-    /// Reads more bytes into the buffer; `Ok(0)` on EOF.
-    async fn fill(&mut self) -> io::Result<usize> {
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            let grow = self.buf.capacity().max(INITIAL_BUF);
-            self.buf.reserve(grow);
-        }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, buf) = self.io.read(buf).await;
-        self.buf = buf;
-        res
+    /// Appends the next read to the buffer; `Ok(0)` on EOF.
+    async fn fill(&mut self, min_spare: usize) -> io::Result<usize> {
+        crate::wire::read_more(&mut self.io, &mut self.buf, min_spare).await
     }
 
-    /// Reads the next request. `idle` bounds the wait for its first byte (a timeout closes
-    /// the connection); `max_body` is the body limit.
-    pub async fn read_request(
-        &mut self,
-        idle: Duration,
-        max_body: usize,
-    ) -> Result<Request, ReadError> {
-        // Wait for the head.
-        let (head_len, mut req, content_length, chunked, expect_continue) = loop {
+    /// True while the current request's body has not been read (the response then closes
+    /// the connection: its bytes would otherwise be parsed as the next request).
+    pub fn body_unread(&self) -> bool {
+        self.body_unread
+    }
+
+    /// Reads the next request head (the body stays on the wire: see [`Conn::read_body`]).
+    /// `idle` bounds the wait for its first byte (a timeout closes the connection).
+    pub async fn read_head(&mut self, idle: Duration) -> Result<Request, ReadError> {
+        let (head_len, req) = loop {
             if !self.buf.is_empty() {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut parsed = httparse::Request::new(&mut headers);
                 match parsed.parse(&self.buf) {
                     Ok(httparse::Status::Complete(n)) => {
-                        break parse_head(&parsed, n)?;
+                        break (n, parse_head(&parsed)?);
                     }
                     Ok(httparse::Status::Partial) => {
                         if self.buf.len() > MAX_HEAD {
@@ -129,12 +156,12 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             let n = if self.buf.is_empty() {
                 // Between requests: a timeout closes the connection (the read is abandoned,
                 // never resumed).
-                match monoio::time::timeout(idle, self.fill()).await {
+                match monoio::time::timeout(idle, self.fill(INITIAL_BUF)).await {
                     Ok(r) => r.map_err(ReadError::Io)?,
                     Err(_) => return Err(ReadError::Closed),
                 }
             } else {
-                match monoio::time::timeout(Duration::from_secs(30), self.fill()).await {
+                match monoio::time::timeout(Duration::from_secs(30), self.fill(INITIAL_BUF)).await {
                     Ok(r) => r.map_err(ReadError::Io)?,
                     Err(_) => return Err(reject(408, "Timed out reading the request head.")),
                 }
@@ -148,35 +175,54 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             }
         };
         self.buf.drain(..head_len);
-
-        if let Some(len) = content_length {
-            if len > max_body {
-                return Err(ReadError::TooLarge);
-            }
-            if expect_continue && self.buf.len() < len {
-                self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
-                    .await
-                    .map_err(ReadError::Io)?;
-            }
-            while self.buf.len() < len {
-                self.read_body_bytes().await?;
-            }
-            req.body = self.buf.drain(..len).collect();
-            self.shrink();
-        } else if chunked {
-            if expect_continue && self.buf.is_empty() {
-                self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
-                    .await
-                    .map_err(ReadError::Io)?;
-            }
-            req.body = self.read_chunked(max_body).await?;
-            self.shrink();
-        }
+        self.head_request = req.method == "HEAD";
+        self.body_unread = req.framing != Framing::None;
         Ok(req)
     }
 
-    async fn read_body_bytes(&mut self) -> Result<(), ReadError> {
-        match monoio::time::timeout(Duration::from_secs(60), self.fill()).await {
+    /// Reads the body of `req` (after the handler authenticated its head) into `req.body`,
+    /// answering `Expect: 100-continue` first. `max_body` is the body limit.
+    pub async fn read_body(&mut self, req: &mut Request, max_body: usize) -> Result<(), ReadError> {
+        if !self.body_unread {
+            return Ok(());
+        }
+        match req.framing {
+            Framing::None => {}
+            Framing::Length(len) => {
+                if len > max_body {
+                    return Err(ReadError::TooLarge);
+                }
+                if req.expect_continue && self.buf.len() < len {
+                    self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
+                        .await
+                        .map_err(ReadError::Io)?;
+                }
+                while self.buf.len() < len {
+                    // Room for the rest of the body (bounded per step), not a doubling race.
+                    let want = (len - self.buf.len()).min(MAX_BODY_STEP);
+                    self.read_body_bytes(want).await?;
+                }
+                // The buffer becomes the body without a copy; what follows (a pipelined
+                // request) moves to a fresh buffer.
+                let rest = self.buf.split_off(len);
+                req.body = std::mem::replace(&mut self.buf, rest);
+            }
+            Framing::Chunked => {
+                if req.expect_continue && self.buf.is_empty() {
+                    self.write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
+                        .await
+                        .map_err(ReadError::Io)?;
+                }
+                req.body = self.read_chunked(max_body).await?;
+            }
+        }
+        self.body_unread = false;
+        self.shrink();
+        Ok(())
+    }
+
+    async fn read_body_bytes(&mut self, min_spare: usize) -> Result<(), ReadError> {
+        match monoio::time::timeout(Duration::from_secs(60), self.fill(min_spare)).await {
             Ok(Ok(0)) => Err(reject(400, "Connection closed inside the request body.")),
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(ReadError::Io(e)),
@@ -184,49 +230,67 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         }
     }
 
+    /// The next CRLF line at the front of the buffer, reading as needed; returns its length
+    /// (the line stays in the buffer, followed by its CRLF).
+    async fn chunk_line(&mut self) -> Result<(usize, usize), ReadError> {
+        loop {
+            match take_line(&self.buf).map_err(bad_chunk)? {
+                Line::Complete { len, consumed } => return Ok((len, consumed)),
+                Line::Partial => {
+                    if self.buf.len() > MAX_CHUNK_LINE {
+                        return Err(bad_chunk("line too long"));
+                    }
+                    self.read_body_bytes(INITIAL_BUF).await?;
+                }
+            }
+        }
+    }
+
     async fn read_chunked(&mut self, max_body: usize) -> Result<Vec<u8>, ReadError> {
         let mut body = Vec::new();
         loop {
-            // chunk-size line
-            let line_end = loop {
-                if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                    break p;
-                }
-                if self.buf.len() > 4096 {
-                    return Err(reject(400, "Malformed chunk size line."));
-                }
-                self.read_body_bytes().await?;
-            };
-            let line = std::str::from_utf8(&self.buf[..line_end])
-                .map_err(|_| reject(400, "Malformed chunk size line."))?;
-            let size_str = line.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(size_str, 16)
-                .map_err(|_| reject(400, "Malformed chunk size."))?;
-            self.buf.drain(..line_end + 2);
+            let (len, consumed) = self.chunk_line().await?;
+            let size = parse_chunk_size(&self.buf[..len]).map_err(bad_chunk)?;
+            self.buf.drain(..consumed);
             if size == 0 {
-                // trailers until empty line
+                // Trailer fields until the empty line (ignored, but framed strictly).
+                let mut trailers = 0usize;
                 loop {
-                    if let Some(p) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                        self.buf.drain(..p + 2);
-                        if p == 0 {
-                            return Ok(body);
-                        }
-                        continue;
+                    let (len, consumed) = self.chunk_line().await?;
+                    self.buf.drain(..consumed);
+                    if len == 0 {
+                        return Ok(body);
                     }
-                    self.read_body_bytes().await?;
+                    trailers += consumed;
+                    if trailers > MAX_HEAD {
+                        return Err(reject(431, "Request trailer fields too large."));
+                    }
                 }
             }
-            if body.len() + size > max_body {
-                return Err(ReadError::TooLarge);
+            // Sizes come from the wire: checked arithmetic only.
+            let size = usize::try_from(size).map_err(|_| ReadError::TooLarge)?;
+            match body.len().checked_add(size) {
+                Some(total) if total <= max_body => {}
+                _ => return Err(ReadError::TooLarge),
             }
-            while self.buf.len() < size + 2 {
-                self.read_body_bytes().await?;
+            body.reserve(size);
+            let mut left = size;
+            while left > 0 {
+                if self.buf.is_empty() {
+                    self.read_body_bytes(left.min(MAX_BODY_STEP)).await?;
+                }
+                let take = left.min(self.buf.len());
+                body.extend_from_slice(&self.buf[..take]);
+                self.buf.drain(..take);
+                left -= take;
             }
-            body.extend_from_slice(&self.buf[..size]);
-            if &self.buf[size..size + 2] != b"\r\n" {
-                return Err(reject(400, "Malformed chunk terminator."));
+            while self.buf.len() < 2 {
+                self.read_body_bytes(INITIAL_BUF).await?;
             }
-            self.buf.drain(..size + 2);
+            if &self.buf[..2] != b"\r\n" {
+                return Err(bad_chunk("missing CRLF after chunk data"));
+            }
+            self.buf.drain(..2);
         }
     }
 
@@ -261,7 +325,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                 break;
             }
             self.buf.clear();
-            match monoio::time::timeout(left, self.fill()).await {
+            match monoio::time::timeout(left, self.fill(INITIAL_BUF)).await {
                 Ok(Ok(n)) if n > 0 => seen += n,
                 _ => break,
             }
@@ -282,9 +346,12 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         body: &[u8],
         keep_alive: bool,
     ) -> io::Result<()> {
-        let mut out = head(status, headers, keep_alive);
+        let mut out = head(status, headers, keep_alive && !self.body_unread);
         out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
-        out.extend_from_slice(body);
+        // A response to HEAD announces the length but never carries the bytes (RFC 9110 §9.3.2).
+        if !self.head_request {
+            out.extend_from_slice(body);
+        }
         self.write_all(out).await
     }
 
@@ -295,7 +362,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         headers: &[(&str, &str)],
         http10: bool,
     ) -> io::Result<()> {
-        let mut out = head(status, headers, !http10);
+        let mut out = head(status, headers, !http10 && !self.body_unread);
         if !http10 {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
@@ -337,8 +404,6 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     }
 }
 
-type Head = (usize, Request, Option<usize>, bool, bool);
-
 /// Appends `n` in lower-case hex (chunk sizes) without formatting machinery.
 fn push_hex(out: &mut Vec<u8>, n: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -357,20 +422,9 @@ fn push_hex(out: &mut Vec<u8>, n: usize) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::push_hex;
+mod tests;
 
-    #[test]
-    fn hex_chunk_sizes() {
-        for n in [0usize, 1, 15, 16, 255, 4096, 0xdead_beef] {
-            let mut v = Vec::new();
-            push_hex(&mut v, n);
-            assert_eq!(String::from_utf8(v).unwrap(), format!("{n:x}"));
-        }
-    }
-}
-
-fn parse_head(p: &httparse::Request<'_, '_>, n: usize) -> Result<Head, ReadError> {
+fn parse_head(p: &httparse::Request<'_, '_>) -> Result<Request, ReadError> {
     let method = p.method.unwrap_or("GET").to_owned();
     let target = p.path.unwrap_or("/");
     let (path, query) = match target.split_once('?') {
@@ -380,7 +434,7 @@ fn parse_head(p: &httparse::Request<'_, '_>, n: usize) -> Result<Head, ReadError
     let http10 = p.version == Some(0);
     let mut headers = Vec::with_capacity(p.headers.len());
     let mut content_length = None;
-    let mut chunked = false;
+    let mut codings: Vec<String> = Vec::new();
     let mut expect_continue = false;
     let mut keep_alive = !http10;
     for h in p.headers.iter() {
@@ -388,21 +442,18 @@ fn parse_head(p: &httparse::Request<'_, '_>, n: usize) -> Result<Head, ReadError
         let value = String::from_utf8_lossy(h.value).trim().to_owned();
         match name.as_str() {
             "content-length" => {
-                let len: usize = value
-                    .parse()
-                    .map_err(|_| reject(400, "Invalid Content-Length header."))?;
+                let len = parse_content_length(&value)?;
                 if content_length.is_some_and(|l| l != len) {
                     return Err(reject(400, "Conflicting Content-Length headers."));
                 }
                 content_length = Some(len);
             }
-            "transfer-encoding" => {
-                if value.to_ascii_lowercase().ends_with("chunked") {
-                    chunked = true;
-                } else {
-                    return Err(reject(501, "Unsupported Transfer-Encoding."));
-                }
-            }
+            "transfer-encoding" => codings.extend(
+                value
+                    .split(',')
+                    .map(|c| c.trim().to_ascii_lowercase())
+                    .filter(|c| !c.is_empty()),
+            ),
             "expect" if value.eq_ignore_ascii_case("100-continue") => expect_continue = true,
             "connection" => {
                 let v = value.to_ascii_lowercase();
@@ -416,27 +467,56 @@ fn parse_head(p: &httparse::Request<'_, '_>, n: usize) -> Result<Head, ReadError
         }
         headers.push((name, value));
     }
-    if chunked && content_length.is_some() {
-        return Err(reject(
-            400,
-            "Both Content-Length and Transfer-Encoding present.",
-        ));
-    }
-    Ok((
-        n,
-        Request {
-            method,
-            path,
-            query,
-            headers,
-            body: Vec::new(),
-            http10,
-            keep_alive,
-        },
-        content_length,
-        chunked,
+    let framing = if codings.is_empty() {
+        match content_length {
+            Some(0) | None => Framing::None,
+            Some(len) => Framing::Length(len),
+        }
+    } else {
+        // RFC 9112 §6.1 and §6.3: any Transfer-Encoding on HTTP/1.0, next to a
+        // Content-Length, or without `chunked` as the final coding makes the framing
+        // unreliable: 400 and close. Codings other than chunked are not implemented.
+        if http10 {
+            return Err(reject(400, "Transfer-Encoding is not allowed on HTTP/1.0."));
+        }
+        if content_length.is_some() {
+            return Err(reject(
+                400,
+                "Both Content-Length and Transfer-Encoding present.",
+            ));
+        }
+        if codings.last().map(String::as_str) != Some("chunked") {
+            return Err(reject(400, "Transfer-Encoding must end with chunked."));
+        }
+        if codings.len() > 1 {
+            return Err(reject(
+                501,
+                "Unsupported Transfer-Encoding: only chunked is accepted.",
+            ));
+        }
+        Framing::Chunked
+    };
+    Ok(Request {
+        method,
+        path,
+        query,
+        headers,
+        body: Vec::new(),
+        http10,
+        keep_alive,
+        framing,
         expect_continue,
-    ))
+    })
+}
+
+/// `Content-Length = 1*DIGIT` (RFC 9110 §8.6): no sign, no spaces inside, no list.
+fn parse_content_length(value: &str) -> Result<usize, ReadError> {
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(reject(400, "Invalid Content-Length header."));
+    }
+    value
+        .parse::<usize>()
+        .map_err(|_| reject(400, "Invalid Content-Length header."))
 }
 
 fn reason(status: u16) -> &'static str {

@@ -4,12 +4,17 @@
 
 use bytes::Bytes;
 use monoio::{
+    buf::{IoBufMut, IoVecBufMut},
     io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
     net::TcpStream,
+    BufResult,
 };
 
 use super::{UpstreamBody, UpstreamError, UpstreamRequest, UpstreamResponse};
-use crate::config::UpstreamConfig;
+use crate::{
+    config::UpstreamConfig,
+    wire::{parse_chunk_size, read_more, take_line, Line},
+};
 
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -56,11 +61,11 @@ where
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let deadline = cfg.first_byte_timeout;
     let (status, headers, head_len) = loop {
-        let (res, b) = match monoio::time::timeout(deadline, io.read(buf)).await {
+        // Appends (a head can arrive in many reads); a timeout abandons the connection.
+        let res = match monoio::time::timeout(deadline, read_more(&mut io, &mut buf, 1024)).await {
             Ok(r) => r,
             Err(_) => return Err(UpstreamError::Timeout { sent: true }),
         };
-        buf = b;
         let n = res.map_err(|e| UpstreamError::Protocol {
             sent: true,
             message: format!("h1 read: {e}"),
@@ -94,9 +99,6 @@ where
                         message: "upstream response head too large".into(),
                     });
                 }
-                if buf.capacity() - buf.len() < 1024 {
-                    buf.reserve(READ_CHUNK);
-                }
             }
             Err(e) => {
                 return Err(UpstreamError::Protocol {
@@ -116,7 +118,10 @@ where
     let mode =
         if find("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
             Mode::Chunked(ChunkState::Size)
-        } else if let Some(len) = find("content-length").and_then(|v| v.parse::<u64>().ok()) {
+        } else if let Some(len) = find("content-length")
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
             Mode::Length(len)
         } else if status == 204 || status == 304 {
             Mode::Length(0)
@@ -141,6 +146,16 @@ pub enum BodyIo {
     Plain(TcpStream),
     /// TLS.
     Tls(monoio_rustls::ClientTlsStream<TcpStream>),
+    /// A loopback connection fed in chosen segments (tests of this reader).
+    #[cfg(test)]
+    Segmented(crate::testing::SegmentedIo),
+}
+
+#[cfg(test)]
+impl From<crate::testing::SegmentedIo> for BodyIo {
+    fn from(s: crate::testing::SegmentedIo) -> Self {
+        Self::Segmented(s)
+    }
 }
 
 impl From<TcpStream> for BodyIo {
@@ -157,11 +172,22 @@ impl From<monoio_rustls::ClientTlsStream<TcpStream>> for BodyIo {
 
 // === impl BodyIo ===
 
-impl BodyIo {
-    async fn read(&mut self, buf: Vec<u8>) -> (std::io::Result<usize>, Vec<u8>) {
+impl AsyncReadRent for BodyIo {
+    async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
         match self {
             Self::Plain(s) => s.read(buf).await,
             Self::Tls(s) => s.read(buf).await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.read(buf).await,
+        }
+    }
+
+    async fn readv<T: IoVecBufMut>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Self::Plain(s) => s.readv(buf).await,
+            Self::Tls(s) => s.readv(buf).await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.readv(buf).await,
         }
     }
 }
@@ -189,7 +215,7 @@ pub struct Body {
     mode: Mode,
 }
 
-fn proto(message: &str) -> UpstreamError {
+fn proto(message: &'static str) -> UpstreamError {
     UpstreamError::Protocol {
         sent: true,
         message: message.to_owned(),
@@ -199,17 +225,19 @@ fn proto(message: &str) -> UpstreamError {
 // === impl Body ===
 
 impl Body {
+    /// Appends the next read to the buffer (never overwrites what it holds).
     async fn fill(&mut self) -> Result<usize, UpstreamError> {
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(READ_CHUNK);
-        }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, buf) = self.io.read(buf).await;
-        self.buf = buf;
-        res.map_err(|e| UpstreamError::Protocol {
-            sent: true,
-            message: format!("h1 body read: {e}"),
-        })
+        let spare = if self.buf.capacity() - self.buf.len() < 1024 {
+            READ_CHUNK
+        } else {
+            1
+        };
+        read_more(&mut self.io, &mut self.buf, spare)
+            .await
+            .map_err(|e| UpstreamError::Protocol {
+                sent: true,
+                message: format!("h1 body read: {e}"),
+            })
     }
 
     /// The next chunk of body bytes; `Ok(None)` at the end.
@@ -225,7 +253,9 @@ impl Body {
                     if self.buf.is_empty() && self.fill().await? == 0 {
                         return Err(proto("upstream closed inside the body"));
                     }
-                    let take = (rem as usize).min(self.buf.len());
+                    let take = usize::try_from(rem)
+                        .unwrap_or(usize::MAX)
+                        .min(self.buf.len());
                     let out = Bytes::from(self.buf.drain(..take).collect::<Vec<u8>>());
                     self.mode = Mode::Length(rem - take as u64);
                     return Ok(Some(out));
@@ -237,38 +267,32 @@ impl Body {
                     }
                     return Ok(Some(Bytes::from(std::mem::take(&mut self.buf))));
                 }
-                Mode::Chunked(ChunkState::Size) => {
-                    match self.buf.windows(2).position(|w| w == b"\r\n") {
-                        Some(p) => {
-                            let line = std::str::from_utf8(&self.buf[..p])
-                                .map_err(|_| proto("bad chunk size"))?;
-                            let size = u64::from_str_radix(
-                                line.split(';').next().unwrap_or("").trim(),
-                                16,
-                            )
-                            .map_err(|_| proto("bad chunk size"))?;
-                            self.buf.drain(..p + 2);
-                            self.mode = Mode::Chunked(if size == 0 {
-                                ChunkState::Trailers
-                            } else {
-                                ChunkState::Data(size)
-                            });
+                Mode::Chunked(ChunkState::Size) => match take_line(&self.buf).map_err(proto)? {
+                    Line::Complete { len, consumed } => {
+                        let size = parse_chunk_size(&self.buf[..len]).map_err(proto)?;
+                        self.buf.drain(..consumed);
+                        self.mode = Mode::Chunked(if size == 0 {
+                            ChunkState::Trailers
+                        } else {
+                            ChunkState::Data(size)
+                        });
+                    }
+                    Line::Partial => {
+                        if self.buf.len() > 4096 {
+                            return Err(proto("bad chunk size line"));
                         }
-                        None => {
-                            if self.buf.len() > 4096 {
-                                return Err(proto("bad chunk size line"));
-                            }
-                            if self.fill().await? == 0 {
-                                return Err(proto("upstream closed inside a chunk"));
-                            }
+                        if self.fill().await? == 0 {
+                            return Err(proto("upstream closed inside a chunk"));
                         }
                     }
-                }
+                },
                 Mode::Chunked(ChunkState::Data(rem)) => {
                     if self.buf.is_empty() && self.fill().await? == 0 {
                         return Err(proto("upstream closed inside a chunk"));
                     }
-                    let take = (rem as usize).min(self.buf.len());
+                    let take = usize::try_from(rem)
+                        .unwrap_or(usize::MAX)
+                        .min(self.buf.len());
                     let out = Bytes::from(self.buf.drain(..take).collect::<Vec<u8>>());
                     let left = rem - take as u64;
                     self.mode = Mode::Chunked(if left == 0 {
@@ -291,25 +315,29 @@ impl Body {
                     self.buf.drain(..2);
                     self.mode = Mode::Chunked(ChunkState::Size);
                 }
-                Mode::Chunked(ChunkState::Trailers) => {
-                    match self.buf.windows(2).position(|w| w == b"\r\n") {
-                        Some(0) => {
-                            self.buf.drain(..2);
+                Mode::Chunked(ChunkState::Trailers) => match take_line(&self.buf).map_err(proto)? {
+                    Line::Complete { len: 0, consumed } => {
+                        self.buf.drain(..consumed);
+                        self.mode = Mode::Done;
+                        return Ok(None);
+                    }
+                    Line::Complete { consumed, .. } => {
+                        self.buf.drain(..consumed);
+                    }
+                    Line::Partial => {
+                        if self.buf.len() > 64 * 1024 {
+                            return Err(proto("upstream trailers too large"));
+                        }
+                        if self.fill().await? == 0 {
                             self.mode = Mode::Done;
                             return Ok(None);
                         }
-                        Some(p) => {
-                            self.buf.drain(..p + 2);
-                        }
-                        None => {
-                            if self.fill().await? == 0 {
-                                self.mode = Mode::Done;
-                                return Ok(None);
-                            }
-                        }
                     }
-                }
+                },
             }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+//! The request reader under segmentation: production-sized heads and bodies delivered over a
+//! real socket whole, one byte per read and at seeded random split points, on both drivers.
+
+use std::time::Duration;
+
+use super::{push_hex, Conn, Framing, ReadError, Request};
+use crate::testing::{Plan, SegmentedIo};
+
+const MAX_BODY: usize = 16 * 1024 * 1024;
+const IDLE: Duration = Duration::from_secs(5);
+
+/// A Codex-CLI-shaped request head (codex-protocol.md §5.2), ~1 KB.
+fn cli_head(extra: &str) -> String {
+    format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nauthorization: Bearer sk-cg-test\r\n\
+         accept: text/event-stream\r\ncontent-type: application/json\r\naccept-encoding: zstd,gzip\r\n\
+         originator: codex_exec\r\nuser-agent: codex_exec/0.171.0 (Debian 12.0.0; x86_64) xterm (codex_exec; 0.171.0)\r\n\
+         session-id: 0199a213-81c0-7800-8aa1-bbab2a035a53\r\nthread-id: 0199a213-81c0-7800-8aa1-bbab2a035a53\r\n\
+         x-client-request-id: 0199a213-81c0-7800-8aa1-bbab2a035a53\r\nx-codex-window-id: 0199a213-81c0-7800-8aa1-bbab2a035a53:0\r\n\
+         x-codex-beta-features: remote_compaction_v2\r\n\
+         x-codex-turn-metadata: {{\"installation_id\":\"5f1c\",\"session_id\":\"0199a213\",\"turn_id\":\"t1\",\"request_kind\":\"turn\",\"sandbox\":\"read-only\",\"model\":\"gpt-5.1-codex\"}}\r\n\
+         {extra}\r\n"
+    )
+}
+
+/// A JSON-ish body of exactly `len` bytes with a recognisable pattern.
+fn body(len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(b"{\"input\":\"");
+    let mut i = 0u32;
+    while b.len() < len.saturating_sub(2) {
+        b.push(b'a' + (i % 26) as u8);
+        i = i.wrapping_mul(1_103_515_245).wrapping_add(12_345) >> 3;
+    }
+    b.extend_from_slice(b"\"}");
+    b.truncate(len);
+    b
+}
+
+fn with_length(extra: &str, body: &[u8]) -> Vec<u8> {
+    let mut req = cli_head(&format!("content-length: {}\r\n{extra}", body.len())).into_bytes();
+    req.extend_from_slice(body);
+    req
+}
+
+/// `body` in chunks of varying sizes (with extensions on some), then a trailer.
+fn chunked(body: &[u8]) -> Vec<u8> {
+    let mut out = cli_head("transfer-encoding: chunked\r\n").into_bytes();
+    let mut rest = body;
+    let mut n = 1usize;
+    while !rest.is_empty() {
+        let take = n.min(rest.len());
+        push_hex(&mut out, take);
+        if n % 3 == 0 {
+            out.extend_from_slice(b";ext=1");
+        }
+        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(&rest[..take]);
+        out.extend_from_slice(b"\r\n");
+        rest = &rest[take..];
+        n = n * 7 % 5003 + 1;
+    }
+    out.extend_from_slice(b"0\r\nx-trailer: yes\r\n\r\n");
+    out
+}
+
+async fn read_one(conn: &mut Conn<SegmentedIo>) -> Result<Request, ReadError> {
+    let mut req = conn.read_head(IDLE).await?;
+    conn.read_body(&mut req, MAX_BODY).await?;
+    Ok(req)
+}
+
+fn describe(e: &ReadError) -> String {
+    match e {
+        ReadError::Reject { status, message } => format!("{status} {message}"),
+        other => format!("{other:?}"),
+    }
+}
+
+async fn expect_body(wire: &[u8], want: &[u8], plans: &[Plan]) {
+    for &plan in plans {
+        let mut conn = Conn::new(SegmentedIo::new(wire, plan));
+        let req = read_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{plan:?}: {}", describe(&e)));
+        assert_eq!(req.method, "POST", "{plan:?}");
+        assert_eq!(req.path, "/v1/responses", "{plan:?}");
+        assert_eq!(req.header("originator"), Some("codex_exec"), "{plan:?}");
+        assert!(
+            req.body.len() == want.len() && req.body == want,
+            "{plan:?}: body differs"
+        );
+        assert!(!conn.body_unread());
+    }
+}
+
+#[test]
+fn hex_chunk_sizes() {
+    for n in [0usize, 1, 15, 16, 255, 4096, 0xdead_beef] {
+        let mut v = Vec::new();
+        push_hex(&mut v, n);
+        assert_eq!(String::from_utf8(v).unwrap(), format!("{n:x}"));
+    }
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn codex_cli_sized_bodies_at_every_split() {
+    // 40 KB: what the Codex CLI sends on its first turn; one byte per read included.
+    let b = body(40 * 1024);
+    expect_body(&with_length("", &b), &b, &Plan::standard(12, true)).await;
+    // 1 MB and just under the 16 MiB limit: random cuts.
+    let b = body(1024 * 1024);
+    expect_body(&with_length("", &b), &b, &Plan::standard(4, false)).await;
+    let b = body(MAX_BODY - 1);
+    let plans = [
+        Plan::Whole,
+        Plan::Random {
+            seed: 7,
+            max: 60_000,
+        },
+    ];
+    expect_body(&with_length("", &b), &b, &plans).await;
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn chunked_bodies_at_every_split() {
+    let b = body(40 * 1024);
+    expect_body(&chunked(&b), &b, &Plan::standard(12, true)).await;
+    let b = body(1024 * 1024);
+    expect_body(&chunked(&b), &b, &Plan::standard(3, false)).await;
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn heads_one_byte_at_a_time() {
+    let wire = cli_head("content-length: 0\r\n").into_bytes();
+    for plan in Plan::standard(8, true) {
+        let mut conn = Conn::new(SegmentedIo::new(&wire, plan));
+        let req = read_one(&mut conn).await.expect("head");
+        assert_eq!(
+            req.header("x-codex-beta-features"),
+            Some("remote_compaction_v2")
+        );
+        assert_eq!(req.framing, Framing::None);
+        assert!(req.body.is_empty());
+    }
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn pipelined_requests_at_every_split() {
+    let a = body(40 * 1024);
+    let b = body(9 * 1024);
+    let mut wire = with_length("", &a);
+    wire.extend_from_slice(&chunked(&b));
+    wire.extend_from_slice(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n");
+    for plan in Plan::standard(8, true) {
+        let mut conn = Conn::new(SegmentedIo::new(&wire, plan));
+        let r1 = read_one(&mut conn).await.expect("first");
+        let r2 = read_one(&mut conn).await.expect("second");
+        let r3 = read_one(&mut conn).await.expect("third");
+        assert!(r1.body == a && r2.body == b, "{plan:?}");
+        assert_eq!((r3.method.as_str(), r3.path.as_str()), ("GET", "/healthz"));
+        assert!(
+            matches!(conn.read_head(IDLE).await, Err(ReadError::Closed)),
+            "{plan:?}: clean EOF after the last request"
+        );
+    }
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn expect_continue_is_sent_only_when_the_body_is_asked_for() {
+    let b = body(40 * 1024);
+    let wire = with_length("expect: 100-continue\r\n", &b);
+    let head_len = wire.len() - b.len();
+    for plan in [Plan::Whole, Plan::Random { seed: 5, max: 3000 }] {
+        // The head arrives alone, as a client waiting for 100 Continue sends it.
+        let mut segs = std::collections::VecDeque::from(vec![wire[..head_len].to_vec()]);
+        segs.extend(plan.cut(&b));
+        let mut conn = Conn::new(SegmentedIo::from_segments(segs));
+        let mut req = conn.read_head(IDLE).await.expect("head");
+        assert!(req.expect_continue);
+        assert!(
+            conn.io.written(1).is_empty(),
+            "no 100 Continue before the handler asks"
+        );
+        conn.read_body(&mut req, MAX_BODY).await.expect("body");
+        assert_eq!(req.body, b);
+        assert_eq!(conn.io.written(25), b"HTTP/1.1 100 Continue\r\n\r\n");
+    }
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn unread_bodies_close_the_connection() {
+    let b = body(4096);
+    let wire = with_length("", &b);
+    let mut conn = Conn::new(SegmentedIo::new(&wire, Plan::Whole));
+    let _req = conn.read_head(IDLE).await.expect("head");
+    assert!(conn.body_unread());
+    conn.write_response(401, &[], b"{}", true)
+        .await
+        .expect("write");
+    let out = String::from_utf8(conn.io.written(40)).unwrap();
+    assert!(out.contains("connection: close"), "{out}");
+}
+
+#[monoio::test_all(timer_enabled = true)]
+async fn head_responses_carry_no_body() {
+    let wire = b"HEAD /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut conn = Conn::new(SegmentedIo::new(wire, Plan::Whole));
+    let _req = read_one(&mut conn).await.expect("head");
+    conn.write_response(200, &[], br#"{"status":"ok"}"#, true)
+        .await
+        .expect("write");
+    let out = String::from_utf8(conn.io.written(1000)).unwrap();
+    assert!(out.ends_with("content-length: 15\r\n\r\n"), "{out:?}");
+}
+
+/// Each malformed request is refused with its status at once (no wait for more bytes: the
+/// peer keeps the connection open, so a reader that waited would time out instead).
+#[monoio::test_all(timer_enabled = true)]
+async fn lenient_framing_is_refused() {
+    let te = |te: &str, rest: &str| {
+        format!("POST /v1/responses HTTP/1.1\r\nhost: x\r\ntransfer-encoding: {te}\r\n\r\n{rest}")
+    };
+    let cases: Vec<(String, u16)> = vec![
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: +5\r\n\r\nhello".into(), 400),
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 5, 5\r\n\r\nhello".into(), 400),
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 0x5\r\n\r\nhello".into(), 400),
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello".into(), 400),
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 99999999999999999999999\r\n\r\n".into(), 400),
+        ("POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".into(), 400),
+        (te("xchunked", "5\r\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked, gzip", "5\r\nhello\r\n0\r\n\r\n"), 400),
+        (te("gzip, chunked", "5\r\nhello\r\n0\r\n\r\n"), 501),
+        ("POST /v1/responses HTTP/1.0\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".into(), 400),
+        (te("chunked", "+5\r\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked", " 5 \r\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked", "5 \r\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked", "0x5\r\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked", "5\nhello\r\n0\r\n\r\n"), 400),
+        (te("chunked", "5\r\nhello\n0\r\n\r\n"), 400),
+        (te("chunked", "5\r\nhelloXX0\r\n\r\n"), 400),
+        (te("chunked", "5\r\nhello\r\n0\r\nx-t: 1\n\r\n"), 400),
+        (te("chunked", "1ffffffffffffffff\r\n"), 400),
+    ];
+    for (wire, status) in cases {
+        for plan in [Plan::Whole, Plan::EveryByte] {
+            // Keep the connection open after the bytes: a reader that waits would hang.
+            let mut conn = Conn::new(SegmentedIo::new(wire.as_bytes(), plan).hold_open());
+            let res = monoio::time::timeout(Duration::from_secs(3), read_one(&mut conn)).await;
+            match res {
+                Ok(Err(ReadError::Reject { status: s, .. })) if s == status => {}
+                Ok(other) => panic!(
+                    "{wire:?} {plan:?}: expected {status}, got {:?}",
+                    other.map(|r| r.body.len()).map_err(|e| describe(&e))
+                ),
+                Err(_) => panic!("{wire:?} {plan:?}: waited instead of refusing"),
+            }
+        }
+    }
+}
+
+/// Chunk sizes near the integer limits never wrap or panic: one byte then 2^64-1.
+#[monoio::test_all(timer_enabled = true)]
+async fn huge_chunk_sizes_are_too_large_not_a_panic() {
+    let wire = "POST /v1/responses HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n";
+    for plan in [Plan::Whole, Plan::EveryByte] {
+        let mut conn = Conn::new(SegmentedIo::new(wire.as_bytes(), plan));
+        match read_one(&mut conn).await {
+            Err(ReadError::TooLarge) => {}
+            other => panic!(
+                "{plan:?}: {:?}",
+                other.map(|r| r.body.len()).map_err(|e| describe(&e))
+            ),
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! HTTP/1.1 wire primitives shared by the server ([`crate::server::h1`]) and the streaming
+//! upstream client ([`crate::upstream::h1`]): the one appending read, and strict (RFC 9112)
+//! parsing of what arrives in lines (chunk sizes, trailer lines).
+//!
+//! # Key Components
+//! - [`read_more`]: appends one socket read to a buffer. monoio's `read` into a `Vec<u8>`
+//!   writes at offset 0 and sets the length to the bytes read (monoio-notes.md §5.4 item 0),
+//!   so every loop that accumulates bytes across reads goes through this function, which reads
+//!   into the spare capacity (`slice_mut(len..)`) instead.
+//! - [`take_line`]: the next CRLF-terminated line; a bare LF is an error at once (never a wait).
+//! - [`parse_chunk_size`]: `1*HEXDIG [ BWS ";" chunk-ext ]`, nothing else (no sign, no
+//!   surrounding spaces, no `0x`), at most 16 hex digits, so sizes never overflow.
+//!
+//! # Error handling
+//! Parsing returns `Err(&'static str)` naming what was malformed; callers map it to their
+//! dialect (400 and close on the server, a protocol error on the upstream side).
+
+use std::io;
+
+use monoio::{
+    buf::{IoBufMut, SliceMut},
+    io::AsyncReadRent,
+};
+
+/// Appends one read from `io` to `buf`, first making sure at least `min_spare` bytes of spare
+/// capacity exist (growing by at least the current capacity, so a large body costs O(log n)
+/// reallocations). Returns the number of bytes appended; `Ok(0)` is EOF.
+pub async fn read_more<R: AsyncReadRent>(
+    io: &mut R,
+    buf: &mut Vec<u8>,
+    min_spare: usize,
+) -> io::Result<usize> {
+    let min_spare = min_spare.max(1);
+    if buf.capacity() - buf.len() < min_spare {
+        buf.reserve(min_spare.max(buf.capacity()));
+    }
+    let len = buf.len();
+    let slice: SliceMut<Vec<u8>> = std::mem::take(buf).slice_mut(len..);
+    let (res, slice) = io.read(slice).await;
+    *buf = slice.into_inner();
+    res
+}
+
+/// Outcome of looking for a line at the start of a buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    /// A complete line: its length without the CRLF, and the bytes to consume (with CRLF).
+    Complete {
+        /// Length of the line content.
+        len: usize,
+        /// Length including the terminating CRLF.
+        consumed: usize,
+    },
+    /// No line terminator yet.
+    Partial,
+}
+
+/// Finds the CRLF-terminated line at the start of `buf`. A LF without the CR before it is
+/// malformed (RFC 9112 §7.1 requires CRLF in chunked framing), and so is a lone CR followed
+/// by anything else but LF.
+pub fn take_line(buf: &[u8]) -> Result<Line, &'static str> {
+    match buf.iter().position(|&b| b == b'\n' || b == b'\r') {
+        None => Ok(Line::Partial),
+        Some(p) if buf[p] == b'\n' => Err("bare LF line terminator"),
+        Some(p) => match buf.get(p + 1) {
+            None => Ok(Line::Partial),
+            Some(b'\n') => Ok(Line::Complete {
+                len: p,
+                consumed: p + 2,
+            }),
+            Some(_) => Err("bare CR in a line"),
+        },
+    }
+}
+
+/// Parses a chunk-size line (without its CRLF): `1*HEXDIG [ BWS ";" chunk-ext ]`.
+pub fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 {
+        return Err("malformed chunk size");
+    }
+    if digits > 16 {
+        return Err("chunk size too large");
+    }
+    let mut size: u64 = 0;
+    for &b in &line[..digits] {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => b - b'A' + 10,
+        };
+        size = (size << 4) | u64::from(d);
+    }
+    let rest = &line[digits..];
+    if rest.is_empty() {
+        return Ok(size);
+    }
+    // Only BWS followed by a chunk extension may follow the size.
+    let ext = rest.iter().position(|&b| b != b' ' && b != b'\t');
+    match ext {
+        Some(i) if rest[i] == b';' => {
+            if rest[i..]
+                .iter()
+                .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
+            {
+                Err("malformed chunk extension")
+            } else {
+                Ok(size)
+            }
+        }
+        _ => Err("malformed chunk size"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_sizes_strict() {
+        assert_eq!(parse_chunk_size(b"0"), Ok(0));
+        assert_eq!(parse_chunk_size(b"1a"), Ok(26));
+        assert_eq!(parse_chunk_size(b"FF"), Ok(255));
+        assert_eq!(parse_chunk_size(b"5;name=value"), Ok(5));
+        assert_eq!(parse_chunk_size(b"5 ;name"), Ok(5));
+        assert_eq!(parse_chunk_size(b"ffffffffffffffff"), Ok(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"+5",
+            b" 5",
+            b"5 ",
+            b" 5 ",
+            b"0x5",
+            b"-1",
+            b"5x",
+            b"1ffffffffffffffff",
+            b"5;\x01",
+        ] {
+            assert!(
+                parse_chunk_size(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn lines_need_crlf() {
+        assert_eq!(
+            take_line(b"5\r\nhello"),
+            Ok(Line::Complete {
+                len: 1,
+                consumed: 3
+            })
+        );
+        assert_eq!(take_line(b"5"), Ok(Line::Partial));
+        assert_eq!(take_line(b"5\r"), Ok(Line::Partial));
+        assert!(take_line(b"5\nhello").is_err());
+        assert!(take_line(b"5\rx").is_err());
+        assert_eq!(
+            take_line(b"\r\n"),
+            Ok(Line::Complete {
+                len: 0,
+                consumed: 2
+            })
+        );
+    }
+}
