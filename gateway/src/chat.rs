@@ -20,10 +20,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     lifecycle::{self, Next, RequestPlan},
     models,
-    routes::{
-        affinity_key, check_encoding, passthrough, sse_headers, write_error, Accounting,
-        StreamGauge,
-    },
+    routes::{affinity_key, passthrough, sse_headers, write_error, Accounting, StreamGauge},
     server::h1::{Conn, Request},
     worker::WorkerCtx,
 };
@@ -57,9 +54,6 @@ pub async fn chat_completions<S: AsyncReadRent + AsyncWriteRent>(
     key: ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
-    if let Err(e) = check_encoding(&req) {
-        return write_error(ctx, conn, ROUTE, &e, keep).await;
-    }
     // Resolve the model against the catalog before translating (aliases, unknown models).
     let catalog = ctx.catalog.load();
     let requested = sonic_rs::get(req.body.as_slice(), &["model"])

@@ -82,6 +82,9 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             if let Err(e) = conn.read_body(&mut req, ctx.cfg.max_body_bytes).await {
                 return Ok(write_read_error(ctx, conn, "responses", e).await);
             }
+            if let Err(e) = decode_body(ctx, &mut req) {
+                return write_error(ctx, conn, "responses", &e, keep).await;
+            }
             responses(ctx, conn, req, key, keep).await
         }
         ("POST", "/v1/chat/completions") | ("POST", "/chat/completions") => {
@@ -91,6 +94,9 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             };
             if let Err(e) = conn.read_body(&mut req, ctx.cfg.max_body_bytes).await {
                 return Ok(write_read_error(ctx, conn, "chat_completions", e).await);
+            }
+            if let Err(e) = decode_body(ctx, &mut req) {
+                return write_error(ctx, conn, "chat_completions", &e, keep).await;
             }
             Box::pin(crate::chat::chat_completions(ctx, conn, req, key, keep)).await
         }
@@ -307,21 +313,6 @@ async fn responses<S: AsyncReadRent + AsyncWriteRent>(
     key: ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
-    if req
-        .header("content-encoding")
-        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
-    {
-        let e = Error::new(
-            ErrorKind::BadRequest {
-                message:
-                    "Compressed request bodies are not supported; send the JSON body uncompressed."
-                        .into(),
-                param: None,
-            },
-            Side::Downstream,
-        );
-        return write_error(ctx, conn, "responses", &e, keep).await;
-    }
     let catalog = ctx.catalog.load();
     let strict = ctx.cfg.strict_models;
     let norm = match normalize_responses_with(&req.body, &|m| models::choose(&catalog, strict, m)) {
@@ -381,22 +372,31 @@ fn fault_requested(req: &Request, fault: &str) -> bool {
     cfg!(feature = "fault-injection") && req.header("x-codex-gateway-fault") == Some(fault)
 }
 
-/// Rejects compressed request bodies with a clear error.
-pub(crate) fn check_encoding(req: &Request) -> Result<(), Error> {
-    if req
-        .header("content-encoding")
-        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
-    {
-        return Err(Error::new(
-            ErrorKind::BadRequest {
-                message:
-                    "Compressed request bodies are not supported; send the JSON body uncompressed."
-                        .into(),
-                param: None,
-            },
-            Side::Downstream,
-        ));
-    }
+/// Decodes a compressed request body in place (`Content-Encoding`: zstd, gzip, deflate),
+/// never past the body limit.
+fn decode_body(ctx: &WorkerCtx, req: &mut Request) -> Result<(), Error> {
+    use crate::server::encoding::{decode, DecodeError};
+    let Some(coding) = req.header("content-encoding").map(str::to_owned) else {
+        return Ok(());
+    };
+    let limit = ctx.cfg.max_body_bytes;
+    req.body =
+        decode(Some(&coding), std::mem::take(&mut req.body), limit).map_err(|e| match e {
+            DecodeError::TooLarge => {
+                Error::new(ErrorKind::BodyTooLarge { limit }, Side::Downstream)
+            }
+            DecodeError::Unsupported(c) => Error::bad_request(
+                format!(
+                    "Unsupported Content-Encoding `{c}`; send identity, zstd, gzip or deflate."
+                ),
+                None,
+            ),
+            DecodeError::Malformed(c) => Error::bad_request(
+                format!("The request body is not valid {c} data (Content-Encoding: {coding})."),
+                None,
+            ),
+        })?;
+    req.headers.retain(|(n, _)| n != "content-encoding");
     Ok(())
 }
 

@@ -6,10 +6,13 @@
 //!   [`h1::Conn::write_chunk`] is one socket write (SSE events are never batched, unlike the
 //!   monoio-http encoder, monoio-notes.md §2.1).
 //! - [`h1::Request`]: a parsed request with lower-cased header names.
+//! - [`encoding::decode`]: request body content codings (zstd, gzip, deflate) with a cap on
+//!   the decoded size.
 //!
 //! # Error handling
 //! Malformed input yields [`h1::ReadError`] carrying the status to answer with (400, 413, 431)
 //! before the connection is closed. A timeout while waiting for a request closes the
 //! connection: a read is never cancelled and then continued (monoio-notes.md §5.4).
 
+pub mod encoding;
 pub mod h1;

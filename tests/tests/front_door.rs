@@ -268,3 +268,91 @@ fn a_panicking_connection_task_is_contained() {
         }
     }
 }
+
+fn zstd(data: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// What the Codex CLI's built-in provider sends over HTTP: `Content-Encoding: zstd` bodies
+/// (codex-protocol.md §5.5); other clients send gzip. Both stream, on both endpoints.
+#[test]
+fn compressed_request_bodies_stream() {
+    let s = StackBuilder::default().start();
+    let body = big_body(45 * 1024, true);
+    let chat = br#"{"model":"gpt-5.5","stream":true,"messages":[{"role":"user","content":"hi COMPRESSED-CHAT"}]}"#;
+    for (coding, encoded, path) in [
+        ("zstd", zstd(&body), "/v1/responses"),
+        ("gzip", gzip(&body), "/v1/responses"),
+        ("zstd", zstd(chat), "/v1/chat/completions"),
+        ("gzip", gzip(chat), "/v1/chat/completions"),
+    ] {
+        s.mock.clear_requests();
+        let mut c = connect(&s);
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-encoding: {coding}\r\ncontent-length: {}\r\n\r\n",
+            s.key,
+            encoded.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(&encoded).unwrap();
+        let mut buf = Vec::new();
+        let r = read_response(&mut c, &mut buf, false);
+        assert_eq!(r.status, 200, "{coding} {path}: {}", r.head);
+        assert!(r.head.contains("text/event-stream"), "{}", r.head);
+        let upstream = s.mock.requests();
+        let sent = upstream
+            .iter()
+            .find(|r| r.path.ends_with("/responses"))
+            .expect("upstream request");
+        let text = sent.body_text();
+        assert!(
+            text.contains("END-MARKER") || text.contains("COMPRESSED-CHAT"),
+            "{coding} {path}: the upstream got the decoded JSON"
+        );
+        assert!(sent.header("content-encoding").is_none());
+    }
+}
+
+#[test]
+fn compressed_bombs_and_unknown_codings_are_refused() {
+    let s = StackBuilder::default().start();
+    let zeros = vec![b' '; 64 << 20];
+    for (coding, encoded, status) in [
+        ("zstd", zstd(&zeros), 413),
+        ("gzip", gzip(&zeros), 413),
+        ("br", b"abc".to_vec(), 400),
+        ("zstd", b"definitely not zstd".to_vec(), 400),
+    ] {
+        let mut c = connect(&s);
+        let head = format!(
+            "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-encoding: {coding}\r\ncontent-length: {}\r\n\r\n",
+            s.key,
+            encoded.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(&encoded).unwrap();
+        let r = read_response(&mut c, &mut Vec::new(), true);
+        assert_eq!(
+            r.status,
+            status,
+            "{coding}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert!(v["error"]["message"].is_string(), "{v}");
+    }
+    assert_eq!(
+        s.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/responses"))
+            .count(),
+        0
+    );
+}
