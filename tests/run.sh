@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: starts PostgreSQL and Redis when they are not running (installing
-# them with apt-get when absent), prepares a Python venv with the official OpenAI SDK for the
-# compatibility tests, then runs every Rust test of the workspace.
+# them with apt-get when absent), prepares a Python venv with the official OpenAI SDK and installs
+# the pinned Codex CLI from npm for the real-client tests, then runs every Rust test of the
+# workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,24 @@ if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
   "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60'
 fi
 export CODEX_GATEWAY_TEST_PYTHON="$PWD/$venv/bin/python"
+
+# The real Codex CLI, pinned, for tests/tests/codex_cli.rs. The npm package is a node wrapper;
+# the native binary comes with the optional dependency @openai/codex-linux-x64.
+codex_version=0.171.0
+codex_dir=target/codex-cli
+codex_bin="$codex_dir/node_modules/.bin/codex"
+if [ "$("$codex_bin" --version 2>/dev/null)" != "codex-cli $codex_version" ]; then
+  if ! command -v npm >/dev/null; then
+    log "installing Node.js and npm"
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  log "installing the Codex CLI $codex_version (npm)"
+  npm install --prefix "$codex_dir" --save-exact --include=optional --no-audit --no-fund \
+    --loglevel=error "@openai/codex@$codex_version"
+  got="$("$codex_bin" --version 2>&1)" || true
+  [ "$got" = "codex-cli $codex_version" ] || { log "codex --version says: $got"; exit 1; }
+fi
+export CODEX_GATEWAY_TEST_CODEX="$PWD/$codex_bin"
 
 log "running the test suite"
 exec cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"

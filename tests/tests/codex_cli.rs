@@ -1,0 +1,527 @@
+//! The real Codex CLI (`@openai/codex` 0.171.0 from npm) through the gateway in front of
+//! mock-codex, on both monoio drivers: one `codex exec` turn (a ~40 KB request), a resumed
+//! session (the full history re-sent), and a tool round trip (`exec_command` run by the CLI,
+//! its output sent back).
+//!
+//! Needs `CODEX_GATEWAY_TEST_CODEX`, the path of the `codex` executable; `tests/run.sh`
+//! installs the pinned CLI under `target/codex-cli` and sets it. Without the variable every
+//! test here prints why it is skipped and returns; with it, nothing is skipped.
+//!
+//! The CLI talks to the gateway as a custom provider over HTTP+SSE (codex-protocol.md §5.2;
+//! `OPENAI_BASE_URL` does nothing for 0.171, §5.6 item 8). Everything that would reach the
+//! internet (plugin marketplace sync from github.com, apps, analytics, update checks) is
+//! switched off in its `config.toml`, and each CLI run is killed (its whole process group)
+//! after [`RUN_TIMEOUT`].
+
+use std::{
+    os::unix::process::CommandExt,
+    path::PathBuf,
+    process::{Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
+use integration_tests::{Stack, StackBuilder};
+use serde_json::Value;
+
+/// The environment variable naming the `codex` executable.
+const CODEX_ENV: &str = "CODEX_GATEWAY_TEST_CODEX";
+/// The environment variable (set on the CLI only) that carries the gateway key (`env_key`).
+const KEY_ENV: &str = "CODEX_GATEWAY_TEST_KEY";
+/// The longest one CLI run may take; a happy run takes 1-3 s.
+const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+/// The model the CLI asks for (in the gateway's catalog).
+const MODEL: &str = "gpt-5.5";
+
+/// The `codex` executable, or `None` (with the reason printed) when the variable is absent.
+fn codex_bin() -> Option<PathBuf> {
+    let Some(p) = std::env::var_os(CODEX_ENV) else {
+        eprintln!(
+            "SKIPPED: {CODEX_ENV} is not set, so the real Codex CLI tests do not run. \
+             tests/run.sh installs @openai/codex 0.171.0 under target/codex-cli and sets it."
+        );
+        return None;
+    };
+    let p = PathBuf::from(p);
+    assert!(
+        p.is_file(),
+        "{CODEX_ENV}={} is not a file (run tests/run.sh to install the Codex CLI)",
+        p.display()
+    );
+    Some(p)
+}
+
+/// One finished CLI run.
+struct Run {
+    what: String,
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Run {
+    /// Panics with the CLI's output and what the upstream saw unless the run exited 0.
+    fn assert_ok(&self, s: &Stack) {
+        assert!(
+            self.status.success(),
+            "`{}` failed ({}) after {:?}\n{}\n--- stdout ---\n{}\n--- stderr (tail) ---\n{}",
+            self.what,
+            self.status,
+            self.took,
+            upstream_summary(s),
+            self.stdout,
+            tail(&self.stderr, 6000),
+        );
+    }
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// A Codex CLI with its own `CODEX_HOME` (and `HOME`) and working directory, configured to
+/// use the stack's gateway as its only provider.
+struct Cli {
+    bin: PathBuf,
+    root: tempfile::TempDir,
+    key: String,
+    runs: AtomicUsize,
+}
+
+impl Cli {
+    fn new(bin: PathBuf, s: &Stack) -> Self {
+        // Not under /tmp: the CLI refuses to install its PATH helpers below a temporary dir.
+        let root = tempfile::Builder::new()
+            .prefix("codex-cli-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir");
+        for d in ["home", "codex-home", "work"] {
+            std::fs::create_dir_all(root.path().join(d)).expect("mkdir");
+        }
+        let config = format!(
+            r#"model = "{MODEL}"
+model_provider = "codex-gateway"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+
+[model_providers.codex-gateway]
+name = "codex-gateway under test"
+base_url = "{url}/v1"
+wire_api = "responses"
+env_key = "{KEY_ENV}"
+supports_websockets = false
+request_max_retries = 0
+stream_max_retries = 0
+stream_idle_timeout_ms = 30000
+"#,
+            url = s.url()
+        );
+        std::fs::write(root.path().join("codex-home/config.toml"), config).expect("config");
+        Self {
+            bin,
+            root,
+            key: s.key.clone(),
+            runs: AtomicUsize::new(0),
+        }
+    }
+
+    fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    /// Runs `codex ARGS` in the working directory; kills the process group on timeout (the
+    /// panic then lists what the upstream of `s` saw).
+    fn run(&self, s: &Stack, args: &[&str]) -> Run {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        let out_path = self.root.path().join(format!("stdout-{n}.txt"));
+        let err_path = self.root.path().join(format!("stderr-{n}.txt"));
+        let what = format!("codex {}", args.join(" "));
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args)
+            .current_dir(self.work())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+            .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+            .env("HOME", self.root.path().join("home"))
+            .env("CODEX_HOME", self.root.path().join("codex-home"))
+            .env(KEY_ENV, &self.key)
+            .env("NO_COLOR", "1")
+            .env("NO_PROXY", "*")
+            .env("no_proxy", "*")
+            .process_group(0);
+        for v in [
+            "OPENAI_API_KEY",
+            "OPENAI_BASE_URL",
+            "CODEX_API_KEY",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+            "RUST_LOG",
+        ] {
+            cmd.env_remove(v);
+        }
+        let start = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if start.elapsed() > RUN_TIMEOUT {
+                // The npm wrapper (node) runs the native binary as a child, and the binary
+                // runs tool commands: end the whole group this test started.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "`{what}` did not finish within {RUN_TIMEOUT:?} (killed)\n{}\n--- stdout ---\n{}\n--- stderr (tail) ---\n{}",
+                    upstream_summary(s),
+                    std::fs::read_to_string(&out_path).unwrap_or_default(),
+                    tail(&std::fs::read_to_string(&err_path).unwrap_or_default(), 6000),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let took = start.elapsed();
+        let r = Run {
+            what,
+            status,
+            stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+            took,
+        };
+        eprintln!("`{}` -> {} in {:?}", r.what, r.status, r.took);
+        r
+    }
+}
+
+/// The `POST /responses` requests mock-codex received, oldest first.
+fn upstream(s: &Stack) -> Vec<RecordedRequest> {
+    s.mock
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+        .collect()
+}
+
+fn upstream_summary(s: &Stack) -> String {
+    let reqs = upstream(s);
+    let sizes: Vec<usize> = reqs.iter().map(|r| r.body.len()).collect();
+    format!(
+        "upstream saw {} /responses request(s), body sizes {sizes:?}",
+        reqs.len()
+    )
+}
+
+fn json_of(r: &RecordedRequest) -> &Value {
+    r.json.as_ref().unwrap_or_else(|| {
+        panic!(
+            "upstream body is not JSON ({} bytes): {}",
+            r.body.len(),
+            tail(&r.body_text(), 400)
+        )
+    })
+}
+
+fn input(r: &RecordedRequest) -> &Vec<Value> {
+    json_of(r)["input"]
+        .as_array()
+        .unwrap_or_else(|| panic!("input is not a list: {}", tail(&r.body_text(), 400)))
+}
+
+/// The concatenated texts of a message item.
+fn message_text(item: &Value) -> String {
+    item["content"]
+        .as_array()
+        .map(|parts| {
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
+
+/// `(role, text)` of every message item.
+fn messages(r: &RecordedRequest) -> Vec<(String, String)> {
+    input(r)
+        .iter()
+        .filter(|i| i["type"] == "message" || i.get("role").is_some())
+        .map(|i| {
+            (
+                i["role"].as_str().unwrap_or_default().to_owned(),
+                message_text(i),
+            )
+        })
+        .collect()
+}
+
+fn stack(legacy: bool) -> Stack {
+    StackBuilder {
+        legacy,
+        ..Default::default()
+    }
+    .start()
+}
+
+/// One `codex exec` turn: the CLI's ~40 KB request reaches the upstream whole and the mock's
+/// answer is printed.
+fn exec_one_turn(legacy: bool) {
+    let Some(bin) = codex_bin() else { return };
+    let s = stack(legacy);
+    let cli = Cli::new(bin, &s);
+    let r = cli.run(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+            "say hi",
+        ],
+    );
+    r.assert_ok(&s);
+    assert!(
+        r.stdout.contains(DEFAULT_TEXT),
+        "the answer is printed\n--- stdout ---\n{}",
+        r.stdout
+    );
+    let reqs = upstream(&s);
+    assert_eq!(reqs.len(), 1, "{}", upstream_summary(&s));
+    let req = &reqs[0];
+    eprintln!("codex exec: upstream request body {} bytes", req.body.len());
+    assert!(
+        req.body.len() >= 30_000,
+        "the CLI's request is production-sized: {} bytes",
+        req.body.len()
+    );
+    let body = json_of(req);
+    assert_eq!(body["model"], MODEL);
+    assert_eq!(body["stream"], true);
+    let msgs = messages(req);
+    assert_eq!(
+        msgs.first().map(|m| m.0.as_str()),
+        Some("developer"),
+        "the base prompt is the first developer message"
+    );
+    assert!(
+        msgs[0].1.len() > 10_000,
+        "base prompt intact: {} bytes",
+        msgs[0].1.len()
+    );
+    assert_eq!(
+        msgs.last().map(|m| (m.0.as_str(), m.1.as_str())),
+        Some(("user", "say hi")),
+        "the prompt is the last input item"
+    );
+    // Session headers reach the upstream (the sticky-routing signals of §5.2).
+    let session = req.header("session-id").expect("session-id forwarded");
+    assert_eq!(body["prompt_cache_key"], session);
+}
+
+/// `codex exec` then `codex exec resume --last`: the second turn re-sends the whole history,
+/// the first answer included, and is answered.
+fn exec_resume_last(legacy: bool) {
+    let Some(bin) = codex_bin() else { return };
+    let s = stack(legacy);
+    const FIRST: &str = "First turn answer from mock-codex: remember the word pelican.";
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            text: Some(FIRST.into()),
+            ..Default::default()
+        }
+        .times(1),
+    );
+    let cli = Cli::new(bin, &s);
+    let r1 = cli.run(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+            "say hi",
+        ],
+    );
+    r1.assert_ok(&s);
+    assert!(r1.stdout.contains(FIRST), "first answer\n{}", r1.stdout);
+    let r2 = cli.run(
+        &s,
+        &[
+            "exec",
+            "resume",
+            "--last",
+            "--skip-git-repo-check",
+            "and again",
+        ],
+    );
+    r2.assert_ok(&s);
+    assert!(
+        r2.stdout.contains(DEFAULT_TEXT),
+        "second answer\n--- stdout ---\n{}",
+        r2.stdout
+    );
+    let reqs = upstream(&s);
+    assert_eq!(reqs.len(), 2, "{}", upstream_summary(&s));
+    eprintln!(
+        "codex exec resume: upstream request bodies {} and {} bytes",
+        reqs[0].body.len(),
+        reqs[1].body.len()
+    );
+    let m2 = messages(&reqs[1]);
+    let pos = |role: &str, text: &str| m2.iter().position(|m| m.0 == role && m.1 == text);
+    let hi = pos("user", "say hi").expect("first prompt re-sent");
+    let answer = pos("assistant", FIRST)
+        .unwrap_or_else(|| panic!("the first answer is in the second request's input: {m2:?}"));
+    let again = pos("user", "and again").expect("second prompt");
+    assert!(hi < answer && answer < again, "history order: {m2:?}");
+    assert_eq!(again, m2.len() - 1, "the new prompt comes last");
+    assert!(reqs[1].body.len() > reqs[0].body.len());
+    assert_eq!(
+        json_of(&reqs[0])["prompt_cache_key"],
+        json_of(&reqs[1])["prompt_cache_key"],
+        "same session"
+    );
+    assert!(
+        json_of(&reqs[1]).get("previous_response_id").is_none(),
+        "no previous_response_id over HTTP"
+    );
+}
+
+/// The mock answers with an `exec_command` call; the CLI runs it and sends the output back in
+/// the follow-up request of the same turn (with the turn state echoed), which is answered.
+fn exec_tool_round_trip(legacy: bool) {
+    let Some(bin) = codex_bin() else { return };
+    let s = stack(legacy);
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            tool_call: Some("exec_command".into()),
+            tool_arguments: Some(r#"{"cmd":"echo tool-ran-ok"}"#.into()),
+            ..Default::default()
+        }
+        .times(1),
+    );
+    let cli = Cli::new(bin, &s);
+    let r = cli.run(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+            "-s",
+            "danger-full-access",
+            "run echo tool-ran-ok",
+        ],
+    );
+    r.assert_ok(&s);
+    assert!(
+        r.stdout.contains(DEFAULT_TEXT),
+        "the follow-up answer is printed\n--- stdout ---\n{}",
+        r.stdout
+    );
+    let reqs = upstream(&s);
+    assert_eq!(reqs.len(), 2, "{}", upstream_summary(&s));
+    eprintln!(
+        "codex exec tool round trip: upstream request bodies {} and {} bytes",
+        reqs[0].body.len(),
+        reqs[1].body.len()
+    );
+    let items = input(&reqs[1]);
+    let call = items
+        .iter()
+        .find(|i| i["type"] == "function_call" && i["name"] == "exec_command")
+        .unwrap_or_else(|| {
+            panic!(
+                "the function_call is re-sent: {}",
+                tail(&reqs[1].body_text(), 3000)
+            )
+        });
+    let output = items
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap_or_else(|| {
+            panic!(
+                "a function_call_output: {}",
+                tail(&reqs[1].body_text(), 3000)
+            )
+        });
+    assert_eq!(
+        output["call_id"], call["call_id"],
+        "output answers the call"
+    );
+    let out_text = match &output["output"] {
+        Value::String(t) => t.clone(),
+        other => other.to_string(),
+    };
+    assert!(
+        out_text.lines().any(|l| l.trim() == "tool-ran-ok"),
+        "the command ran and its output came back: {out_text:?}"
+    );
+    assert!(
+        out_text.contains("exited with code 0"),
+        "exit code reported: {out_text:?}"
+    );
+    // The turn state the upstream issued on the first response comes back on the follow-up.
+    assert_eq!(reqs[0].header("x-codex-turn-state"), None);
+    let ts = reqs[1].header("x-codex-turn-state").unwrap_or_default();
+    assert!(
+        ts.starts_with("ts-"),
+        "x-codex-turn-state echoed on the follow-up: {ts:?}"
+    );
+}
+
+#[test]
+fn codex_exec_one_turn_io_uring() {
+    exec_one_turn(false);
+}
+
+#[test]
+fn codex_exec_one_turn_legacy() {
+    exec_one_turn(true);
+}
+
+#[test]
+fn codex_exec_resume_last_io_uring() {
+    exec_resume_last(false);
+}
+
+#[test]
+fn codex_exec_resume_last_legacy() {
+    exec_resume_last(true);
+}
+
+#[test]
+fn codex_exec_tool_round_trip_io_uring() {
+    exec_tool_round_trip(false);
+}
+
+#[test]
+fn codex_exec_tool_round_trip_legacy() {
+    exec_tool_round_trip(true);
+}
