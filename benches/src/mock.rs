@@ -107,6 +107,9 @@ pub struct MockConfig {
     /// multiplexes every stream of a worker on one connection holds at most this many streams
     /// per connection (real origins advertise a few hundred).
     pub h2_max_concurrent_streams: u32,
+    /// Send GOAWAY (graceful: streams already open finish) on a connection once it has
+    /// received this many requests, as origins do when they rotate connections.
+    pub goaway_after_requests: Option<usize>,
 }
 
 impl Default for MockConfig {
@@ -130,6 +133,7 @@ impl Default for MockConfig {
             max_recorded: 100_000,
             worker_threads: 2,
             h2_max_concurrent_streams: 4096,
+            goaway_after_requests: None,
         }
     }
 }

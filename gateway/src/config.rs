@@ -113,6 +113,8 @@ struct FileUpstream {
     connect_timeout_ms: Option<u64>,
     first_byte_timeout_ms: Option<u64>,
     idle_timeout_ms: Option<u64>,
+    h2_max_streams_per_connection: Option<usize>,
+    h2_max_connections: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -162,6 +164,12 @@ pub struct UpstreamConfig {
     pub first_byte_timeout: Duration,
     /// Longest silence between two body chunks of a stream.
     pub idle_timeout: Duration,
+    /// Streams a worker opens on one upstream h2 connection before it opens another (keep it
+    /// at or below the origin's `SETTINGS_MAX_CONCURRENT_STREAMS`; real origins allow 100-256).
+    pub h2_max_streams_per_connection: usize,
+    /// Upstream h2 connections per worker per origin; when all are full a request fails fast
+    /// with 503 instead of waiting.
+    pub h2_max_connections: usize,
 }
 
 // === impl UpstreamConfig ===
@@ -204,6 +212,8 @@ impl UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(300),
+            h2_max_streams_per_connection: 100,
+            h2_max_connections: 16,
         })
     }
 
@@ -465,6 +475,22 @@ impl GatewayConfig {
         }
         if let Some(v) = file.upstream.idle_timeout_ms {
             c.upstream.idle_timeout = ms(v);
+        }
+        if let Some(v) = file.upstream.h2_max_streams_per_connection {
+            if v == 0 {
+                return Err(ConfigError(
+                    "`upstream.h2_max_streams_per_connection` must be at least 1".into(),
+                ));
+            }
+            c.upstream.h2_max_streams_per_connection = v;
+        }
+        if let Some(v) = file.upstream.h2_max_connections {
+            if v == 0 {
+                return Err(ConfigError(
+                    "`upstream.h2_max_connections` must be at least 1".into(),
+                ));
+            }
+            c.upstream.h2_max_connections = v;
         }
         if let Some(v) = file.shutdown_grace_secs {
             c.shutdown_grace = Duration::from_secs(v);

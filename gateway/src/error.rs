@@ -58,6 +58,8 @@ pub enum ErrorKind {
     UpstreamTimeout,
     /// The upstream broke the protocol or the connection after the request was sent.
     UpstreamProtocol,
+    /// Every upstream connection of this worker is at its stream limit (nothing was sent).
+    UpstreamSaturated,
     /// No account can serve: all are out of quota until `earliest_reset` (unix seconds).
     QuotaExhausted {
         /// Earliest reset among the accounts.
@@ -233,6 +235,15 @@ impl Error {
                 ),
                 None,
             ),
+            ErrorKind::UpstreamSaturated => r(
+                503,
+                ErrorBody::new(
+                    "The gateway's upstream connections are at capacity; retry shortly.",
+                    "server_error",
+                    Some("upstream_saturated"),
+                ),
+                Some(1),
+            ),
             ErrorKind::QuotaExhausted { earliest_reset } => {
                 let now = shared_state::now_ms() / 1000;
                 let retry = earliest_reset.map(|r| r.saturating_sub(now).max(1));
@@ -381,6 +392,7 @@ mod tests {
             (ErrorKind::NotFound, 404),
             (ErrorKind::UpstreamConnect, 502),
             (ErrorKind::UpstreamTimeout, 504),
+            (ErrorKind::UpstreamSaturated, 503),
             (
                 ErrorKind::QuotaExhausted {
                     earliest_reset: Some(u64::MAX / 2),

@@ -144,6 +144,7 @@ fn transport_error(e: &UpstreamError) -> Error {
         UpstreamError::Connect(_) => ErrorKind::UpstreamConnect,
         UpstreamError::Timeout { .. } => ErrorKind::UpstreamTimeout,
         UpstreamError::Protocol { .. } => ErrorKind::UpstreamProtocol,
+        UpstreamError::Saturated => ErrorKind::UpstreamSaturated,
     };
     Error::new(kind, Side::Upstream).with_cause(e)
 }
@@ -472,9 +473,16 @@ async fn attempt(
     let started = Instant::now();
     let mut resp = match up.send(req).await {
         Ok(r) => r,
+        Err(UpstreamError::Saturated) => {
+            // This worker's upstream capacity, not the account's fault: fail fast, no
+            // penalty, no failover (every account shares the pool).
+            return Err(AttemptError::Return(transport_error(&UpstreamError::Saturated)));
+        }
         Err(e) => {
             let kind = match &e {
-                UpstreamError::Connect(_) => scheduler::FailureKind::Connect,
+                UpstreamError::Connect(_) | UpstreamError::Saturated => {
+                    scheduler::FailureKind::Connect
+                }
                 UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,
                 UpstreamError::Protocol { .. } => scheduler::FailureKind::Server,
             };

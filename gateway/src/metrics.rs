@@ -49,6 +49,10 @@ pub struct WorkerMetrics {
     upstream_attempts: AtomicU64,
     failovers: AtomicU64,
     panics: AtomicU64,
+    h2_connections: AtomicI64,
+    h2_streams: AtomicI64,
+    h2_retired: AtomicU64,
+    h2_saturated: AtomicU64,
 }
 
 // === impl WorkerMetrics ===
@@ -67,6 +71,10 @@ impl WorkerMetrics {
             upstream_attempts: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            h2_connections: AtomicI64::new(0),
+            h2_streams: AtomicI64::new(0),
+            h2_retired: AtomicU64::new(0),
+            h2_saturated: AtomicU64::new(0),
         }
     }
 
@@ -116,6 +124,26 @@ impl WorkerMetrics {
     /// Counts a connection task that panicked (caught; the connection was closed).
     pub fn panic(&self) {
         self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Pooled upstream h2 connections opened (+) or closed/retired (-).
+    pub fn h2_connections_delta(&self, d: i64) {
+        self.h2_connections.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Upstream h2 streams opened (+) or finished (-).
+    pub fn h2_streams_delta(&self, d: i64) {
+        self.h2_streams.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Counts an upstream h2 connection retired because it refused new streams (GOAWAY).
+    pub fn h2_retired(&self) {
+        self.h2_retired.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request refused because every pooled h2 connection was full.
+    pub fn h2_saturated(&self) {
+        self.h2_saturated.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an upstream attempt, and a failover when it is not the first.
@@ -254,6 +282,51 @@ impl Registry {
             .map(|w| w.panics.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_connection_panics_total {p}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_h2_connections Pooled upstream HTTP/2 connections, per worker."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_h2_connections gauge");
+        for w in self.workers.iter() {
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_h2_connections{{worker=\"{}\"}} {}",
+                w.id,
+                w.h2_connections.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_h2_streams Open upstream HTTP/2 streams, per worker."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_h2_streams gauge");
+        for w in self.workers.iter() {
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_h2_streams{{worker=\"{}\"}} {}",
+                w.id,
+                w.h2_streams.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(o, "# HELP codex_gateway_upstream_h2_retired_total Upstream HTTP/2 connections retired after refusing new streams (GOAWAY).");
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_h2_retired_total counter");
+        let n: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.h2_retired.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_upstream_h2_retired_total {n}");
+        let _ = writeln!(o, "# HELP codex_gateway_upstream_h2_saturated_total Requests refused with 503 because every pooled upstream HTTP/2 connection was full.");
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_upstream_h2_saturated_total counter"
+        );
+        let n: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.h2_saturated.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_upstream_h2_saturated_total {n}");
         let _ = writeln!(
             o,
             "# HELP codex_gateway_worker_driver The I/O driver each worker runs on (1 = active)."

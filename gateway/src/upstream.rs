@@ -1,6 +1,6 @@
 //! The per-worker upstream client: HTTP/2 over TLS (ALPN h2) multiplexing every account's
-//! requests on one connection per worker per origin; HTTP/1.1 (our own streaming client) and
-//! h2c for plain-HTTP upstreams; HTTP/1.1 over TLS when the origin does not offer h2.
+//! requests on a small pool of connections per worker per origin; HTTP/1.1 (our own streaming
+//! client) and h2c for plain-HTTP upstreams; HTTP/1.1 over TLS when the origin does not offer h2.
 //!
 //! # Key Components
 //! - [`Upstream`]: owned by one worker (`!Send`); [`Upstream::send`] returns response headers
@@ -8,20 +8,40 @@
 //! - [`UpstreamError`]: transport failures, each saying whether the request may have reached
 //!   the upstream ([`UpstreamError::maybe_sent`]): the lifecycle never resends such a payload.
 //!
+//! - The h2 pool: streams fill the first connection with room (at most
+//!   `h2_max_streams_per_connection` each, at or below the origin's
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS`); another connection opens when all are full, up to
+//!   `h2_max_connections`; past that a request fails fast with [`UpstreamError::Saturated`]
+//!   (503), never a silent wait. A connection that refuses new streams (GOAWAY, connection
+//!   error) is retired: its streams in flight finish, new ones go elsewhere. Extra connections
+//!   idle for a minute are closed.
+//!
 //! # Error handling
-//! A broken h2 connection is dropped and rebuilt on the next request. Timeouts close what they
-//! interrupt; nothing is resumed after a cancelled read.
+//! A broken h2 connection is retired and the request (not sent yet) tries another. Timeouts
+//! close what they interrupt; nothing is resumed after a cancelled read.
 
 pub mod h1;
 pub mod tls;
 
-use std::{cell::RefCell, net::SocketAddr, rc::Rc, time::Duration};
+use std::{
+    cell::{Cell, RefCell},
+    net::SocketAddr,
+    rc::Rc,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use monoio::net::TcpStream;
 use monoio_http::h2::client::SendRequest;
 
-use crate::config::{PlainHttp, UpstreamConfig};
+use crate::{
+    config::{PlainHttp, UpstreamConfig},
+    metrics::WorkerMetrics,
+};
+
+/// Extra h2 connections (beyond the first) idle this long are closed.
+const H2_IDLE_CLOSE: Duration = Duration::from_secs(60);
 
 /// A request to the Codex backend.
 #[derive(Debug)]
@@ -62,8 +82,8 @@ impl UpstreamResponse {
 
 /// A streaming response body.
 pub enum UpstreamBody {
-    /// An HTTP/2 stream (dropping it resets the stream upstream).
-    H2(monoio_http::h2::RecvStream),
+    /// An HTTP/2 stream (dropping it resets the stream upstream and frees its pool slot).
+    H2(monoio_http::h2::RecvStream, StreamSlot),
     /// An HTTP/1.1 body over a dedicated connection (dropping it closes the connection).
     H1(h1::Body),
 }
@@ -74,7 +94,7 @@ impl UpstreamBody {
     /// The next chunk; `Ok(None)` at the end of the body.
     pub async fn chunk(&mut self, idle: Duration) -> Result<Option<Bytes>, UpstreamError> {
         match self {
-            Self::H2(rs) => match monoio::time::timeout(idle, rs.data()).await {
+            Self::H2(rs, _) => match monoio::time::timeout(idle, rs.data()).await {
                 Err(_) => Err(UpstreamError::Timeout { sent: true }),
                 Ok(None) => Ok(None),
                 Ok(Some(Ok(b))) => {
@@ -118,6 +138,10 @@ pub enum UpstreamError {
         /// Whether the request may have been sent.
         sent: bool,
     },
+    /// Every pooled h2 connection is at its stream limit and the pool is at its size limit:
+    /// nothing was sent (the worker's capacity, not an account's fault).
+    #[error("upstream connection pool saturated")]
+    Saturated,
     /// Protocol or connection failure.
     #[error("{message}")]
     Protocol {
@@ -135,9 +159,37 @@ impl UpstreamError {
     /// payload must not be sent again).
     pub fn maybe_sent(&self) -> bool {
         match self {
-            Self::Connect(_) => false,
+            Self::Connect(_) | Self::Saturated => false,
             Self::Timeout { sent } | Self::Protocol { sent, .. } => *sent,
         }
+    }
+}
+
+/// One pooled upstream h2 connection.
+struct H2Conn {
+    send: SendRequest<Bytes>,
+    /// Our streams open on it (released by [`StreamSlot`]).
+    streams: Cell<usize>,
+    /// When `streams` last dropped to zero.
+    idle_since: Cell<Instant>,
+    /// Takes no new streams (GOAWAY, connection error, idle close); open streams finish.
+    retired: Cell<bool>,
+}
+
+/// A stream's claim on its pooled h2 connection; dropping it frees the slot.
+pub struct StreamSlot {
+    conn: Rc<H2Conn>,
+    metrics: Arc<WorkerMetrics>,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let n = self.conn.streams.get().saturating_sub(1);
+        self.conn.streams.set(n);
+        if n == 0 {
+            self.conn.idle_since.set(Instant::now());
+        }
+        self.metrics.h2_streams_delta(-1);
     }
 }
 
@@ -145,7 +197,8 @@ impl UpstreamError {
 pub struct Upstream {
     cfg: UpstreamConfig,
     tls: Option<monoio_rustls::TlsConnector>,
-    h2: RefCell<Option<SendRequest<Bytes>>>,
+    h2: RefCell<Vec<Rc<H2Conn>>>,
+    metrics: Arc<WorkerMetrics>,
     /// Serializes h2 connection establishment so concurrent first requests share one.
     connecting: tokio::sync::Mutex<()>,
     /// Set when a TLS origin negotiated HTTP/1.1 instead of h2.
@@ -157,7 +210,7 @@ pub struct Upstream {
 
 impl Upstream {
     /// Builds the client (TLS roots are loaded once, here).
-    pub fn new(cfg: UpstreamConfig) -> Result<Rc<Self>, String> {
+    pub fn new(cfg: UpstreamConfig, metrics: Arc<WorkerMetrics>) -> Result<Rc<Self>, String> {
         let tls = if cfg.tls {
             Some(tls::connector(cfg.ca_file.as_deref())?)
         } else {
@@ -166,7 +219,8 @@ impl Upstream {
         Ok(Rc::new(Self {
             cfg,
             tls,
-            h2: RefCell::new(None),
+            h2: RefCell::new(Vec::new()),
+            metrics,
             connecting: tokio::sync::Mutex::new(()),
             tls_h1_only: RefCell::new(false),
             next_addr: RefCell::new(0),
@@ -211,12 +265,25 @@ impl Upstream {
             self.cfg.plain_http == PlainHttp::H2c
         };
         if use_h2 {
-            let mut sender = match self.h2_sender().await {
-                Ok(Some(s)) => s,
-                Ok(None) => return self.send_h1_tls(req).await,
-                Err(e) => return Err(e),
-            };
-            return self.send_h2(&mut sender, req).await;
+            // A connection that refuses the new stream (GOAWAY, broken) is retired and the
+            // request, not sent yet, goes to another one.
+            let mut req = req;
+            for _ in 0..3 {
+                let Some((sender, slot)) = self.h2_slot().await? else {
+                    return self.send_h1_tls(req).await;
+                };
+                match self.send_h2(sender, slot, req).await {
+                    Ok(resp) => return Ok(resp),
+                    Err(H2SendError::Refused(back, e)) => {
+                        tracing::debug!(error = %e, "upstream h2 connection refused a stream; retiring it");
+                        req = back;
+                    }
+                    Err(H2SendError::Failed(e)) => return Err(e),
+                }
+            }
+            return Err(UpstreamError::Connect(
+                "upstream h2 connections kept refusing new streams".into(),
+            ));
         }
         if self.cfg.tls {
             return self.send_h1_tls(req).await;
@@ -247,16 +314,71 @@ impl Upstream {
         Ok((stream, h2))
     }
 
-    /// The shared h2 sender, connecting if needed. `Ok(None)`: the TLS origin speaks only
-    /// HTTP/1.1.
-    async fn h2_sender(&self) -> Result<Option<SendRequest<Bytes>>, UpstreamError> {
-        if let Some(s) = self.live_sender() {
+    /// A slot on a pooled h2 connection with room, connecting another when all are full.
+    /// `Ok(None)`: the TLS origin speaks only HTTP/1.1.
+    async fn h2_slot(&self) -> Result<Option<(SendRequest<Bytes>, StreamSlot)>, UpstreamError> {
+        if let Some(s) = self.pick() {
             return Ok(Some(s));
         }
         let _guard = self.connecting.lock().await;
-        if let Some(s) = self.live_sender() {
+        if let Some(s) = self.pick() {
             return Ok(Some(s));
         }
+        if self.h2.borrow().len() >= self.cfg.h2_max_connections {
+            self.metrics.h2_saturated();
+            return Err(UpstreamError::Saturated);
+        }
+        let Some(send) = self.h2_connect().await? else {
+            return Ok(None);
+        };
+        self.h2.borrow_mut().push(Rc::new(H2Conn {
+            send,
+            streams: Cell::new(0),
+            idle_since: Cell::new(Instant::now()),
+            retired: Cell::new(false),
+        }));
+        self.metrics.h2_connections_delta(1);
+        Ok(self.pick())
+    }
+
+    /// Prunes retired, broken and long-idle extra connections, then takes a slot on the first
+    /// connection with room (filling connections in order keeps their number low).
+    fn pick(&self) -> Option<(SendRequest<Bytes>, StreamSlot)> {
+        let mut pool = self.h2.borrow_mut();
+        let before = pool.len();
+        let mut first = true;
+        pool.retain(|c| {
+            let idle_extra =
+                !first && c.streams.get() == 0 && c.idle_since.get().elapsed() >= H2_IDLE_CLOSE;
+            first = false;
+            if c.send.has_conn_error() && !c.retired.replace(true) {
+                // GOAWAY received (or the connection broke).
+                self.metrics.h2_retired();
+            }
+            if idle_extra {
+                c.retired.set(true);
+            }
+            !c.retired.get()
+        });
+        let gone = before - pool.len();
+        if gone > 0 {
+            self.metrics.h2_connections_delta(-(gone as i64));
+        }
+        let max = self.cfg.h2_max_streams_per_connection;
+        let conn = pool.iter().find(|c| c.streams.get() < max)?;
+        conn.streams.set(conn.streams.get() + 1);
+        self.metrics.h2_streams_delta(1);
+        Some((
+            conn.send.clone(),
+            StreamSlot {
+                conn: Rc::clone(conn),
+                metrics: Arc::clone(&self.metrics),
+            },
+        ))
+    }
+
+    /// Opens one h2 (or h2c) connection. `Ok(None)`: the TLS origin chose HTTP/1.1.
+    async fn h2_connect(&self) -> Result<Option<SendRequest<Bytes>>, UpstreamError> {
         let mut builder = monoio_http::h2::client::Builder::new();
         builder
             .initial_window_size(4 * 1024 * 1024)
@@ -291,32 +413,33 @@ impl Upstream {
             });
             send
         };
-        *self.h2.borrow_mut() = Some(send.clone());
         Ok(Some(send))
     }
 
-    fn live_sender(&self) -> Option<SendRequest<Bytes>> {
-        let mut slot = self.h2.borrow_mut();
-        match slot.as_ref() {
-            Some(s) if !s.has_conn_error() => Some(s.clone()),
-            Some(_) => {
-                *slot = None;
-                None
-            }
-            None => None,
+    /// Retires every pooled h2 connection (eviction command): streams in flight finish on
+    /// them, new requests open fresh connections.
+    pub fn reset_connection(&self) {
+        let mut pool = self.h2.borrow_mut();
+        for c in pool.iter() {
+            c.retired.set(true);
         }
+        self.metrics.h2_connections_delta(-(pool.len() as i64));
+        pool.clear();
     }
 
-    /// Drops the pooled h2 connection (eviction command or a connection-level error).
-    pub fn reset_connection(&self) {
-        *self.h2.borrow_mut() = None;
+    /// Marks the connection of `slot` as taking no new streams.
+    fn retire(&self, slot: &StreamSlot) {
+        if !slot.conn.retired.replace(true) {
+            self.metrics.h2_retired();
+        }
     }
 
     async fn send_h2(
         &self,
-        sender: &mut SendRequest<Bytes>,
+        sender: SendRequest<Bytes>,
+        slot: StreamSlot,
         req: UpstreamRequest,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+    ) -> Result<UpstreamResponse, H2SendError> {
         let scheme = if self.cfg.tls { "https" } else { "http" };
         let uri = format!("{scheme}://{}{}", self.cfg.authority(), req.path);
         let mut b = http::Request::builder().method(req.method).uri(uri);
@@ -326,38 +449,67 @@ impl Upstream {
         if !req.body.is_empty() {
             b = b.header("content-length", req.body.len().to_string());
         }
-        let request = b.body(()).map_err(|e| UpstreamError::Protocol {
-            sent: false,
-            message: format!("cannot build request: {e}"),
+        let request = b.body(()).map_err(|e| {
+            H2SendError::Failed(UpstreamError::Protocol {
+                sent: false,
+                message: format!("cannot build request: {e}"),
+            })
         })?;
-        let ready = sender.clone().ready();
-        let mut ready = monoio::time::timeout(self.cfg.connect_timeout, ready)
-            .await
-            .map_err(|_| UpstreamError::Connect("h2 stream capacity wait timed out".into()))?
-            .map_err(|e| {
-                self.reset_connection();
-                UpstreamError::Connect(format!("h2 connection not ready: {e}"))
-            })?;
+        let ready = match monoio::time::timeout(self.cfg.connect_timeout, sender.ready()).await {
+            Err(_) => {
+                return Err(H2SendError::Failed(UpstreamError::Connect(
+                    "h2 stream capacity wait timed out".into(),
+                )))
+            }
+            Ok(Err(e)) => {
+                self.retire(&slot);
+                return Err(H2SendError::Refused(req, e.to_string()));
+            }
+            Ok(Ok(r)) => r,
+        };
+        let mut ready = ready;
         let end = req.body.is_empty();
-        let (resp_fut, mut send_stream) = ready.send_request(request, end).map_err(|e| {
-            self.reset_connection();
-            UpstreamError::Connect(format!("h2 send_request: {e}"))
-        })?;
+        let (resp_fut, mut send_stream) = match ready.send_request(request, end) {
+            Ok(x) => x,
+            Err(e) => {
+                self.retire(&slot);
+                return Err(H2SendError::Refused(req, e.to_string()));
+            }
+        };
         if !end {
-            send_stream
-                .send_data(req.body, true)
-                .map_err(|e| UpstreamError::Protocol {
+            // A clone (a reference count): the request stays whole in case the stream is
+            // refused unprocessed and goes to another connection.
+            send_stream.send_data(req.body.clone(), true).map_err(|e| {
+                H2SendError::Failed(UpstreamError::Protocol {
                     sent: true,
                     message: format!("h2 send body: {e}"),
-                })?;
+                })
+            })?;
         }
         let resp = monoio::time::timeout(self.cfg.first_byte_timeout, resp_fut)
             .await
-            .map_err(|_| UpstreamError::Timeout { sent: true })?
-            .map_err(|e| UpstreamError::Protocol {
-                sent: true,
-                message: format!("h2 response: {e}"),
-            })?;
+            .map_err(|_| H2SendError::Failed(UpstreamError::Timeout { sent: true }))?;
+        let resp = match resp {
+            Ok(r) => r,
+            // RFC 9113 §8.7: a stream above the GOAWAY's last stream id, or reset with
+            // REFUSED_STREAM, was not processed: safe on another connection.
+            Err(e)
+                if (e.is_go_away() && e.is_remote())
+                    || e.reason() == Some(monoio_http::h2::Reason::REFUSED_STREAM) =>
+            {
+                self.retire(&slot);
+                return Err(H2SendError::Refused(req, e.to_string()));
+            }
+            Err(e) => {
+                if e.is_go_away() || e.is_io() {
+                    self.retire(&slot);
+                }
+                return Err(H2SendError::Failed(UpstreamError::Protocol {
+                    sent: true,
+                    message: format!("h2 response: {e}"),
+                }));
+            }
+        };
         let (parts, body) = resp.into_parts();
         let headers = parts
             .headers
@@ -372,8 +524,17 @@ impl Upstream {
         Ok(UpstreamResponse {
             status: parts.status.as_u16(),
             headers,
-            body: UpstreamBody::H2(body),
+            body: UpstreamBody::H2(body, slot),
             protocol: "h2",
         })
     }
+}
+
+/// Why an h2 send did not produce a response.
+enum H2SendError {
+    /// The connection refused the stream before anything was sent: the request comes back
+    /// for another connection.
+    Refused(UpstreamRequest, String),
+    /// Anything else.
+    Failed(UpstreamError),
 }

@@ -214,7 +214,7 @@ async fn worker_main(
     } = seed;
     let metrics = registry.worker(id);
     metrics.set_driver(driver);
-    let upstream = match Upstream::new(cfg.upstream.clone()) {
+    let upstream = match Upstream::new(cfg.upstream.clone(), Arc::clone(&metrics)) {
         Ok(u) => u,
         Err(e) => {
             let _ = ready.send(Err(e));

@@ -89,6 +89,9 @@ struct Args {
     /// SETTINGS_MAX_CONCURRENT_STREAMS advertised on HTTP/2 connections.
     #[arg(long, default_value_t = 4096)]
     h2_max_concurrent_streams: u32,
+    /// Send GOAWAY on a connection after this many requests (connection rotation).
+    #[arg(long)]
+    goaway_after_requests: Option<usize>,
 }
 
 /// Exit code for a bad command line (EX_USAGE).
@@ -176,6 +179,7 @@ fn config(a: &Args) -> Result<MockConfig, String> {
                 .unwrap_or(2)
         }),
         h2_max_concurrent_streams: a.h2_max_concurrent_streams,
+        goaway_after_requests: a.goaway_after_requests,
     })
 }
 

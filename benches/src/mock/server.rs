@@ -91,6 +91,7 @@ pub(crate) fn run(
     rt.block_on(async move {
         let listen = cfg.listen;
         let max_streams = cfg.h2_max_concurrent_streams;
+        let goaway_after = cfg.goaway_after_requests;
         let bound = bind(listen).and_then(|l| Ok((l.local_addr()?, l)));
         let (addr, listener) = match bound {
             Ok(x) => x,
@@ -103,13 +104,14 @@ pub(crate) fn run(
         if ready.send(Ok(shared.clone())).is_err() {
             return;
         }
-        serve(max_streams, listener, shared, tls, stop).await;
+        serve(max_streams, goaway_after, listener, shared, tls, stop).await;
     });
     rt.shutdown_timeout(Duration::from_millis(200));
 }
 
 async fn serve(
     max_streams: u32,
+    goaway_after: Option<usize>,
     listener: TcpListener,
     shared: Arc<Shared>,
     tls: Option<TlsAcceptor>,
@@ -137,20 +139,88 @@ async fn serve(
         let builder = builder.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| routes::handle(shared.clone(), req));
+            // Requests seen on this connection; at `goaway_after` the connection shuts down
+            // gracefully (GOAWAY on h2: open streams finish, new ones go elsewhere).
+            let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let rotate = Arc::new(tokio::sync::Notify::new());
+            let svc = {
+                let (seen, rotate) = (seen.clone(), rotate.clone());
+                service_fn(move |req| {
+                    let n = seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                    if goaway_after == Some(n) {
+                        rotate.notify_one();
+                    }
+                    routes::handle(shared.clone(), req)
+                })
+            };
             let res = match tls {
                 Some(acceptor) => match acceptor.accept(tcp).await {
-                    Ok(s) => builder.serve_connection(TokioIo::new(s), svc).await,
+                    Ok(s) => {
+                        drive(
+                            builder.serve_connection(TokioIo::new(s), svc),
+                            &rotate,
+                            goaway_after,
+                        )
+                        .await
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "mock-codex TLS handshake failed");
                         return;
                     }
                 },
-                None => builder.serve_connection(TokioIo::new(tcp), svc).await,
+                None => {
+                    drive(
+                        builder.serve_connection(TokioIo::new(tcp), svc),
+                        &rotate,
+                        goaway_after,
+                    )
+                    .await
+                }
             };
             if let Err(e) = res {
                 tracing::debug!(error = %e, "mock-codex connection ended with an error");
             }
         });
+    }
+}
+
+/// Runs a connection, starting its graceful shutdown when `rotate` fires.
+async fn drive<C, E>(
+    conn: C,
+    rotate: &tokio::sync::Notify,
+    goaway_after: Option<usize>,
+) -> Result<(), E>
+where
+    C: std::future::Future<Output = Result<(), E>> + GracefulConnection,
+{
+    let mut conn = std::pin::pin!(conn);
+    if goaway_after.is_none() {
+        return conn.await;
+    }
+    tokio::select! {
+        r = conn.as_mut() => return r,
+        _ = rotate.notified() => {}
+    }
+    conn.as_mut().shutdown_gracefully();
+    conn.await
+}
+
+/// hyper-util's auto connection, graceful shutdown abstracted for [`drive`].
+trait GracefulConnection {
+    fn shutdown_gracefully(self: std::pin::Pin<&mut Self>);
+}
+
+impl<I, S, E, B> GracefulConnection for hyper_util::server::conn::auto::Connection<'_, I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: 'static,
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn shutdown_gracefully(self: std::pin::Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }
