@@ -30,12 +30,12 @@ def check(cond, msg):
 
 def filler(seed, n):
     """Deterministic text of exactly n characters with quotes, backslashes, newlines, UTF-8."""
-    words = []
+    out = ""
     i = seed
-    while sum(len(w) + 1 for w in words) < n:
-        words.append(f'w{i % 997} "q" \\ é漢字🙂\n')
+    while len(out) < n:
+        out += f'w{i % 997} "q" \\ é漢字🙂\n '
         i += 7
-    return " ".join(words)[:n]
+    return out[:n]
 
 
 def message_text(tag, i):
