@@ -402,11 +402,17 @@ impl MockHandle {
         self.shared.lock().token_requests.iter().cloned().collect()
     }
 
-    /// Forgets the recorded `/responses` and token requests.
+    /// Every model catalog request (`GET {prefix}/models`) received, oldest first.
+    pub fn models_requests(&self) -> Vec<RecordedRequest> {
+        self.shared.lock().models_requests.iter().cloned().collect()
+    }
+
+    /// Forgets the recorded `/responses`, token and model catalog requests.
     pub fn clear_requests(&self) {
         let mut inner = self.shared.lock();
         inner.requests.clear();
         inner.token_requests.clear();
+        inner.models_requests.clear();
     }
 
     /// Number of `POST /oauth/token` calls (counted on arrival, before `token_delay`).

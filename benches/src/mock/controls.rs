@@ -219,6 +219,9 @@ pub struct Behaviour {
     pub cached_tokens: Option<u64>,
     /// The parameter named by `unsupported_parameter` (`x-mock-param`).
     pub param: Option<String>,
+    /// `Retry-After` header value of an error answer (`x-mock-retry-after`); replaces the one
+    /// an error kind sends by default.
+    pub retry_after: Option<String>,
     /// Fail the refresh grant of the account (account / process layers only).
     pub refresh_error: Option<RefreshError>,
     /// Apply this behaviour only to the first N matching requests (account layer only).
@@ -294,6 +297,7 @@ impl Behaviour {
             "incomplete" => self.incomplete = Some(v.to_owned()),
             "cached-tokens" => self.cached_tokens = Some(v.parse().map_err(|e| bad(&e))?),
             "param" => self.param = Some(v.to_owned()),
+            "retry-after" => self.retry_after = Some(v.to_owned()),
             "refresh-error" => self.refresh_error = Some(v.parse().map_err(|e: String| bad(&e))?),
             "fail-times" => self.fail_times = Some(v.parse().map_err(|e| bad(&e))?),
             _ => return Err(format!("unknown control x-mock-{k}")),
@@ -328,6 +332,7 @@ impl Behaviour {
             incomplete,
             cached_tokens,
             param,
+            retry_after,
             refresh_error,
             fail_times
         );
@@ -417,6 +422,8 @@ mod tests {
         assert_eq!(b.inter_event_delay, Some(Duration::from_millis(50)));
         assert_eq!(b.tokens, Some(500));
         assert!("events-per-second=-1".parse::<Behaviour>().is_err());
+        let b: Behaviour = "error=internal,x-mock-retry-after=120".parse().unwrap();
+        assert_eq!(b.retry_after.as_deref(), Some("120"));
     }
 
     #[test]

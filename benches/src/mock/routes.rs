@@ -25,7 +25,7 @@ use super::{
     events::{self, Plan, SseStream},
     oauth,
     reply::{self, Body},
-    state::{now_unix, rand_hex, Shared, PRIMARY_WINDOW_MIN, SECONDARY_WINDOW_MIN},
+    state::{now_unix, rand_hex, Log, Shared, PRIMARY_WINDOW_MIN, SECONDARY_WINDOW_MIN},
     IssuedTokens, MockAccount, RecordedRequest, DEFAULT_TEXT, MODELS_CATALOG,
 };
 
@@ -311,6 +311,9 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
         };
         let mut r = errors::http_error(c.error, c.status, &ctx);
         reply::set_header(&mut r, "x-request-id", format!("req_{}", rand_hex(16)));
+        if let Some(ra) = &c.retry_after {
+            reply::set_header(&mut r, "retry-after", ra);
+        }
         return r;
     }
 
@@ -406,6 +409,7 @@ fn quota_headers(r: &mut Response<Body>, q: &super::state::QuotaView) {
 
 /// `GET {prefix}/models`: the catalog with an ETag (and 304 on `If-None-Match`).
 fn models(shared: &Shared, parts: &Parts) -> Response<Body> {
+    shared.record_in(recorded(shared, parts, Bytes::new(), None), Log::Models);
     if let Some(r) = auth_only(shared, parts) {
         return r;
     }
@@ -513,6 +517,7 @@ fn reset(shared: &Shared) {
     let mut inner = shared.lock();
     inner.requests.clear();
     inner.token_requests.clear();
+    inner.models_requests.clear();
     for st in inner.accounts.values_mut() {
         st.behaviour_uses = 0;
     }

@@ -83,7 +83,19 @@ pub(crate) struct Inner {
     pub(crate) refresh_tokens: HashMap<String, RefreshEntry>,
     pub(crate) requests: VecDeque<RecordedRequest>,
     pub(crate) token_requests: VecDeque<RecordedRequest>,
+    pub(crate) models_requests: VecDeque<RecordedRequest>,
     pub(crate) used_codes: HashSet<String>,
+}
+
+/// The request logs of [`Shared::record_in`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Log {
+    /// `/responses`.
+    Responses,
+    /// The OAuth token endpoint.
+    Token,
+    /// The model catalog (`GET {prefix}/models`).
+    Models,
 }
 
 /// Which account a refresh token belongs to, and whether it was already rotated away.
@@ -157,15 +169,20 @@ impl Shared {
 
     /// Records a request, keeping at most `max_recorded`.
     pub(crate) fn record(&self, req: RecordedRequest, token: bool) {
+        self.record_in(req, if token { Log::Token } else { Log::Responses });
+    }
+
+    /// Records a request in one of the logs, keeping at most `max_recorded`.
+    pub(crate) fn record_in(&self, req: RecordedRequest, log: Log) {
         let max = self.cfg.max_recorded;
         if max == 0 {
             return;
         }
         let mut inner = self.lock();
-        let q = if token {
-            &mut inner.token_requests
-        } else {
-            &mut inner.requests
+        let q = match log {
+            Log::Responses => &mut inner.requests,
+            Log::Token => &mut inner.token_requests,
+            Log::Models => &mut inner.models_requests,
         };
         while q.len() >= max {
             q.pop_front();
