@@ -7,6 +7,8 @@
 //!   terminal (completed / incomplete / failed / error).
 //! - [`Usage`] / [`usage_of_terminal`]: token usage from a terminal event.
 //! - [`RateLimits`] / [`rate_limits_event`]: quota from a `codex.rate_limits` event.
+//! - [`stream_error`]: the error object of a `response.failed` / `error` event (every shape),
+//!   the one extraction every reader of in-stream failures uses.
 
 use sonic_rs::JsonValueTrait;
 
@@ -173,13 +175,40 @@ pub fn rate_limits_event(data: &[u8]) -> Option<RateLimits> {
     })
 }
 
-/// `response.error{code,message,type}` of a `response.failed` event, or `error{...}` of an
-/// `error` event, as raw JSON.
+/// The error object of a failure event, as raw JSON: the one extraction every reader of
+/// in-stream failures uses (the lifecycle's commit barrier, the JSON collector, the chat
+/// translators), for [`crate::classify::classify_stream_error`].
+///
+/// - `response.failed`: `response.error{code,message,type}`;
+/// - an `error` event with a nested object: `error{type,code,message,param}` (the WebSocket
+///   shape, also seen over SSE);
+/// - an `error` event with the fields at top level (`{"type":"error","code":..,"message":..,
+///   "param":..}`, the Responses API's own shape): those fields, rebuilt into an object
+///   (`type` there is the event's, not the error's, so it is left out).
+///
+/// `None` when the data is not JSON or carries no error at all.
 pub fn stream_error(data: &[u8]) -> Option<String> {
-    sonic_rs::get(data, &["response", "error"])
-        .or_else(|_| sonic_rs::get(data, &["error"]))
-        .ok()
-        .map(|v| v.as_raw_str().to_owned())
+    for path in [&["response", "error"][..], &["error"][..]] {
+        if let Ok(v) = sonic_rs::get(data, path) {
+            if v.is_object() {
+                return Some(v.as_raw_str().to_owned());
+            }
+        }
+    }
+    let v: sonic_rs::Value = sonic_rs::from_slice(data).ok()?;
+    if !v.is_object() {
+        return None;
+    }
+    let mut out = sonic_rs::Object::new();
+    for k in ["code", "message", "param"] {
+        if let Some(x) = v.get(k).filter(|x| x.is_str()) {
+            out.insert(&k, x.clone());
+        }
+    }
+    if out.is_empty() {
+        return None;
+    }
+    sonic_rs::to_string(&out).ok()
 }
 
 #[cfg(test)]
@@ -226,5 +255,44 @@ mod tests {
         let ev = rate_limits_event(br#"{"type":"codex.rate_limits","rate_limits":{"primary":{"used_percent":12.0,"window_minutes":300,"reset_at":5},"secondary":{"used_percent":1.5}}}"#).unwrap();
         assert_eq!(ev.primary.window_minutes, Some(300));
         assert_eq!(ev.secondary.used_percent, Some(1.5));
+    }
+
+    #[test]
+    fn stream_error_reads_every_failure_shape() {
+        use crate::classify::{classify_stream_error, FailureClass};
+        let class = |data: &[u8]| {
+            let raw = stream_error(data).expect("an error object");
+            classify_stream_error(raw.as_bytes()).class
+        };
+        // response.failed
+        assert!(matches!(
+            class(br#"{"type":"response.failed","response":{"id":"r","error":{"code":"rate_limit_exceeded","message":"slow down"}}}"#),
+            FailureClass::RateLimited { .. }
+        ));
+        // error event, nested (WebSocket shape)
+        assert!(matches!(
+            class(br#"{"type":"error","status":429,"error":{"type":"usage_limit_reached","message":"The usage limit has been reached"}}"#),
+            FailureClass::UsageLimit { .. }
+        ));
+        // error event, top-level fields (Responses API shape)
+        let data = br#"{"type":"error","code":"rate_limit_exceeded","message":"Rate limit reached. Please try again in 2s.","param":null,"sequence_number":3}"#;
+        assert!(matches!(class(data), FailureClass::RateLimited { .. }));
+        let f = classify_stream_error(stream_error(data).unwrap().as_bytes());
+        assert_eq!(f.code.as_deref(), Some("rate_limit_exceeded"));
+        assert_eq!(
+            f.message.as_deref(),
+            Some("Rate limit reached. Please try again in 2s.")
+        );
+        assert_eq!(
+            class(br#"{"type":"error","code":"context_length_exceeded","message":"too long"}"#),
+            FailureClass::Request
+        );
+        // nothing to extract
+        assert_eq!(stream_error(br#"{"type":"error"}"#), None);
+        assert_eq!(stream_error(b"not json"), None);
+        assert_eq!(
+            stream_error(br#"{"type":"response.failed","response":{}}"#),
+            None
+        );
     }
 }

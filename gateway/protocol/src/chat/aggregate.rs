@@ -247,7 +247,7 @@ impl ChatAggregator {
                 {
                     self.usage = Some(u);
                 }
-                self.failure = Some(ChatUpstreamFailure::from_event(kind, ev.as_ref()));
+                self.failure = Some(ChatUpstreamFailure::from_event(data));
             }
         }
     }

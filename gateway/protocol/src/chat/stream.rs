@@ -276,7 +276,7 @@ impl ChatStream {
                 {
                     self.usage = Some(u);
                 }
-                let failure = ChatUpstreamFailure::from_event(kind, ev.as_ref());
+                let failure = ChatUpstreamFailure::from_event(data);
                 self.fail(out, failure);
             }
         }

@@ -6,8 +6,9 @@
 //!   dropped per codex-protocol.md §3.2).
 //! - [`RawEvent`]: one borrowed serde pass over an event's data; strings without escapes are
 //!   not copied, deltas stay raw JSON so they can be copied into chunks as they are.
-//! - [`ChatUpstreamFailure`]: a `response.failed` / `error` event or an early EOF, classified
-//!   by [`crate::classify::classify_stream_error`].
+//! - [`ChatUpstreamFailure`]: a `response.failed` / `error` event (its error object read by
+//!   [`crate::events::stream_error`]) or an early EOF, classified by
+//!   [`crate::classify::classify_stream_error`].
 //!
 //! # Error handling
 //! [`RawEvent::parse`] returns `None` for malformed data; callers skip such events, except
@@ -109,14 +110,6 @@ pub(crate) struct RawEvent<'a> {
     pub input: Option<LazyValue<'a>>,
     #[serde(borrow, default)]
     pub name: Option<Cow<'a, str>>,
-    /// `error` events: `{code, message, param}` at top level ...
-    #[serde(borrow, default)]
-    pub code: Option<LazyValue<'a>>,
-    #[serde(borrow, default)]
-    pub message: Option<LazyValue<'a>>,
-    /// ... or nested as `error{type, code, message}`.
-    #[serde(borrow, default)]
-    pub error: Option<LazyValue<'a>>,
 }
 
 /// An output item (`output_item.added/.done`, `response.output[]`).
@@ -162,8 +155,6 @@ pub(crate) struct RawResponse<'a> {
     pub usage: Option<RawUsage>,
     #[serde(borrow, default)]
     pub incomplete_details: Option<RawIncomplete<'a>>,
-    #[serde(borrow, default)]
-    pub error: Option<LazyValue<'a>>,
     /// Parsed only when needed (it can be large, and may be empty).
     #[serde(borrow, default)]
     pub output: Option<LazyValue<'a>>,
@@ -361,37 +352,10 @@ impl ChatUpstreamFailure {
         }
     }
 
-    /// The failure of a `response.failed` / `error` event.
-    pub(crate) fn from_event(kind: Kind, ev: Option<&RawEvent<'_>>) -> Self {
-        let Some(ev) = ev else {
-            return Self::from_error_json(None);
-        };
-        if kind == Kind::Failed {
-            let err = ev.response.as_ref().and_then(|r| r.error.as_ref());
-            return Self::from_error_json(err.filter(|e| e.is_object()).map(|e| e.as_raw_str()));
-        }
-        if let Some(e) = ev.error.as_ref().filter(|e| e.is_object()) {
-            return Self::from_error_json(Some(e.as_raw_str()));
-        }
-        // Top-level `{"type":"error","code":..,"message":..}`: rebuild a small error object.
-        let mut obj = Vec::with_capacity(64);
-        obj.push(b'{');
-        let mut first = true;
-        for (k, v) in [
-            (&b"\"code\":"[..], &ev.code),
-            (&b"\"message\":"[..], &ev.message),
-        ] {
-            if let Some(v) = v.as_ref().filter(|v| v.is_str()) {
-                if !first {
-                    obj.push(b',');
-                }
-                first = false;
-                obj.extend_from_slice(k);
-                obj.extend_from_slice(v.as_raw_str().as_bytes());
-            }
-        }
-        obj.push(b'}');
-        Self::from_error_json(std::str::from_utf8(&obj).ok())
+    /// The failure of a `response.failed` / `error` event, from its data (the error object is
+    /// extracted by [`crate::events::stream_error`], the one extraction for every shape).
+    pub(crate) fn from_event(data: &[u8]) -> Self {
+        Self::from_error_json(crate::events::stream_error(data).as_deref())
     }
 
     /// The OpenAI error body (`{"error":{message,type,code,param}}`).
