@@ -342,19 +342,22 @@ fn upstream_rendering(f: &Failure) -> Rendered {
             "model_not_supported".to_owned(),
             None,
         ),
-        FailureClass::AuthExpired | FailureClass::Deactivated | FailureClass::Cloudflare => (
+        FailureClass::AuthExpired
+        | FailureClass::Deactivated
+        | FailureClass::Cloudflare
+        | FailureClass::Forbidden => (
             502,
             "server_error".to_owned(),
             "upstream_account_unavailable".to_owned(),
             None,
         ),
-        FailureClass::Overloaded => (
+        FailureClass::Overloaded { retry_after_s } => (
             503,
             "server_error".to_owned(),
             f.code
                 .clone()
                 .unwrap_or_else(|| "server_is_overloaded".to_owned()),
-            Some(2),
+            Some(retry_after_s.unwrap_or(2)),
         ),
     };
     let mut body = ErrorBody::new(msg, &ty, Some(&code));
@@ -411,7 +414,12 @@ mod tests {
 
     #[test]
     fn upstream_request_errors_keep_status_and_message() {
-        let f = classify_http(400, None, br#"{"detail":"Unsupported parameter: foo"}"#);
+        let f = classify_http(
+            400,
+            None,
+            None,
+            br#"{"detail":"Unsupported parameter: foo"}"#,
+        );
         let r = Error::upstream(f).to_openai();
         assert_eq!(r.status, 400);
         assert_eq!(r.body.message, "Unsupported parameter: foo");

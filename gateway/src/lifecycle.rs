@@ -507,8 +507,9 @@ async fn attempt(
 
     if resp.status != 200 {
         let ct = resp.header("content-type").map(str::to_owned);
+        let retry_after = resp.header("retry-after").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
-        let failure = classify_http(resp.status, ct.as_deref(), &body);
+        let failure = classify_http(resp.status, ct.as_deref(), retry_after.as_deref(), &body);
         return Err(rejected(ctx, plan, account, failure, after_refresh));
     }
 

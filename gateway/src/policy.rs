@@ -21,6 +21,11 @@ pub const RATE_LIMIT_COOLDOWN: Duration = Duration::from_secs(15);
 pub const AUTH_COOLDOWN: Duration = Duration::from_secs(30);
 /// Cooldown after a Cloudflare block.
 pub const CLOUDFLARE_COOLDOWN: Duration = Duration::from_secs(60);
+/// Cooldown after a 403 that is neither a ban nor a Cloudflare block.
+pub const FORBIDDEN_COOLDOWN: Duration = Duration::from_secs(30);
+/// The longest cooldown an upstream `Retry-After` can set (a transient failure must not take
+/// an account out for long, whatever the header says).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Cooldown after `usage_limit_reached` without `resets_at`.
 pub const USAGE_LIMIT_FALLBACK: Duration = Duration::from_secs(3600);
 
@@ -82,14 +87,13 @@ pub fn apply(
             });
         }
         FailureClass::UsageNotIncluded => status(AccountStatus::Disabled),
-        FailureClass::RateLimited { retry_after_s } => cool(
-            retry_after_s
-                .map(Duration::from_secs)
-                .unwrap_or(RATE_LIMIT_COOLDOWN)
-                .min(Duration::from_secs(300)),
-            class.name(),
-        ),
-        FailureClass::Overloaded => cool(OVERLOAD_COOLDOWN, class.name()),
+        // The upstream's `Retry-After` (or its reset hint) sets the cooldown when present.
+        FailureClass::RateLimited { retry_after_s } => {
+            cool(hinted(*retry_after_s, RATE_LIMIT_COOLDOWN), class.name())
+        }
+        FailureClass::Overloaded { retry_after_s } => {
+            cool(hinted(*retry_after_s, OVERLOAD_COOLDOWN), class.name())
+        }
         FailureClass::AuthExpired if after_refresh => status(AccountStatus::ReauthRequired),
         FailureClass::AuthExpired => {
             // Not a cooldown: requests that reach the account wait for the refreshed token
@@ -104,6 +108,7 @@ pub fn apply(
         }
         FailureClass::Deactivated => status(AccountStatus::Banned),
         FailureClass::Cloudflare => cool(CLOUDFLARE_COOLDOWN, class.name()),
+        FailureClass::Forbidden => cool(FORBIDDEN_COOLDOWN, class.name()),
         FailureClass::ModelNotSupported => scheduler::exclude_model(
             &account.live,
             model,
@@ -113,6 +118,15 @@ pub fn apply(
         FailureClass::ContinuationNotFound | FailureClass::Request => {}
     }
     class.scope() == FailureScope::Account
+}
+
+/// The cooldown of a transient failure: the upstream's hint when it gave one (capped at
+/// [`MAX_RETRY_AFTER`]), else `default`.
+pub fn hinted(retry_after_s: Option<u64>, default: Duration) -> Duration {
+    retry_after_s
+        .map(Duration::from_secs)
+        .unwrap_or(default)
+        .min(MAX_RETRY_AFTER)
 }
 
 /// A refreshed token was published for the account.

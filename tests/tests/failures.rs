@@ -63,10 +63,64 @@ async fn usage_not_included_disables() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limit_is_a_short_backoff() {
+    let before = shared_state::now_ms();
     let s = fails_over(ErrorKind::RateLimitExceeded).await;
     let a = s.account("acct-0");
-    assert!(a.cooling_ms > 0 && a.cooling_ms <= 300_000, "{a:?}");
+    // the mock's `retry-after: 2` sets the cooldown
+    assert!(cooldown_until(&s, "acct-0") > before, "{a:?}");
+    assert!(a.cooling_ms <= 2_000, "{a:?}");
     assert_eq!(a.status, "active");
+}
+
+/// The cooldown deadline of an account (ms since epoch, 0 when none).
+fn cooldown_until(s: &Stack, chatgpt_account_id: &str) -> u64 {
+    let snap = s.app.snapshot.load();
+    snap.accounts
+        .iter()
+        .find(|a| a.chatgpt_account_id == chatgpt_account_id)
+        .map_or(0, |a| a.live.cooldown_until_ms())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_sets_the_cooldown() {
+    // (error, Retry-After, the range the remaining cooldown must be in). Without the header
+    // these cool for 5 s and 15 s.
+    for (kind, retry_after, lo, hi) in [
+        (ErrorKind::ServerIsOverloaded, "120", 60_000, 120_000),
+        (ErrorKind::Internal, "90", 45_000, 90_000),
+        (ErrorKind::RateLimitExceeded, "200", 100_000, 200_000),
+    ] {
+        let s = two();
+        s.mock.set_behaviour(
+            "acct-0",
+            Behaviour {
+                retry_after: Some(retry_after.to_owned()),
+                ..Behaviour::error(kind)
+            },
+        );
+        let (st, v) = ask(&s).await;
+        assert_eq!(st, 200, "{kind:?}: {v}");
+        assert_eq!(s.served_by(), vec!["acct-0", "acct-1"], "{kind:?}");
+        let a = s.account("acct-0");
+        assert_eq!(a.status, "active", "{kind:?}");
+        assert!(
+            a.cooling_ms > lo && a.cooling_ms <= hi,
+            "{kind:?} Retry-After {retry_after}: {a:?}"
+        );
+    }
+    // An absurd Retry-After is capped: a transient failure never takes an account out long.
+    let s = two();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            retry_after: Some("86400".to_owned()),
+            ..Behaviour::error(ErrorKind::ServerIsOverloaded)
+        },
+    );
+    let (st, _) = ask(&s).await;
+    assert_eq!(st, 200);
+    let a = s.account("acct-0");
+    assert!(a.cooling_ms > 0 && a.cooling_ms <= 300_000, "{a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -144,6 +198,73 @@ async fn second_401_after_refresh_needs_reauth() {
 async fn deactivated_is_banned() {
     let s = fails_over(ErrorKind::AccountDeactivated).await;
     assert_eq!(s.account("acct-0").status, "banned");
+    // the same answer as a 403
+    let s = two();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            status: Some(403),
+            ..Behaviour::error(ErrorKind::AccountDeactivated)
+        },
+    );
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.account("acct-0").status, "banned");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_403_is_a_short_cooldown_not_a_ban() {
+    // `x-mock-status: 403` alone: `{"error":{"code":"mock_status",...}}`, no deactivation
+    // signal.
+    let s = two();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            status: Some(403),
+            ..Behaviour::default()
+        },
+    );
+    let (st, v) = ask(&s).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(s.served_by(), vec!["acct-0", "acct-1"]);
+    let a = s.account("acct-0");
+    assert_eq!(a.status, "active", "{a:?}");
+    assert!(a.cooling_ms > 0 && a.cooling_ms <= 30_000, "{a:?}");
+    assert_eq!(s.mock.token_calls(), 0, "not a credential failure");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_cannot_get_an_account_banned() {
+    // The upstream echoes the client's parameter name: "Unsupported parameter: account has
+    // been deactivated". It is the client's error, whatever the status.
+    for status in ["400", "403"] {
+        let s = two();
+        let r = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{
+                "x-mock-error":"unsupported_parameter",
+                "x-mock-param":"account has been deactivated",
+                "x-mock-status":status,
+            }}))
+            .send()
+            .await
+            .unwrap();
+        let st = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(st.to_string(), status, "{v}");
+        assert_eq!(
+            v["error"]["message"], "Unsupported parameter: account has been deactivated",
+            "{v}"
+        );
+        assert_eq!(s.served_by(), vec!["acct-0"], "{status}: no failover");
+        let a = s.account("acct-0");
+        assert_eq!((a.status, a.cooling_ms), ("active", 0), "{status}: {a:?}");
+        // and it keeps serving
+        let (st, v) = ask(&s).await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(s.served_by(), vec!["acct-0", "acct-0"], "{status}");
+        assert_eq!(s.account("acct-0").status, "active");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,6 +7,26 @@
 //! - [`FailureClass`]: account-scoped classes (fail over) vs request errors (return as is).
 //! - [`classify_http`] / [`classify_stream_error`]: the two entry points.
 //!
+//! # Rules, in order
+//! 1. The upstream's error `code`, then its `type`, when it is one we know.
+//! 2. Only when the upstream gave no `code`: its message, matched from the *start* of the text
+//!    against the fixed openings of the few messages that carry a meaning
+//!    ("Unsupported parameter:", "The '<model>' model is not supported when using Codex",
+//!    "Invalid `previous_response_id`", "Your OpenAI account has been deactivated"). The
+//!    upstream echoes client-chosen text (parameter names, model names) after those openings,
+//!    so no substring of a message is ever matched: a client cannot make a request look like a
+//!    ban, an overload or a quota failure.
+//! 3. The HTTP status (401 auth, 429 rate limit, 5xx overload, HTML 403 / empty 404 Cloudflare,
+//!    any other 403 a short-lived refusal, never a ban).
+//!
+//! An account is classed [`FailureClass::Deactivated`] (banned) only on the upstream's own
+//! deactivation signals: the `account_deactivated` code, or the deactivation message on a
+//! 401/403 (or in-stream) answer without a code.
+//!
+//! The upstream's `Retry-After` (429/503) travels in the class ([`FailureClass::RateLimited`],
+//! [`FailureClass::Overloaded`], [`FailureClass::UsageLimit`] without `resets_at`); what it
+//! does to the account is `gateway::policy`'s.
+//!
 //! The retry *decision* is not made here: the lifecycle asks [`FailureClass::scope`].
 
 use sonic_rs::JsonValueTrait;
@@ -16,26 +36,35 @@ use sonic_rs::JsonValueTrait;
 pub enum FailureClass {
     /// `usage_limit_reached`: the account is out of quota until `resets_at` (unix seconds).
     UsageLimit {
-        /// Reset instant, when the upstream said.
+        /// Reset instant, when the upstream said (`resets_at`, `resets_in_seconds`, else
+        /// `Retry-After`).
         resets_at: Option<u64>,
     },
     /// `usage_not_included`: the plan lacks Codex.
     UsageNotIncluded,
     /// `rate_limit_exceeded`: transient; retry after a short backoff.
     RateLimited {
-        /// Seconds to wait, when known.
+        /// Seconds to wait, when known (`Retry-After`, else `resets_in_seconds`).
         retry_after_s: Option<u64>,
     },
     /// 5xx, `server_is_overloaded`, `slow_down`.
-    Overloaded,
+    Overloaded {
+        /// Seconds to wait, when the upstream said (`Retry-After`).
+        retry_after_s: Option<u64>,
+    },
     /// 401 `token_invalidated` / `token_expired` / `token_revoked` or a bare 401.
     AuthExpired,
-    /// The account was deactivated/banned.
+    /// The account was deactivated/banned (`account_deactivated`, or the deactivation message
+    /// without a code).
     Deactivated,
     /// "The 'X' model is not supported when using Codex with a ChatGPT account."
     ModelNotSupported,
     /// Cloudflare HTML 403 or an empty 404: not a credential failure.
     Cloudflare,
+    /// Any other 403 that is not a request error: the upstream refused this account for now.
+    /// Not a ban and not a credential failure: a short cooldown, then the account is tried
+    /// again.
+    Forbidden,
     /// `previous_response_not_found` / invalid `previous_response_id`.
     ContinuationNotFound,
     /// The request itself is wrong (unsupported parameter, context length, policy): no failover.
@@ -54,6 +83,11 @@ pub enum FailureScope {
 // === impl FailureClass ===
 
 impl FailureClass {
+    /// An overload without a `Retry-After` hint.
+    pub const OVERLOADED: Self = Self::Overloaded {
+        retry_after_s: None,
+    };
+
     /// The scope of this class.
     pub fn scope(&self) -> FailureScope {
         match self {
@@ -68,11 +102,12 @@ impl FailureClass {
             Self::UsageLimit { .. } => "usage_limit_reached",
             Self::UsageNotIncluded => "usage_not_included",
             Self::RateLimited { .. } => "rate_limit_exceeded",
-            Self::Overloaded => "server_is_overloaded",
+            Self::Overloaded { .. } => "server_is_overloaded",
             Self::AuthExpired => "token_invalidated",
             Self::Deactivated => "account_deactivated",
             Self::ModelNotSupported => "model_not_supported",
             Self::Cloudflare => "upstream_blocked",
+            Self::Forbidden => "upstream_forbidden",
             Self::ContinuationNotFound => "previous_response_not_found",
             Self::Request => "invalid_request",
         }
@@ -100,12 +135,139 @@ fn s(v: Option<&sonic_rs::Value>) -> Option<String> {
     v.and_then(|x| x.as_str()).map(str::to_owned)
 }
 
-fn lower_contains(h: &str, needle: &str) -> bool {
-    h.to_ascii_lowercase().contains(needle)
+/// What a known `code` / `type` value means (rule 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tag {
+    UsageLimit,
+    UsageNotIncluded,
+    Continuation,
+    Deactivated,
+    Auth,
+    RateLimit,
+    Overload,
+    Request,
 }
 
-/// Classifies an HTTP error response (status >= 400) from the Codex backend.
-pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Failure {
+fn tag_of(t: &str) -> Option<Tag> {
+    Some(match t {
+        "usage_limit_reached" => Tag::UsageLimit,
+        "usage_not_included" => Tag::UsageNotIncluded,
+        "previous_response_not_found" => Tag::Continuation,
+        "account_deactivated" => Tag::Deactivated,
+        "token_invalidated" | "token_expired" | "token_revoked" => Tag::Auth,
+        "rate_limit_exceeded" | "rate_limit_error" => Tag::RateLimit,
+        "server_is_overloaded"
+        | "slow_down"
+        | "server_error"
+        | "internal_error"
+        | "internal_server_error" => Tag::Overload,
+        "context_length_exceeded"
+        | "cyber_policy"
+        | "invalid_prompt"
+        | "invalid_encrypted_content"
+        | "unsupported_parameter"
+        | "unsupported_value"
+        | "invalid_value" => Tag::Request,
+        _ => return None,
+    })
+}
+
+/// The meaning of a message from the upstream that gave no `code` (rule 2). Only the fixed
+/// opening of a message is matched (see the module docs).
+fn message_tag(message: &str, status: u16) -> Option<MessageTag> {
+    let m = message.trim_start().to_ascii_lowercase();
+    if m.starts_with("unsupported parameter") {
+        Some(MessageTag::Request)
+    } else if m.starts_with("invalid `previous_response_id`")
+        || m.starts_with("invalid 'previous_response_id'")
+    {
+        Some(MessageTag::Continuation)
+    } else if m.starts_with("the '") && m.contains("' model is not supported when using codex") {
+        Some(MessageTag::ModelNotSupported)
+    } else if matches!(status, 200 | 401 | 403)
+        && DEACTIVATED_OPENINGS.iter().any(|o| m.starts_with(o))
+    {
+        Some(MessageTag::Deactivated)
+    } else {
+        None
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MessageTag {
+    Request,
+    Continuation,
+    ModelNotSupported,
+    Deactivated,
+}
+
+/// How the upstream's deactivation message begins (lowercase).
+const DEACTIVATED_OPENINGS: &[&str] = &[
+    "your openai account has been deactivated",
+    "your account has been deactivated",
+];
+
+/// Parses a `Retry-After` value: delta-seconds or an HTTP date (IMF-fixdate), in seconds
+/// from now.
+pub fn parse_retry_after(value: &str, now_s: u64) -> Option<u64> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(secs);
+    }
+    http_date(v).map(|at| at.saturating_sub(now_s))
+}
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` -> unix seconds.
+fn http_date(v: &str) -> Option<u64> {
+    let rest = v.split_once(", ")?.1;
+    let mut it = rest.split(' ');
+    let day: u64 = it.next()?.parse().ok()?;
+    let month = match it.next()? {
+        "Jan" => 1,
+        "Feb" => 2,
+        "Mar" => 3,
+        "Apr" => 4,
+        "May" => 5,
+        "Jun" => 6,
+        "Jul" => 7,
+        "Aug" => 8,
+        "Sep" => 9,
+        "Oct" => 10,
+        "Nov" => 11,
+        "Dec" => 12,
+        _ => return None,
+    };
+    let year: i64 = it.next()?.parse().ok()?;
+    let mut hms = it.next()?.split(':');
+    let (h, mi, sec): (u64, u64, u64) = (
+        hms.next()?.parse().ok()?,
+        hms.next()?.parse().ok()?,
+        hms.next()?.parse().ok()?,
+    );
+    if it.next()? != "GMT" || !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = month as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400)
+        .ok()
+        .map(|d| d + h * 3600 + mi * 60 + sec)
+}
+
+/// Classifies an HTTP error response (status >= 400) from the Codex backend. `retry_after`
+/// is the response's `Retry-After` header, when it sent one.
+pub fn classify_http(
+    status: u16,
+    content_type: Option<&str>,
+    retry_after: Option<&str>,
+    body: &[u8],
+) -> Failure {
     let parsed: Option<sonic_rs::Value> = sonic_rs::from_slice(body).ok();
     let err = parsed.as_ref().and_then(|v| v.get("error"));
     // `error` may be an object or a bare string (OAuth style).
@@ -129,49 +291,54 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
     let resets_in = err
         .and_then(|e| e.get("resets_in_seconds"))
         .and_then(|x| x.as_u64());
+    let now = now_s();
+    let retry_after_s = retry_after.and_then(|v| parse_retry_after(v, now));
     let is_html = content_type.is_some_and(|c| c.contains("text/html"))
         || body.trim_ascii_start().starts_with(b"<");
-    let tag = |t: &str| code.as_deref() == Some(t) || error_type.as_deref() == Some(t);
-    let msg = message.clone().unwrap_or_default();
 
-    let class = if tag("usage_limit_reached") {
-        FailureClass::UsageLimit {
-            resets_at: resets_at.or_else(|| resets_in.map(|r| now_s() + r)),
+    // Rule 1: the code, then the type.
+    let tag = code
+        .as_deref()
+        .and_then(tag_of)
+        .or_else(|| error_type.as_deref().and_then(tag_of));
+    let class = match tag {
+        Some(Tag::UsageLimit) => FailureClass::UsageLimit {
+            resets_at: resets_at
+                .or_else(|| resets_in.map(|r| now + r))
+                .or_else(|| retry_after_s.map(|r| now + r)),
+        },
+        Some(Tag::UsageNotIncluded) => FailureClass::UsageNotIncluded,
+        Some(Tag::Continuation) => FailureClass::ContinuationNotFound,
+        Some(Tag::Deactivated) => FailureClass::Deactivated,
+        Some(Tag::Auth) => FailureClass::AuthExpired,
+        Some(Tag::RateLimit) => FailureClass::RateLimited {
+            retry_after_s: retry_after_s.or(resets_in),
+        },
+        Some(Tag::Overload) => FailureClass::Overloaded { retry_after_s },
+        Some(Tag::Request) => FailureClass::Request,
+        None => {
+            // Rule 2: the message, only when there is no code at all.
+            let by_message = match (&code, &message) {
+                (None, Some(m)) if !is_html => message_tag(m, status),
+                _ => None,
+            };
+            match by_message {
+                Some(MessageTag::Request) => FailureClass::Request,
+                Some(MessageTag::Continuation) => FailureClass::ContinuationNotFound,
+                Some(MessageTag::ModelNotSupported) => FailureClass::ModelNotSupported,
+                Some(MessageTag::Deactivated) => FailureClass::Deactivated,
+                // Rule 3: the status.
+                None => by_status(
+                    status,
+                    is_html,
+                    body,
+                    code.is_none() && error_type.is_none(),
+                    error_type.as_deref(),
+                    retry_after_s.or(resets_in),
+                    retry_after_s,
+                ),
+            }
         }
-    } else if tag("usage_not_included") {
-        FailureClass::UsageNotIncluded
-    } else if tag("previous_response_not_found")
-        || lower_contains(&msg, "invalid `previous_response_id`")
-    {
-        FailureClass::ContinuationNotFound
-    } else if tag("account_deactivated") || lower_contains(&msg, "account has been deactivated") {
-        FailureClass::Deactivated
-    } else if tag("token_invalidated")
-        || tag("token_expired")
-        || tag("token_revoked")
-        || (status == 401 && !is_html)
-    {
-        FailureClass::AuthExpired
-    } else if lower_contains(&msg, "model is not supported when using codex") {
-        FailureClass::ModelNotSupported
-    } else if tag("rate_limit_exceeded") || tag("rate_limit_error") || status == 429 {
-        FailureClass::RateLimited {
-            retry_after_s: resets_in,
-        }
-    } else if tag("server_is_overloaded")
-        || tag("slow_down")
-        || tag("server_error")
-        || tag("internal_error")
-        || tag("internal_server_error")
-        || status >= 500
-    {
-        FailureClass::Overloaded
-    } else if (status == 403 && is_html) || (status == 404 && body.trim_ascii().is_empty()) {
-        FailureClass::Cloudflare
-    } else if status == 403 {
-        FailureClass::Deactivated
-    } else {
-        FailureClass::Request
     };
     Failure {
         class,
@@ -183,29 +350,50 @@ pub fn classify_http(status: u16, content_type: Option<&str>, body: &[u8]) -> Fa
     }
 }
 
-/// Classifies the `error` object of an in-stream `response.failed` / `error` event.
+fn by_status(
+    status: u16,
+    is_html: bool,
+    body: &[u8],
+    untagged: bool,
+    error_type: Option<&str>,
+    rate_limit_wait: Option<u64>,
+    retry_after_s: Option<u64>,
+) -> FailureClass {
+    match status {
+        401 if !is_html => FailureClass::AuthExpired,
+        429 => FailureClass::RateLimited {
+            retry_after_s: rate_limit_wait,
+        },
+        s if s >= 500 => FailureClass::Overloaded { retry_after_s },
+        403 if is_html => FailureClass::Cloudflare,
+        404 if body.trim_ascii().is_empty() => FailureClass::Cloudflare,
+        // A 403 the upstream files as a request error (e.g. an unsupported region: every
+        // account would get it) goes back to the client; any other 403 refuses this account
+        // for a while. Neither is a ban.
+        403 if error_type == Some("invalid_request_error") => FailureClass::Request,
+        403 => FailureClass::Forbidden,
+        // In-stream (no status): a failure without any code is the server's fault.
+        200 if untagged => FailureClass::OVERLOADED,
+        _ => FailureClass::Request,
+    }
+}
+
+/// Classifies the `error` object of an in-stream `response.failed` / `error` event (as
+/// extracted by [`crate::events::stream_error`]).
 pub fn classify_stream_error(error_json: &[u8]) -> Failure {
     let v: Option<sonic_rs::Value> = sonic_rs::from_slice(error_json).ok();
-    let code = s(v.as_ref().and_then(|e| e.get("code")));
-    let ty = s(v.as_ref().and_then(|e| e.get("type")));
     let message = s(v.as_ref().and_then(|e| e.get("message")));
-    // Reuse the HTTP rules with a synthetic body; status 200 means "no status information".
+    // The HTTP rules with a synthetic body; status 200 means "no status information".
     let mut f = classify_http(
         200,
         Some("application/json"),
+        None,
         format!(
             "{{\"error\":{}}}",
             std::str::from_utf8(error_json).unwrap_or("{}")
         )
         .as_bytes(),
     );
-    if f.class == FailureClass::Request && code.is_none() && ty.is_none() {
-        // An in-stream failure without any code is the server's fault.
-        f.class = FailureClass::Overloaded;
-    }
-    if matches!(ty.as_deref(), Some("server_error")) && f.class == FailureClass::Request {
-        f.class = FailureClass::Overloaded;
-    }
     f.message = message.or(f.message);
     f
 }
@@ -222,8 +410,13 @@ mod tests {
     use super::*;
 
     fn c(status: u16, body: &str) -> FailureClass {
-        classify_http(status, Some("application/json"), body.as_bytes()).class
+        classify_http(status, Some("application/json"), None, body.as_bytes()).class
     }
+
+    /// The deactivation message the upstream sends (codex-protocol.md §2.6).
+    const DEACTIVATED_MSG: &str = "Your OpenAI account has been deactivated, please check your \
+        email for more information. If you feel this is an error, contact us through our help \
+        center at help.openai.com.";
 
     #[test]
     fn table() {
@@ -246,9 +439,9 @@ mod tests {
         ));
         assert_eq!(
             c(503, r#"{"error":{"code":"server_is_overloaded"}}"#),
-            FailureClass::Overloaded
+            FailureClass::OVERLOADED
         );
-        assert_eq!(c(500, "oops"), FailureClass::Overloaded);
+        assert_eq!(c(500, "oops"), FailureClass::OVERLOADED);
         assert_eq!(
             c(
                 401,
@@ -283,7 +476,7 @@ mod tests {
             FailureClass::Request
         );
         assert_eq!(
-            classify_http(403, Some("text/html"), b"<html>cf</html>").class,
+            classify_http(403, Some("text/html"), None, b"<html>cf</html>").class,
             FailureClass::Cloudflare
         );
         assert_eq!(
@@ -293,13 +486,234 @@ mod tests {
             ),
             FailureClass::ContinuationNotFound
         );
+        assert_eq!(
+            c(400, r#"{"detail":"Invalid `previous_response_id`."}"#),
+            FailureClass::ContinuationNotFound
+        );
+    }
+
+    // One test per 403 shape (codex-protocol.md §2.6: "Account deactivated 401/403 containing
+    // 'account has been deactivated' / account_deactivated"; "Cloudflare: HTML 403"), plus the
+    // 403s the table does not list, which must never ban.
+
+    #[test]
+    fn forbidden_account_deactivated_code_is_a_ban() {
+        let body = format!(
+            r#"{{"error":{{"message":"{DEACTIVATED_MSG}","type":"invalid_request_error","code":"account_deactivated"}},"status":403}}"#
+        );
+        assert_eq!(c(403, &body), FailureClass::Deactivated);
+        // the code alone is enough
+        assert_eq!(
+            c(403, r#"{"error":{"code":"account_deactivated"}}"#),
+            FailureClass::Deactivated
+        );
+    }
+
+    #[test]
+    fn forbidden_deactivation_message_without_code_is_a_ban() {
+        assert_eq!(
+            c(
+                403,
+                &format!(r#"{{"error":{{"message":"{DEACTIVATED_MSG}"}}}}"#)
+            ),
+            FailureClass::Deactivated
+        );
+        assert_eq!(
+            c(403, &format!(r#"{{"detail":"{DEACTIVATED_MSG}"}}"#)),
+            FailureClass::Deactivated
+        );
+    }
+
+    #[test]
+    fn forbidden_cloudflare_html_is_a_block_not_a_ban() {
+        assert_eq!(
+            classify_http(
+                403,
+                Some("text/html; charset=UTF-8"),
+                None,
+                b"<!DOCTYPE html><html><head><title>Just a moment...</title></head></html>"
+            )
+            .class,
+            FailureClass::Cloudflare
+        );
+        // HTML without a content type, and even one that mentions deactivation
+        assert_eq!(
+            classify_http(
+                403,
+                None,
+                None,
+                b"<html>Your account has been deactivated</html>"
+            )
+            .class,
+            FailureClass::Cloudflare
+        );
+    }
+
+    #[test]
+    fn other_json_403s_never_ban() {
+        for body in [
+            r#"{"error":{"message":"Forbidden"}}"#,
+            r#"{"detail":"Forbidden"}"#,
+            r#"{"error":{"code":"some_new_code","message":"You do not have access."}}"#,
+            r#"{"error":{"type":"permission_error","message":"Not allowed."}}"#,
+            "",
+            "{}",
+        ] {
+            assert_eq!(c(403, body), FailureClass::Forbidden, "{body}");
+        }
+        // an unsupported-region refusal is a request error (any account gets it)
+        assert_eq!(
+            c(
+                403,
+                r#"{"error":{"code":"unsupported_country_region_territory","message":"Country, region, or territory not supported","param":null,"type":"request_forbidden"}}"#
+            ),
+            FailureClass::Forbidden
+        );
+        assert_eq!(
+            c(
+                403,
+                r#"{"error":{"code":"unsupported_country_region_territory","message":"Country, region, or territory not supported","type":"invalid_request_error"}}"#
+            ),
+            FailureClass::Request
+        );
+        // a code wins over a message that reads like a ban
+        assert_eq!(
+            c(
+                403,
+                &format!(r#"{{"error":{{"code":"some_new_code","message":"{DEACTIVATED_MSG}"}}}}"#)
+            ),
+            FailureClass::Forbidden
+        );
+        assert_eq!(FailureClass::Forbidden.scope(), FailureScope::Account);
+    }
+
+    #[test]
+    fn client_text_echoed_by_the_upstream_never_classifies() {
+        // "Unsupported parameter: X" with X chosen by the client, on every status the
+        // upstream might use
+        for status in [400, 401, 403, 404, 429] {
+            for param in [
+                "account has been deactivated",
+                "Your OpenAI account has been deactivated",
+                "usage_limit_reached",
+                "The 'x' model is not supported when using Codex",
+                "Invalid `previous_response_id`",
+            ] {
+                let body = format!(r#"{{"detail":"Unsupported parameter: {param}"}}"#);
+                let class = c(status, &body);
+                assert_eq!(class, FailureClass::Request, "{status} {body}");
+            }
+        }
+        // in the middle of any other message: not a ban
+        assert_eq!(
+            c(
+                400,
+                r#"{"detail":"Invalid value for 'input': your account has been deactivated"}"#
+            ),
+            FailureClass::Request
+        );
+        assert_eq!(
+            c(
+                403,
+                r#"{"detail":"Invalid value: your account has been deactivated"}"#
+            ),
+            FailureClass::Forbidden
+        );
+        // a 400 never bans, even with the deactivation message
+        assert_eq!(
+            c(400, &format!(r#"{{"detail":"{DEACTIVATED_MSG}"}}"#)),
+            FailureClass::Request
+        );
+    }
+
+    #[test]
+    fn retry_after_travels_in_the_class() {
+        let ra = |status: u16, h: &str, body: &str| {
+            classify_http(status, Some("application/json"), Some(h), body.as_bytes()).class
+        };
+        assert_eq!(
+            ra(
+                429,
+                "42",
+                r#"{"error":{"type":"rate_limit_exceeded","code":"rate_limit_exceeded"}}"#
+            ),
+            FailureClass::RateLimited {
+                retry_after_s: Some(42)
+            }
+        );
+        assert_eq!(
+            ra(429, "7", r#"{"detail":"Too many requests"}"#),
+            FailureClass::RateLimited {
+                retry_after_s: Some(7)
+            }
+        );
+        assert_eq!(
+            ra(503, "120", r#"{"error":{"code":"server_is_overloaded"}}"#),
+            FailureClass::Overloaded {
+                retry_after_s: Some(120)
+            }
+        );
+        assert_eq!(
+            ra(503, "30", "upstream connect error"),
+            FailureClass::Overloaded {
+                retry_after_s: Some(30)
+            }
+        );
+        // resets_at stays authoritative; Retry-After fills in when it is missing
+        assert_eq!(
+            ra(
+                429,
+                "60",
+                r#"{"error":{"type":"usage_limit_reached","resets_at":1700000000}}"#
+            ),
+            FailureClass::UsageLimit {
+                resets_at: Some(1_700_000_000)
+            }
+        );
+        match ra(429, "600", r#"{"error":{"type":"usage_limit_reached"}}"#) {
+            FailureClass::UsageLimit { resets_at: Some(r) } => {
+                let now = now_s();
+                assert!(r >= now + 599 && r <= now + 601, "{r} vs {now}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // garbage is ignored
+        assert_eq!(
+            ra(503, "soon", r#"{"error":{"code":"server_is_overloaded"}}"#),
+            FailureClass::OVERLOADED
+        );
+    }
+
+    #[test]
+    fn retry_after_http_dates() {
+        // 784111777 = Sun, 06 Nov 1994 08:49:37 GMT (RFC 9110's example)
+        assert_eq!(
+            http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(0));
+        assert_eq!(
+            http_date("Tue, 29 Feb 2028 12:00:00 GMT"),
+            Some(1_835_438_400)
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:37 GMT", 784_111_777),
+            Some(60)
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", 784_111_800),
+            Some(0)
+        );
+        assert_eq!(parse_retry_after(" 15 ", 0), Some(15));
+        assert_eq!(parse_retry_after("-1", 0), None);
+        assert_eq!(parse_retry_after("Sun, 06 Foo 1994 08:49:37 GMT", 0), None);
     }
 
     #[test]
     fn stream_errors() {
         assert_eq!(
             classify_stream_error(br#"{"code":"server_is_overloaded","message":"busy"}"#).class,
-            FailureClass::Overloaded
+            FailureClass::OVERLOADED
         );
         assert!(matches!(
             classify_stream_error(
@@ -315,13 +729,33 @@ mod tests {
         );
         assert_eq!(
             classify_stream_error(br#"{"message":"?"}"#).class,
-            FailureClass::Overloaded
+            FailureClass::OVERLOADED
+        );
+        assert_eq!(
+            classify_stream_error(br#"{"type":"server_error","message":"?"}"#).class,
+            FailureClass::OVERLOADED
         );
         assert_eq!(
             classify_stream_error(br#"{"code":"context_length_exceeded","message":"too long"}"#)
                 .message
                 .as_deref(),
             Some("too long")
+        );
+        assert!(matches!(
+            classify_stream_error(br#"{"code":"rate_limit_exceeded","message":"slow down"}"#).class,
+            FailureClass::RateLimited { .. }
+        ));
+        // in-stream: the deactivation message without a code bans; echoed text does not
+        assert_eq!(
+            classify_stream_error(format!(r#"{{"message":"{DEACTIVATED_MSG}"}}"#).as_bytes()).class,
+            FailureClass::Deactivated
+        );
+        assert_eq!(
+            classify_stream_error(
+                br#"{"type":"invalid_request_error","message":"Unsupported parameter: account has been deactivated"}"#
+            )
+            .class,
+            FailureClass::Request
         );
     }
 }

@@ -102,7 +102,7 @@ pub enum FailureKind {
     Timeout = 2,
     /// 5xx / `server_is_overloaded` / `slow_down`.
     Server = 3,
-    /// Cloudflare block (HTML 403, empty 404).
+    /// Cloudflare block (HTML 403, empty 404), or another 403 refusing the account.
     Blocked = 4,
     /// The connection could not be established (nothing was sent).
     Connect = 5,
@@ -133,8 +133,8 @@ impl FailureKind {
             FailureClass::UsageNotIncluded
             | FailureClass::AuthExpired
             | FailureClass::Deactivated => Self::Auth,
-            FailureClass::Overloaded => Self::Server,
-            FailureClass::Cloudflare => Self::Blocked,
+            FailureClass::Overloaded { .. } => Self::Server,
+            FailureClass::Cloudflare | FailureClass::Forbidden => Self::Blocked,
             FailureClass::ModelNotSupported
             | FailureClass::ContinuationNotFound
             | FailureClass::Request => return None,

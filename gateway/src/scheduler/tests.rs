@@ -677,8 +677,15 @@ fn failure_kinds_map_from_classes() {
         (C::UsageNotIncluded, Some(FailureKind::Auth)),
         (C::AuthExpired, Some(FailureKind::Auth)),
         (C::Deactivated, Some(FailureKind::Auth)),
-        (C::Overloaded, Some(FailureKind::Server)),
+        (C::OVERLOADED, Some(FailureKind::Server)),
+        (
+            C::Overloaded {
+                retry_after_s: Some(30),
+            },
+            Some(FailureKind::Server),
+        ),
         (C::Cloudflare, Some(FailureKind::Blocked)),
+        (C::Forbidden, Some(FailureKind::Blocked)),
         (C::ModelNotSupported, None),
         (C::ContinuationNotFound, None),
         (C::Request, None),

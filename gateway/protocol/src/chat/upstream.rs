@@ -305,7 +305,7 @@ impl ChatUpstreamFailure {
                     .to_owned(),
             error_type: "server_error".to_owned(),
             code: Some("stream_disconnected".to_owned()),
-            class: FailureClass::Overloaded,
+            class: FailureClass::OVERLOADED,
         }
     }
 
@@ -321,10 +321,11 @@ impl ChatUpstreamFailure {
             FailureClass::Request
             | FailureClass::ContinuationNotFound
             | FailureClass::ModelNotSupported => 400,
-            FailureClass::Overloaded
+            FailureClass::Overloaded { .. }
             | FailureClass::AuthExpired
             | FailureClass::Deactivated
-            | FailureClass::Cloudflare => 502,
+            | FailureClass::Cloudflare
+            | FailureClass::Forbidden => 502,
         };
         let error_type = f.error_type.clone().unwrap_or_else(|| {
             match status_hint {
