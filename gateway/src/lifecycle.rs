@@ -575,6 +575,9 @@ async fn attempt(
                             _ => break,
                         }
                     }
+                    // The account served: its health recovers (error rate, failure streak,
+                    // penalties) and the first-token latency feeds the smart order.
+                    scheduler::record_success(&account.live, started.elapsed());
                     return Ok(Committed {
                         account: Arc::clone(account),
                         _lease: lease,

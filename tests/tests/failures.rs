@@ -448,3 +448,90 @@ async fn concurrency_limit_is_never_exceeded() {
     assert!(max <= 2, "an account had {max} requests in flight");
     assert!(max >= 1);
 }
+
+/// Waits until the account's cooldown is over.
+async fn until_not_cooling(s: &Stack, chatgpt_account_id: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while s.account(chatgpt_account_id).cooling_ms > 0 {
+        assert!(std::time::Instant::now() < deadline, "cooldown never ended");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The concurrency limit the scheduler gives the account now (0 = unlimited).
+fn concurrency_limit(s: &Stack, chatgpt_account_id: &str) -> u32 {
+    let snap = s.app.snapshot.load();
+    let a = snap
+        .accounts
+        .iter()
+        .find(|a| a.chatgpt_account_id == chatgpt_account_id)
+        .expect("account");
+    gateway::scheduler::effective_limit(a, &snap.settings, shared_state::now_ms())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_recovers_after_failures() {
+    let s = StackBuilder {
+        accounts: 1,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.default_max_concurrency = 8;
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    assert_eq!(concurrency_limit(&s, "acct-0"), 8);
+
+    // Ten upstream 500s (each cools the account for the second its Retry-After asks).
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            retry_after: Some("1".to_owned()),
+            ..Behaviour::error(ErrorKind::Internal)
+        }
+        .times(10),
+    );
+    for i in 0..10 {
+        until_not_cooling(&s, "acct-0").await;
+        let (st, v) = ask(&s).await;
+        assert_eq!(st, 503, "failure {i}: {v}");
+    }
+    assert_eq!(s.mock.responses_requests(), 10);
+    assert_eq!(
+        concurrency_limit(&s, "acct-0"),
+        1,
+        "ten failures in a row quarantine the account"
+    );
+
+    // Fifty good requests.
+    until_not_cooling(&s, "acct-0").await;
+    for i in 0..50 {
+        let (st, v) = ask(&s).await;
+        assert_eq!(st, 200, "success {i}: {v}");
+    }
+    assert_eq!(s.mock.responses_requests(), 60);
+    assert_eq!(
+        concurrency_limit(&s, "acct-0"),
+        8,
+        "fifty successes restore full concurrency"
+    );
+
+    // Eight streams that do not end on their own are served at once: each gets its head
+    // (the gateway answers after the commit barrier) while the others are still open. At
+    // a reduced limit the extra ones would queue, then fail.
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let req = s.post("/v1/responses").json(&json!({
+            "model":"gpt-5.5","input":"x","stream":true,
+            "client_metadata":{"x-mock-tokens":"1000000","x-mock-inter-event-delay-ms":"50"}
+        }));
+        tasks.push(tokio::spawn(async move { req.send().await.unwrap() }));
+    }
+    let mut open = Vec::new();
+    for t in tasks {
+        open.push(t.await.unwrap());
+    }
+    let statuses: Vec<u16> = open.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses, vec![200; 8]);
+    assert_eq!(s.account("acct-0").in_flight, 8);
+    drop(open);
+}
