@@ -156,6 +156,10 @@ impl App {
         sc.upstream_ca = cfg.upstream.ca_file.clone();
         sc.originator = cfg.wire.originator.clone();
         sc.user_agent = cfg.wire.user_agent.clone();
+        // The catalog is asked as the same client version the data plane presents.
+        if !cfg.wire.version.trim().is_empty() {
+            sc.client_version = cfg.wire.version.trim().to_owned();
+        }
         sc.model_aliases = cfg.model_aliases.clone();
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,

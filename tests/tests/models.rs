@@ -105,15 +105,10 @@ async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let models_req = s
-        .mock
-        .requests()
-        .into_iter()
-        .find(|r| r.path.ends_with("/models"));
-    if let Some(r) = models_req {
-        assert!(r.query.as_deref().unwrap_or("").contains("client_version="));
-        assert_eq!(r.account_id(), Some("acct-0"));
-    }
+    let models_req = s.mock.models_requests();
+    let r = models_req.first().expect("a /models request");
+    assert!(r.query.as_deref().unwrap_or("").contains("client_version="));
+    assert_eq!(r.account_id(), Some("acct-0"));
     // not strict by configuration, but the upstream's catalog is authoritative
     let r = s
         .post("/v1/responses")
@@ -129,4 +124,40 @@ async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_catalog_is_asked_as_the_configured_client_version() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.wire.version = "0.999.7".to_owned();
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s.mock.models_requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "catalog never fetched"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let r = s.mock.models_requests().remove(0);
+    assert_eq!(
+        r.query.as_deref(),
+        Some("client_version=0.999.7"),
+        "the configured wire version"
+    );
+    assert_eq!(r.header("version"), Some("0.999.7"));
+    // the data plane presents the same version
+    let resp = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let up = s.mock.requests().pop().unwrap();
+    assert_eq!(up.header("version"), Some("0.999.7"));
 }
