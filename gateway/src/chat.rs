@@ -22,7 +22,7 @@ use crate::{
     models,
     routes::{affinity_key, passthrough, sse_headers, write_error, Accounting, StreamGauge},
     server::h1::{Conn, Request},
-    worker::WorkerCtx,
+    ctx::WorkerCtx,
 };
 
 const ROUTE: &str = "chat_completions";

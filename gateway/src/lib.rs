@@ -20,6 +20,7 @@
 pub mod app;
 pub mod chat;
 pub mod config;
+pub mod ctx;
 pub mod demo;
 pub mod error;
 pub mod lifecycle;

@@ -33,7 +33,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     policy, scheduler,
     upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
-    worker::WorkerCtx,
+    ctx::WorkerCtx,
 };
 
 /// Client headers forwarded upstream unchanged (session and turn signals).

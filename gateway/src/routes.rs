@@ -25,7 +25,7 @@ use crate::{
     lifecycle::{self, Committed, Next, RequestPlan, PASSTHROUGH_HEADERS},
     models,
     server::h1::{Conn, ReadError, Request},
-    worker::WorkerCtx,
+    ctx::WorkerCtx,
 };
 
 const JSON: (&str, &str) = ("content-type", "application/json");

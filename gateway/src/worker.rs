@@ -1,8 +1,7 @@
 //! Thread-per-core workers (design.md §1, conventions #3).
 //!
 //! # Key Components
-//! - [`WorkerCtx`]: everything one worker owns (`!Send`): its upstream client, its metrics, the
-//!   snapshot cell it reads, the sender of facts to the sidecar with a local spool.
+//! - [`crate::ctx::WorkerCtx`]: everything one worker owns (`!Send`), built here.
 //! - [`run`]: the body of a worker thread: pin to a core, build the monoio runtime (io_uring,
 //!   explicit fallback to the legacy driver), accept on the worker's own `SO_REUSEPORT`
 //!   listener, serve connections, obey sidecar commands, drain on shutdown.
@@ -12,8 +11,6 @@
 //! to the legacy driver; failing that, the worker reports the error and the process exits.
 
 use std::{
-    cell::{Cell, RefCell},
-    collections::VecDeque,
     panic::AssertUnwindSafe,
     rc::Rc,
     sync::{mpsc, Arc},
@@ -22,20 +19,16 @@ use std::{
 
 use futures_util::FutureExt;
 use monoio::net::TcpStream;
-use shared_state::{
-    snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerEvent, WorkerMailbox,
-};
+use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerMailbox};
 
 use crate::{
     config::GatewayConfig,
-    metrics::{Registry, WorkerMetrics},
+    ctx::WorkerCtx,
+    metrics::Registry,
     routes,
     server::h1::Conn,
     upstream::Upstream,
 };
-
-/// Most facts kept locally while the sidecar queue is full.
-const SPOOL_LIMIT: usize = 1_000_000;
 
 /// What a worker thread is started with (all `Send`).
 pub struct WorkerSeed {
@@ -59,78 +52,6 @@ pub struct WorkerSeed {
     pub registry: Registry,
     /// Model catalog cell.
     pub catalog: shared_state::SharedCatalog,
-}
-
-/// Per-worker state.
-pub struct WorkerCtx {
-    /// Worker index.
-    pub id: usize,
-    /// Configuration.
-    pub cfg: Arc<GatewayConfig>,
-    /// Snapshot cell.
-    pub snapshot: SharedSnapshot,
-    /// Health flags.
-    pub health: Arc<Health>,
-    /// This worker's upstream client.
-    pub upstream: Rc<Upstream>,
-    /// This worker's metrics.
-    pub metrics: Arc<WorkerMetrics>,
-    /// All workers' metrics (for `/metrics`).
-    pub registry: Registry,
-    /// Model catalog cell.
-    pub catalog: shared_state::SharedCatalog,
-    events: EventSender,
-    spool: RefCell<VecDeque<WorkerEvent>>,
-    draining: Cell<bool>,
-    cursor: Cell<usize>,
-    active: Cell<usize>,
-}
-
-// === impl WorkerCtx ===
-
-impl WorkerCtx {
-    /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped
-    /// unless the spool itself overflows, which is logged).
-    pub fn report(&self, ev: WorkerEvent) {
-        let mut spool = self.spool.borrow_mut();
-        while let Some(old) = spool.pop_front() {
-            if let Err(old) = self.events.try_send(old) {
-                spool.push_front(old);
-                break;
-            }
-        }
-        if spool.is_empty() {
-            if let Err(ev) = self.events.try_send(ev) {
-                spool.push_back(ev);
-            }
-        } else if spool.len() < SPOOL_LIMIT {
-            spool.push_back(ev);
-        } else {
-            tracing::error!(worker = self.id, "event spool full; dropping a fact");
-        }
-    }
-
-    /// Round-robin cursor for the candidate order.
-    pub fn next_cursor(&self) -> usize {
-        let c = self.cursor.get();
-        self.cursor.set(c.wrapping_add(1));
-        c
-    }
-
-    /// True once a drain started.
-    pub fn is_draining(&self) -> bool {
-        self.draining.get()
-    }
-
-    fn flush_spool(&self) {
-        let mut spool = self.spool.borrow_mut();
-        while let Some(old) = spool.pop_front() {
-            if let Err(old) = self.events.try_send(old) {
-                spool.push_front(old);
-                break;
-            }
-        }
-    }
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -228,9 +149,9 @@ async fn worker_main(
             return;
         }
     };
-    let ctx = Rc::new(WorkerCtx {
+    let ctx = Rc::new(WorkerCtx::new(
         id,
-        cfg: Arc::clone(&cfg),
+        Arc::clone(&cfg),
         snapshot,
         health,
         upstream,
@@ -238,11 +159,7 @@ async fn worker_main(
         registry,
         catalog,
         events,
-        spool: RefCell::new(VecDeque::new()),
-        draining: Cell::new(false),
-        cursor: Cell::new(id),
-        active: Cell::new(0),
-    });
+    ));
     tracing::info!(worker = id, driver, "worker ready");
     let _ = ready.send(Ok(driver));
 
@@ -254,7 +171,7 @@ async fn worker_main(
             while let Some(cmd) = mailbox.recv().await {
                 match cmd {
                     WorkerCommand::Drain => {
-                        ctx.draining.set(true);
+                        ctx.start_drain();
                         drain.notify_one();
                     }
                     WorkerCommand::EvictAccount { .. } => ctx.upstream.reset_connection(),
@@ -292,19 +209,11 @@ async fn worker_main(
     }
     drop(listener);
     let deadline = Instant::now() + cfg.shutdown_grace;
-    while ctx.active.get() > 0 && Instant::now() < deadline {
+    while ctx.active() > 0 && Instant::now() < deadline {
         monoio::time::sleep(Duration::from_millis(20)).await;
     }
     ctx.flush_spool();
-    tracing::info!(worker = id, left = ctx.active.get(), "worker drained");
-}
-
-struct ActiveGuard<'a>(&'a WorkerCtx);
-
-impl Drop for ActiveGuard<'_> {
-    fn drop(&mut self) {
-        self.0.active.set(self.0.active.get() - 1);
-    }
+    tracing::info!(worker = id, left = ctx.active(), "worker drained");
 }
 
 /// Serves one connection inside a panic boundary: a panic in its task is logged and counted,
@@ -334,8 +243,7 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
             break;
         }
         let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
-        ctx.active.set(ctx.active.get() + 1);
-        let _guard = ActiveGuard(&ctx);
+        let _guard = ctx.request_started();
         let keep = match req {
             Ok(req) => routes::handle(&ctx, &mut conn, req).await.unwrap_or(false),
             Err(e) => routes::write_read_error(&ctx, &mut conn, "other", e).await,

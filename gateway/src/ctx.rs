@@ -1,0 +1,153 @@
+//! The state one worker owns (`!Send`), handed by reference to everything on its hot path.
+//!
+//! # Key Components
+//! - [`WorkerCtx`]: the worker's upstream client, metrics, the snapshot and catalog cells it
+//!   reads, and the sender of facts to the sidecar with a local spool (facts are never dropped
+//!   while the spool has room).
+//! - [`ActiveGuard`]: counts a request in flight for the drain.
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::VecDeque,
+    rc::Rc,
+    sync::Arc,
+};
+
+use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerEvent};
+
+use crate::{
+    config::GatewayConfig,
+    metrics::{Registry, WorkerMetrics},
+    upstream::Upstream,
+};
+
+/// Most facts kept locally while the sidecar queue is full.
+const SPOOL_LIMIT: usize = 1_000_000;
+
+/// Per-worker state.
+pub struct WorkerCtx {
+    /// Worker index.
+    pub id: usize,
+    /// Configuration.
+    pub cfg: Arc<GatewayConfig>,
+    /// Snapshot cell.
+    pub snapshot: SharedSnapshot,
+    /// Health flags.
+    pub health: Arc<Health>,
+    /// This worker's upstream client.
+    pub upstream: Rc<Upstream>,
+    /// This worker's metrics.
+    pub metrics: Arc<WorkerMetrics>,
+    /// All workers' metrics (for `/metrics`).
+    pub registry: Registry,
+    /// Model catalog cell.
+    pub catalog: shared_state::SharedCatalog,
+    events: EventSender,
+    spool: RefCell<VecDeque<WorkerEvent>>,
+    draining: Cell<bool>,
+    cursor: Cell<usize>,
+    active: Cell<usize>,
+}
+
+// === impl WorkerCtx ===
+
+impl WorkerCtx {
+    /// The context of worker `id`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        id: usize,
+        cfg: Arc<GatewayConfig>,
+        snapshot: SharedSnapshot,
+        health: Arc<Health>,
+        upstream: Rc<Upstream>,
+        metrics: Arc<WorkerMetrics>,
+        registry: Registry,
+        catalog: shared_state::SharedCatalog,
+        events: EventSender,
+    ) -> Self {
+        Self {
+            id,
+            cfg,
+            snapshot,
+            health,
+            upstream,
+            metrics,
+            registry,
+            catalog,
+            events,
+            spool: RefCell::new(VecDeque::new()),
+            draining: Cell::new(false),
+            cursor: Cell::new(id),
+            active: Cell::new(0),
+        }
+    }
+
+    /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped
+    /// unless the spool itself overflows, which is logged).
+    pub fn report(&self, ev: WorkerEvent) {
+        let mut spool = self.spool.borrow_mut();
+        while let Some(old) = spool.pop_front() {
+            if let Err(old) = self.events.try_send(old) {
+                spool.push_front(old);
+                break;
+            }
+        }
+        if spool.is_empty() {
+            if let Err(ev) = self.events.try_send(ev) {
+                spool.push_back(ev);
+            }
+        } else if spool.len() < SPOOL_LIMIT {
+            spool.push_back(ev);
+        } else {
+            tracing::error!(worker = self.id, "event spool full; dropping a fact");
+        }
+    }
+
+    /// Round-robin cursor for the candidate order.
+    pub fn next_cursor(&self) -> usize {
+        let c = self.cursor.get();
+        self.cursor.set(c.wrapping_add(1));
+        c
+    }
+
+    /// True once a drain started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.get()
+    }
+
+    /// Starts the drain: connections finish their current request and close.
+    pub fn start_drain(&self) {
+        self.draining.set(true);
+    }
+
+    /// Requests in flight on this worker.
+    pub fn active(&self) -> usize {
+        self.active.get()
+    }
+
+    /// Counts a request in flight until the guard drops.
+    pub fn request_started(&self) -> ActiveGuard<'_> {
+        self.active.set(self.active.get() + 1);
+        ActiveGuard(self)
+    }
+
+    /// Hands spooled facts to the sidecar queue while it has room.
+    pub fn flush_spool(&self) {
+        let mut spool = self.spool.borrow_mut();
+        while let Some(old) = spool.pop_front() {
+            if let Err(old) = self.events.try_send(old) {
+                spool.push_front(old);
+                break;
+            }
+        }
+    }
+}
+
+/// A request in flight (see [`WorkerCtx::request_started`]).
+pub struct ActiveGuard<'a>(&'a WorkerCtx);
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        self.0.active.set(self.0.active.get() - 1);
+    }
+}
