@@ -129,6 +129,26 @@ impl Error {
         Self::new(ErrorKind::Upstream(f), Side::Upstream)
     }
 
+    /// The `response.failed` event data for a failure after the commit (Responses shape).
+    pub fn response_failed_event(&self, response_id: Option<&str>) -> Vec<u8> {
+        let r = self.to_openai();
+        let data = sonic_rs::json!({
+            "type": "response.failed",
+            "response": {
+                "id": response_id.unwrap_or(""),
+                "object": "response",
+                "status": "failed",
+                "error": {"code": r.body.code, "message": r.body.message, "type": r.body.error_type},
+            }
+        });
+        sonic_rs::to_vec(&data).unwrap_or_default()
+    }
+
+    /// One terminal SSE event for a failure after the commit (Responses shape).
+    pub fn response_failed_frame(&self, response_id: Option<&str>) -> Vec<u8> {
+        codex_protocol::sse::frame("response.failed", &self.response_failed_event(response_id))
+    }
+
     /// The machine code used in usage records and metrics.
     pub fn code(&self) -> String {
         self.to_openai()

@@ -5,7 +5,11 @@
 //! - [`app`]: process wiring ([`app::App::spawn`]) shared by the binary and the tests.
 //! - [`worker`]: thread-per-core workers (io_uring with legacy fallback, SO_REUSEPORT).
 //! - [`server`]: our HTTP/1.1 server codec with per-event SSE flushing.
-//! - [`routes`]: the API layer (`/v1/responses`, `/v1/models`, `/healthz`, `/metrics`).
+//! - [`api`]: the API layer, one file per surface (`/v1/responses`, `/v1/chat/completions`,
+//!   `/v1/models`, `/healthz`, `/metrics`).
+//! - [`pipeline`]: the one post-commit forward loop (upstream events -> encoder -> sink) and
+//!   the usage guard.
+//! - [`ctx`]: the state one worker owns.
 //! - [`lifecycle`]: Request -> Attempt -> Stream with the commit barrier.
 //! - [`policy`]: account effects of classified failures.
 //! - [`scheduler`]: the frozen candidate order (strategies, health tiers, dynamic concurrency).
@@ -17,8 +21,8 @@
 //!
 //! See `docs/architecture.md` for the request lifecycle chart.
 
+pub mod api;
 pub mod app;
-pub mod chat;
 pub mod config;
 pub mod ctx;
 pub mod demo;
@@ -26,8 +30,8 @@ pub mod error;
 pub mod lifecycle;
 pub mod metrics;
 pub mod models;
+pub mod pipeline;
 pub mod policy;
-pub mod routes;
 pub mod scheduler;
 pub mod server;
 #[cfg(test)]

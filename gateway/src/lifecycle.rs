@@ -30,10 +30,10 @@ use codex_protocol::{
 use shared_state::{AccountEntry, Lease, WorkerEvent};
 
 use crate::{
+    ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
     policy, scheduler,
     upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
-    ctx::WorkerCtx,
 };
 
 /// Client headers forwarded upstream unchanged (session and turn signals).
@@ -476,7 +476,9 @@ async fn attempt(
         Err(UpstreamError::Saturated) => {
             // This worker's upstream capacity, not the account's fault: fail fast, no
             // penalty, no failover (every account shares the pool).
-            return Err(AttemptError::Return(transport_error(&UpstreamError::Saturated)));
+            return Err(AttemptError::Return(transport_error(
+                &UpstreamError::Saturated,
+            )));
         }
         Err(e) => {
             let kind = match &e {

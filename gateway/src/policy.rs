@@ -11,7 +11,7 @@ use std::time::Duration;
 use codex_protocol::classify::{FailureClass, FailureScope};
 use shared_state::{AccountEffect, AccountEntry, AccountStatus, WorkerEvent};
 
-use crate::{scheduler, ctx::WorkerCtx};
+use crate::{ctx::WorkerCtx, scheduler};
 
 /// Short cooldown after an overload / 5xx.
 pub const OVERLOAD_COOLDOWN: Duration = Duration::from_secs(5);

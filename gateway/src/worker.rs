@@ -22,11 +22,7 @@ use monoio::net::TcpStream;
 use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerMailbox};
 
 use crate::{
-    config::GatewayConfig,
-    ctx::WorkerCtx,
-    metrics::Registry,
-    routes,
-    server::h1::Conn,
+    api, config::GatewayConfig, ctx::WorkerCtx, metrics::Registry, server::h1::Conn,
     upstream::Upstream,
 };
 
@@ -245,8 +241,8 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
         let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
         let _guard = ctx.request_started();
         let keep = match req {
-            Ok(req) => routes::handle(&ctx, &mut conn, req).await.unwrap_or(false),
-            Err(e) => routes::write_read_error(&ctx, &mut conn, "other", e).await,
+            Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
+            Err(e) => api::write_read_error(&ctx, &mut conn, "other", e).await,
         };
         if conn.body_unread() {
             // Answered without reading the body (rejected before authentication, or a

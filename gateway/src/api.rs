@@ -1,0 +1,296 @@
+//! The API layer: routing, client authentication, body reading and decoding, and the HTTP
+//! rendering of errors. Each API surface has its file; all of them hand requests to the
+//! lifecycle and stream what it commits through [`crate::pipeline`]. Nothing here decides
+//! anything about accounts.
+//!
+//! # Key Components
+//! - [`handle`]: dispatches one request head; routes that take a body authenticate the head
+//!   first, then read and decode the body.
+//! - [`responses`] (`/v1/responses`), [`chat`] (`/v1/chat/completions`), [`ops`] (`/healthz`,
+//!   `/metrics`, `/v1/models`).
+//! - [`HttpSink`]: the HTTP/1.1 transport of the pipeline (a chunked stream or one response).
+//! - [`write_error`]: the one place an [`Error`] becomes an HTTP response (its SSE and
+//!   WebSocket renderings live next to the error type, [`crate::error`]).
+
+pub mod chat;
+pub mod ops;
+pub mod responses;
+
+use std::io;
+
+use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use shared_state::ClientKey;
+
+use crate::{
+    ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
+    lifecycle::PASSTHROUGH_HEADERS,
+    pipeline::Sink,
+    server::h1::{Conn, ReadError, Request},
+};
+
+pub(crate) const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// Dispatches one request. Returns `Ok(true)` when the connection may serve another request.
+pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    mut req: Request,
+) -> io::Result<bool> {
+    let keep = req.keep_alive && !ctx.is_draining();
+    let path = req.path.trim_end_matches('/');
+    let path = if path.is_empty() { "/" } else { path };
+    match (req.method.as_str(), path) {
+        ("GET" | "HEAD", "/healthz") => ops::healthz(ctx, conn, keep).await,
+        ("GET", "/metrics") => ops::metrics(ctx, conn, keep).await,
+        ("POST", "/v1/responses" | "/responses") => {
+            let key = match read_authenticated(ctx, conn, &mut req, "responses", keep).await {
+                Ok(k) => k,
+                Err(done) => return done,
+            };
+            responses::serve(ctx, conn, req, key, keep).await
+        }
+        ("POST", "/v1/chat/completions" | "/chat/completions") => {
+            let key = match read_authenticated(ctx, conn, &mut req, chat::ROUTE, keep).await {
+                Ok(k) => k,
+                Err(done) => return done,
+            };
+            Box::pin(chat::serve(ctx, conn, req, key, keep)).await
+        }
+        ("GET", "/v1/responses" | "/responses") => {
+            // The Responses WebSocket transport is not served yet: Codex CLI falls back to
+            // HTTP+SSE on 426 without retrying (codex-protocol.md §5.4).
+            let e = Error::bad_request(
+                "WebSocket transport is not available on this gateway; use HTTP POST with stream:true.",
+                None,
+            );
+            let r = e.to_openai();
+            ctx.metrics.request("responses", 426);
+            conn.write_response(426, &[JSON], &r.body.to_json(), false)
+                .await?;
+            Ok(false)
+        }
+        ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,
+        (_, "/healthz" | "/metrics" | "/v1/responses" | "/v1/models" | "/v1/chat/completions") => {
+            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
+            write_error(ctx, conn, "other", &e, keep).await
+        }
+        _ => {
+            let e = Error::new(ErrorKind::NotFound, Side::Downstream);
+            write_error(ctx, conn, "other", &e, keep).await
+        }
+    }
+}
+
+/// Authenticates the head, then reads and decodes the body. `Err` carries the handler's
+/// result when the request was already answered (401, 413, 400).
+async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: &mut Request,
+    route: &'static str,
+    keep: bool,
+) -> Result<ClientKey, io::Result<bool>> {
+    let key = match authenticate(ctx, req) {
+        Ok(k) => k,
+        Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
+    };
+    if let Err(e) = conn.read_body(req, ctx.cfg.max_body_bytes).await {
+        return Err(Ok(write_read_error(ctx, conn, route, e).await));
+    }
+    if let Err(e) = decode_body(ctx, req) {
+        return Err(write_error(ctx, conn, route, &e, keep).await);
+    }
+    Ok(key)
+}
+
+/// Client authentication: `Authorization: Bearer sk-...` or `x-api-key`.
+pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, Error> {
+    let presented = req
+        .header("authorization")
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .or_else(|| req.header("x-api-key"))
+        .map(str::trim)
+        .filter(|k| !k.is_empty());
+    let Some(key) = presented else {
+        return Err(Error::new(
+            ErrorKind::Unauthorized { key_present: false },
+            Side::Downstream,
+        ));
+    };
+    ctx.snapshot.load().key(key).cloned().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Unauthorized { key_present: true },
+            Side::Downstream,
+        )
+    })
+}
+
+/// Renders an error as an HTTP response (the one HTTP mapping point).
+pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    route: &'static str,
+    e: &Error,
+    keep: bool,
+) -> io::Result<bool> {
+    let r = e.to_openai();
+    ctx.metrics.request(route, r.status);
+    if e.side != Side::Downstream {
+        tracing::warn!(route, status = r.status, error = %e, "request failed");
+    }
+    let retry = r.retry_after.map(|s| s.to_string());
+    let mut headers: Vec<(&str, &str)> = vec![JSON];
+    if let Some(v) = &retry {
+        headers.push(("retry-after", v));
+    }
+    conn.write_response(r.status, &headers, &r.body.to_json(), keep)
+        .await?;
+    Ok(keep)
+}
+
+/// Answers a request that could not be read (malformed framing, over a limit) and returns
+/// `false`: the connection closes after it. Nothing is written when the peer is gone.
+pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    route: &'static str,
+    e: ReadError,
+) -> bool {
+    match e {
+        ReadError::TooLarge => {
+            let e = Error::new(
+                ErrorKind::BodyTooLarge {
+                    limit: ctx.cfg.max_body_bytes,
+                },
+                Side::Downstream,
+            );
+            let _ = write_error(ctx, conn, route, &e, false).await;
+        }
+        ReadError::Reject { status, message } => {
+            let body = codex_protocol::openai_error::ErrorBody::new(
+                message,
+                "invalid_request_error",
+                Some("bad_http_request"),
+            );
+            ctx.metrics.request(route, status);
+            let _ = conn
+                .write_response(status, &[JSON], &body.to_json(), false)
+                .await;
+        }
+        ReadError::Closed | ReadError::Io(_) => {}
+    }
+    false
+}
+
+/// The client's session signal, in the order peers use: explicit session/thread ids, then
+/// (by the caller) `prompt_cache_key`.
+pub(crate) fn affinity_key(req: &Request) -> Option<String> {
+    ["session-id", "session_id", "thread-id", "conversation_id"]
+        .iter()
+        .find_map(|h| req.header(h))
+        .filter(|v| !v.is_empty())
+        .map(str::to_owned)
+}
+
+pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
+    PASSTHROUGH_HEADERS
+        .iter()
+        .filter_map(|n| req.header(n).map(|v| (*n, v.to_owned())))
+        .collect()
+}
+
+/// Test-only fault injection: with the `fault-injection` feature (enabled by the integration
+/// test crate only), the request header `x-codex-gateway-fault` names a fault to inject.
+pub(crate) fn fault_requested(req: &Request, fault: &str) -> bool {
+    cfg!(feature = "fault-injection") && req.header("x-codex-gateway-fault") == Some(fault)
+}
+
+/// Decodes a compressed request body in place (`Content-Encoding`: zstd, gzip, deflate),
+/// never past the body limit.
+fn decode_body(ctx: &WorkerCtx, req: &mut Request) -> Result<(), Error> {
+    use crate::server::encoding::{decode, DecodeError};
+    let Some(coding) = req.header("content-encoding").map(str::to_owned) else {
+        return Ok(());
+    };
+    let limit = ctx.cfg.max_body_bytes;
+    req.body =
+        decode(Some(&coding), std::mem::take(&mut req.body), limit).map_err(|e| match e {
+            DecodeError::TooLarge => {
+                Error::new(ErrorKind::BodyTooLarge { limit }, Side::Downstream)
+            }
+            DecodeError::Unsupported(c) => Error::bad_request(
+                format!(
+                    "Unsupported Content-Encoding `{c}`; send identity, zstd, gzip or deflate."
+                ),
+                None,
+            ),
+            DecodeError::Malformed(c) => Error::bad_request(
+                format!("The request body is not valid {c} data (Content-Encoding: {coding})."),
+                None,
+            ),
+        })?;
+    req.headers.retain(|(n, _)| n != "content-encoding");
+    Ok(())
+}
+
+/// The SSE response head (plus client-visible upstream headers).
+pub(crate) fn sse_headers<'a>(
+    visible: &'a [(&'static str, String)],
+) -> Vec<(&'static str, &'a str)> {
+    let mut headers: Vec<(&str, &str)> = vec![
+        ("content-type", "text/event-stream"),
+        ("cache-control", "no-cache"),
+        ("x-accel-buffering", "no"),
+    ];
+    for (n, v) in visible {
+        headers.push((n, v.as_str()));
+    }
+    headers
+}
+
+/// The HTTP/1.1 transport of the pipeline: a chunked (or, for HTTP/1.0, close-delimited)
+/// stream, or one fixed response.
+pub(crate) struct HttpSink<'a, S> {
+    pub(crate) ctx: &'a WorkerCtx,
+    pub(crate) conn: &'a mut Conn<S>,
+    pub(crate) route: &'static str,
+    pub(crate) http10: bool,
+    pub(crate) keep: bool,
+}
+
+impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
+    async fn begin(&mut self, headers: &[(&'static str, String)]) -> io::Result<()> {
+        self.conn.release_read_buffer();
+        self.ctx.metrics.request(self.route, 200);
+        self.conn
+            .start_stream(200, &sse_headers(headers), self.http10)
+            .await
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.conn.write_chunk(bytes, self.http10).await
+    }
+
+    async fn end(&mut self) -> io::Result<bool> {
+        self.conn.finish_stream(self.http10).await?;
+        Ok(self.keep && !self.http10)
+    }
+
+    async fn whole(&mut self, headers: &[(&'static str, String)], body: &[u8]) -> io::Result<bool> {
+        self.ctx.metrics.request(self.route, 200);
+        let mut h: Vec<(&str, &str)> = vec![JSON];
+        for (n, v) in headers {
+            h.push((n, v.as_str()));
+        }
+        self.conn.write_response(200, &h, body, self.keep).await?;
+        Ok(self.keep)
+    }
+
+    async fn error(&mut self, e: &Error) -> io::Result<bool> {
+        write_error(self.ctx, self.conn, self.route, e, self.keep).await
+    }
+}

@@ -1,0 +1,169 @@
+//! `/v1/chat/completions`: the chat translators (`codex_protocol::chat`) as encoders of the one
+//! pipeline, over the same lifecycle as `/v1/responses`, so failover, quota, usage and affinity
+//! behave identically. This module only translates; it decides nothing.
+
+use std::io;
+
+use bytes::Bytes;
+use codex_protocol::{
+    chat::{
+        chat_to_responses, ChatAggregator, ChatRequestOptions, ChatStream, ChatUpstreamFailure,
+    },
+    classify::Failure,
+    normalize::ModelChoice,
+    sse::SseEvent,
+};
+use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use shared_state::ClientKey;
+
+use super::{affinity_key, passthrough, write_error, HttpSink};
+use crate::{
+    ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
+    lifecycle::{self, RequestPlan},
+    models,
+    pipeline::{self, Encoder, UsageGuard},
+    server::h1::{Conn, Request},
+};
+
+/// Route name for metrics and usage.
+pub const ROUTE: &str = "chat_completions";
+
+fn now_s() -> u64 {
+    shared_state::now_ms() / 1000
+}
+
+/// A translated upstream failure, as the one gateway error type.
+fn failure_error(f: ChatUpstreamFailure) -> Error {
+    if f.code.as_deref() == Some("stream_disconnected") {
+        return Error::new(ErrorKind::UpstreamProtocol, Side::Upstream).with_cause(f.message);
+    }
+    Error::upstream(Failure {
+        class: f.class,
+        status: 200,
+        message: Some(f.message),
+        code: f.code,
+        error_type: Some(f.error_type),
+        param: None,
+    })
+}
+
+/// Serves one chat completion request whose body was read and decoded.
+pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: Request,
+    key: ClientKey,
+    keep: bool,
+) -> io::Result<bool> {
+    // Resolve the model against the catalog before translating (aliases, unknown models).
+    let catalog = ctx.catalog.load();
+    let requested = sonic_rs::get(req.body.as_slice(), &["model"])
+        .ok()
+        .and_then(|v| sonic_rs::JsonValueTrait::as_str(&v).map(str::to_owned));
+    let mut opts = ChatRequestOptions::default();
+    let resolved;
+    if let Some(m) = requested.as_deref() {
+        match models::choose(&catalog, ctx.cfg.strict_models, m) {
+            ModelChoice::Reject => {
+                let e = Error::new(ErrorKind::ModelNotFound(m.to_owned()), Side::Downstream);
+                return write_error(ctx, conn, ROUTE, &e, keep).await;
+            }
+            ModelChoice::Rewrite { slug, .. } => {
+                resolved = slug;
+                opts.upstream_model = Some(&resolved);
+            }
+            ModelChoice::Keep => {}
+        }
+        if let Some(r) = catalog.resolve(m) {
+            opts.reasoning_levels = r.levels;
+        }
+    }
+    let mut creq = match chat_to_responses(&req.body, &opts) {
+        Ok(c) => c,
+        Err(e) => {
+            let e = Error::bad_request(e.message, e.param.as_deref());
+            return write_error(ctx, conn, ROUTE, &e, keep).await;
+        }
+    };
+    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, creq.model.clone(), creq.stream);
+    let plan = RequestPlan {
+        route: ROUTE,
+        model: creq.model.clone(),
+        body: Bytes::from(std::mem::take(&mut creq.body)),
+        passthrough: passthrough(&req),
+        key_id: key.id,
+        affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
+    };
+    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
+        Ok(c) => c,
+        Err(e) => {
+            usage.fail(&e);
+            return write_error(ctx, conn, ROUTE, &e, keep).await;
+        }
+    };
+    let mut sink = HttpSink {
+        ctx,
+        conn,
+        route: ROUTE,
+        http10: req.http10,
+        keep,
+    };
+    if creq.stream {
+        let mut enc = ChatSse(ChatStream::for_request(&creq, now_s()));
+        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+    } else {
+        let mut enc = ChatJson(Some(ChatAggregator::for_request(&creq, now_s())));
+        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+    }
+}
+
+/// Chat completion chunks over SSE.
+pub struct ChatSse(ChatStream);
+
+impl Encoder for ChatSse {
+    fn streaming(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        self.0.on_event(ev.event_type(), &ev.data, out);
+    }
+
+    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, out: &mut Vec<u8>) {
+        self.0.finish(out); // one error object, no [DONE]
+    }
+
+    fn finish(&mut self, _failed: Option<&Error>, _out: &mut Vec<u8>) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// One `chat.completion` object.
+pub struct ChatJson(Option<ChatAggregator>);
+
+impl Encoder for ChatJson {
+    fn streaming(&self) -> bool {
+        false
+    }
+
+    fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
+        if let Some(agg) = &mut self.0 {
+            agg.on_event(ev.event_type(), &ev.data);
+        }
+    }
+
+    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {}
+
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
+        if let Some(e) = failed {
+            return Err(e.clone());
+        }
+        let agg = self
+            .0
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
+        out.extend_from_slice(&agg.finish().map_err(failure_error)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,325 @@
+//! The one pipeline after the commit: **upstream events -> observation -> dialect encoder ->
+//! transport sink**, for every API surface and transport.
+//!
+//! # Key Components
+//! - [`forward`]: the one owned forward loop. It takes the [`Committed`] stream from the
+//!   lifecycle, observes every event once (quota frames, the response id, usage, the terminal,
+//!   a post-commit failure and its account effect), hands client-visible events to an
+//!   [`Encoder`] and writes what it produced to a [`Sink`], one write per upstream read (SSE
+//!   events are never batched beyond what arrived together).
+//! - [`Encoder`]: a dialect (Responses SSE/JSON/WebSocket frames, Chat SSE/JSON). It only
+//!   translates; it decides nothing about accounts and classifies nothing.
+//! - [`Sink`]: a transport (our HTTP/1.1 stream or fixed response, WebSocket frames).
+//! - [`UsageGuard`]: finalises the usage record of a request exactly once, on every exit,
+//!   including drop (client gone, panic): no exit path can forget it.
+//!
+//! # Error handling
+//! A failure after the commit never switches account: the encoder closes the response in its
+//! dialect ([`Encoder::broken`]). Sink write errors (client gone) end the loop; dropping the
+//! [`Committed`] resets the upstream stream and frees the account's slot.
+
+use std::{
+    io,
+    time::{Duration, Instant},
+};
+
+use codex_protocol::{
+    classify::classify_stream_error,
+    events::{self, EventClass, Usage},
+    sse::SseEvent,
+};
+use shared_state::{UsageRecord, WorkerEvent};
+use sonic_rs::JsonValueTrait;
+
+use crate::{
+    ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
+    lifecycle::{self, Committed, Next},
+    policy,
+};
+
+/// A downstream dialect.
+pub trait Encoder {
+    /// Streamed encoders write the head at the commit and then each batch of events;
+    /// buffered ones answer once, at the end ([`Encoder::finish`]).
+    fn streaming(&self) -> bool;
+
+    /// One client-visible upstream event (quota frames and `[DONE]` never reach encoders).
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>);
+
+    /// The upstream ended or broke before a terminal event: close the response in the
+    /// dialect (streamed) or remember the error (buffered).
+    fn broken(&mut self, e: &Error, response_id: Option<&str>, out: &mut Vec<u8>);
+
+    /// After the last event. Streamed: trailing bytes, if any. Buffered: the response body, or
+    /// the error to answer with instead. `failed` is the classified `response.failed` (or the
+    /// break) when the stream ended in failure.
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error>;
+}
+
+/// A downstream transport.
+#[allow(async_fn_in_trait)]
+pub trait Sink {
+    /// Starts a streamed response with these client-visible upstream headers.
+    async fn begin(&mut self, headers: &[(&'static str, String)]) -> io::Result<()>;
+    /// Writes encoded bytes (one socket write).
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// Ends a streamed response; returns whether the connection may be reused.
+    async fn end(&mut self) -> io::Result<bool>;
+    /// A buffered response, whole.
+    async fn whole(&mut self, headers: &[(&'static str, String)], body: &[u8]) -> io::Result<bool>;
+    /// An error instead of a response (before anything was written).
+    async fn error(&mut self, e: &Error) -> io::Result<bool>;
+}
+
+/// What the loop learned from the events, once.
+#[derive(Default)]
+struct Observed {
+    response_id: Option<String>,
+    usage: Option<Usage>,
+    finished: bool,
+    failed: Option<Error>,
+}
+
+// === impl Observed ===
+
+impl Observed {
+    /// Observes one event; returns whether clients see it.
+    fn observe(&mut self, ctx: &WorkerCtx, c: &Committed, model: &str, ev: &SseEvent) -> bool {
+        let ty = ev.event_type();
+        if ty == "codex.rate_limits" {
+            // Quota frames update our state and are not shown to clients.
+            lifecycle::observe_event(ctx, &c.account, ev);
+            return false;
+        }
+        if ev.is_done_sentinel() {
+            return false;
+        }
+        if self.response_id.is_none() && ty == "response.created" {
+            self.response_id = sonic_rs::get(&ev.data, &["response", "id"])
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned));
+        }
+        match events::classify_event(ty) {
+            EventClass::Completed | EventClass::Incomplete => {
+                self.usage = events::usage_of_terminal(&ev.data);
+                self.finished = true;
+            }
+            EventClass::Failed => {
+                let err_json = events::stream_error(&ev.data).unwrap_or_default();
+                let failure = classify_stream_error(err_json.as_bytes());
+                // Committed: forwarded as it is, but the account still bears the effect
+                // (cooldown, refresh) so the next request avoids it.
+                policy::apply(ctx, &c.account, &failure.class, model, false);
+                self.usage = events::usage_of_terminal(&ev.data);
+                self.failed = Some(Error::upstream(failure));
+                self.finished = true;
+            }
+            _ => {}
+        }
+        true
+    }
+}
+
+/// Forwards a committed stream through `enc` to `sink`, finalising `usage`. Returns whether
+/// the downstream connection may be reused.
+pub async fn forward<E: Encoder, S: Sink>(
+    ctx: &WorkerCtx,
+    mut c: Committed,
+    usage: &mut UsageGuard<'_>,
+    enc: &mut E,
+    sink: &mut S,
+) -> io::Result<bool> {
+    usage.committed(c.account.id, c.ttfb);
+    let streaming = enc.streaming();
+    let _gauge = streaming.then(|| StreamGauge::open(ctx));
+    if streaming {
+        sink.begin(&c.headers).await?;
+    }
+    let model = usage.model.clone();
+    let mut seen = Observed::default();
+    let mut broken: Option<Error> = None;
+    let mut out = Vec::with_capacity(if streaming { 4096 } else { 0 });
+    let mut batch = std::mem::take(&mut c.held);
+    loop {
+        out.clear();
+        for ev in batch.drain(..) {
+            if seen.finished {
+                break;
+            }
+            if seen.observe(ctx, &c, &model, &ev) {
+                enc.event(&ev, &mut out);
+            }
+        }
+        if seen.finished {
+            usage.tokens(seen.usage);
+        }
+        if streaming && !out.is_empty() {
+            // Client gone: dropping `c` resets the upstream stream and frees the slot; the
+            // guard records the request as 499.
+            sink.send(&out).await?;
+        }
+        if seen.finished {
+            break;
+        }
+        match c.next_events().await {
+            Next::Events(evs) => batch = evs,
+            Next::End => {
+                broken = Some(
+                    Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
+                        .with_cause("upstream closed the stream before a terminal event"),
+                );
+                break;
+            }
+            Next::Broken(e) => {
+                broken = Some(e);
+                break;
+            }
+        }
+    }
+    let visible = std::mem::take(&mut c.headers);
+    drop(c); // the account's slot is free before the tail is written
+    usage.tokens(seen.usage);
+    out.clear();
+    if let Some(e) = &broken {
+        enc.broken(e, seen.response_id.as_deref(), &mut out);
+    }
+    let failed = seen.failed.as_ref().or(broken.as_ref());
+    if let Some(e) = failed {
+        usage.error(e);
+    }
+    let done = enc.finish(failed, &mut out);
+    if streaming {
+        // A streamed response was a 200 whatever happened inside it.
+        usage.status(200);
+        if !out.is_empty() {
+            sink.send(&out).await?;
+        }
+        return sink.end().await;
+    }
+    match done {
+        Ok(()) => {
+            usage.status(200);
+            sink.whole(&visible, &out).await
+        }
+        Err(e) => {
+            usage.fail(&e);
+            sink.error(&e).await
+        }
+    }
+}
+
+/// Decrements the open-stream gauge however the stream ends.
+pub struct StreamGauge<'a>(&'a WorkerCtx);
+
+impl<'a> StreamGauge<'a> {
+    /// Counts an open stream until dropped.
+    pub fn open(ctx: &'a WorkerCtx) -> Self {
+        ctx.metrics.stream_delta(1);
+        Self(ctx)
+    }
+}
+
+impl Drop for StreamGauge<'_> {
+    fn drop(&mut self) {
+        self.0.metrics.stream_delta(-1);
+    }
+}
+
+/// The usage record of one request, finalised exactly once when dropped: whatever path ends
+/// the request (an answer, an error, the client leaving, a panic unwinding the task), one
+/// record reaches the sidecar. A request dropped before any status was set is a 499.
+pub struct UsageGuard<'a> {
+    ctx: &'a WorkerCtx,
+    key_id: i64,
+    route: &'static str,
+    /// Model the client asked for (after alias resolution).
+    pub model: String,
+    stream: bool,
+    started: Instant,
+    started_ms: u64,
+    account_id: Option<i64>,
+    ttfb: Option<Duration>,
+    usage: Option<Usage>,
+    status: Option<u16>,
+    error_code: Option<String>,
+}
+
+// === impl UsageGuard ===
+
+impl<'a> UsageGuard<'a> {
+    /// Starts the record of a request.
+    pub fn start(
+        ctx: &'a WorkerCtx,
+        key_id: i64,
+        route: &'static str,
+        model: String,
+        stream: bool,
+    ) -> Self {
+        Self {
+            ctx,
+            key_id,
+            route,
+            model,
+            stream,
+            started: Instant::now(),
+            started_ms: shared_state::now_ms(),
+            account_id: None,
+            ttfb: None,
+            usage: None,
+            status: None,
+            error_code: None,
+        }
+    }
+
+    /// The account that committed, and its time to first byte.
+    pub fn committed(&mut self, account_id: i64, ttfb: Duration) {
+        self.account_id = Some(account_id);
+        self.ttfb = Some(ttfb);
+    }
+
+    /// Token usage from the terminal event.
+    pub fn tokens(&mut self, usage: Option<Usage>) {
+        if usage.is_some() {
+            self.usage = usage;
+        }
+    }
+
+    /// The status answered.
+    pub fn status(&mut self, status: u16) {
+        self.status = Some(status);
+    }
+
+    /// The error the request ended with (status unchanged).
+    pub fn error(&mut self, e: &Error) {
+        self.error_code = Some(e.code());
+    }
+
+    /// The request failed with `e` (its status and code).
+    pub fn fail(&mut self, e: &Error) {
+        self.status = Some(e.to_openai().status);
+        self.error_code = Some(e.code());
+    }
+}
+
+impl Drop for UsageGuard<'_> {
+    fn drop(&mut self) {
+        let u = self.usage.unwrap_or_default();
+        self.ctx.report(WorkerEvent::Usage(UsageRecord {
+            key_id: self.key_id,
+            account_id: self.account_id,
+            route: self.route,
+            model: std::mem::take(&mut self.model),
+            status: self.status.unwrap_or(499),
+            stream: self.stream,
+            input_tokens: u.input_tokens,
+            cached_tokens: u.cached_tokens,
+            output_tokens: u.output_tokens,
+            reasoning_tokens: u.reasoning_tokens,
+            ttfb_ms: self.ttfb.map(|d| d.as_millis() as u64),
+            latency_ms: self.started.elapsed().as_millis() as u64,
+            error_code: self.error_code.take(),
+            started_at_ms: self.started_ms,
+        }));
+    }
+}
