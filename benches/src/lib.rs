@@ -2,9 +2,9 @@
 //!
 //! # Key Components
 //! - [`mock`]: `mock-codex`, an in-process (or standalone, see `src/bin/mock-codex.rs`) mock of
-//!   the ChatGPT Codex upstream: `POST /backend-api/codex/responses` (SSE), `/codex/models`,
-//!   `/wham/usage` and the OAuth token endpoint, with per-request, per-account and per-process
-//!   failure controls.
+//!   the ChatGPT Codex upstream: `POST /backend-api/codex/responses` (SSE) and the Responses
+//!   WebSocket, `/codex/models`, `/wham/usage` and the OAuth token endpoint, with per-request,
+//!   per-account and per-process failure controls.
 //! - [`loadgen`]: the load generator behind `src/bin/loadgen.rs`: N concurrent SSE streams or
 //!   JSON requests with ramp-up, latency / gap percentiles, and the target process's CPU per
 //!   event and RSS per open stream.

@@ -18,6 +18,11 @@
 //! ALPN when [`MockConfig::tls`] is set. Routes:
 //! - `POST {prefix}/responses`: validation like the real backend, then an SSE stream with the
 //!   full Responses event sequence (one DATA frame / chunk per event).
+//! - `GET {prefix}/responses` with `Upgrade: websocket` (HTTP/1.1): the Responses WebSocket
+//!   (§2.9): `response.create` frames answered with the same events, one per text frame,
+//!   connection-local `previous_response_id`, warm-ups, one response in flight per socket
+//!   ([`MockConfig::ws_max_connection_age`], [`MockConfig::ws_refuse_upgrade`],
+//!   [`MockHandle::ws_kill_all`]).
 //! - `GET {prefix}/models`: the fixture catalog with an `ETag` (honours `If-None-Match`).
 //! - `GET /backend-api/wham/usage`, `GET /backend-api/wham/accounts/check`.
 //! - `POST /oauth/token`: `refresh_token` (rotating) and `authorization_code` grants.
@@ -37,6 +42,7 @@ mod reply;
 mod routes;
 mod server;
 mod state;
+mod ws;
 
 use std::{
     net::SocketAddr,
@@ -110,6 +116,14 @@ pub struct MockConfig {
     /// Send GOAWAY (graceful: streams already open finish) on a connection once it has
     /// received this many requests, as origins do when they rotate connections.
     pub goaway_after_requests: Option<usize>,
+    /// Responses WebSocket lifetime: a `response.create` on a socket older than this is
+    /// answered with an `error` event (`websocket_connection_limit_reached`) and the socket is
+    /// closed (close code 1000). The real backend's limit is 60 minutes. `None`: no limit.
+    pub ws_max_connection_age: Option<Duration>,
+    /// Answer WebSocket upgrades of `{prefix}/responses` with this HTTP status (e.g. 426 or
+    /// 404) instead of 101, to test HTTP fallbacks. Changeable at run time with
+    /// [`MockHandle::set_ws_refuse_upgrade`].
+    pub ws_refuse_upgrade: Option<u16>,
 }
 
 impl Default for MockConfig {
@@ -134,6 +148,8 @@ impl Default for MockConfig {
             worker_threads: 2,
             h2_max_concurrent_streams: 4096,
             goaway_after_requests: None,
+            ws_max_connection_age: None,
+            ws_refuse_upgrade: None,
         }
     }
 }
@@ -202,10 +218,14 @@ impl std::fmt::Debug for IssuedTokens {
     }
 }
 
-/// One request received by the mock (`/responses`, or the token endpoint).
+/// One request received by the mock (`/responses`, a WebSocket `response.create` frame, or the
+/// token endpoint).
+///
+/// A WebSocket frame is recorded with `method` `"WS"`, the path, query, version and headers of
+/// its socket's upgrade request, and the frame's JSON as the body.
 #[derive(Clone, Debug)]
 pub struct RecordedRequest {
-    /// `POST`, `GET`, ...
+    /// `POST`, `GET`, ..., or `WS` for a WebSocket `response.create` frame.
     pub method: String,
     /// The URI path, without the query.
     pub path: String,
@@ -281,6 +301,20 @@ pub fn render_answer(model: &str, text: &str, deltas: usize) -> Vec<Bytes> {
         cached_tokens: 0,
     })
     .events
+}
+
+/// Polls `done` every 5 ms until it holds or `timeout` passes.
+fn wait_until(timeout: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Entry point of the mock.
@@ -392,7 +426,8 @@ impl MockHandle {
         format!("{}/backend-api/wham/usage", self.shared.origin)
     }
 
-    /// Every `POST {prefix}/responses` received (valid or not), oldest first.
+    /// Every `POST {prefix}/responses` received (valid or not) and every WebSocket
+    /// `response.create` frame (method `"WS"`), oldest first.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.iter().cloned().collect()
     }
@@ -420,13 +455,15 @@ impl MockHandle {
         self.shared.counters.token_calls.load(Ordering::SeqCst)
     }
 
-    /// SSE bodies currently open (a body is closed when it ends, errors, or the peer resets).
+    /// Response streams currently open: SSE bodies and WebSocket responses (warm-ups
+    /// excepted). A stream is closed when it ends, errors, or the peer goes away.
     pub fn active_streams(&self) -> usize {
         self.shared.counters.active_streams.load(Ordering::SeqCst)
     }
 
-    /// SSE bodies that produced their terminal event (`response.completed`,
-    /// `response.incomplete` or `response.failed`).
+    /// Response streams (SSE bodies and WebSocket responses, warm-ups excepted) that
+    /// produced their terminal event (`response.completed`, `response.incomplete` or
+    /// `response.failed`).
     pub fn completed_streams(&self) -> usize {
         self.shared
             .counters
@@ -442,16 +479,78 @@ impl MockHandle {
     /// Polls until `active_streams() == n` or `timeout` passes (blocking the calling thread);
     /// returns whether the count was reached.
     pub fn wait_active_streams(&self, n: usize, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.active_streams() == n {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until(timeout, || self.active_streams() == n)
+    }
+
+    /// The Responses WebSocket URL: `ws(s)://127.0.0.1:PORT{prefix}/responses`.
+    pub fn ws_url(&self) -> String {
+        let origin = &self.shared.origin;
+        let rest = origin
+            .strip_prefix("https://")
+            .map(|r| format!("wss://{r}"))
+            .or_else(|| origin.strip_prefix("http://").map(|r| format!("ws://{r}")))
+            .unwrap_or_else(|| origin.clone());
+        format!("{rest}{}", self.shared.responses_path)
+    }
+
+    /// WebSocket upgrades of `{prefix}/responses` answered with 101 (total).
+    pub fn ws_handshakes(&self) -> usize {
+        self.shared.counters.ws_handshakes.load(Ordering::SeqCst)
+    }
+
+    /// WebSocket upgrades answered with an HTTP error instead (refused, auth, bad headers).
+    pub fn ws_rejected_handshakes(&self) -> usize {
+        self.shared.counters.ws_rejected.load(Ordering::SeqCst)
+    }
+
+    /// WebSocket sockets currently open (from the 101 until the socket is dropped).
+    pub fn ws_open(&self) -> usize {
+        self.shared.counters.ws_open.load(Ordering::SeqCst)
+    }
+
+    /// `response.create` frames received over WebSocket (valid or not; each is recorded).
+    pub fn ws_requests(&self) -> usize {
+        self.shared.counters.ws_requests.load(Ordering::SeqCst)
+    }
+
+    /// Responses served over WebSocket: `response.create` frames answered with a response
+    /// (warm-ups included; error events excluded).
+    pub fn ws_responses(&self) -> usize {
+        self.shared.counters.ws_responses.load(Ordering::SeqCst)
+    }
+
+    /// Polls until `ws_open() == n` or `timeout` passes (blocking the calling thread); returns
+    /// whether the count was reached.
+    pub fn wait_ws_open(&self, n: usize, timeout: Duration) -> bool {
+        wait_until(timeout, || self.ws_open() == n)
+    }
+
+    /// Answer WebSocket upgrades with `status` instead of 101 (`None`: accept them again).
+    /// Sockets already open are not affected.
+    pub fn set_ws_refuse_upgrade(&self, status: Option<u16>) {
+        self.shared
+            .ws_refuse_upgrade
+            .store(status.unwrap_or(0), Ordering::SeqCst);
+    }
+
+    /// Drops every open WebSocket connection abruptly (no close frame; an in-flight response
+    /// just stops), as when the upstream socket dies. Returns how many sockets were told; they
+    /// are gone shortly after (see [`Self::wait_ws_open`]).
+    pub fn ws_kill_all(&self) -> usize {
+        self.shared
+            .ws_control
+            .send(ws::WsCommand::Kill)
+            .unwrap_or(0)
+    }
+
+    /// Closes every open WebSocket gracefully: a close frame (1001 going away), then the
+    /// connection is dropped once the client answers (or after 2 s). Returns how many sockets
+    /// were told.
+    pub fn ws_close_all(&self) -> usize {
+        self.shared
+            .ws_control
+            .send(ws::WsCommand::Close)
+            .unwrap_or(0)
     }
 
     /// Registers (or re-registers) an account and issues a fresh token set; the previous

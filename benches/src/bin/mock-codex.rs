@@ -10,8 +10,8 @@ use std::{io::Write as _, net::SocketAddr, path::PathBuf, process::ExitCode, tim
 use benches::{mock::DEFAULT_PREFIX, Behaviour, MockAccount, MockCodex, MockConfig};
 use clap::Parser;
 
-/// Mock ChatGPT Codex upstream (POST /backend-api/codex/responses SSE, /models, /wham/usage,
-/// /oauth/token) for integration and load tests.
+/// Mock ChatGPT Codex upstream (POST /backend-api/codex/responses SSE, the Responses WebSocket,
+/// /models, /wham/usage, /oauth/token) for integration and load tests.
 #[derive(Parser, Debug)]
 #[command(name = "mock-codex", version)]
 struct Args {
@@ -92,6 +92,13 @@ struct Args {
     /// Send GOAWAY on a connection after this many requests (connection rotation).
     #[arg(long)]
     goaway_after_requests: Option<usize>,
+    /// Responses WebSocket lifetime in seconds: a response.create on an older socket gets
+    /// `websocket_connection_limit_reached` and the socket is closed (the real limit is 3600).
+    #[arg(long, value_name = "SECS")]
+    ws_max_connection_age_secs: Option<f64>,
+    /// Answer WebSocket upgrades of /responses with this HTTP status (e.g. 426) instead of 101.
+    #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(200..=599))]
+    ws_refuse_upgrade: Option<u16>,
 }
 
 /// Exit code for a bad command line (EX_USAGE).
@@ -151,6 +158,11 @@ fn config(a: &Args) -> Result<MockConfig, String> {
     if let Some(n) = a.tokens {
         default_behaviour.tokens.get_or_insert(n);
     }
+    let ws_max_connection_age = match a.ws_max_connection_age_secs {
+        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => return Err(format!("--ws-max-connection-age-secs: bad value {s}")),
+        None => None,
+    };
     let inter_event_delay = match a.events_per_second {
         Some(r) => benches::mock::per_second(&r.to_string())
             .map_err(|e| format!("--events-per-second: {e}"))?,
@@ -180,6 +192,8 @@ fn config(a: &Args) -> Result<MockConfig, String> {
         }),
         h2_max_concurrent_streams: a.h2_max_concurrent_streams,
         goaway_after_requests: a.goaway_after_requests,
+        ws_max_connection_age,
+        ws_refuse_upgrade: a.ws_refuse_upgrade,
     })
 }
 

@@ -64,6 +64,8 @@ pub(crate) struct Plan<'a> {
 
 /// The rendered events; `terminal` says whether the last one ends the response.
 pub(crate) struct Rendered {
+    /// The response id (`resp_...`) carried by every response object of the sequence.
+    pub(crate) id: String,
     /// Every event, or with a [`TokenRun`] the events before it.
     pub(crate) events: Vec<Bytes>,
     /// Generated deltas after `events`, then the rest of the answer.
@@ -306,6 +308,7 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
     if let Some(code) = plan.fail_in_stream {
         b.failed(code);
         return Rendered {
+            id: b.id,
             events: b.out,
             run: None,
             terminal: true,
@@ -385,6 +388,7 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
         if let Some(code) = plan.fail_after_output {
             b.failed(code);
             return Rendered {
+                id: b.id,
                 events: b.out,
                 run: None,
                 terminal: true,
@@ -448,6 +452,7 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
         if let Some(code) = plan.fail_after_output {
             b.failed(code);
             return Rendered {
+                id: b.id,
                 events: b.out,
                 run: None,
                 terminal: true,
@@ -463,10 +468,55 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
 
     b.terminal(&output, output_tokens, reasoning_tokens, &end);
     Rendered {
+        id: b.id,
         events: b.out,
         run: None,
         terminal: true,
     }
+}
+
+/// The answer to a WebSocket warm-up (`generate: false`): `response.created` and
+/// `response.completed` with an empty output and no output tokens (no model turn).
+pub(crate) fn warmup(model: &str, service_tier: &str, input_tokens: u64) -> Rendered {
+    let mut b = Builder {
+        out: Vec::with_capacity(2),
+        seq: 0,
+        id: format!("resp_{}", rand_hex(16)),
+        created_at: super::state::now_unix(),
+        model: js(model),
+        tier: js(service_tier),
+    };
+    let r = b.response("in_progress", "null", "null", "", "null");
+    b.push("response.created", &r);
+    let usage = format!(
+        "{{\"input_tokens\":{input_tokens},\"input_tokens_details\":{{\"cached_tokens\":0}},\
+         \"output_tokens\":0,\"output_tokens_details\":{{\"reasoning_tokens\":0}},\
+         \"total_tokens\":{input_tokens}}}"
+    );
+    let r = b.response("completed", "null", "null", "", &usage);
+    b.push("response.completed", &r);
+    Rendered {
+        id: b.id,
+        events: b.out,
+        run: None,
+        terminal: true,
+    }
+}
+
+/// The JSON of one rendered SSE frame (`event: X\ndata: <json>\n\n` → `<json>`), without
+/// copying: what a WebSocket text frame carries.
+pub(crate) fn sse_data(frame: &Bytes) -> Bytes {
+    const DATA: &[u8] = b"\ndata: ";
+    let start = frame
+        .windows(DATA.len())
+        .position(|w| w == DATA)
+        .map_or(0, |i| i + DATA.len());
+    let end = if frame.ends_with(b"\n\n") {
+        frame.len() - 2
+    } else {
+        frame.len()
+    };
+    frame.slice(start..end.max(start))
 }
 
 /// The message answer of `n` generated [`TOKEN`] deltas: the events so far, then a
@@ -493,6 +543,7 @@ fn token_run(
         js(TOKEN)
     ));
     let events = std::mem::take(&mut b.out);
+    let id_of_response = b.id.clone();
     let seq = b.seq;
     b.seq += count;
     let tail = move || {
@@ -511,6 +562,7 @@ fn token_run(
         b.out
     };
     Rendered {
+        id: id_of_response,
         events,
         run: Some(TokenRun {
             left: count,
@@ -595,7 +647,7 @@ impl SseStream {
         self.queue.pop_front()
     }
 
-    fn is_exhausted(&self) -> bool {
+    pub(crate) fn is_exhausted(&self) -> bool {
         self.queue.is_empty() && self.run.is_none()
     }
 }

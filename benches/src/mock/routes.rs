@@ -26,7 +26,7 @@ use super::{
     oauth,
     reply::{self, Body},
     state::{now_unix, rand_hex, Log, Shared, PRIMARY_WINDOW_MIN, SECONDARY_WINDOW_MIN},
-    IssuedTokens, MockAccount, RecordedRequest, DEFAULT_TEXT, MODELS_CATALOG,
+    ws, IssuedTokens, MockAccount, RecordedRequest, DEFAULT_TEXT, MODELS_CATALOG,
 };
 
 /// Body fields the Codex backend rejects with `Unsupported parameter: X` (§2.3).
@@ -67,6 +67,9 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    if ws::is_upgrade(&shared, &req) {
+        return Ok(ws::handshake(shared, req).await);
+    }
     let (parts, body) = req.into_parts();
     let body = match body.collect().await {
         Ok(c) => c.to_bytes(),
@@ -85,8 +88,11 @@ async fn route(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<Body>
     if path == shared.responses_path {
         return match parts.method {
             Method::POST => responses(shared, parts, body).await,
-            // A WebSocket upgrade: Codex falls back to HTTP+SSE on 426 (§5.4).
-            Method::GET => reply::detail(426, "mock-codex serves /responses over HTTP+SSE only"),
+            // Not a WebSocket upgrade (those are answered by `ws::handshake`).
+            Method::GET => reply::detail(
+                426,
+                "mock-codex: GET /responses needs Upgrade: websocket (HTTP/1.1)",
+            ),
             _ => reply::detail(405, "Method Not Allowed"),
         };
     }
@@ -130,17 +136,26 @@ async fn route(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<Body>
         (&Method::POST, p) if p.starts_with("/__mock/quota/") => {
             set_quota(&shared, &p["/__mock/quota/".len()..], &body)
         }
+        (&Method::POST, "/__mock/ws/refuse-upgrade") => ws_refuse_upgrade(&shared, &body),
+        (&Method::POST, "/__mock/ws/kill") => {
+            let n = shared.ws_control.send(ws::WsCommand::Kill).unwrap_or(0);
+            reply::json(200, json!({ "sockets": n }).to_string())
+        }
+        (&Method::POST, "/__mock/ws/close") => {
+            let n = shared.ws_control.send(ws::WsCommand::Close).unwrap_or(0);
+            reply::json(200, json!({ "sockets": n }).to_string())
+        }
         (&Method::GET, "/healthz") => reply::json(200, r#"{"ok":true}"#),
         _ => reply::detail(404, "Not Found"),
     }
 }
 
-fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// The bearer token of `Authorization`, if any.
-fn bearer(h: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(h: &HeaderMap) -> Option<&str> {
     let v = header(h, "authorization")?.trim();
     let (scheme, token) = v.split_once(' ')?;
     let token = token.trim();
@@ -148,7 +163,7 @@ fn bearer(h: &HeaderMap) -> Option<&str> {
 }
 
 /// A non-empty `ChatGPT-Account-Id`.
-fn account_header(h: &HeaderMap) -> Option<&str> {
+pub(crate) fn account_header(h: &HeaderMap) -> Option<&str> {
     header(h, "chatgpt-account-id")
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -177,7 +192,11 @@ fn recorded(shared: &Shared, parts: &Parts, body: Bytes, json: Option<Value>) ->
 }
 
 /// Under `strict_tokens`: the bearer must be the account's latest, unexpired access token.
-fn check_strict(shared: &Shared, account_id: &str, token: &str) -> Option<Response<Body>> {
+pub(crate) fn check_strict(
+    shared: &Shared,
+    account_id: &str,
+    token: &str,
+) -> Option<Response<Body>> {
     if !shared.cfg.strict_tokens {
         return None;
     }
@@ -192,7 +211,10 @@ fn check_strict(shared: &Shared, account_id: &str, token: &str) -> Option<Respon
 }
 
 /// Reads `x-mock-*` headers, then `client_metadata` `x-mock-*` entries (which win).
-fn request_controls(h: &HeaderMap, body: &Map<String, Value>) -> Result<Behaviour, String> {
+pub(crate) fn request_controls(
+    h: &HeaderMap,
+    body: &Map<String, Value>,
+) -> Result<Behaviour, String> {
     let mut b = Behaviour::default();
     for (k, v) in h {
         if k.as_str().starts_with("x-mock-") {
@@ -219,7 +241,7 @@ fn request_controls(h: &HeaderMap, body: &Map<String, Value>) -> Result<Behaviou
 }
 
 /// Validates the body like the Codex backend (§2.3); `Some` is the rejection.
-fn validate(body: &Map<String, Value>) -> Option<Response<Body>> {
+pub(crate) fn validate(body: &Map<String, Value>) -> Option<Response<Body>> {
     if let Some(f) = REJECTED_FIELDS.iter().find(|f| body.contains_key(**f)) {
         return Some(reply::detail(400, &format!("Unsupported parameter: {f}")));
     }
@@ -287,14 +309,7 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
         Err(e) => return reply::detail(400, &format!("mock-codex: {e}")),
     };
     let cfg = &shared.cfg;
-    let mut c = cfg.default_behaviour.clone();
-    let account_layer = shared
-        .lock()
-        .take_behaviour(account_id, Behaviour::affects_responses);
-    if let Some(a) = &account_layer {
-        c.overlay(a);
-    }
-    c.overlay(&request_layer);
+    let c = layered_controls(&shared, account_id, &request_layer);
 
     let first_byte_delay = c.first_byte_delay.unwrap_or(cfg.first_byte_delay);
     if !first_byte_delay.is_zero() {
@@ -303,52 +318,11 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
 
     let model = req.get("model").and_then(Value::as_str).unwrap_or_default();
     let quota = shared.quota(Some(account_id));
-    if c.error.is_some() || c.status.is_some() {
-        let ctx = ErrorContext {
-            model,
-            param: c.param.as_deref(),
-            quota: &quota,
-        };
-        let mut r = errors::http_error(c.error, c.status, &ctx);
-        reply::set_header(&mut r, "x-request-id", format!("req_{}", rand_hex(16)));
-        if let Some(ra) = &c.retry_after {
-            reply::set_header(&mut r, "retry-after", ra);
-        }
+    if let Some(r) = error_answer(&c, model, &quota) {
         return r;
     }
 
-    let service_tier = match req.get("service_tier").and_then(Value::as_str) {
-        Some("priority") => "priority",
-        Some("flex") => "flex",
-        _ => "default",
-    };
-    let input_tokens = (body_len as u64 / 4).max(1);
-    let plan = Plan {
-        model,
-        service_tier,
-        text: c
-            .text
-            .as_deref()
-            .or(cfg.text.as_deref())
-            .unwrap_or(DEFAULT_TEXT),
-        deltas: c.deltas.unwrap_or(cfg.deltas),
-        tokens: c.tokens,
-        reasoning: c.reasoning.unwrap_or(false),
-        tool: c.tool_call.as_deref().filter(|n| !n.is_empty()).map(|n| {
-            (
-                n,
-                c.tool_arguments
-                    .as_deref()
-                    .unwrap_or(DEFAULT_TOOL_ARGUMENTS),
-            )
-        }),
-        incomplete: c.incomplete.as_deref().filter(|r| !r.is_empty()),
-        empty_completed_output: c.empty_completed_output.unwrap_or(false),
-        fail_in_stream: c.fail_in_stream.as_deref().filter(|r| !r.is_empty()),
-        fail_after_output: c.fail_after_output.as_deref().filter(|r| !r.is_empty()),
-        input_tokens,
-        cached_tokens: c.cached_tokens.unwrap_or(0),
-    };
+    let plan = plan(cfg, &c, &req, body_len);
     let rendered = events::build(&plan);
     let inter_event_delay = c.inter_event_delay.unwrap_or(cfg.inter_event_delay);
     let stream = SseStream::new(
@@ -377,7 +351,95 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
     r
 }
 
-fn quota_headers(r: &mut Response<Body>, q: &super::state::QuotaView) {
+/// The controls of one `/responses` answer, merged: process → account (consuming one of its
+/// `fail_times`) → request.
+pub(crate) fn layered_controls(
+    shared: &Shared,
+    account_id: &str,
+    request_layer: &Behaviour,
+) -> Behaviour {
+    let mut c = shared.cfg.default_behaviour.clone();
+    let account_layer = shared
+        .lock()
+        .take_behaviour(account_id, Behaviour::affects_responses);
+    if let Some(a) = &account_layer {
+        c.overlay(a);
+    }
+    c.overlay(request_layer);
+    c
+}
+
+/// The forced error answer of the controls `c` (`error` / `status`), if any.
+pub(crate) fn error_answer(
+    c: &Behaviour,
+    model: &str,
+    quota: &super::state::QuotaView,
+) -> Option<Response<Body>> {
+    if c.error.is_none() && c.status.is_none() {
+        return None;
+    }
+    let ctx = ErrorContext {
+        model,
+        param: c.param.as_deref(),
+        quota,
+    };
+    let mut r = errors::http_error(c.error, c.status, &ctx);
+    reply::set_header(&mut r, "x-request-id", format!("req_{}", rand_hex(16)));
+    if let Some(ra) = &c.retry_after {
+        reply::set_header(&mut r, "retry-after", ra);
+    }
+    Some(r)
+}
+
+/// The `service_tier` reported for a request (`priority`, `flex`, else `default`).
+pub(crate) fn service_tier(req: &Map<String, Value>) -> &'static str {
+    match req.get("service_tier").and_then(Value::as_str) {
+        Some("priority") => "priority",
+        Some("flex") => "flex",
+        _ => "default",
+    }
+}
+
+/// The shape of the successful answer to `req` (a body of `body_len` bytes) under controls
+/// `c`.
+pub(crate) fn plan<'a>(
+    cfg: &'a super::MockConfig,
+    c: &'a Behaviour,
+    req: &'a Map<String, Value>,
+    body_len: usize,
+) -> Plan<'a> {
+    let model = req.get("model").and_then(Value::as_str).unwrap_or_default();
+    let service_tier = service_tier(req);
+    let input_tokens = (body_len as u64 / 4).max(1);
+    Plan {
+        model,
+        service_tier,
+        text: c
+            .text
+            .as_deref()
+            .or(cfg.text.as_deref())
+            .unwrap_or(DEFAULT_TEXT),
+        deltas: c.deltas.unwrap_or(cfg.deltas),
+        tokens: c.tokens,
+        reasoning: c.reasoning.unwrap_or(false),
+        tool: c.tool_call.as_deref().filter(|n| !n.is_empty()).map(|n| {
+            (
+                n,
+                c.tool_arguments
+                    .as_deref()
+                    .unwrap_or(DEFAULT_TOOL_ARGUMENTS),
+            )
+        }),
+        incomplete: c.incomplete.as_deref().filter(|r| !r.is_empty()),
+        empty_completed_output: c.empty_completed_output.unwrap_or(false),
+        fail_in_stream: c.fail_in_stream.as_deref().filter(|r| !r.is_empty()),
+        fail_after_output: c.fail_after_output.as_deref().filter(|r| !r.is_empty()),
+        input_tokens,
+        cached_tokens: c.cached_tokens.unwrap_or(0),
+    }
+}
+
+pub(crate) fn quota_headers(r: &mut Response<Body>, q: &super::state::QuotaView) {
     reply::set_header(r, "x-codex-primary-used-percent", q.primary_pct.to_string());
     reply::set_header(
         r,
@@ -508,10 +570,16 @@ fn stats(shared: &Shared) -> Value {
         "token_calls": c.token_calls.load(SeqCst),
         "active_streams": c.active_streams.load(SeqCst),
         "completed_streams": c.completed_streams.load(SeqCst),
+        "ws_handshakes": c.ws_handshakes.load(SeqCst),
+        "ws_rejected_handshakes": c.ws_rejected.load(SeqCst),
+        "ws_open": c.ws_open.load(SeqCst),
+        "ws_requests": c.ws_requests.load(SeqCst),
+        "ws_responses": c.ws_responses.load(SeqCst),
     })
 }
 
-/// Clears recordings, counters (except the live `active_streams`) and `fail_times` uses.
+/// Clears recordings, counters (except the live `active_streams` and `ws_open`) and
+/// `fail_times` uses.
 fn reset(shared: &Shared) {
     use std::sync::atomic::Ordering::SeqCst;
     let mut inner = shared.lock();
@@ -525,6 +593,10 @@ fn reset(shared: &Shared) {
     shared.counters.responses.store(0, SeqCst);
     shared.counters.token_calls.store(0, SeqCst);
     shared.counters.completed_streams.store(0, SeqCst);
+    shared.counters.ws_handshakes.store(0, SeqCst);
+    shared.counters.ws_rejected.store(0, SeqCst);
+    shared.counters.ws_requests.store(0, SeqCst);
+    shared.counters.ws_responses.store(0, SeqCst);
 }
 
 fn add_account(shared: &Shared, body: &[u8]) -> Response<Body> {
@@ -556,6 +628,29 @@ fn set_behaviour(shared: &Shared, account_id: &str, body: &[u8]) -> Response<Bod
         }
         Err(e) => reply::detail(400, &format!("mock-codex: {e}")),
     }
+}
+
+/// `POST /__mock/ws/refuse-upgrade`: body a status (refuse upgrades with it) or empty (accept).
+fn ws_refuse_upgrade(shared: &Shared, body: &[u8]) -> Response<Body> {
+    let spec = String::from_utf8_lossy(body);
+    let spec = spec.trim();
+    let status = if spec.is_empty() {
+        0
+    } else {
+        match spec.parse::<u16>() {
+            Ok(s) if (200..=599).contains(&s) => s,
+            _ => {
+                return reply::detail(
+                    400,
+                    "mock-codex: expected an HTTP status (200-599) or nothing",
+                )
+            }
+        }
+    };
+    shared
+        .ws_refuse_upgrade
+        .store(status, std::sync::atomic::Ordering::SeqCst);
+    reply::json(200, r#"{"ok":true}"#)
 }
 
 fn set_quota(shared: &Shared, account_id: &str, body: &[u8]) -> Response<Body> {

@@ -1,5 +1,6 @@
 //! The listener: one socket serving HTTP/1.1 and h2c (prior knowledge) on plain TCP, or h2 and
-//! HTTP/1.1 via ALPN over TLS, on a dedicated multi-thread Tokio runtime.
+//! HTTP/1.1 via ALPN over TLS, on a dedicated multi-thread Tokio runtime. HTTP/1.1 connections
+//! can be upgraded (the Responses WebSocket, [`super::ws`]).
 //!
 //! # Key Components
 //! - [`run`]: the body of the server thread (runtime, bind, ready signal, accept loop).
@@ -157,7 +158,7 @@ async fn serve(
                 Some(acceptor) => match acceptor.accept(tcp).await {
                     Ok(s) => {
                         drive(
-                            builder.serve_connection(TokioIo::new(s), svc),
+                            builder.serve_connection_with_upgrades(TokioIo::new(s), svc),
                             &rotate,
                             goaway_after,
                         )
@@ -170,7 +171,7 @@ async fn serve(
                 },
                 None => {
                     drive(
-                        builder.serve_connection(TokioIo::new(tcp), svc),
+                        builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc),
                         &rotate,
                         goaway_after,
                     )
@@ -205,12 +206,14 @@ where
     conn.await
 }
 
-/// hyper-util's auto connection, graceful shutdown abstracted for [`drive`].
+/// hyper-util's auto connection (with HTTP/1.1 upgrades, for the Responses WebSocket),
+/// graceful shutdown abstracted for [`drive`].
 trait GracefulConnection {
     fn shutdown_gracefully(self: std::pin::Pin<&mut Self>);
 }
 
-impl<I, S, E, B> GracefulConnection for hyper_util::server::conn::auto::Connection<'_, I, S, E>
+impl<I, S, E, B> GracefulConnection
+    for hyper_util::server::conn::auto::UpgradeableConnection<'_, I, S, E>
 where
     S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

@@ -9,13 +9,16 @@
 use std::{
     collections::{HashMap, HashSet, VecDeque},
     net::SocketAddr,
-    sync::{atomic::AtomicUsize, Mutex, MutexGuard},
+    sync::{
+        atomic::{AtomicU16, AtomicUsize},
+        Mutex, MutexGuard,
+    },
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
 use rand::Rng;
 
-use super::{Behaviour, MockAccount, MockConfig, RecordedRequest};
+use super::{ws::WsCommand, Behaviour, MockAccount, MockConfig, RecordedRequest};
 
 /// Primary (5 h) window length in minutes.
 pub(crate) const PRIMARY_WINDOW_MIN: u64 = 300;
@@ -55,6 +58,16 @@ pub(crate) struct Counters {
     pub(crate) active_streams: AtomicUsize,
     pub(crate) completed_streams: AtomicUsize,
     pub(crate) responses: AtomicUsize,
+    /// WebSocket handshakes answered with 101.
+    pub(crate) ws_handshakes: AtomicUsize,
+    /// WebSocket handshakes answered with an HTTP error (refused, auth, bad key).
+    pub(crate) ws_rejected: AtomicUsize,
+    /// WebSocket sockets currently open.
+    pub(crate) ws_open: AtomicUsize,
+    /// `response.create` frames received.
+    pub(crate) ws_requests: AtomicUsize,
+    /// `response.create` frames answered with a response (`response.created` sent).
+    pub(crate) ws_responses: AtomicUsize,
 }
 
 /// Everything one running mock shares between its connections.
@@ -72,6 +85,11 @@ pub(crate) struct Shared {
     /// Quoted strong ETag of [`super::MODELS_CATALOG`].
     pub(crate) catalog_etag: String,
     pub(crate) counters: Counters,
+    /// `0`, or the HTTP status answered to WebSocket upgrades instead of 101 (set from
+    /// [`MockConfig::ws_refuse_upgrade`], changed by [`super::MockHandle::set_ws_refuse_upgrade`]).
+    pub(crate) ws_refuse_upgrade: AtomicU16,
+    /// Commands to every open WebSocket socket (kill, close).
+    pub(crate) ws_control: tokio::sync::broadcast::Sender<WsCommand>,
     inner: Mutex<Inner>,
 }
 
@@ -147,6 +165,8 @@ impl Shared {
             started_unix: now_unix(),
             catalog_etag: catalog_etag(),
             counters: Counters::default(),
+            ws_refuse_upgrade: AtomicU16::new(cfg.ws_refuse_upgrade.unwrap_or(0)),
+            ws_control: tokio::sync::broadcast::channel(16).0,
             inner: Mutex::new(inner),
             cfg,
         }
