@@ -1117,3 +1117,782 @@ async fn throughput_smoke() {
         events as f64 / secs
     );
 }
+
+// === The Responses WebSocket ===
+
+type WsClient =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type WsResult<T> = Result<T, tokio_tungstenite::tungstenite::Error>;
+type WsHandshake = tokio_tungstenite::tungstenite::handshake::client::Response;
+use futures_util::SinkExt as _;
+use tokio_tungstenite::tungstenite::{
+    client::IntoClientRequest as _, http::HeaderValue, protocol::frame::coding::CloseCode, Message,
+};
+
+/// The upgrade request of `mock.ws_url()`: bearer, account and the official `openai-beta`
+/// header, then `headers` (which replace those; an empty value removes the header).
+fn ws_request(
+    url: &str,
+    headers: &[(&'static str, &str)],
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    let mut req = url.into_client_request().expect("ws request");
+    let h = req.headers_mut();
+    h.insert("authorization", HeaderValue::from_static("Bearer at-test"));
+    h.insert("chatgpt-account-id", HeaderValue::from_static("acct-1"));
+    h.insert(
+        "openai-beta",
+        HeaderValue::from_static("responses_websockets=2026-02-06"),
+    );
+    for (k, v) in headers {
+        if v.is_empty() {
+            h.remove(*k);
+        } else {
+            h.insert(*k, HeaderValue::from_str(v).expect("header value"));
+        }
+    }
+    req
+}
+
+async fn ws_connect(
+    mock: &MockHandle,
+    headers: &[(&'static str, &str)],
+) -> WsResult<(WsClient, WsHandshake)> {
+    tokio_tungstenite::connect_async(ws_request(&mock.ws_url(), headers)).await
+}
+
+async fn ws_open(mock: &MockHandle) -> WsClient {
+    ws_connect(mock, &[]).await.expect("ws handshake").0
+}
+
+/// The HTTP answer of a rejected handshake: status and JSON body.
+fn ws_rejection(r: WsResult<(WsClient, WsHandshake)>) -> (u16, Value) {
+    match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body = resp.body().clone().unwrap_or_default();
+            (
+                resp.status().as_u16(),
+                serde_json::from_slice(&body).unwrap_or(Value::Null),
+            )
+        }
+        Err(e) => panic!("expected an HTTP rejection, got {e}"),
+        Ok(_) => panic!("expected an HTTP rejection, got 101"),
+    }
+}
+
+/// A `response.create` frame: the valid POST body plus `extra`.
+fn create(extra: Value) -> Message {
+    let body = with(
+        with(valid_body(), json!({"type": "response.create"})),
+        extra,
+    );
+    Message::text(body.to_string())
+}
+
+/// Any client socket (plain or TLS).
+trait WsIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin> WsIo for T {}
+type Ws<S> = tokio_tungstenite::WebSocketStream<S>;
+
+async fn ws_next<S: WsIo>(ws: &mut Ws<S>) -> Option<WsResult<Message>> {
+    tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("a frame within 5 s")
+}
+
+/// The next event (text frame) as JSON.
+async fn ws_event<S: WsIo>(ws: &mut Ws<S>) -> Value {
+    match ws_next(ws).await {
+        Some(Ok(Message::Text(t))) => serde_json::from_str(t.as_str()).expect("event JSON"),
+        other => panic!("expected an event, got {other:?}"),
+    }
+}
+
+const TERMINAL: &[&str] = &[
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+/// Events up to and including a terminal one (or an `error` event).
+async fn ws_turn<S: WsIo>(ws: &mut Ws<S>) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let ev = ws_event(ws).await;
+        let done = TERMINAL.contains(&ev["type"].as_str().unwrap_or_default());
+        out.push(ev);
+        if done {
+            return out;
+        }
+    }
+}
+
+fn ev_types(evs: &[Value]) -> Vec<&str> {
+    evs.iter().map(|v| v["type"].as_str().unwrap()).collect()
+}
+
+/// Reads until the server ends the connection; returns whether a close frame came first (and
+/// its code).
+async fn ws_end<S: WsIo>(ws: &mut Ws<S>) -> Option<CloseCode> {
+    let mut close = None;
+    loop {
+        match ws_next(ws).await {
+            Some(Ok(Message::Close(f))) => close = Some(f.map_or(CloseCode::Status, |f| f.code)),
+            Some(Ok(Message::Text(t))) => panic!("unexpected event {t}"),
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => return close,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_warmup_then_turns_on_one_socket() {
+    let mock = start(MockConfig {
+        deltas: 3,
+        ..MockConfig::default()
+    });
+    mock.set_quota("acct-1", 42.5, 7.0);
+    // The official client offers permessage-deflate; the mock declines it.
+    let (mut ws, resp) = ws_connect(
+        &mock,
+        &[
+            (
+                "sec-websocket-extensions",
+                "permessage-deflate; client_max_window_bits",
+            ),
+            ("x-codex-turn-state", "ts-ws-1"),
+        ],
+    )
+    .await
+    .expect("handshake");
+    assert_eq!(resp.status(), 101);
+    assert!(resp.headers().get("sec-websocket-extensions").is_none());
+    assert_eq!(resp.headers()["x-codex-turn-state"], "ts-ws-1");
+    assert!(resp.headers().contains_key("x-models-etag"));
+    assert_eq!(mock.ws_handshakes(), 1);
+    assert_eq!(mock.ws_open(), 1);
+
+    // Warm-up: rate limits, created, completed with an empty output; no model turn.
+    ws.send(create(json!({"generate": false, "input": []})))
+        .await
+        .unwrap();
+    let warm = ws_turn(&mut ws).await;
+    assert_eq!(
+        ev_types(&warm),
+        [
+            "codex.rate_limits",
+            "response.created",
+            "response.completed"
+        ]
+    );
+    let rl = &warm[0]["rate_limits"];
+    assert_eq!(rl["primary"]["used_percent"], 42.5);
+    assert_eq!(rl["primary"]["window_minutes"], 300);
+    assert_eq!(rl["secondary"]["used_percent"], 7.0);
+    assert!(rl["secondary"]["reset_at"].as_u64().unwrap() > 0);
+    assert_eq!(warm[0]["plan_type"], "plus");
+    let done = &warm[2]["response"];
+    assert_eq!(done["output"], json!([]));
+    assert_eq!(done["usage"]["output_tokens"], 0);
+    let warm_id = done["id"].as_str().unwrap().to_owned();
+    assert!(warm_id.starts_with("resp_"));
+    assert_eq!(warm[1]["response"]["id"], warm_id.as_str());
+    assert_eq!(mock.completed_streams(), 0, "a warm-up is not a model turn");
+
+    // Ping → pong, between turns.
+    ws.send(Message::Ping(bytes::Bytes::from_static(b"hi")))
+        .await
+        .unwrap();
+    match ws_next(&mut ws).await {
+        Some(Ok(Message::Pong(p))) => assert_eq!(&p[..], b"hi"),
+        other => panic!("expected a pong, got {other:?}"),
+    }
+
+    // Turn 1 continues the warm-up, turn 2 continues turn 1: one socket, one handshake.
+    let mut prev = warm_id.clone();
+    let mut ids = vec![warm_id.clone()];
+    for turn in 0..2 {
+        ws.send(create(json!({"previous_response_id": prev})))
+            .await
+            .unwrap();
+        let evs = ws_turn(&mut ws).await;
+        assert_eq!(evs[0]["type"], "codex.rate_limits");
+        assert_eq!(ev_types(&evs[1..]), MESSAGE_SEQUENCE, "turn {turn}");
+        for (i, v) in evs[1..].iter().enumerate() {
+            assert_eq!(v["sequence_number"], i);
+        }
+        let text: String = evs
+            .iter()
+            .filter(|v| v["type"] == "response.output_text.delta")
+            .map(|v| v["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, DEFAULT_TEXT);
+        let id = evs.last().unwrap()["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(!ids.contains(&id), "every response has a fresh id");
+        ids.push(id.clone());
+        prev = id;
+    }
+    assert_eq!(mock.ws_handshakes(), 1);
+    assert_eq!(mock.ws_requests(), 3);
+    assert_eq!(mock.ws_responses(), 3);
+    assert_eq!(mock.completed_streams(), 2);
+    assert_eq!(mock.responses_requests(), 0, "no HTTP /responses");
+
+    // Every response.create is recorded with the handshake's headers.
+    let reqs = mock.requests();
+    assert_eq!(reqs.len(), 3);
+    for r in &reqs {
+        assert_eq!(r.method, "WS");
+        assert_eq!(r.path, "/backend-api/codex/responses");
+        assert_eq!(r.version, "HTTP/1.1");
+        assert_eq!(r.account_id(), Some("acct-1"));
+        assert_eq!(r.header("authorization"), Some("Bearer at-test"));
+        assert_eq!(
+            r.header("openai-beta"),
+            Some("responses_websockets=2026-02-06")
+        );
+        assert_eq!(r.json.as_ref().unwrap()["type"], "response.create");
+    }
+    assert_eq!(reqs[0].json.as_ref().unwrap()["generate"], false);
+    assert_eq!(
+        reqs[1].json.as_ref().unwrap()["previous_response_id"],
+        warm_id.as_str()
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&reqs[2].body_text()).unwrap()["previous_response_id"],
+        ids[1].as_str()
+    );
+
+    // The client closes: the mock answers the close frame and drops the socket.
+    ws.close(None).await.unwrap();
+    assert!(ws_end(&mut ws).await.is_some(), "the close is answered");
+    assert!(mock.wait_ws_open(0, Duration::from_secs(2)));
+    assert_eq!(mock.ws_handshakes(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_previous_response_id_is_connection_local() {
+    let mock = start(MockConfig::default());
+    let mut a = ws_open(&mock).await;
+    let mut b = ws_open(&mock).await;
+    assert_eq!(mock.ws_open(), 2);
+    a.send(create(json!({}))).await.unwrap();
+    let id_a = ws_turn(&mut a).await.last().unwrap()["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Produced on socket A: unknown on socket B, and an invented id is unknown everywhere.
+    for (ws, id) in [(&mut b, id_a.as_str()), (&mut a, "resp_never_issued")] {
+        ws.send(create(json!({"previous_response_id": id})))
+            .await
+            .unwrap();
+        let ev = ws_event(ws).await;
+        assert_eq!(
+            ev,
+            json!({"type": "error", "status": 400, "error": {
+                "type": "invalid_request_error",
+                "code": "previous_response_not_found",
+                "message": format!("Previous response with id '{id}' not found."),
+                "param": "previous_response_id",
+            }})
+        );
+    }
+    // Both sockets stay usable, and A still resolves its own id.
+    b.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut b).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    a.send(create(json!({"previous_response_id": id_a})))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws_turn(&mut a).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    assert_eq!(mock.ws_requests(), 5);
+    assert_eq!(mock.ws_responses(), 3);
+    assert_eq!(mock.ws_handshakes(), 2);
+
+    // A failed response is not a valid continuation.
+    a.send(create(
+        json!({"client_metadata": {"x-mock-fail-in-stream": "server_is_overloaded"}}),
+    ))
+    .await
+    .unwrap();
+    let evs = ws_turn(&mut a).await;
+    assert_eq!(
+        ev_types(&evs),
+        [
+            "codex.rate_limits",
+            "response.created",
+            "response.in_progress",
+            "response.failed"
+        ]
+    );
+    assert_eq!(evs[3]["response"]["error"]["code"], "server_is_overloaded");
+    let failed_id = evs[3]["response"]["id"].as_str().unwrap();
+    a.send(create(json!({"previous_response_id": failed_id})))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws_event(&mut a).await["error"]["code"],
+        "previous_response_not_found"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_second_create_during_a_stream_is_rejected() {
+    let mock = start(MockConfig {
+        deltas: 3,
+        ..MockConfig::default()
+    });
+    let mut ws = ws_open(&mock).await;
+    ws.send(create(
+        json!({"client_metadata": {"x-mock-inter-event-delay-ms": "40"}}),
+    ))
+    .await
+    .unwrap();
+    let mut evs = vec![ws_event(&mut ws).await, ws_event(&mut ws).await];
+    assert_eq!(ev_types(&evs), ["codex.rate_limits", "response.created"]);
+    assert_eq!(mock.active_streams(), 1);
+    ws.send(create(json!({}))).await.unwrap();
+    let mut errors = Vec::new();
+    loop {
+        let ev = ws_event(&mut ws).await;
+        if ev["type"] == "error" {
+            errors.push(ev);
+            continue;
+        }
+        let done = ev["type"] == "response.completed";
+        evs.push(ev);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["status"], 400);
+    assert_eq!(errors[0]["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        errors[0]["error"]["code"],
+        "conversation_already_has_active_response"
+    );
+    assert!(errors[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("already in progress"));
+    // The first stream went on, complete and in order.
+    assert_eq!(ev_types(&evs[1..]), MESSAGE_SEQUENCE);
+    assert_eq!(mock.ws_requests(), 2);
+    assert_eq!(mock.ws_responses(), 1);
+    assert_eq!(
+        mock.requests().len(),
+        2,
+        "the rejected frame is recorded too"
+    );
+    // Idle again: the next create is served.
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_connection_age_limit_answers_error_and_closes() {
+    let mock = start(MockConfig {
+        ws_max_connection_age: Some(Duration::from_millis(300)),
+        ..MockConfig::default()
+    });
+    let mut ws = ws_open(&mock).await;
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    ws.send(create(json!({}))).await.unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert_eq!(ev["type"], "error");
+    assert_eq!(ev["error"]["code"], "websocket_connection_limit_reached");
+    assert_eq!(ws_end(&mut ws).await, Some(CloseCode::Normal));
+    assert!(mock.wait_ws_open(0, Duration::from_secs(3)));
+    // A fresh socket works.
+    let mut ws = ws_open(&mock).await;
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    assert_eq!(mock.ws_handshakes(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_refused_upgrade_and_runtime_switch() {
+    let mock = start(MockConfig {
+        ws_refuse_upgrade: Some(426),
+        ..MockConfig::default()
+    });
+    let (status, _) = ws_rejection(ws_connect(&mock, &[]).await);
+    assert_eq!(status, 426);
+    assert_eq!(mock.ws_rejected_handshakes(), 1);
+    assert_eq!(mock.ws_handshakes(), 0);
+    // HTTP+SSE still works (the fallback path).
+    let r = post(&client(), &mock, &[], &valid_body()).await;
+    assert_eq!(r.status(), 200);
+
+    mock.set_ws_refuse_upgrade(None);
+    let mut ws = ws_open(&mock).await;
+    mock.set_ws_refuse_upgrade(Some(404));
+    let (status, _) = ws_rejection(ws_connect(&mock, &[]).await);
+    assert_eq!(status, 404);
+    // A socket opened before the switch keeps working.
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    assert_eq!(mock.ws_handshakes(), 1);
+    assert_eq!(mock.ws_rejected_handshakes(), 2);
+
+    // A plain GET (no upgrade) is not a WebSocket.
+    let r = client()
+        .get(format!("{}/responses", mock.base_url()))
+        .bearer_auth("at-test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 426);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_handshake_is_authenticated_like_post() {
+    let mock = start(MockConfig {
+        strict_tokens: true,
+        ..MockConfig::default()
+    });
+    let (status, body) = ws_rejection(ws_connect(&mock, &[("authorization", "")]).await);
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "token_invalidated");
+    assert_eq!(body["status"], 401);
+    let (status, body) = ws_rejection(ws_connect(&mock, &[("chatgpt-account-id", "")]).await);
+    assert_eq!(status, 400);
+    assert_eq!(body["detail"], "Missing ChatGPT-Account-Id header");
+    // strict_tokens: only the account's current access token.
+    let t = mock.add_account(MockAccount::new("acct-ws"));
+    let (status, body) =
+        ws_rejection(ws_connect(&mock, &[("chatgpt-account-id", "acct-ws")]).await);
+    assert_eq!(status, 401);
+    assert_eq!(body["error"]["code"], "token_invalidated");
+    let (status, body) = ws_rejection(
+        ws_connect(
+            &mock,
+            &[
+                ("chatgpt-account-id", "acct-ws"),
+                ("authorization", &format!("Bearer {}", t.access_token)),
+                ("x-mock-deltas", "many"),
+            ],
+        )
+        .await,
+    );
+    assert_eq!(status, 400, "a bad x-mock header is rejected like on POST");
+    assert!(body["detail"].as_str().unwrap().contains("x-mock-deltas"));
+    assert_eq!(mock.ws_rejected_handshakes(), 4);
+    assert_eq!(mock.ws_handshakes(), 0);
+    assert_eq!(mock.ws_open(), 0);
+
+    let bearer = format!("Bearer {}", t.access_token);
+    let (mut ws, _) = ws_connect(
+        &mock,
+        &[
+            ("chatgpt-account-id", "acct-ws"),
+            ("authorization", &bearer),
+        ],
+    )
+    .await
+    .expect("the current token is accepted");
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    assert_eq!(mock.ws_handshakes(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_disconnect_after_drops_the_socket_without_close_frame() {
+    let mock = start(MockConfig::default());
+    let mut ws = ws_open(&mock).await;
+    ws.send(create(
+        json!({"client_metadata": {"x-mock-disconnect-after": "3"}}),
+    ))
+    .await
+    .unwrap();
+    // codex.rate_limits, then the same 3 events the HTTP path sends before aborting.
+    let evs = [
+        ws_event(&mut ws).await,
+        ws_event(&mut ws).await,
+        ws_event(&mut ws).await,
+        ws_event(&mut ws).await,
+    ];
+    assert_eq!(
+        ev_types(&evs),
+        [
+            "codex.rate_limits",
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added"
+        ]
+    );
+    assert_eq!(ws_end(&mut ws).await, None, "no close frame");
+    assert!(mock.wait_ws_open(0, Duration::from_secs(2)));
+    assert!(mock.wait_active_streams(0, Duration::from_secs(2)));
+    assert_eq!(mock.completed_streams(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_error_controls_become_error_events() {
+    let mock = start(MockConfig {
+        deltas: 4,
+        ..MockConfig::default()
+    });
+    mock.set_behaviour(
+        "acct-1",
+        Behaviour::error(ErrorKind::UsageLimitReached).times(1),
+    );
+    let mut ws = ws_open(&mock).await;
+    // The warm-up uses no controls (and none of the account's fail_times).
+    ws.send(create(json!({"generate": false}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+    ws.send(create(json!({}))).await.unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert_eq!(ev["type"], "error");
+    assert_eq!(ev["status"], 429);
+    assert_eq!(ev["error"]["type"], "usage_limit_reached");
+    assert!(ev["error"]["resets_at"].as_u64().is_some());
+    assert_eq!(ev["headers"]["x-codex-primary-used-percent"], "100");
+    // fail_times=1 is used up: the socket is still open and the next turn succeeds.
+    ws.send(create(json!({}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut ws).await.last().unwrap()["type"],
+        "response.completed"
+    );
+
+    // client_metadata: a `detail` error becomes an invalid_request_error with its message,
+    // after the first-byte delay.
+    let started = Instant::now();
+    ws.send(create(json!({"model": "gpt-4o", "client_metadata": {
+        "x-mock-error": "model_not_supported",
+        "x-mock-first-byte-delay-ms": "150",
+    }})))
+    .await
+    .unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    assert_eq!(ev["status"], 400);
+    assert_eq!(ev["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        ev["error"]["message"],
+        "The 'gpt-4o' model is not supported when using Codex with a ChatGPT account."
+    );
+    // Validation errors too.
+    ws.send(create(json!({"store": true}))).await.unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert_eq!(ev["error"]["message"], "Store must be set to false");
+    ws.send(Message::text(r#"{"type":"response.append","input":[]}"#))
+        .await
+        .unwrap();
+    assert_eq!(
+        ws_event(&mut ws).await["error"]["code"],
+        "unsupported_event_type"
+    );
+
+    // Handshake x-mock-* headers apply to every frame; client_metadata wins over them.
+    let (mut ws2, _) = ws_connect(
+        &mock,
+        &[("x-mock-fail-after-output", "server_is_overloaded")],
+    )
+    .await
+    .unwrap();
+    ws2.send(create(json!({}))).await.unwrap();
+    let evs = ws_turn(&mut ws2).await;
+    assert_eq!(evs.last().unwrap()["type"], "response.failed");
+    assert_eq!(
+        evs.iter()
+            .filter(|v| v["type"] == "response.output_text.delta")
+            .count(),
+        2
+    );
+    ws2.send(create(json!({"client_metadata": {
+        "x-mock-fail-after-output": "",
+        "x-mock-reasoning": "1",
+        "x-mock-tool-call": "exec_command",
+    }})))
+    .await
+    .unwrap();
+    let evs = ws_turn(&mut ws2).await;
+    let done = &evs.last().unwrap()["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"][0]["type"], "reasoning");
+    assert_eq!(done["output"][1]["type"], "function_call");
+    assert_eq!(done["output"][1]["name"], "exec_command");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_kill_all_and_close_all() {
+    let mock = start(MockConfig::default());
+    let mut a = ws_open(&mock).await;
+    let mut b = ws_open(&mock).await;
+    // A is mid-stream when the sockets die.
+    a.send(create(
+        json!({"client_metadata": {"x-mock-inter-event-delay-ms": "100"}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ws_event(&mut a).await["type"], "codex.rate_limits");
+    assert_eq!(ws_event(&mut a).await["type"], "response.created");
+    assert_eq!(mock.active_streams(), 1);
+    assert_eq!(mock.ws_kill_all(), 2);
+    for ws in [&mut a, &mut b] {
+        let mut close = None;
+        loop {
+            match ws_next(ws).await {
+                Some(Ok(Message::Close(f))) => close = Some(f),
+                // Events already in flight may still arrive.
+                Some(Ok(_)) => {}
+                None | Some(Err(_)) => break,
+            }
+        }
+        assert!(close.is_none(), "killed sockets send no close frame");
+    }
+    assert!(mock.wait_ws_open(0, Duration::from_secs(2)));
+    assert!(mock.wait_active_streams(0, Duration::from_secs(2)));
+    assert_eq!(mock.completed_streams(), 0);
+
+    let mut c = ws_open(&mock).await;
+    assert_eq!(mock.ws_close_all(), 1);
+    assert_eq!(ws_end(&mut c).await, Some(CloseCode::Away));
+    assert!(mock.wait_ws_open(0, Duration::from_secs(3)));
+    assert_eq!(mock.ws_handshakes(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_over_tls() {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let mock = start(MockConfig {
+        tls: Some((cert, key)),
+        ..MockConfig::default()
+    });
+    assert!(mock.ws_url().starts_with("wss://127.0.0.1:"));
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ck.cert.der().clone()).unwrap();
+    let mut tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(mock.addr()).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(ws_request(&mock.ws_url(), &[]), stream)
+        .await
+        .expect("wss handshake");
+    assert_eq!(resp.status(), 101);
+    ws.send(create(json!({"generate": false}))).await.unwrap();
+    let warm = ws_turn(&mut ws).await;
+    let id = warm.last().unwrap()["response"]["id"].clone();
+    ws.send(create(json!({"previous_response_id": id})))
+        .await
+        .unwrap();
+    let evs = ws_turn(&mut ws).await;
+    assert_eq!(evs.last().unwrap()["type"], "response.completed");
+    assert_eq!(mock.ws_handshakes(), 1);
+    assert_eq!(mock.ws_responses(), 2);
+}
+
+#[test]
+fn binary_ws_flags_and_operator_endpoints() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mock-codex"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--ws-refuse-upgrade",
+            "404",
+            "--ws-max-connection-age-secs",
+            "0",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn mock-codex");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let origin = first
+        .strip_prefix("mock-codex listening on ")
+        .expect("listening line")
+        .to_owned();
+    let url = format!(
+        "{}/backend-api/codex/responses",
+        origin.replacen("http://", "ws://", 1)
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (status, _) =
+            ws_rejection(tokio_tungstenite::connect_async(ws_request(&url, &[])).await);
+        assert_eq!(status, 404);
+        let c = client();
+        let r = c
+            .post(format!("{origin}/__mock/ws/refuse-upgrade"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let (mut ws, _) = tokio_tungstenite::connect_async(ws_request(&url, &[]))
+            .await
+            .expect("upgrades accepted again");
+        // Age limit 0: the first create already hits it.
+        ws.send(create(json!({}))).await.unwrap();
+        assert_eq!(
+            ws_event(&mut ws).await["error"]["code"],
+            "websocket_connection_limit_reached"
+        );
+        assert_eq!(ws_end(&mut ws).await, Some(CloseCode::Normal));
+        let stats: Value = c
+            .get(format!("{origin}/__mock/stats"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(stats["ws_handshakes"], 1);
+        assert_eq!(stats["ws_rejected_handshakes"], 1);
+        assert_eq!(stats["ws_requests"], 1);
+        assert_eq!(stats["ws_responses"], 0);
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+}
