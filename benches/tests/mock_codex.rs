@@ -1505,16 +1505,17 @@ async fn ws_second_create_during_a_stream_is_rejected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ws_connection_age_limit_answers_error_and_closes() {
     let mock = start(MockConfig {
-        ws_max_connection_age: Some(Duration::from_millis(300)),
+        ws_max_connection_age: Some(Duration::from_secs(1)),
         ..MockConfig::default()
     });
+    let opened = Instant::now();
     let mut ws = ws_open(&mock).await;
     ws.send(create(json!({}))).await.unwrap();
     assert_eq!(
         ws_turn(&mut ws).await.last().unwrap()["type"],
         "response.completed"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep_until((opened + Duration::from_millis(1100)).into()).await;
     ws.send(create(json!({}))).await.unwrap();
     let ev = ws_event(&mut ws).await;
     assert_eq!(ev["type"], "error");
