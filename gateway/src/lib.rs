@@ -16,6 +16,7 @@
 //! - [`upstream`]: HTTP/2 (TLS, h2c) and streaming HTTP/1.1 client to the Codex backend.
 //! - [`wire`]: HTTP/1.1 wire primitives shared by server and client (appending reads, strict
 //!   chunk framing).
+//! - [`ws`]: the WebSocket protocol, sans IO (handshake, framing, permessage-deflate).
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
 //! - [`config`], [`metrics`], [`models`], [`demo`].
 //!
@@ -39,3 +40,4 @@ pub(crate) mod testing;
 pub mod upstream;
 pub mod wire;
 pub mod worker;
+pub mod ws;
