@@ -20,6 +20,13 @@
 //! In `PUT /api/admin/settings`, JSON `null` removes the override (back to the configured
 //! value); to turn `pause_threshold_pct` off over a configured threshold, send `"off"`.
 //!
+//! Every setting is hot: the data plane reads it from the published snapshot
+//! (`Snapshot::settings`) at each request, never from its start-up configuration:
+//! `max_attempts` in `gateway::lifecycle::open`, `strategy`, `pause_threshold_pct` and
+//! `min_request_interval_ms` in `gateway::scheduler`, `default_max_concurrency` in the
+//! published account entries (`publish`). `tests/tests/pool_state.rs` changes each
+//! one through the admin API and checks the next request.
+//!
 //! # Usage
 //! ```
 //! let mut s = shared_state::Settings::default();

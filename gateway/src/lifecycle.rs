@@ -223,7 +223,7 @@ fn candidates(
             affinity_key: plan.affinity_key.as_deref(),
             now_ms: shared_state::now_ms(),
             cursor: ctx.next_cursor(),
-            max_candidates: ctx.cfg.max_attempts.max(1) as usize + 2,
+            max_candidates: snap.settings.max_attempts.max(1) as usize + 2,
         },
     )
 }
@@ -292,7 +292,8 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
 pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
     let snap = ctx.snapshot.load_full();
     let mut cands = candidates(ctx, plan, &snap);
-    let max = ctx.cfg.max_attempts.max(1) as usize;
+    // The published setting (admin API), never the start-up config: runtime settings are hot.
+    let max = snap.settings.max_attempts.max(1) as usize;
     let mut attempts = 0u32;
     let mut saw_usage_limit = false;
     let mut saw_other = false;

@@ -1,0 +1,186 @@
+//! Pool state that must follow the operator and stay bound to its account (issue 9): every
+//! runtime setting changed through `PUT /api/admin/settings` changes what the next request
+//! does; `x-codex-turn-state` only goes back to the account that issued it; chat requests get
+//! a stable per-conversation `prompt_cache_key`; affinity is scoped per client key and counts
+//! body-level `session_id` / `conversation_id`.
+
+use benches::{Behaviour, ErrorKind};
+use integration_tests::{client, Stack, StackBuilder};
+use serde_json::{json, Value};
+use shared_state::snapshot::Strategy;
+
+/// `accounts` accounts on one worker, tried in id order (`fill_first`) unless a test changes
+/// the strategy through the admin API.
+fn stack(accounts: usize) -> Stack {
+    StackBuilder {
+        accounts,
+        workers: 1,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = Strategy::FillFirst;
+        })),
+        ..StackBuilder::default()
+    }
+    .start()
+}
+
+/// `PUT /api/admin/settings` with `body`; returns the effective settings it answers.
+async fn put_settings(s: &Stack, body: Value) -> Value {
+    let r = client()
+        .put(format!("{}/api/admin/settings", s.admin_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+async fn ask(s: &Stack, body: Value) -> (u16, Value) {
+    let r = s.post("/v1/responses").json(&body).send().await.unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap())
+}
+
+async fn ask_x(s: &Stack) -> (u16, Value) {
+    ask(s, json!({"model":"gpt-5.5","input":"x"})).await
+}
+
+/// The accounts the upstream saw since the last `clear_requests`, in order.
+fn take_served(s: &Stack) -> Vec<String> {
+    let v = s.served_by();
+    s.mock.clear_requests();
+    v
+}
+
+/// Lifts every account's cooldown (the data plane's live state), so failures of one phase
+/// do not change the candidates of the next.
+fn clear_cooldowns(s: &Stack) {
+    for a in &s.app.snapshot.load().accounts {
+        a.live.clear_cooldown();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Defect 3: every hot setting reaches the data plane.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_attempts_setting_is_hot() {
+    // Configured: 3 attempts. Every account answers 500 (account-scoped: fails over).
+    let s = stack(7);
+    for i in 0..7 {
+        s.mock
+            .set_behaviour(&format!("acct-{i}"), Behaviour::error(ErrorKind::Internal));
+    }
+    let _ = ask_x(&s).await;
+    assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
+
+    // Fewer than configured.
+    clear_cooldowns(&s);
+    let v = put_settings(&s, json!({"max_attempts": 2})).await;
+    assert_eq!(v["max_attempts"], 2);
+    let _ = ask_x(&s).await;
+    assert_eq!(take_served(&s), vec!["acct-0", "acct-1"]);
+
+    // More than configured (and more than the configured candidate headroom).
+    clear_cooldowns(&s);
+    put_settings(&s, json!({"max_attempts": 6})).await;
+    let _ = ask_x(&s).await;
+    assert_eq!(
+        take_served(&s),
+        vec!["acct-0", "acct-1", "acct-2", "acct-3", "acct-4", "acct-5"]
+    );
+
+    // `null` goes back to the configured value.
+    clear_cooldowns(&s);
+    put_settings(&s, json!({"max_attempts": null})).await;
+    let _ = ask_x(&s).await;
+    assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn strategy_setting_is_hot() {
+    let s = stack(2);
+    for _ in 0..4 {
+        assert_eq!(ask_x(&s).await.0, 200);
+    }
+    assert_eq!(
+        take_served(&s),
+        vec!["acct-0"; 4],
+        "fill_first as configured"
+    );
+    put_settings(&s, json!({"strategy": "round_robin"})).await;
+    for _ in 0..4 {
+        assert_eq!(ask_x(&s).await.0, 200);
+    }
+    let served = take_served(&s);
+    assert_eq!(
+        served.iter().filter(|a| *a == "acct-0").count(),
+        2,
+        "round robin over two accounts: {served:?}"
+    );
+    assert_ne!(served[0], served[1], "{served:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_threshold_setting_is_hot() {
+    let s = stack(2);
+    // acct-0 reports 95 % of its 5 h window used (response headers).
+    s.mock.set_quota("acct-0", 95.0, 10.0);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(
+        take_served(&s),
+        vec!["acct-0", "acct-0"],
+        "no pause threshold configured"
+    );
+    put_settings(&s, json!({"pause_threshold_pct": 90})).await;
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-1"], "acct-0 is paused at 95 %");
+    put_settings(&s, json!({"pause_threshold_pct": "off"})).await;
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-0"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn min_request_interval_setting_is_hot() {
+    let s = stack(2);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-0", "acct-0"]);
+    // One minute between two starts on one account: acct-0 started a moment ago, so acct-1
+    // serves; then neither may start another request.
+    put_settings(&s, json!({"min_request_interval_ms": 60000})).await;
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-1"]);
+    assert_eq!(ask_x(&s).await.0, 503);
+    assert_eq!(take_served(&s), Vec::<String>::new());
+    put_settings(&s, json!({"min_request_interval_ms": 0})).await;
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-0"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn default_max_concurrency_setting_is_hot() {
+    let s = stack(2);
+    let open_stream = || {
+        let req = s.post("/v1/responses").json(&json!({
+            "model":"gpt-5.5","input":"x","stream":true,
+            "client_metadata":{"x-mock-tokens":"1000000","x-mock-inter-event-delay-ms":"50"}
+        }));
+        async move { req.send().await.unwrap() }
+    };
+    // Unlimited (configured): a second request joins the open stream on acct-0.
+    let first = open_stream().await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-0", "acct-0"]);
+    // One slot per account: acct-0 is full while its stream is open.
+    put_settings(&s, json!({"default_max_concurrency": 1})).await;
+    assert_eq!(s.account("acct-0").in_flight, 1);
+    assert_eq!(ask_x(&s).await.0, 200);
+    assert_eq!(take_served(&s), vec!["acct-1"]);
+    drop(first);
+}
