@@ -42,10 +42,10 @@ if ! redis_up; then
 fi
 
 venv=target/py-venv
-if ! "$venv/bin/python" -c 'import openai' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import openai, websockets' 2>/dev/null; then
   log "preparing a Python venv with the OpenAI SDK"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60' 'websockets>=13'
 fi
 export CODEX_GATEWAY_TEST_PYTHON="$PWD/$venv/bin/python"
 

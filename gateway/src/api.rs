@@ -6,7 +6,7 @@
 //! # Key Components
 //! - [`handle`]: dispatches one request head; routes that take a body authenticate the head
 //!   first, then read and decode the body.
-//! - [`responses`] (`/v1/responses`), [`chat`] (`/v1/chat/completions`), [`ops`] (`/healthz`,
+//! - [`responses`] (`/v1/responses`), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`ops`] (`/healthz`,
 //!   `/metrics`, `/v1/models`).
 //! - [`HttpSink`]: the HTTP/1.1 transport of the pipeline (a chunked stream or one response).
 //! - [`write_error`]: the one place an [`Error`] becomes an HTTP response (its SSE and
@@ -15,6 +15,7 @@
 pub mod chat;
 pub mod ops;
 pub mod responses;
+pub mod ws;
 
 use std::io;
 
@@ -58,16 +59,21 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             Box::pin(chat::serve(ctx, conn, req, key, keep)).await
         }
         ("GET", "/v1/responses" | "/responses") => {
-            // The Responses WebSocket transport is not served yet: Codex CLI falls back to
-            // HTTP+SSE on 426 without retrying (codex-protocol.md §5.4).
+            // A GET without `Upgrade: websocket` (upgrades are taken by `ws::serve` before
+            // routing): say how to reach this resource.
             let e = Error::bad_request(
-                "WebSocket transport is not available on this gateway; use HTTP POST with stream:true.",
+                "GET /v1/responses is the Responses WebSocket: send Upgrade: websocket, or POST for HTTP.",
                 None,
             );
             let r = e.to_openai();
             ctx.metrics.request("responses", 426);
-            conn.write_response(426, &[JSON], &r.body.to_json(), false)
-                .await?;
+            conn.write_response(
+                426,
+                &[JSON, ("upgrade", "websocket"), ("connection", "upgrade")],
+                &r.body.to_json(),
+                false,
+            )
+            .await?;
             Ok(false)
         }
         ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,

@@ -73,6 +73,7 @@ pub struct FileConfig {
     redis_url: Option<String>,
     admin_token: Option<String>,
     shutdown_grace_secs: Option<u64>,
+    ws_idle_timeout_secs: Option<u64>,
     max_attempts: Option<u32>,
     max_body_bytes: Option<usize>,
     force_legacy_driver: Option<bool>,
@@ -324,6 +325,8 @@ pub struct GatewayConfig {
     pub shutdown_grace: Duration,
     /// Idle keep-alive budget for client connections.
     pub client_idle_timeout: Duration,
+    /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
+    pub ws_idle_timeout: Duration,
     /// Pin workers to cores.
     pub pin_workers: bool,
     /// Use the legacy (epoll) driver even where io_uring works
@@ -366,6 +369,7 @@ impl GatewayConfig {
             max_attempts: 3,
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
+            ws_idle_timeout: Duration::from_secs(900),
             pin_workers: true,
             pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
@@ -491,6 +495,9 @@ impl GatewayConfig {
                 ));
             }
             c.upstream.h2_max_connections = v;
+        }
+        if let Some(v) = file.ws_idle_timeout_secs {
+            c.ws_idle_timeout = Duration::from_secs(v.max(1));
         }
         if let Some(v) = file.shutdown_grace_secs {
             c.shutdown_grace = Duration::from_secs(v);

@@ -149,6 +149,23 @@ impl Error {
         codex_protocol::sse::frame("response.failed", &self.response_failed_event(response_id))
     }
 
+    /// The WebSocket `error` event for a failure before the commit (the Responses WebSocket
+    /// shape: `{"type":"error","status":..,"error":{"type","code","message","param"}}`).
+    pub fn ws_error_event(&self) -> Vec<u8> {
+        let r = self.to_openai();
+        let data = sonic_rs::json!({
+            "type": "error",
+            "status": r.status,
+            "error": {
+                "type": r.body.error_type,
+                "code": r.body.code,
+                "message": r.body.message,
+                "param": r.body.param,
+            }
+        });
+        sonic_rs::to_vec(&data).unwrap_or_default()
+    }
+
     /// The machine code used in usage records and metrics.
     pub fn code(&self) -> String {
         self.to_openai()

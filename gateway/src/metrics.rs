@@ -23,8 +23,8 @@ pub const ROUTES: [&str; 6] = [
     "metrics",
     "other",
 ];
-const STATUSES: [u16; 14] = [
-    200, 400, 401, 403, 404, 405, 408, 413, 429, 500, 502, 503, 504, 0,
+const STATUSES: [u16; 17] = [
+    101, 200, 400, 401, 403, 404, 405, 408, 413, 426, 429, 500, 501, 502, 503, 504, 0,
 ];
 const TTFB_BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000, 30000];
 
@@ -49,6 +49,7 @@ pub struct WorkerMetrics {
     upstream_attempts: AtomicU64,
     failovers: AtomicU64,
     panics: AtomicU64,
+    ws_sessions: AtomicI64,
     h2_connections: AtomicI64,
     h2_streams: AtomicI64,
     h2_retired: AtomicU64,
@@ -71,6 +72,7 @@ impl WorkerMetrics {
             upstream_attempts: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            ws_sessions: AtomicI64::new(0),
             h2_connections: AtomicI64::new(0),
             h2_streams: AtomicI64::new(0),
             h2_retired: AtomicU64::new(0),
@@ -124,6 +126,11 @@ impl WorkerMetrics {
     /// Counts a connection task that panicked (caught; the connection was closed).
     pub fn panic(&self) {
         self.panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Client WebSocket sessions opened (+) or closed (-).
+    pub fn ws_sessions_delta(&self, d: i64) {
+        self.ws_sessions.fetch_add(d, Ordering::Relaxed);
     }
 
     /// Pooled upstream h2 connections opened (+) or closed/retired (-).
@@ -282,6 +289,17 @@ impl Registry {
             .map(|w| w.panics.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_connection_panics_total {p}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_ws_sessions Client Responses WebSocket sessions open."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_ws_sessions gauge");
+        let n: i64 = self
+            .workers
+            .iter()
+            .map(|w| w.ws_sessions.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_ws_sessions {n}");
         let _ = writeln!(
             o,
             "# HELP codex_gateway_upstream_h2_connections Pooled upstream HTTP/2 connections, per worker."

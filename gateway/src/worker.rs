@@ -241,6 +241,11 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
         let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
         let _guard = ctx.request_started();
         let keep = match req {
+            Ok(req) if api::ws::wants_upgrade(&req) => {
+                // The connection becomes a WebSocket and never serves HTTP again.
+                api::ws::serve(&ctx, conn, req).await;
+                return;
+            }
             Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
             Err(e) => api::write_read_error(&ctx, &mut conn, "other", e).await,
         };

@@ -54,6 +54,7 @@ fn codex_bin() -> Option<PathBuf> {
 
 /// One finished CLI run.
 struct Run {
+    websockets: bool,
     what: String,
     status: ExitStatus,
     stdout: String,
@@ -74,7 +75,38 @@ impl Run {
             self.stdout,
             tail(&self.stderr, 6000),
         );
+        if self.websockets {
+            assert!(
+                !self.stderr.contains("Falling back from WebSockets")
+                    && !self
+                        .stderr
+                        .contains("failed to connect to Responses WebSocket"),
+                "`{}` fell back to HTTP:\n{}",
+                self.what,
+                tail(&self.stderr, 6000)
+            );
+            assert!(
+                ws_upgrades(s) > 0,
+                "the gateway served the Responses WebSocket"
+            );
+        }
     }
+}
+
+/// Responses WebSocket upgrades the gateway answered (101).
+fn ws_upgrades(s: &Stack) -> u64 {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.app.data_addr).expect("connect");
+    c.write_all(b"GET /metrics HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n")
+        .expect("write");
+    let mut body = String::new();
+    let _ = c.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix("codex_gateway_requests_total{route=\"responses\",status=\"101\"} ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 fn tail(s: &str, n: usize) -> &str {
@@ -89,13 +121,16 @@ fn tail(s: &str, n: usize) -> &str {
 /// use the stack's gateway as its only provider.
 struct Cli {
     bin: PathBuf,
+    websockets: bool,
     root: tempfile::TempDir,
     key: String,
     runs: AtomicUsize,
 }
 
 impl Cli {
-    fn new(bin: PathBuf, s: &Stack) -> Self {
+    /// `websockets`: the provider declares `supports_websockets`, so the CLI talks to the
+    /// gateway's Responses WebSocket (warm-up, then chained turns) instead of HTTP+SSE.
+    fn new(bin: PathBuf, s: &Stack, websockets: bool) -> Self {
         // Not under /tmp: the CLI refuses to install its PATH helpers below a temporary dir.
         let root = tempfile::Builder::new()
             .prefix("codex-cli-")
@@ -125,16 +160,17 @@ name = "codex-gateway under test"
 base_url = "{url}/v1"
 wire_api = "responses"
 env_key = "{KEY_ENV}"
-supports_websockets = false
+supports_websockets = {websockets}
 request_max_retries = 0
 stream_max_retries = 0
 stream_idle_timeout_ms = 30000
 "#,
-            url = s.url()
+            url = s.url(),
         );
         std::fs::write(root.path().join("codex-home/config.toml"), config).expect("config");
         Self {
             bin,
+            websockets,
             root,
             key: s.key.clone(),
             runs: AtomicUsize::new(0),
@@ -206,6 +242,7 @@ stream_idle_timeout_ms = 30000
         };
         let took = start.elapsed();
         let r = Run {
+            websockets: self.websockets,
             what,
             status,
             stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
@@ -289,10 +326,10 @@ fn stack(legacy: bool) -> Stack {
 
 /// One `codex exec` turn: the CLI's ~40 KB request reaches the upstream whole and the mock's
 /// answer is printed.
-fn exec_one_turn(legacy: bool) {
+fn exec_one_turn(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
-    let cli = Cli::new(bin, &s);
+    let cli = Cli::new(bin, &s, websockets);
     let r = cli.run(
         &s,
         &[
@@ -344,7 +381,7 @@ fn exec_one_turn(legacy: bool) {
 
 /// `codex exec` then `codex exec resume --last`: the second turn re-sends the whole history,
 /// the first answer included, and is answered.
-fn exec_resume_last(legacy: bool) {
+fn exec_resume_last(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
     const FIRST: &str = "First turn answer from mock-codex: remember the word pelican.";
@@ -356,7 +393,7 @@ fn exec_resume_last(legacy: bool) {
         }
         .times(1),
     );
-    let cli = Cli::new(bin, &s);
+    let cli = Cli::new(bin, &s, websockets);
     let r1 = cli.run(
         &s,
         &[
@@ -414,7 +451,7 @@ fn exec_resume_last(legacy: bool) {
 
 /// The mock answers with an `exec_command` call; the CLI runs it and sends the output back in
 /// the follow-up request of the same turn (with the turn state echoed), which is answered.
-fn exec_tool_round_trip(legacy: bool) {
+fn exec_tool_round_trip(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
     s.mock.set_behaviour(
@@ -426,7 +463,7 @@ fn exec_tool_round_trip(legacy: bool) {
         }
         .times(1),
     );
-    let cli = Cli::new(bin, &s);
+    let cli = Cli::new(bin, &s, websockets);
     let r = cli.run(
         &s,
         &[
@@ -487,6 +524,11 @@ fn exec_tool_round_trip(legacy: bool) {
         out_text.contains("exited with code 0"),
         "exit code reported: {out_text:?}"
     );
+    if websockets {
+        // Over the WebSocket the follow-up is a frame on the same socket: the gateway
+        // replays the turn upstream; the turn-state echo is an HTTP header affair.
+        return;
+    }
     // The turn state the upstream issued on the first response comes back on the follow-up.
     assert_eq!(reqs[0].header("x-codex-turn-state"), None);
     let ts = reqs[1].header("x-codex-turn-state").unwrap_or_default();
@@ -498,30 +540,60 @@ fn exec_tool_round_trip(legacy: bool) {
 
 #[test]
 fn codex_exec_one_turn_io_uring() {
-    exec_one_turn(false);
+    exec_one_turn(false, false);
+}
+
+#[test]
+fn codex_exec_one_turn_websocket_io_uring() {
+    exec_one_turn(false, true);
 }
 
 #[test]
 fn codex_exec_one_turn_legacy() {
-    exec_one_turn(true);
+    exec_one_turn(true, false);
+}
+
+#[test]
+fn codex_exec_one_turn_websocket_legacy() {
+    exec_one_turn(true, true);
 }
 
 #[test]
 fn codex_exec_resume_last_io_uring() {
-    exec_resume_last(false);
+    exec_resume_last(false, false);
+}
+
+#[test]
+fn codex_exec_resume_last_websocket_io_uring() {
+    exec_resume_last(false, true);
 }
 
 #[test]
 fn codex_exec_resume_last_legacy() {
-    exec_resume_last(true);
+    exec_resume_last(true, false);
+}
+
+#[test]
+fn codex_exec_resume_last_websocket_legacy() {
+    exec_resume_last(true, true);
 }
 
 #[test]
 fn codex_exec_tool_round_trip_io_uring() {
-    exec_tool_round_trip(false);
+    exec_tool_round_trip(false, false);
+}
+
+#[test]
+fn codex_exec_tool_round_trip_websocket_io_uring() {
+    exec_tool_round_trip(false, true);
 }
 
 #[test]
 fn codex_exec_tool_round_trip_legacy() {
-    exec_tool_round_trip(true);
+    exec_tool_round_trip(true, false);
+}
+
+#[test]
+fn codex_exec_tool_round_trip_websocket_legacy() {
+    exec_tool_round_trip(true, true);
 }

@@ -209,3 +209,31 @@ fn openai_python_sdk_large_requests_io_uring() {
 fn openai_python_sdk_large_requests_legacy() {
     large_requests(true);
 }
+
+/// `client.responses.connect()`: two turns on one WebSocket (the second by
+/// `previous_response_id`, replayed upstream as full history), an unknown id, on both drivers.
+#[test]
+fn openai_python_sdk_responses_websocket() {
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        run_script("sdk_ws.py", &format!("{}/v1", s.url()), &s.key);
+        let bodies: Vec<serde_json::Value> = s
+            .mock
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/responses"))
+            .filter_map(|r| serde_json::from_slice(&r.body).ok())
+            .collect();
+        assert_eq!(bodies.len(), 6, "three real turns upstream per session");
+        let second = serde_json::to_string(&bodies[1]["input"]).unwrap();
+        assert!(
+            second.contains("first long input") && second.contains("Hello from mock-codex"),
+            "the second turn carried the first turn's input and answer"
+        );
+        assert!(bodies[1].get("previous_response_id").is_none());
+    }
+}

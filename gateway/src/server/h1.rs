@@ -294,6 +294,12 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         }
     }
 
+    /// The socket and the bytes already read past the current request (a client may send its
+    /// first WebSocket frames right behind the upgrade request): the upgrade hand-off.
+    pub fn into_parts(self) -> (S, Vec<u8>) {
+        (self.io, self.buf)
+    }
+
     /// Frees the read buffer while a long response streams (nothing is read meanwhile; a
     /// pipelined request already buffered is kept).
     pub fn release_read_buffer(&mut self) {

@@ -1,0 +1,683 @@
+//! The Responses WebSocket (`GET /v1/responses` with `Upgrade: websocket`): RFC 6455 on our own
+//! h1 server, several turns per socket, `generate:false` warm-ups and `previous_response_id`
+//! continuations, each turn through the same lifecycle and pipeline as HTTP.
+//!
+//! # Key Components
+//! - [`serve`]: authenticates the handshake head, answers 101 (negotiating
+//!   `permessage-deflate`), splits the socket and runs the session.
+//! - One task per socket direction (a read is never cancelled and resumed, monoio-notes §5.4):
+//!   the **reader** decodes client frames, answers pings, refuses a second `response.create`
+//!   while one is in flight (an `error` event; nothing is lost) and hands requests to the
+//!   session; the **writer** writes frames in order. Frames are encoded where they are
+//!   produced, synchronously, through the one [`WsShared`] encoder, so the deflate context and
+//!   the frame order always agree.
+//! - The session runs one turn at a time: [`ResponsesWs`] (the pipeline encoder: each upstream
+//!   event's JSON as one text frame, byte-faithful) over [`WsSink`].
+//! - Continuations: the socket keeps the transcript of its turns (inputs and outputs, shared
+//!   prefixes, bounded); a `previous_response_id` of this socket is replayed upstream as full
+//!   history without the id (the upstream keeps no state with `store:false`); an unknown id is
+//!   an `error` event `previous_response_not_found`.
+//!
+//! # Error handling
+//! Errors before a turn commits are `error` events in the OpenAI shape
+//! ([`Error::ws_error_event`]); after the commit the stream ends with `response.failed`.
+//! Protocol violations close the socket with their code (1002, 1007, 1009).
+
+use std::{
+    cell::{Cell, RefCell},
+    collections::VecDeque,
+    io,
+    panic::AssertUnwindSafe,
+    rc::Rc,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
+use futures_util::FutureExt;
+use monoio::{
+    buf::IoBufMut,
+    io::{
+        AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
+        OwnedWriteHalf, Splitable,
+    },
+    net::TcpStream,
+};
+use shared_state::ClientKey;
+use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
+use tokio::sync::{mpsc, Notify};
+
+use super::{affinity_key, authenticate, passthrough, write_error, JSON};
+use crate::{
+    ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
+    lifecycle::{self, RequestPlan},
+    models,
+    pipeline::{self, Encoder, Sink, UsageGuard},
+    server::h1::{Conn, Framing, Request},
+    ws::{
+        codec::{self, close_code, Limits, Message, Role},
+        handshake,
+    },
+};
+
+const ROUTE: &str = "responses";
+/// Frames queued for the writer beyond which the session waits (a slow client slows the
+/// stream instead of growing memory).
+const HIGH_WATER: usize = 1 << 20;
+/// Turns a socket remembers for `previous_response_id`.
+const MAX_CHAINS: usize = 32;
+/// How often an idle session checks the drain flag and its idle deadline.
+const IDLE_TICK: Duration = Duration::from_secs(5);
+
+/// Whether this request asks for the Responses WebSocket.
+pub fn wants_upgrade(req: &Request) -> bool {
+    req.method == "GET"
+        && matches!(
+            req.path.trim_end_matches('/'),
+            "/v1/responses" | "/responses"
+        )
+        && handshake::is_upgrade_request(&req.headers)
+}
+
+/// Serves a WebSocket upgrade request to its end (the connection is not reused for HTTP).
+pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
+    let key = match authenticate(ctx, &req) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = write_error(ctx, &mut conn, ROUTE, &e, false).await;
+            return;
+        }
+    };
+    if req.http10 || req.framing != Framing::None {
+        let e = Error::bad_request(
+            "A WebSocket upgrade is an HTTP/1.1 GET without a body.",
+            None,
+        );
+        let _ = write_error(ctx, &mut conn, ROUTE, &e, false).await;
+        return;
+    }
+    let hs = match handshake::accept(&req.headers) {
+        Ok(h) => h,
+        Err(e) => {
+            let body = codex_protocol::openai_error::ErrorBody::new(
+                e.message().to_owned(),
+                "invalid_request_error",
+                Some("websocket_handshake_failed"),
+            );
+            let mut headers: Vec<(&str, &str)> = vec![JSON];
+            headers.extend_from_slice(e.headers());
+            ctx.metrics.request(ROUTE, e.status());
+            let _ = conn
+                .write_response(e.status(), &headers, &body.to_json(), false)
+                .await;
+            return;
+        }
+    };
+    if conn
+        .write_all(handshake::response_head(&hs, &[]))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    ctx.metrics.request(ROUTE, 101);
+    ctx.metrics.ws_sessions_delta(1);
+    let _open = scopeguard(|| ctx.metrics.ws_sessions_delta(-1));
+    let (io, buffered) = conn.into_parts();
+    let (rd, wr) = io.into_split();
+    let shared = Rc::new(WsShared::new(hs.deflate.clone()));
+    let (to_writer, from_session) = mpsc::unbounded_channel();
+    *shared.tx.borrow_mut() = Some(to_writer);
+    let (to_session, from_reader) = mpsc::channel(4);
+    let limits = Limits {
+        max_message: ctx.cfg.max_body_bytes,
+    };
+    monoio::spawn(
+        AssertUnwindSafe(writer(wr, from_session, Rc::clone(&shared)))
+            .catch_unwind()
+            .map(|_| ()),
+    );
+    monoio::spawn(
+        AssertUnwindSafe(reader(
+            rd,
+            buffered,
+            hs.deflate,
+            limits,
+            Rc::clone(&shared),
+            to_session,
+        ))
+        .catch_unwind()
+        .map(|_| ()),
+    );
+    session(ctx, &key, &req, &shared, from_reader).await;
+    shared.close(close_code::GOING_AWAY, "");
+}
+
+/// Runs `f` when dropped.
+struct OnDrop<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
+fn scopeguard<F: FnMut()>(f: F) -> OnDrop<F> {
+    OnDrop(f)
+}
+
+/// One socket's turns, in order.
+async fn session(
+    ctx: &WorkerCtx,
+    key: &ClientKey,
+    req: &Request,
+    shared: &WsShared,
+    mut requests: mpsc::Receiver<Vec<u8>>,
+) {
+    let mut chains = Chains::default();
+    let idle = ctx.cfg.ws_idle_timeout;
+    loop {
+        let next = match monoio::time::timeout(IDLE_TICK, requests.recv()).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return, // the reader ended: client closed or broke the protocol
+            Err(_) => {
+                if ctx.is_draining() {
+                    shared.close(close_code::GOING_AWAY, "server shutting down");
+                    return;
+                }
+                if shared.last_seen.get().elapsed() >= idle {
+                    shared.close(close_code::GOING_AWAY, "idle timeout");
+                    return;
+                }
+                continue;
+            }
+        };
+        turn(ctx, key, req, shared, &mut chains, next).await;
+        shared.in_flight.set(false);
+        shared.last_seen.set(Instant::now());
+        if shared.closed.get() {
+            return;
+        }
+        if ctx.is_draining() {
+            shared.close(close_code::GOING_AWAY, "server shutting down");
+            return;
+        }
+    }
+}
+
+/// A turn's node in the socket's transcript: its inputs and outputs, after its parent's.
+struct Chain {
+    parent: Option<Rc<Chain>>,
+    items: Vec<sonic_rs::Value>,
+}
+
+/// Response ids of this socket and their transcripts (the most recent [`MAX_CHAINS`]).
+#[derive(Default)]
+struct Chains(VecDeque<(String, Rc<Chain>)>);
+
+impl Chains {
+    fn get(&self, id: &str) -> Option<Rc<Chain>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(i, _)| i == id)
+            .map(|(_, c)| Rc::clone(c))
+    }
+
+    fn insert(&mut self, id: String, chain: Chain) {
+        if self.0.len() >= MAX_CHAINS {
+            self.0.pop_front();
+        }
+        self.0.push_back((id, Rc::new(chain)));
+    }
+}
+
+/// The full history up to and including `chain`.
+fn history(chain: &Rc<Chain>) -> Vec<sonic_rs::Value> {
+    let mut nodes = vec![Rc::clone(chain)];
+    while let Some(p) = nodes.last().and_then(|n| n.parent.clone()) {
+        nodes.push(p);
+    }
+    nodes
+        .iter()
+        .rev()
+        .flat_map(|n| n.items.iter().cloned())
+        .collect()
+}
+
+/// The `input` of a request as items (a string is one user message).
+fn input_items(v: &sonic_rs::Value) -> Vec<sonic_rs::Value> {
+    match v.get("input") {
+        Some(i) if i.is_str() => {
+            let text = i.as_str().unwrap_or_default();
+            vec![sonic_rs::json!({
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text}],
+            })]
+        }
+        Some(i) => i
+            .as_array()
+            .map(|a| a.iter().cloned().collect())
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
+fn response_id() -> String {
+    let n: u128 = rand::random();
+    format!("resp_{n:032x}")
+}
+
+/// One `response.create`.
+async fn turn(
+    ctx: &WorkerCtx,
+    key: &ClientKey,
+    req: &Request,
+    shared: &WsShared,
+    chains: &mut Chains,
+    payload: Vec<u8>,
+) {
+    let mut v: sonic_rs::Value = match sonic_rs::from_slice(&payload) {
+        Ok(v) => v,
+        Err(e) => {
+            let e = Error::bad_request(format!("Invalid JSON in the WebSocket message: {e}"), None);
+            shared.send_text(&e.ws_error_event());
+            return;
+        }
+    };
+    let generate = v.get("generate").and_then(|g| g.as_bool()) != Some(false);
+    let parent = match v.get("previous_response_id").and_then(|p| p.as_str()) {
+        Some(id) => match chains.get(id) {
+            Some(c) => Some(c),
+            None => {
+                let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
+                shared.send_text(&e.ws_error_event());
+                return;
+            }
+        },
+        None => None,
+    };
+    let new_items = input_items(&v);
+    if !generate {
+        warm_up(shared, chains, &v, parent, new_items);
+        return;
+    }
+    if let Some(obj) = v.as_object_mut() {
+        let mut items = parent.as_ref().map(history).unwrap_or_default();
+        items.extend(new_items.iter().cloned());
+        let mut arr = sonic_rs::Array::new();
+        for it in items {
+            arr.push(it);
+        }
+        obj.insert(&"input", arr);
+        obj.remove(&"previous_response_id");
+    }
+    let body = sonic_rs::to_vec(&v).unwrap_or_default();
+    let catalog = ctx.catalog.load();
+    let strict = ctx.cfg.strict_models;
+    let norm = match normalize_responses_with(&body, &|m| models::choose(&catalog, strict, m)) {
+        Ok(n) => n,
+        Err(e) => {
+            let e = match e.unknown_model {
+                Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
+                None => Error::bad_request(e.message, e.param),
+            };
+            shared.send_text(&e.ws_error_event());
+            return;
+        }
+    };
+    drop(catalog);
+    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, norm.model.clone(), true);
+    let plan = RequestPlan {
+        route: ROUTE,
+        model: norm.model,
+        body: Bytes::from(norm.body),
+        passthrough: passthrough(req),
+        key_id: key.id,
+        affinity_key: affinity_key(req).or_else(|| norm.prompt_cache_key.clone()),
+    };
+    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
+        Ok(c) => c,
+        Err(e) => {
+            usage.fail(&e);
+            shared.send_text(&e.ws_error_event());
+            return;
+        }
+    };
+    let mut enc = ResponsesWs {
+        shared,
+        response_id: None,
+        outputs: Vec::new(),
+    };
+    let mut sink = WsSink { shared };
+    let _ = Box::pin(pipeline::forward(
+        ctx, committed, &mut usage, &mut enc, &mut sink,
+    ))
+    .await;
+    if let Some(id) = enc.response_id.take() {
+        let mut items = new_items;
+        items.append(&mut enc.outputs);
+        chains.insert(id, Chain { parent, items });
+    }
+}
+
+/// `generate:false`: answers `response.created` + `response.completed` with an empty output
+/// and no upstream turn; the warm-up's input becomes the start of the transcript, so the next
+/// turn (by `previous_response_id`, with only its new items) is replayed whole.
+fn warm_up(
+    shared: &WsShared,
+    chains: &mut Chains,
+    v: &sonic_rs::Value,
+    parent: Option<Rc<Chain>>,
+    items: Vec<sonic_rs::Value>,
+) {
+    let id = response_id();
+    let model = v.get("model").and_then(|m| m.as_str()).unwrap_or_default();
+    let now = shared_state::now_ms() / 1000;
+    let response = |status: &str| {
+        sonic_rs::json!({
+            "id": id.as_str(), "object": "response", "created_at": now, "status": status,
+            "model": model, "output": [], "store": false,
+            "usage": {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": 0, "output_tokens_details": {"reasoning_tokens": 0},
+                      "total_tokens": 0},
+        })
+    };
+    let created = sonic_rs::json!({"type": "response.created", "sequence_number": 0, "response": response("in_progress")});
+    let completed = sonic_rs::json!({"type": "response.completed", "sequence_number": 1, "response": response("completed")});
+    shared.send_text(&sonic_rs::to_vec(&created).unwrap_or_default());
+    shared.send_text(&sonic_rs::to_vec(&completed).unwrap_or_default());
+    chains.insert(id, Chain { parent, items });
+}
+
+/// The socket state the reader, the writer and the session share (one worker, `!Send`).
+pub struct WsShared {
+    enc: RefCell<codec::Encoder>,
+    tx: RefCell<Option<mpsc::UnboundedSender<Vec<u8>>>>,
+    queued: Cell<usize>,
+    drained: Notify,
+    /// A `response.create` was handed to the session and its turn has not ended.
+    in_flight: Cell<bool>,
+    /// No more frames go out (our Close was queued, or the peer is gone).
+    closed: Cell<bool>,
+    /// Wakes the reader to cancel its read when the session closes.
+    closing: Notify,
+    last_seen: Cell<Instant>,
+}
+
+// === impl WsShared ===
+
+impl WsShared {
+    fn new(deflate: Option<crate::ws::deflate::DeflateParams>) -> Self {
+        Self {
+            enc: RefCell::new(codec::Encoder::new(Role::Server, deflate)),
+            tx: RefCell::new(None),
+            queued: Cell::new(0),
+            drained: Notify::new(),
+            in_flight: Cell::new(false),
+            closed: Cell::new(false),
+            closing: Notify::new(),
+            last_seen: Cell::new(Instant::now()),
+        }
+    }
+
+    fn push(&self, frame: Vec<u8>) {
+        if let Some(tx) = self.tx.borrow().as_ref() {
+            self.queued.set(self.queued.get() + frame.len());
+            let _ = tx.send(frame);
+        }
+    }
+
+    /// Queues one text frame (encoded now: the deflate context follows the queue order).
+    fn send_text(&self, payload: &[u8]) {
+        if self.closed.get() {
+            return;
+        }
+        let mut out = Vec::with_capacity(payload.len() + 16);
+        self.enc.borrow_mut().text(&mut out, payload);
+        self.push(out);
+    }
+
+    fn send_pong(&self, payload: &[u8]) {
+        if self.closed.get() {
+            return;
+        }
+        let mut out = Vec::with_capacity(payload.len() + 8);
+        self.enc.borrow_mut().pong(&mut out, payload);
+        self.push(out);
+    }
+
+    /// Queues our Close frame (once), then lets the writer finish and the reader stop.
+    fn close(&self, code: u16, reason: &str) {
+        if !self.closed.replace(true) {
+            let mut out = Vec::new();
+            self.enc.borrow_mut().close(&mut out, code, reason);
+            self.push(out);
+        }
+        self.tx.borrow_mut().take();
+        self.closing.notify_one();
+    }
+
+    /// The peer is gone: nothing more is written.
+    fn gone(&self) {
+        self.closed.set(true);
+        self.tx.borrow_mut().take();
+        self.closing.notify_one();
+        self.drained.notify_waiters();
+    }
+}
+
+/// Writes queued frames in order; ends when the queue closes, then half-closes the socket.
+async fn writer(
+    mut wr: OwnedWriteHalf<TcpStream>,
+    mut frames: mpsc::UnboundedReceiver<Vec<u8>>,
+    shared: Rc<WsShared>,
+) {
+    while let Some(frame) = frames.recv().await {
+        let n = frame.len();
+        let (res, _) = wr.write_all(frame).await;
+        shared.queued.set(shared.queued.get().saturating_sub(n));
+        shared.drained.notify_waiters();
+        if res.is_err() {
+            shared.gone();
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Decodes client frames; hands `response.create` requests to the session.
+async fn reader(
+    mut rd: OwnedReadHalf<TcpStream>,
+    mut buf: Vec<u8>,
+    deflate: Option<crate::ws::deflate::DeflateParams>,
+    limits: Limits,
+    shared: Rc<WsShared>,
+    requests: mpsc::Sender<Vec<u8>>,
+) {
+    let mut dec = codec::Decoder::new(Role::Server, limits, deflate);
+    loop {
+        loop {
+            match dec.decode(&mut buf) {
+                Ok(Some(msg)) => {
+                    shared.last_seen.set(Instant::now());
+                    match msg {
+                        Message::Text(p) | Message::Binary(p) => {
+                            let ty = sonic_rs::get(p.as_slice(), &["type"])
+                                .ok()
+                                .and_then(|t| t.as_str().map(str::to_owned));
+                            match ty.as_deref() {
+                                Some("response.create") => {
+                                    if shared.in_flight.replace(true) {
+                                        let e = Error::bad_request(
+                                            "A response is already in progress on this WebSocket; send the next response.create after its terminal event.",
+                                            None,
+                                        );
+                                        shared.send_text(&e.ws_error_event());
+                                    } else if requests.send(p).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                // Acknowledgements of newer clients: nothing to do.
+                                Some("response.processed") => {}
+                                other => {
+                                    let e = Error::bad_request(
+                                        format!(
+                                            "Unsupported WebSocket message type {:?}; expected response.create.",
+                                            other.unwrap_or("")
+                                        ),
+                                        Some("type"),
+                                    );
+                                    shared.send_text(&e.ws_error_event());
+                                }
+                            }
+                        }
+                        Message::Ping(p) => shared.send_pong(&p),
+                        Message::Pong(_) => {}
+                        Message::Close(c) => {
+                            let code = c.map_or(close_code::NORMAL, |(code, _)| code);
+                            let code = if codec::valid_close_code(code) {
+                                code
+                            } else {
+                                close_code::NORMAL
+                            };
+                            shared.close(code, "");
+                            return;
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    shared.close(e.code, e.reason);
+                    return;
+                }
+            }
+        }
+        if shared.closed.get() {
+            return;
+        }
+        // Append the next read; cancelled (and awaited) only when the session closes.
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(buf.capacity().max(8192));
+        }
+        let len = buf.len();
+        let canceller = Canceller::new();
+        let read = rd.cancelable_read(
+            std::mem::take(&mut buf).slice_mut(len..),
+            canceller.handle(),
+        );
+        let mut read = std::pin::pin!(read);
+        let (res, slice) = monoio::select! {
+            r = &mut read => r,
+            _ = shared.closing.notified() => {
+                canceller.cancel();
+                read.await
+            }
+        };
+        buf = slice.into_inner();
+        match res {
+            Ok(0) | Err(_) => {
+                shared.gone();
+                return;
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The pipeline's WebSocket transport: frames are queued for the writer; the session waits
+/// while the client lags behind.
+struct WsSink<'a> {
+    shared: &'a WsShared,
+}
+
+impl Sink for WsSink<'_> {
+    async fn begin(&mut self, _headers: &[(&'static str, String)]) -> io::Result<()> {
+        Ok(())
+    }
+
+    async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.shared.closed.get() {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        self.shared.push(bytes.to_vec());
+        while self.shared.queued.get() > HIGH_WATER && !self.shared.closed.get() {
+            self.shared.drained.notified().await;
+        }
+        if self.shared.closed.get() {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        Ok(())
+    }
+
+    async fn end(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+
+    async fn whole(
+        &mut self,
+        _headers: &[(&'static str, String)],
+        body: &[u8],
+    ) -> io::Result<bool> {
+        self.shared.send_text(body);
+        Ok(true)
+    }
+
+    async fn error(&mut self, e: &Error) -> io::Result<bool> {
+        self.shared.send_text(&e.ws_error_event());
+        Ok(true)
+    }
+}
+
+/// Responses over WebSocket: each upstream event's JSON as one text frame, byte-faithful;
+/// the output items are kept for the socket's transcript.
+pub struct ResponsesWs<'a> {
+    shared: &'a WsShared,
+    response_id: Option<String>,
+    outputs: Vec<sonic_rs::Value>,
+}
+
+impl Encoder for ResponsesWs<'_> {
+    fn streaming(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        match ev.event_type() {
+            "response.created" if self.response_id.is_none() => {
+                self.response_id = sonic_rs::get(&ev.data, &["response", "id"])
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned));
+            }
+            "response.output_item.done" => {
+                let item = sonic_rs::get(&ev.data, &["item"])
+                    .ok()
+                    .and_then(|raw| sonic_rs::from_str::<sonic_rs::Value>(raw.as_raw_str()).ok());
+                if let Some(mut item) = item {
+                    // Replayed upstream as input: ids of items the upstream did not store
+                    // (store:false) are dropped; call ids and encrypted reasoning stay.
+                    if let Some(o) = item.as_object_mut() {
+                        o.remove(&"id");
+                        o.remove(&"status");
+                    }
+                    self.outputs.push(item);
+                }
+            }
+            _ => {}
+        }
+        self.shared.enc.borrow_mut().text(out, &ev.data);
+    }
+
+    fn broken(&mut self, e: &Error, response_id: Option<&str>, out: &mut Vec<u8>) {
+        self.shared
+            .enc
+            .borrow_mut()
+            .text(out, &e.response_failed_event(response_id));
+    }
+
+    fn finish(&mut self, _failed: Option<&Error>, _out: &mut Vec<u8>) -> Result<(), Error> {
+        Ok(())
+    }
+}

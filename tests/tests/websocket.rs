@@ -1,0 +1,305 @@
+//! The Responses WebSocket end to end (issue 10): a real WebSocket client against the gateway
+//! in front of mock-codex, on both monoio drivers.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use integration_tests::{Stack, StackBuilder};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message};
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn connect(s: &Stack) -> Ws {
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    req.headers_mut().insert(
+        "session-id",
+        "0199a213-81c0-7800-8aa1-bbab2a035a53".parse().unwrap(),
+    );
+    let (ws, resp) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("upgrade");
+    assert_eq!(resp.status(), 101);
+    ws
+}
+
+async fn send(ws: &mut Ws, v: Value) {
+    ws.send(Message::text(v.to_string())).await.unwrap();
+}
+
+/// Reads events until a terminal one (`response.completed`/`failed`/`incomplete`) or an
+/// `error` event; returns all of them.
+async fn turn(ws: &mut Ws) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .expect("an event in time")
+            .expect("socket open")
+            .expect("frame");
+        let Message::Text(t) = msg else { continue };
+        let v: Value = serde_json::from_str(&t).expect("JSON event");
+        let ty = v["type"].as_str().unwrap_or_default().to_owned();
+        out.push(v);
+        if matches!(
+            ty.as_str(),
+            "response.completed" | "response.failed" | "response.incomplete" | "error"
+        ) {
+            return out;
+        }
+    }
+}
+
+fn types(evs: &[Value]) -> Vec<&str> {
+    evs.iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect()
+}
+
+fn upstream_inputs(s: &Stack) -> Vec<Value> {
+    s.mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .filter_map(|r| r.json.clone())
+        .collect()
+}
+
+fn stacks() -> Vec<Stack> {
+    [false, true]
+        .into_iter()
+        .map(|legacy| {
+            StackBuilder {
+                legacy,
+                ..Default::default()
+            }
+            .start()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
+    for s in stacks() {
+        let mut ws = connect(&s).await;
+        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"first question","stream":true})).await;
+        let t1 = turn(&mut ws).await;
+        let ty = types(&t1);
+        assert_eq!(ty.first(), Some(&"response.created"), "{ty:?}");
+        assert_eq!(ty.last(), Some(&"response.completed"), "{ty:?}");
+        assert!(ty.contains(&"response.output_text.delta"));
+        assert!(
+            !ty.contains(&"codex.rate_limits"),
+            "quota frames are stripped"
+        );
+        let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
+
+        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id": id,
+            "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"second question"}]}]})).await;
+        let t2 = turn(&mut ws).await;
+        assert_eq!(types(&t2).last(), Some(&"response.completed"));
+
+        // The upstream keeps no state (store:false): the gateway replayed the whole history.
+        let ups = upstream_inputs(&s);
+        let last = ups.last().unwrap();
+        assert!(last.get("previous_response_id").is_none(), "{last}");
+        let input = last["input"].as_array().unwrap();
+        let text = serde_json::to_string(input).unwrap();
+        let first = text.find("first question").expect("first turn replayed");
+        let answer = text
+            .find("Hello from mock-codex")
+            .expect("first answer replayed");
+        let second = text.find("second question").expect("new item");
+        assert!(first < answer && answer < second, "{text}");
+        let _ = ws.close(None).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_up_then_a_turn_with_only_the_new_items() {
+    let s = StackBuilder::default().start();
+    let mut ws = connect(&s).await;
+    let base = json!([{"type":"message","role":"developer","content":[{"type":"input_text","text":"BASE PROMPT ".repeat(2000)}]}]);
+    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","generate":false,"store":false,"input": base})).await;
+    let w = turn(&mut ws).await;
+    assert_eq!(types(&w), vec!["response.created", "response.completed"]);
+    assert_eq!(w[1]["response"]["output"], json!([]));
+    assert!(
+        upstream_inputs(&s).is_empty(),
+        "a warm-up spends no upstream turn"
+    );
+    let id = w[0]["response"]["id"].as_str().unwrap().to_owned();
+
+    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","store":false,"previous_response_id":id,
+        "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hi"}]}]})).await;
+    let t = turn(&mut ws).await;
+    assert_eq!(types(&t).last(), Some(&"response.completed"));
+    let ups = upstream_inputs(&s);
+    assert_eq!(ups.len(), 1);
+    let input = ups[0]["input"].as_array().unwrap();
+    assert_eq!(input.len(), 2, "the warm-up's base prompt and the new item");
+    assert_eq!(input[0]["role"], "developer");
+    assert_eq!(input[1]["content"][0]["text"], "say hi");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_previous_response_id_is_an_error_event_and_the_socket_lives_on() {
+    let s = StackBuilder::default().start();
+    let mut ws = connect(&s).await;
+    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"x","previous_response_id":"resp_nope"})).await;
+    let e = turn(&mut ws).await;
+    assert_eq!(e.len(), 1);
+    assert_eq!(e[0]["type"], "error");
+    assert_eq!(e[0]["status"], 400);
+    assert_eq!(
+        e[0]["error"]["code"], "previous_response_not_found",
+        "{}",
+        e[0]
+    );
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"y"}),
+    )
+    .await;
+    assert_eq!(
+        types(&turn(&mut ws).await).last(),
+        Some(&"response.completed")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_create_during_a_turn_is_refused_and_nothing_is_lost() {
+    let s = StackBuilder::default().start();
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"slow",
+        "client_metadata":{"x-mock-inter-event-delay-ms":"100"}}),
+    )
+    .await;
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"too early"}),
+    )
+    .await;
+    let mut errors = 0;
+    let mut completed = 0;
+    while completed == 0 {
+        for ev in turn(&mut ws).await {
+            match ev["type"].as_str() {
+                Some("error") => errors += 1,
+                Some("response.completed") => completed += 1,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!((errors, completed), (1, 1));
+    assert_eq!(upstream_inputs(&s).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn handshake_needs_a_key_and_errors_are_http() {
+    let s = StackBuilder::default().start();
+    let req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 401),
+        other => panic!("expected a 401, got {:?}", other.map(|(_, r)| r.status())),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failure_after_output_ends_the_turn_not_the_socket() {
+    // Two accounts: the overload after output cools the first one (its effect applies even
+    // after the commit), the next turn goes to the other.
+    let s = StackBuilder {
+        accounts: 2,
+        ..Default::default()
+    }
+    .start();
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"x",
+        "client_metadata":{"x-mock-fail-after-output":"server_is_overloaded"}}),
+    )
+    .await;
+    let t = turn(&mut ws).await;
+    assert!(types(&t).contains(&"response.output_text.delta"));
+    assert_eq!(types(&t).last(), Some(&"response.failed"));
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"again"}),
+    )
+    .await;
+    assert_eq!(
+        types(&turn(&mut ws).await).last(),
+        Some(&"response.completed")
+    );
+    // Ping/pong and a clean close.
+    ws.send(Message::Ping(b"hb".to_vec().into())).await.unwrap();
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Pong(p))) => {
+                assert_eq!(&p[..], b"hb");
+                break;
+            }
+            Some(Ok(_)) => continue,
+            other => panic!("no pong: {other:?}"),
+        }
+    }
+    ws.close(None).await.unwrap();
+}
+
+/// The account that served a turn runs out of quota: the continuation is replayed, whole, on
+/// another account (the upstream holds no state the gateway depends on).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continuation_moves_to_another_account_when_the_first_is_out_of_quota() {
+    let s = StackBuilder {
+        accounts: 2,
+        ..Default::default()
+    }
+    .start();
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"remember pelican"}),
+    )
+    .await;
+    let t1 = turn(&mut ws).await;
+    assert_eq!(types(&t1).last(), Some(&"response.completed"));
+    let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
+    let first = s.served_by().last().cloned().expect("served");
+    s.mock.set_behaviour(
+        &first,
+        benches::Behaviour::error(benches::ErrorKind::UsageLimitReached),
+    );
+    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"what word?"})).await;
+    let t2 = turn(&mut ws).await;
+    assert_eq!(
+        types(&t2).last(),
+        Some(&"response.completed"),
+        "{:?}",
+        t2.last()
+    );
+    let served = s.served_by();
+    let second = served.last().unwrap();
+    assert_ne!(
+        second, &first,
+        "the continuation moved to the other account"
+    );
+    let last = upstream_inputs(&s).pop().unwrap();
+    let text = serde_json::to_string(&last["input"]).unwrap();
+    assert!(
+        text.contains("remember pelican") && text.contains("what word?"),
+        "{text}"
+    );
+}
