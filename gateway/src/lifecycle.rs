@@ -36,7 +36,8 @@ use crate::{
     upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
 };
 
-/// Client headers forwarded upstream unchanged (session and turn signals).
+/// Client headers forwarded upstream (session and turn signals); unchanged, except
+/// `x-codex-turn-state`, which only goes to the account that issued it ([`turn_state`]).
 pub const PASSTHROUGH_HEADERS: &[&str] = &[
     "session-id",
     "session_id",
@@ -55,7 +56,8 @@ pub const PASSTHROUGH_HEADERS: &[&str] = &[
     "x-openai-internal-codex-responses-lite",
 ];
 
-/// Upstream response headers clients may see (quota headers are stripped).
+/// Upstream response headers clients may see (quota headers are stripped);
+/// `x-codex-turn-state` tagged with the issuing account ([`turn_state::bind`]).
 pub const CLIENT_VISIBLE_HEADERS: &[&str] = &[
     "x-codex-turn-state",
     "x-request-id",
@@ -176,6 +178,37 @@ mod fnv128 {
     }
 }
 
+/// `x-codex-turn-state` is bound to the account that issued it (codex-protocol.md §2.2): the
+/// value a client sees is the upstream's, prefixed with a tag of the issuing account
+/// (`cg1.<tag>.<upstream value>`), and a client's value goes upstream (unwrapped) only on an
+/// attempt on that same account; on any other account, or when it carries no tag of ours,
+/// it is dropped. Stateless, so it holds across workers, restarts and instances sharing the
+/// database (the tag derives from the account's identity).
+pub mod turn_state {
+    use shared_state::AccountEntry;
+
+    /// The header.
+    pub const HEADER: &str = "x-codex-turn-state";
+    const PREFIX: &str = "cg1.";
+
+    fn tag(account: &AccountEntry) -> String {
+        let h = super::fnv128::digest(account.chatgpt_account_id.as_bytes(), !account.id);
+        format!("{:016x}", (h >> 64) as u64 ^ h as u64)
+    }
+
+    /// What the client sees for the turn state `account` issued.
+    pub fn bind(account: &AccountEntry, upstream: &str) -> String {
+        format!("{PREFIX}{}.{upstream}", tag(account))
+    }
+
+    /// The upstream value to send to `account` for the client's turn state, if `account`
+    /// issued it.
+    pub fn for_account<'a>(account: &AccountEntry, client: &'a str) -> Option<&'a str> {
+        let (t, upstream) = client.strip_prefix(PREFIX)?.split_once('.')?;
+        (t == tag(account) && !upstream.is_empty()).then_some(upstream)
+    }
+}
+
 fn identity_headers(
     ctx: &WorkerCtx,
     account: &AccountEntry,
@@ -201,6 +234,13 @@ fn identity_headers(
     h.push(("x-codex-installation-id", installation_id(account)));
     let mut has_beta = false;
     for (n, v) in &plan.passthrough {
+        if *n == turn_state::HEADER {
+            // Only to the account that issued it.
+            if let Some(v) = turn_state::for_account(account, v) {
+                h.push((n, v.to_owned()));
+            }
+            continue;
+        }
         has_beta |= *n == "x-codex-beta-features";
         h.push((n, v.clone()));
     }
@@ -518,7 +558,12 @@ async fn attempt(
 
     let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
         .iter()
-        .filter_map(|n| resp.header(n).map(|v| (*n, v.to_owned())))
+        .filter_map(|n| {
+            resp.header(n).map(|v| match *n {
+                turn_state::HEADER => (*n, turn_state::bind(account, v)),
+                _ => (*n, v.to_owned()),
+            })
+        })
         .collect();
     let mut splitter = SseSplitter::default();
     let mut held: Vec<SseEvent> = Vec::new();

@@ -184,3 +184,88 @@ async fn default_max_concurrency_setting_is_hot() {
     assert_eq!(take_served(&s), vec!["acct-1"]);
     drop(first);
 }
+
+// ---------------------------------------------------------------------------------------
+// Defect 4: x-codex-turn-state stays with the account that issued it.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn turn_state_goes_only_to_the_account_that_issued_it() {
+    let s = stack(2);
+    // The first request of a turn: acct-0 serves and issues a turn state.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ts = r
+        .headers()
+        .get("x-codex-turn-state")
+        .expect("turn state visible to the client")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    r.text().await.unwrap();
+    let issued = s.mock.requests().pop().unwrap();
+    assert_eq!(issued.account_id(), Some("acct-0"));
+    assert_eq!(issued.header("x-codex-turn-state"), None);
+    s.mock.clear_requests();
+
+    // The follow-up of the turn, on the same account: the turn state goes back as issued.
+    let follow = |ts: &str| {
+        s.post("/v1/responses")
+            .header("x-codex-turn-state", ts)
+            .json(&json!({"model":"gpt-5.5","input":"y","stream":true}))
+    };
+    let r = follow(&ts).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let reqs = s.mock.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].account_id(), Some("acct-0"));
+    let upstream_ts = reqs[0]
+        .header("x-codex-turn-state")
+        .expect("echoed to the issuing account")
+        .to_owned();
+    assert!(upstream_ts.starts_with("ts-"), "{upstream_ts}");
+    s.mock.clear_requests();
+
+    // The follow-up fails over: acct-0 still gets it, acct-1 never does.
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::ServerIsOverloaded).times(1),
+    );
+    let r = follow(&ts).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ts1 = r
+        .headers()
+        .get("x-codex-turn-state")
+        .map(|v| v.to_str().unwrap().to_owned());
+    r.text().await.unwrap();
+    let reqs = s.mock.requests();
+    let seen: Vec<(Option<&str>, Option<&str>)> = reqs
+        .iter()
+        .map(|r| (r.account_id(), r.header("x-codex-turn-state")))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (Some("acct-0"), Some(upstream_ts.as_str())),
+            (Some("acct-1"), None)
+        ],
+        "the turn state of acct-0 never reaches acct-1"
+    );
+    // What the client now holds is acct-1's turn state: acct-0 does not get it either.
+    let ts1 = ts1.expect("acct-1 issued a turn state");
+    assert_ne!(ts1, ts);
+    clear_cooldowns(&s);
+    s.mock.clear_requests();
+    let r = follow(&ts1).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let reqs = s.mock.requests();
+    assert_eq!(reqs[0].account_id(), Some("acct-0"));
+    assert_eq!(reqs[0].header("x-codex-turn-state"), None);
+}
