@@ -303,3 +303,103 @@ async fn a_continuation_moves_to_another_account_when_the_first_is_out_of_quota(
         "{text}"
     );
 }
+
+/// The gateway's WebSocket read loop under segmentation: a handshake and a ~60 KB
+/// `response.create` (compressed with permessage-deflate, plus a ping) written over a raw
+/// socket in random pieces with pauses, on both drivers; the turn is answered, the ping too.
+#[test]
+fn frames_split_at_random_points_over_a_raw_socket() {
+    use std::io::{Read, Write};
+
+    use gateway::ws::{
+        codec::{Decoder, Encoder, Limits, Message as WsMsg, Role},
+        handshake,
+    };
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        let mut c = std::net::TcpStream::connect(s.app.data_addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let (hs, head) = handshake::client_request(
+            &s.app.data_addr.to_string(),
+            "/v1/responses",
+            &[("authorization", format!("Bearer {}", s.key))],
+            true,
+        );
+        let payload = json!({"type":"response.create","model":"gpt-5.5",
+            "input": format!("{} SPLIT-END", "segmented input ".repeat(4000))})
+        .to_string();
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(legacy);
+        let mut pieces = |c: &mut std::net::TcpStream, data: &[u8]| {
+            let mut rest = data;
+            while !rest.is_empty() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let n = (1 + (rng % 3000) as usize).min(rest.len());
+                c.write_all(&rest[..n]).unwrap();
+                rest = &rest[n..];
+                if rng % 3 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        };
+        pieces(&mut c, &head);
+        // Read the 101 head.
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 16384];
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            let n = c.read(&mut tmp).unwrap();
+            assert!(n > 0, "closed during the handshake");
+            buf.extend_from_slice(&tmp[..n]);
+        };
+        let text = String::from_utf8_lossy(&buf[..head_end]).to_string();
+        let mut lines = text.split("\r\n");
+        let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let deflate = handshake::client_verify(&hs, status, &headers).expect("101");
+        assert!(deflate.is_some(), "permessage-deflate accepted");
+        buf.drain(..head_end);
+        let mut enc = Encoder::new(Role::Client, deflate.clone());
+        let mut frames = Vec::new();
+        enc.ping(&mut frames, b"split-ping");
+        enc.text(&mut frames, payload.as_bytes());
+        pieces(&mut c, &frames);
+        let mut dec = Decoder::new(Role::Client, Limits::default(), deflate);
+        let (mut pong, mut done) = (false, false);
+        while !(pong && done) {
+            match dec.decode(&mut buf).expect("valid server frames") {
+                Some(WsMsg::Pong(p)) => {
+                    assert_eq!(p, b"split-ping");
+                    pong = true;
+                }
+                Some(WsMsg::Text(t)) => {
+                    let v: Value = serde_json::from_slice(&t).unwrap();
+                    assert_ne!(v["type"], "error", "{v}");
+                    done |= v["type"] == "response.completed";
+                }
+                Some(other) => panic!("unexpected {other:?}"),
+                None => {
+                    let n = c.read(&mut tmp).unwrap();
+                    assert!(n > 0, "closed before the turn ended");
+                    buf.extend_from_slice(&tmp[..n]);
+                }
+            }
+        }
+        let sent = upstream_inputs(&s).pop().unwrap();
+        assert!(
+            sent.to_string().contains("SPLIT-END"),
+            "the whole message went upstream"
+        );
+    }
+}
