@@ -731,6 +731,7 @@ fn codex_json(target: usize, rng: &mut Rng) -> Vec<u8> {
 
 /// Frames one message as several fragments (sizes from `rng`), compressed as a whole when
 /// `deflater` is given, with control frames between the fragments.
+#[allow(clippy::too_many_arguments)]
 fn fragmented(
     role: Role,
     rng: &mut Rng,

@@ -199,7 +199,7 @@ fn compressor_and_decompressor_round_trip() {
                 format!("{{\"n\":{n},\"text\":\"{}\"}}", "abc ".repeat(n * 37)).into_bytes();
             let mut c = Vec::new();
             assert!(d.compress(&msg, &mut c));
-            assert_ne!(c.ends_with(&TAIL), true);
+            assert!(!c.ends_with(&TAIL));
             let mut out = Vec::new();
             // Fed in small pieces, as fragments would be.
             for piece in c.chunks(7) {
