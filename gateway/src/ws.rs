@@ -44,6 +44,9 @@ pub mod codec;
 pub mod deflate;
 pub mod handshake;
 
+#[cfg(test)]
+mod interop;
+
 pub use codec::{CloseError, Decoder, Encoder, Limits, Message, Role};
 pub use deflate::DeflateParams;
 pub use handshake::{
