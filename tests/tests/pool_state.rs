@@ -269,3 +269,82 @@ async fn turn_state_goes_only_to_the_account_that_issued_it() {
     assert_eq!(reqs[0].account_id(), Some("acct-0"));
     assert_eq!(reqs[0].header("x-codex-turn-state"), None);
 }
+
+// ---------------------------------------------------------------------------------------
+// Defect 6: chat requests get a stable per-conversation prompt_cache_key.
+// ---------------------------------------------------------------------------------------
+
+async fn chat_cache_key(s: &Stack, key: &str, messages: Value) -> Option<String> {
+    s.mock.clear_requests();
+    let r = client()
+        .post(format!("{}/v1/chat/completions", s.url()))
+        .bearer_auth(key)
+        .json(&json!({"model":"gpt-5.5","messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let req = s.mock.requests().pop().unwrap();
+    let body = req.json.clone().expect("json body");
+    body["prompt_cache_key"].as_str().map(str::to_owned)
+}
+
+async fn new_key(s: &Stack, name: &str) -> String {
+    let v: Value = client()
+        .post(format!("{}/api/admin/keys", s.admin_url()))
+        .json(&json!({"name": name}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["key"].as_str().expect("plain key").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_requests_get_a_stable_conversation_cache_key() {
+    let s = stack(1);
+    let other_key = new_key(&s, "other").await;
+    let sys = json!({"role":"system","content":"You are terse."});
+    let u1 = json!({"role":"user","content":"What is 2+2?"});
+    let a1 = json!({"role":"assistant","content":"4"});
+    let u2 = json!({"role":"user","content":"And 3+3?"});
+
+    let first = chat_cache_key(&s, &s.key, json!([sys, u1])).await;
+    let first = first.expect("a default prompt_cache_key");
+    // The same conversation, one turn later: the same key.
+    let later = chat_cache_key(&s, &s.key, json!([sys, u1, a1, u2])).await;
+    assert_eq!(later.as_deref(), Some(first.as_str()));
+    // Another conversation: another key.
+    let other = chat_cache_key(
+        &s,
+        &s.key,
+        json!([sys, {"role":"user","content":"What is the capital of France?"}]),
+    )
+    .await;
+    assert!(other.is_some() && other.as_deref() != Some(first.as_str()));
+    let other_sys = chat_cache_key(
+        &s,
+        &s.key,
+        json!([{"role":"system","content":"You are verbose."}, u1]),
+    )
+    .await;
+    assert!(other_sys.is_some() && other_sys.as_deref() != Some(first.as_str()));
+    // The same conversation from another client key: another key.
+    let other_client = chat_cache_key(&s, &other_key, json!([sys, u1])).await;
+    assert!(other_client.is_some() && other_client.as_deref() != Some(first.as_str()));
+    // A client's own prompt_cache_key wins.
+    s.mock.clear_requests();
+    let r = s
+        .post("/v1/chat/completions")
+        .json(&json!({"model":"gpt-5.5","prompt_cache_key":"mine","messages":[sys, u1]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let body = s.mock.requests().pop().unwrap().json.unwrap();
+    assert_eq!(body["prompt_cache_key"], "mine");
+}

@@ -79,6 +79,10 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             opts.reasoning_levels = r.levels;
         }
     }
+    // Chat has no thread id: without the client's own key, one per conversation of this
+    // client key, so its turns hit the prompt cache and stay on their home account.
+    let default_cache_key = conversation_cache_key(key.id, &req.body);
+    opts.default_prompt_cache_key = default_cache_key.as_deref();
     let mut creq = match chat_to_responses(&req.body, &opts) {
         Ok(c) => c,
         Err(e) => {
@@ -116,6 +120,56 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         let mut enc = ChatJson(Some(ChatAggregator::for_request(&creq, now_s())));
         pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
     }
+}
+
+/// The default `prompt_cache_key` of a chat request: a UUID-shaped digest of the client key
+/// id and the conversation's opening (its leading `system`/`developer` messages and first
+/// `user` message, role and raw `content`), so every later turn of one conversation from
+/// one client key gets the same key (as the Codex CLI sends its thread id), and other
+/// conversations or other client keys get others. `None` when the body has no messages to
+/// go by (the translator reports what is wrong with it).
+fn conversation_cache_key(key_id: i64, body: &[u8]) -> Option<String> {
+    use sha1::{Digest, Sha1};
+    use sonic_rs::JsonValueTrait;
+    let messages = sonic_rs::get(body, &["messages"]).ok()?;
+    let mut h = Sha1::new();
+    h.update(b"codex-gateway chat conversation\0");
+    h.update(key_id.to_le_bytes());
+    let mut any = false;
+    for m in sonic_rs::to_array_iter(messages.as_raw_str()) {
+        let Ok(m) = m else { return None };
+        let raw = m.as_raw_str();
+        let role = sonic_rs::get(raw, &["role"]).ok();
+        let role = role.as_ref().and_then(|r| r.as_str()).unwrap_or("");
+        let content = sonic_rs::get(raw, &["content"]).ok();
+        let content = content.as_ref().map_or("", |c| c.as_raw_str());
+        h.update((role.len() as u64).to_le_bytes());
+        h.update(role.as_bytes());
+        h.update((content.len() as u64).to_le_bytes());
+        h.update(content.as_bytes());
+        any = true;
+        if role != "system" && role != "developer" {
+            // The first message past the system prompt (normally the first user message)
+            // ends the opening.
+            break;
+        }
+    }
+    if !any {
+        return None;
+    }
+    let d = h.finalize();
+    Some(format!(
+        "{}-{}-{}-{}-{}",
+        hex(&d[0..4]),
+        hex(&d[4..6]),
+        hex(&d[6..8]),
+        hex(&d[8..10]),
+        hex(&d[10..16])
+    ))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Chat completion chunks over SSE.
@@ -165,5 +219,25 @@ impl Encoder for ChatJson {
             .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
         out.extend_from_slice(&agg.finish().map_err(failure_error)?);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::conversation_cache_key as key;
+
+    #[test]
+    fn conversation_cache_key_follows_the_opening() {
+        let one = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}]}"#;
+        let later = br#"{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"assistant","content":"a"},{"role":"user","content":"v"}],"model":"m"}"#;
+        let other = br#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"w"}]}"#;
+        let k = key(1, one).unwrap();
+        assert_eq!(k.len(), 36);
+        assert_eq!(key(1, later).unwrap(), k);
+        assert_ne!(key(1, other).unwrap(), k);
+        assert_ne!(key(2, one).unwrap(), k);
+        assert_eq!(key(1, br#"{"messages":[]}"#), None);
+        assert_eq!(key(1, br#"{"model":"m"}"#), None);
     }
 }
