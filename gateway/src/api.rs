@@ -192,14 +192,26 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
     false
 }
 
-/// The client's session signal, in the order peers use: explicit session/thread ids, then
-/// (by the caller) `prompt_cache_key`.
+/// The client's session signal, in the order peers use: explicit session/thread id headers,
+/// then the body's top-level `session_id` / `conversation_id` (strings), then (by the caller)
+/// `prompt_cache_key`. The scheduler scopes it per client key.
 pub(crate) fn affinity_key(req: &Request) -> Option<String> {
+    use sonic_rs::JsonValueTrait;
     ["session-id", "session_id", "thread-id", "conversation_id"]
         .iter()
         .find_map(|h| req.header(h))
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
+        .or_else(|| {
+            if req.body.is_empty() {
+                return None;
+            }
+            ["session_id", "conversation_id"].iter().find_map(|f| {
+                sonic_rs::get(req.body.as_slice(), &[*f])
+                    .ok()
+                    .and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+            })
+        })
 }
 
 pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {

@@ -256,11 +256,15 @@ fn candidates(
     plan: &RequestPlan,
     snap: &Arc<shared_state::Snapshot>,
 ) -> Vec<Arc<AccountEntry>> {
+    let affinity = plan
+        .affinity_key
+        .as_deref()
+        .map(|k| scheduler::scoped_affinity_key(plan.key_id, k));
     scheduler::order(
         snap,
         &scheduler::PickRequest {
             model: &plan.model,
-            affinity_key: plan.affinity_key.as_deref(),
+            affinity_key: affinity.as_deref(),
             now_ms: shared_state::now_ms(),
             cursor: ctx.next_cursor(),
             max_candidates: snap.settings.max_attempts.max(1) as usize + 2,

@@ -45,7 +45,7 @@
 //! let now = shared_state::now_ms();
 //! let cands = scheduler::order(&snap, &PickRequest {
 //!     model: &plan.model,
-//!     affinity_key: plan.affinity_key.as_deref(),
+//!     affinity_key: key.as_deref(), // scoped_affinity_key(plan.key_id, session)
 //!     now_ms: now,
 //!     cursor: ctx.next_cursor(),
 //!     max_candidates: max_attempts + 2,
@@ -116,13 +116,20 @@ const TOPK_MAX: usize = 32;
 /// not gain a model often; a catalog refresh may lift it earlier with `ModelExclusions::lift`).
 pub const MODEL_EXCLUSION_TTL: Duration = Duration::from_secs(3600);
 
+/// The affinity key of a client's session signal: scoped per client key, so two client keys
+/// sending the same `prompt_cache_key` or session id never share a home account.
+pub fn scoped_affinity_key(client_key_id: i64, session: &str) -> String {
+    format!("{client_key_id}\u{1f}{session}")
+}
+
 /// What the scheduler needs to know about one request.
 #[derive(Debug, Clone, Copy)]
 pub struct PickRequest<'a> {
     /// The upstream model (after alias resolution): accounts excluded for it are skipped.
     pub model: &'a str,
-    /// The client's session signal (session-id / thread-id / prompt_cache_key), chosen by
-    /// the caller; drives `sticky` and the soft affinity of `smart`.
+    /// The client's session signal (session-id / thread-id / body session ids /
+    /// prompt_cache_key), chosen by the caller and scoped per client key with
+    /// [`scoped_affinity_key`]; drives `sticky` and the soft affinity of `smart`.
     pub affinity_key: Option<&'a str>,
     /// The clock (ms since epoch) every rule of this pick uses.
     pub now_ms: u64,

@@ -348,3 +348,87 @@ async fn chat_requests_get_a_stable_conversation_cache_key() {
     let body = s.mock.requests().pop().unwrap().json.unwrap();
     assert_eq!(body["prompt_cache_key"], "mine");
 }
+
+// ---------------------------------------------------------------------------------------
+// Affinity: scoped per client key; body-level session ids count.
+// ---------------------------------------------------------------------------------------
+
+fn sticky_stack() -> Stack {
+    StackBuilder {
+        accounts: 8,
+        workers: 1,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = Strategy::Sticky;
+        })),
+        ..StackBuilder::default()
+    }
+    .start()
+}
+
+async fn served_for(s: &Stack, key: &str, headers: &[(&str, &str)], body: Value) -> String {
+    s.mock.clear_requests();
+    let mut req = client()
+        .post(format!("{}/v1/responses", s.url()))
+        .bearer_auth(key)
+        .json(&body);
+    for (n, v) in headers {
+        req = req.header(*n, *v);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    let served = s.served_by();
+    assert_eq!(served.len(), 1, "{served:?}");
+    served[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn affinity_is_scoped_per_client_key() {
+    let s = sticky_stack();
+    let other_key = new_key(&s, "other").await;
+    let mut differ = 0;
+    for i in 0..8 {
+        let body = json!({"model":"gpt-5.5","input":"x","prompt_cache_key": format!("pck-{i}")});
+        let a = served_for(&s, &s.key, &[], body.clone()).await;
+        let a2 = served_for(&s, &s.key, &[], body.clone()).await;
+        let b = served_for(&s, &other_key, &[], body.clone()).await;
+        let b2 = served_for(&s, &other_key, &[], body).await;
+        assert_eq!(a, a2, "a session stays home");
+        assert_eq!(b, b2, "a session stays home");
+        differ += usize::from(a != b);
+    }
+    // Eight accounts, eight cache keys: without the scoping every pair shares its home.
+    assert!(
+        differ > 0,
+        "two client keys with the same prompt_cache_key share a home account"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn body_session_ids_are_session_keys() {
+    let s = sticky_stack();
+    for i in 0..8 {
+        let sid = format!("sess-{i}");
+        let by_header = served_for(
+            &s,
+            &s.key,
+            &[("session-id", &sid)],
+            json!({"model":"gpt-5.5","input":"x"}),
+        )
+        .await;
+        for field in ["session_id", "conversation_id"] {
+            // Several requests without any other session signal: each lands on the
+            // session's home, the same as the header's.
+            for _ in 0..2 {
+                let by_body = served_for(
+                    &s,
+                    &s.key,
+                    &[],
+                    json!({"model":"gpt-5.5","input":"x", field: sid}),
+                )
+                .await;
+                assert_eq!(by_body, by_header, "{field} = {sid}");
+            }
+        }
+    }
+}
