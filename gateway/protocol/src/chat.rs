@@ -51,12 +51,12 @@
 //! - Malformed upstream events are skipped (terminal ones still terminate the stream).
 
 mod aggregate;
-mod json;
+pub(crate) mod json;
 mod names;
-mod request;
-mod scan;
+pub(crate) mod request;
+pub(crate) mod scan;
 mod stream;
-mod upstream;
+pub(crate) mod upstream;
 
 pub use self::{
     aggregate::ChatAggregator,

@@ -10,7 +10,10 @@
 //! - [`events`]: lazy extraction of the few fields the gateway reads from events.
 //! - [`chat`]: `/v1/chat/completions` <-> Responses translation (request encoder, stream
 //!   decoder, non-stream aggregator), codex-protocol.md §3.
+//! - [`anthropic`]: `/v1/messages` <-> Responses translation (request, stream, aggregator,
+//!   token estimate, Anthropic error shape).
 
+pub mod anthropic;
 pub mod chat;
 pub mod classify;
 pub mod events;

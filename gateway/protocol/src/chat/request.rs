@@ -867,7 +867,7 @@ fn reasoning_of<'r>(raw: &'r RawChat<'_>) -> Result<(Option<&'r str>, Option<&'r
 }
 
 /// Clamps `effort` to the nearest supported level at or below it (or the lowest above it).
-fn clamp_effort<'e>(effort: &'e str, levels: &'e [String]) -> &'e str {
+pub(crate) fn clamp_effort<'e>(effort: &'e str, levels: &'e [String]) -> &'e str {
     if levels.is_empty() || levels.iter().any(|l| l == effort) {
         return effort;
     }

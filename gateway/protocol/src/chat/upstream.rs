@@ -131,6 +131,9 @@ pub(crate) struct RawItem<'a> {
     pub content: Option<Vec<RawPart<'a>>>,
     #[serde(borrow, default)]
     pub summary: Option<Vec<RawPart<'a>>>,
+    /// A reasoning item's `encrypted_content` (Anthropic thinking signatures).
+    #[serde(borrow, default)]
+    pub encrypted_content: Option<Cow<'a, str>>,
 }
 
 /// A content / summary part of an item.
