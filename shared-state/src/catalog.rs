@@ -169,7 +169,8 @@ impl ModelCatalog {
             );
             codex.push(m);
         }
-        let mut names: Vec<&String> = aliases.keys().collect();
+        // Prefix aliases (`claude-*`) are patterns, not model names: not listed.
+        let mut names: Vec<&String> = aliases.keys().filter(|a| !a.ends_with('*')).collect();
         names.sort();
         for a in names {
             data.push(sonic_rs::json!({"id": a.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "codex-gateway"}));
@@ -186,24 +187,37 @@ impl ModelCatalog {
         }
     }
 
-    /// Resolves a requested model: an alias, else a known slug; `None` when unknown.
+    /// Resolves a requested model: an alias, else a known slug, else the longest prefix
+    /// alias (a name ending in `*`, e.g. `claude-*`, matching every name that starts with
+    /// the part before the `*`); `None` when unknown.
     pub fn resolve<'a>(&'a self, requested: &'a str) -> Option<Resolved<'a>> {
-        if let Some(a) = self.aliases.get(requested) {
+        let alias = |a: &'a ModelAlias| {
             let levels = self
                 .models
                 .get(&a.target)
                 .map_or(&[][..], |m| m.reasoning_levels.as_slice());
-            return Some(Resolved {
+            Resolved {
                 slug: &a.target,
                 effort: a.effort.as_deref(),
                 levels,
+            }
+        };
+        if let Some(a) = self.aliases.get(requested) {
+            return Some(alias(a));
+        }
+        if let Some(m) = self.models.get(requested) {
+            return Some(Resolved {
+                slug: requested,
+                effort: None,
+                levels: &m.reasoning_levels,
             });
         }
-        self.models.get(requested).map(|m| Resolved {
-            slug: requested,
-            effort: None,
-            levels: &m.reasoning_levels,
-        })
+        self.aliases
+            .iter()
+            .filter_map(|(k, a)| Some((k.strip_suffix('*')?, a)))
+            .filter(|(prefix, _)| requested.starts_with(prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, a)| alias(a))
     }
 
     /// Creates the shared cell holding `self`.
@@ -249,6 +263,25 @@ mod tests {
         assert!(String::from_utf8_lossy(&c.openai_body).contains("\"fast\""));
         let codex = String::from_utf8_lossy(&c.codex_body);
         assert!(codex.starts_with("{\"models\":[") && !codex.contains("base_instructions"));
+    }
+
+    #[test]
+    fn prefix_aliases_match_by_the_longest_prefix() {
+        let mut aliases = HashMap::new();
+        aliases.insert("claude-*".to_owned(), parse_alias("gpt-5.5"));
+        aliases.insert("claude-haiku-*".to_owned(), parse_alias("gpt-5.5@low"));
+        aliases.insert("claude-exact".to_owned(), parse_alias("gpt-5.5@high"));
+        let c = ModelCatalog::embedded(aliases);
+        let r = c.resolve("claude-sonnet-4-5-20250929").unwrap();
+        assert_eq!((r.slug, r.effort), ("gpt-5.5", None));
+        assert!(!r.levels.is_empty());
+        let r = c.resolve("claude-haiku-4-5").unwrap();
+        assert_eq!((r.slug, r.effort), ("gpt-5.5", Some("low")));
+        assert_eq!(c.resolve("claude-exact").unwrap().effort, Some("high"));
+        assert_eq!(c.resolve("gpt-5.5").unwrap().slug, "gpt-5.5");
+        assert!(c.resolve("claud").is_none());
+        let listed = String::from_utf8_lossy(&c.openai_body);
+        assert!(listed.contains("\"claude-exact\"") && !listed.contains('*'));
     }
 
     #[test]
