@@ -116,6 +116,8 @@ struct FileUpstream {
     idle_timeout_ms: Option<u64>,
     h2_max_streams_per_connection: Option<usize>,
     h2_max_connections: Option<usize>,
+    websockets: Option<bool>,
+    ws_connect_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -171,6 +173,10 @@ pub struct UpstreamConfig {
     /// Upstream h2 connections per worker per origin; when all are full a request fails fast
     /// with 503 instead of waiting.
     pub h2_max_connections: usize,
+    /// Client WebSocket turns go upstream over a pooled Responses WebSocket (else HTTP).
+    pub websockets: bool,
+    /// Connect + upgrade budget of an upstream WebSocket; past it the turn goes over HTTP.
+    pub ws_connect_timeout: Duration,
 }
 
 // === impl UpstreamConfig ===
@@ -215,6 +221,8 @@ impl UpstreamConfig {
             idle_timeout: Duration::from_secs(300),
             h2_max_streams_per_connection: 100,
             h2_max_connections: 16,
+            websockets: true,
+            ws_connect_timeout: Duration::from_millis(800),
         })
     }
 
@@ -487,6 +495,12 @@ impl GatewayConfig {
                 ));
             }
             c.upstream.h2_max_streams_per_connection = v;
+        }
+        if let Some(v) = file.upstream.websockets {
+            c.upstream.websockets = v;
+        }
+        if let Some(v) = file.upstream.ws_connect_timeout_ms {
+            c.upstream.ws_connect_timeout = ms(v.max(1));
         }
         if let Some(v) = file.upstream.h2_max_connections {
             if v == 0 {

@@ -82,6 +82,9 @@ pub struct RequestPlan {
     pub key_id: i64,
     /// The client's session signal (session/thread id or prompt cache key), for affinity.
     pub affinity_key: Option<String>,
+    /// A client WebSocket turn: go upstream over the pooled Responses WebSocket of its
+    /// conversation (HTTP when that is unavailable).
+    pub upstream_ws: Option<crate::upstream::ws::WsRoute>,
 }
 
 /// An attempt that passed the commit barrier.
@@ -146,6 +149,7 @@ fn transport_error(e: &UpstreamError) -> Error {
         UpstreamError::Connect(_) => ErrorKind::UpstreamConnect,
         UpstreamError::Timeout { .. } => ErrorKind::UpstreamTimeout,
         UpstreamError::Protocol { .. } => ErrorKind::UpstreamProtocol,
+        UpstreamError::WsUnavailable => ErrorKind::UpstreamConnect,
         UpstreamError::Saturated => ErrorKind::UpstreamSaturated,
     };
     Error::new(kind, Side::Upstream).with_cause(e)
@@ -516,7 +520,10 @@ async fn attempt(
         body: plan.body.clone(),
     };
     let started = Instant::now();
-    let mut resp = match up.send(req).await {
+    let mut resp = match up
+        .send_routed(account.id, plan.upstream_ws.as_ref(), req)
+        .await
+    {
         Ok(r) => r,
         Err(UpstreamError::Saturated) => {
             // This worker's upstream capacity, not the account's fault: fail fast, no
@@ -527,7 +534,9 @@ async fn attempt(
         }
         Err(e) => {
             let kind = match &e {
-                UpstreamError::Connect(_) | UpstreamError::Saturated => {
+                UpstreamError::Connect(_)
+                | UpstreamError::Saturated
+                | UpstreamError::WsUnavailable => {
                     scheduler::FailureKind::Connect
                 }
                 UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,

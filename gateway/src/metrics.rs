@@ -50,6 +50,10 @@ pub struct WorkerMetrics {
     failovers: AtomicU64,
     panics: AtomicU64,
     ws_sessions: AtomicI64,
+    ws_upstream_connects: AtomicU64,
+    ws_upstream_turns: AtomicU64,
+    ws_upstream_reused: AtomicU64,
+    ws_upstream_fallbacks: AtomicU64,
     h2_connections: AtomicI64,
     h2_streams: AtomicI64,
     h2_retired: AtomicU64,
@@ -73,6 +77,10 @@ impl WorkerMetrics {
             failovers: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             ws_sessions: AtomicI64::new(0),
+            ws_upstream_connects: AtomicU64::new(0),
+            ws_upstream_turns: AtomicU64::new(0),
+            ws_upstream_reused: AtomicU64::new(0),
+            ws_upstream_fallbacks: AtomicU64::new(0),
             h2_connections: AtomicI64::new(0),
             h2_streams: AtomicI64::new(0),
             h2_retired: AtomicU64::new(0),
@@ -131,6 +139,25 @@ impl WorkerMetrics {
     /// Client WebSocket sessions opened (+) or closed (-).
     pub fn ws_sessions_delta(&self, d: i64) {
         self.ws_sessions.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Counts an upstream WebSocket opened.
+    pub fn ws_upstream_connect(&self) {
+        self.ws_upstream_connects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a turn sent over an upstream WebSocket (`reused`: a pooled socket).
+    pub fn ws_upstream_turn(&self, reused: bool) {
+        self.ws_upstream_turns.fetch_add(1, Ordering::Relaxed);
+        if reused {
+            self.ws_upstream_reused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a client WebSocket turn sent over HTTP because the upstream WebSocket was not
+    /// available.
+    pub fn ws_upstream_fallback(&self) {
+        self.ws_upstream_fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Pooled upstream h2 connections opened (+) or closed/retired (-).
@@ -300,6 +327,34 @@ impl Registry {
             .map(|w| w.ws_sessions.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_ws_sessions {n}");
+        for (name, help, pick) in [
+            (
+                "codex_gateway_upstream_ws_connects_total",
+                "Upstream Responses WebSockets opened.",
+                &(|w: &WorkerMetrics| w.ws_upstream_connects.load(Ordering::Relaxed))
+                    as &dyn Fn(&WorkerMetrics) -> u64,
+            ),
+            (
+                "codex_gateway_upstream_ws_turns_total",
+                "Turns sent over an upstream Responses WebSocket.",
+                &|w: &WorkerMetrics| w.ws_upstream_turns.load(Ordering::Relaxed),
+            ),
+            (
+                "codex_gateway_upstream_ws_reused_total",
+                "Turns sent over a pooled (reused) upstream WebSocket.",
+                &|w: &WorkerMetrics| w.ws_upstream_reused.load(Ordering::Relaxed),
+            ),
+            (
+                "codex_gateway_upstream_ws_fallbacks_total",
+                "Client WebSocket turns sent over HTTP because the upstream WebSocket was unavailable.",
+                &|w: &WorkerMetrics| w.ws_upstream_fallbacks.load(Ordering::Relaxed),
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} counter");
+            let n: u64 = self.workers.iter().map(|w| pick(w)).sum();
+            let _ = writeln!(o, "{name} {n}");
+        }
         let _ = writeln!(
             o,
             "# HELP codex_gateway_upstream_h2_connections Pooled upstream HTTP/2 connections, per worker."

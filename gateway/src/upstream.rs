@@ -22,6 +22,7 @@
 
 pub mod h1;
 pub mod tls;
+pub mod ws;
 
 use std::{
     cell::{Cell, RefCell},
@@ -86,6 +87,10 @@ pub enum UpstreamBody {
     H2(monoio_http::h2::RecvStream, StreamSlot),
     /// An HTTP/1.1 body over a dedicated connection (dropping it closes the connection).
     H1(h1::Body),
+    /// One turn on a pooled upstream WebSocket, as SSE-shaped events.
+    Ws(ws::WsTurn),
+    /// A body already read whole (an upgrade refused with an account status).
+    Full(Option<Bytes>),
 }
 
 // === impl UpstreamBody ===
@@ -110,6 +115,8 @@ impl UpstreamBody {
                 Err(_) => Err(UpstreamError::Timeout { sent: true }),
                 Ok(r) => r,
             },
+            Self::Ws(t) => t.chunk(idle).await,
+            Self::Full(b) => Ok(b.take()),
         }
     }
 
@@ -142,6 +149,10 @@ pub enum UpstreamError {
     /// nothing was sent (the worker's capacity, not an account's fault).
     #[error("upstream connection pool saturated")]
     Saturated,
+    /// The upstream WebSocket could not be used (connect, upgrade refused, breaker open, a
+    /// stale socket): nothing was sent; the request goes over HTTP instead.
+    #[error("upstream websocket unavailable")]
+    WsUnavailable,
     /// Protocol or connection failure.
     #[error("{message}")]
     Protocol {
@@ -159,7 +170,7 @@ impl UpstreamError {
     /// payload must not be sent again).
     pub fn maybe_sent(&self) -> bool {
         match self {
-            Self::Connect(_) | Self::Saturated => false,
+            Self::Connect(_) | Self::Saturated | Self::WsUnavailable => false,
             Self::Timeout { sent } | Self::Protocol { sent, .. } => *sent,
         }
     }
@@ -199,6 +210,10 @@ pub struct Upstream {
     tls: Option<monoio_rustls::TlsConnector>,
     h2: RefCell<Vec<Rc<H2Conn>>>,
     metrics: Arc<WorkerMetrics>,
+    /// The upstream WebSocket pool and its breaker.
+    ws: Rc<ws::WsPool>,
+    /// TLS for WebSocket upgrades (ALPN `http/1.1`).
+    ws_tls: Option<monoio_rustls::TlsConnector>,
     /// Serializes h2 connection establishment so concurrent first requests share one.
     connecting: tokio::sync::Mutex<()>,
     /// Set when a TLS origin negotiated HTTP/1.1 instead of h2.
@@ -211,16 +226,21 @@ pub struct Upstream {
 impl Upstream {
     /// Builds the client (TLS roots are loaded once, here).
     pub fn new(cfg: UpstreamConfig, metrics: Arc<WorkerMetrics>) -> Result<Rc<Self>, String> {
-        let tls = if cfg.tls {
-            Some(tls::connector(cfg.ca_file.as_deref())?)
+        let (tls, ws_tls) = if cfg.tls {
+            (
+                Some(tls::connector(cfg.ca_file.as_deref())?),
+                Some(tls::connector_h1(cfg.ca_file.as_deref())?),
+            )
         } else {
-            None
+            (None, None)
         };
         Ok(Rc::new(Self {
             cfg,
             tls,
             h2: RefCell::new(Vec::new()),
             metrics,
+            ws: Rc::new(ws::WsPool::default()),
+            ws_tls,
             connecting: tokio::sync::Mutex::new(()),
             tls_h1_only: RefCell::new(false),
             next_addr: RefCell::new(0),
@@ -255,6 +275,35 @@ impl Upstream {
             }
         }
         Err(UpstreamError::Connect(last))
+    }
+
+    /// Sends one request: over a pooled upstream WebSocket when `ws` asks for it (client
+    /// WebSocket turns) and the origin allows it, else (or when the WebSocket is unavailable,
+    /// nothing sent) over HTTP.
+    pub async fn send_routed(
+        &self,
+        account_id: i64,
+        ws: Option<&ws::WsRoute>,
+        req: UpstreamRequest,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        if let Some(route) = ws.filter(|_| self.cfg.websockets) {
+            match self.send_ws(account_id, route, &req, &self.metrics).await {
+                Err(UpstreamError::WsUnavailable) => self.metrics.ws_upstream_fallback(),
+                other => return other,
+            }
+        }
+        self.send(req).await
+    }
+
+    /// Idle sockets in this worker's upstream WebSocket pool.
+    pub fn ws_idle(&self) -> usize {
+        self.ws.idle_count()
+    }
+
+    /// Closes pooled upstream sockets of an account.
+    pub fn evict_account(&self, account_id: i64) {
+        self.ws.evict(account_id);
+        self.reset_connection();
     }
 
     /// Sends one request and waits for the response head.

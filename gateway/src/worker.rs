@@ -170,7 +170,9 @@ async fn worker_main(
                         ctx.start_drain();
                         drain.notify_one();
                     }
-                    WorkerCommand::EvictAccount { .. } => ctx.upstream.reset_connection(),
+                    WorkerCommand::EvictAccount { account_id } => {
+                        ctx.upstream.evict_account(account_id)
+                    }
                     WorkerCommand::SnapshotUpdated { .. } => {}
                 }
                 ctx.flush_spool();

@@ -259,7 +259,8 @@ fn upstream(s: &Stack) -> Vec<RecordedRequest> {
     s.mock
         .requests()
         .into_iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+        // HTTP requests, and turns the gateway sent over its upstream WebSocket.
+        .filter(|r| matches!(r.method.as_str(), "POST" | "WS") && r.path.ends_with("/responses"))
         .collect()
 }
 
@@ -490,6 +491,28 @@ fn exec_tool_round_trip(legacy: bool, websockets: bool) {
         reqs[1].body.len()
     );
     let items = input(&reqs[1]);
+    if websockets {
+        // Over the gateway's pooled upstream WebSocket the follow-up is the exact
+        // continuation: the call lives in the upstream socket's state, only its output is sent.
+        let prev = json_of(&reqs[0]).get("previous_response_id");
+        assert!(prev.is_none(), "the first turn is whole");
+        assert!(
+            json_of(&reqs[1])["previous_response_id"].is_string(),
+            "the follow-up continues the first response on the same socket"
+        );
+        assert_eq!(
+            s.mock.ws_handshakes(),
+            1,
+            "one upstream socket for the session"
+        );
+        let output = items
+            .iter()
+            .find(|i| i["type"] == "function_call_output")
+            .expect("the tool output");
+        let text = output["output"].to_string();
+        assert!(text.contains("tool-ran-ok"), "{text}");
+        return;
+    }
     let call = items
         .iter()
         .find(|i| i["type"] == "function_call" && i["name"] == "exec_command")
@@ -524,11 +547,6 @@ fn exec_tool_round_trip(legacy: bool, websockets: bool) {
         out_text.contains("exited with code 0"),
         "exit code reported: {out_text:?}"
     );
-    if websockets {
-        // Over the WebSocket the follow-up is a frame on the same socket: the gateway
-        // replays the turn upstream; the turn-state echo is an HTTP header affair.
-        return;
-    }
     // The turn state the upstream issued on the first response comes back on the follow-up.
     assert_eq!(reqs[0].header("x-codex-turn-state"), None);
     let ts = reqs[1].header("x-codex-turn-state").unwrap_or_default();

@@ -211,7 +211,8 @@ fn openai_python_sdk_large_requests_legacy() {
 }
 
 /// `client.responses.connect()`: two turns on one WebSocket (the second by
-/// `previous_response_id`, replayed upstream as full history), an unknown id, on both drivers.
+/// `previous_response_id`), an unknown id, on both drivers. Upstream, each client socket has
+/// its pooled upstream WebSocket, where the second turn is the exact continuation.
 #[test]
 fn openai_python_sdk_responses_websocket() {
     for legacy in [false, true] {
@@ -229,11 +230,20 @@ fn openai_python_sdk_responses_websocket() {
             .filter_map(|r| serde_json::from_slice(&r.body).ok())
             .collect();
         assert_eq!(bodies.len(), 6, "three real turns upstream per session");
+        assert_eq!(
+            s.mock.ws_handshakes(),
+            2,
+            "one upstream socket per client socket"
+        );
+        let first_id = bodies[1]["previous_response_id"].as_str();
+        assert!(
+            first_id.is_some(),
+            "the second turn continues the first exactly"
+        );
         let second = serde_json::to_string(&bodies[1]["input"]).unwrap();
         assert!(
-            second.contains("first long input") && second.contains("Hello from mock-codex"),
-            "the second turn carried the first turn's input and answer"
+            second.contains("second") && !second.contains("first long input"),
+            "only the new item: {second}"
         );
-        assert!(bodies[1].get("previous_response_id").is_none());
     }
 }

@@ -106,18 +106,20 @@ async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
         let t2 = turn(&mut ws).await;
         assert_eq!(types(&t2).last(), Some(&"response.completed"));
 
-        // The upstream keeps no state (store:false): the gateway replayed the whole history.
+        // Both turns went over one pooled upstream WebSocket, the second as the exact
+        // continuation: previous_response_id and only the new item.
+        assert_eq!(
+            s.mock.ws_handshakes(),
+            1,
+            "one upstream socket for the conversation"
+        );
         let ups = upstream_inputs(&s);
+        assert_eq!(ups.len(), 2);
         let last = ups.last().unwrap();
-        assert!(last.get("previous_response_id").is_none(), "{last}");
+        assert_eq!(last["previous_response_id"], id.as_str(), "{last}");
         let input = last["input"].as_array().unwrap();
-        let text = serde_json::to_string(input).unwrap();
-        let first = text.find("first question").expect("first turn replayed");
-        let answer = text
-            .find("Hello from mock-codex")
-            .expect("first answer replayed");
-        let second = text.find("second question").expect("new item");
-        assert!(first < answer && answer < second, "{text}");
+        assert_eq!(input.len(), 1, "only the new item: {last}");
+        assert_eq!(input[0]["content"][0]["text"], "second question");
         let _ = ws.close(None).await;
     }
 }
@@ -402,4 +404,76 @@ fn frames_split_at_random_points_over_a_raw_socket() {
             "the whole message went upstream"
         );
     }
+}
+
+/// The upstream socket that produced a response dies between turns: the continuation is
+/// replayed whole on a fresh socket (the upstream's connection-local state is gone).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_upstream_socket_means_a_replay_on_a_fresh_one() {
+    let s = StackBuilder::default().start();
+    let mut ws = connect(&s).await;
+    send(
+        &mut ws,
+        json!({"type":"response.create","model":"gpt-5.5","input":"first question"}),
+    )
+    .await;
+    let t1 = turn(&mut ws).await;
+    let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.mock.ws_kill_all(), 1);
+    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"second question"})).await;
+    let t2 = turn(&mut ws).await;
+    assert_eq!(
+        types(&t2).last(),
+        Some(&"response.completed"),
+        "{:?}",
+        t2.last()
+    );
+    assert_eq!(s.mock.ws_handshakes(), 2, "a fresh upstream socket");
+    let last = upstream_inputs(&s).pop().unwrap();
+    assert!(last.get("previous_response_id").is_none(), "{last}");
+    let text = serde_json::to_string(&last["input"]).unwrap();
+    assert!(
+        text.contains("first question")
+            && text.contains("Hello from mock-codex")
+            && text.contains("second question"),
+        "{text}"
+    );
+}
+
+/// An origin that refuses the upgrade: turns go over HTTP, and after a few refusals the
+/// breaker stops trying WebSocket.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_upgrades_fall_back_to_http_and_open_the_breaker() {
+    let s = StackBuilder {
+        mock: benches::MockConfig {
+            ws_refuse_upgrade: Some(426),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+    .start();
+    let mut ws = connect(&s).await;
+    for i in 0..6 {
+        send(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":format!("turn {i}")}),
+        )
+        .await;
+        assert_eq!(
+            types(&turn(&mut ws).await).last(),
+            Some(&"response.completed")
+        );
+    }
+    let http = s
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+        .count();
+    assert_eq!(http, 6, "every turn was served over HTTP");
+    assert_eq!(
+        s.mock.ws_rejected_handshakes(),
+        3,
+        "the breaker opened after three refusals"
+    );
 }

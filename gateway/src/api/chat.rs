@@ -98,6 +98,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         passthrough: passthrough(&req),
         key_id: key.id,
         affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
+        upstream_ws: None,
     };
     let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
         Ok(c) => c,

@@ -55,6 +55,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         passthrough: passthrough(&req),
         key_id: key.id,
         affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
+        upstream_ws: None,
     };
     // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
     // connection's task for the whole stream (benches/README.md, "next costs" 2).

@@ -55,6 +55,7 @@ use crate::{
     models,
     pipeline::{self, Encoder, Sink, UsageGuard},
     server::h1::{Conn, Framing, Request},
+    upstream::ws::{Continuation, WsRoute},
     ws::{
         codec::{self, close_code, Limits, Message, Role},
         handshake,
@@ -176,6 +177,8 @@ async fn session(
     mut requests: mpsc::Receiver<Vec<u8>>,
 ) {
     let mut chains = Chains::default();
+    // This socket's upstream conversation: its turns share a pooled upstream socket.
+    let conversation = response_id();
     let idle = ctx.cfg.ws_idle_timeout;
     loop {
         let next = match monoio::time::timeout(IDLE_TICK, requests.recv()).await {
@@ -193,7 +196,7 @@ async fn session(
                 continue;
             }
         };
-        turn(ctx, key, req, shared, &mut chains, next).await;
+        turn(ctx, key, req, shared, &mut chains, &conversation, next).await;
         shared.in_flight.set(false);
         shared.last_seen.set(Instant::now());
         if shared.closed.get() {
@@ -270,6 +273,14 @@ fn response_id() -> String {
     format!("resp_{n:032x}")
 }
 
+fn items_array(items: impl Iterator<Item = sonic_rs::Value>) -> sonic_rs::Array {
+    let mut arr = sonic_rs::Array::new();
+    for it in items {
+        arr.push(it);
+    }
+    arr
+}
+
 /// One `response.create`.
 async fn turn(
     ctx: &WorkerCtx,
@@ -277,6 +288,7 @@ async fn turn(
     req: &Request,
     shared: &WsShared,
     chains: &mut Chains,
+    conversation: &str,
     payload: Vec<u8>,
 ) {
     let mut v: sonic_rs::Value = match sonic_rs::from_slice(&payload) {
@@ -304,20 +316,44 @@ async fn turn(
         warm_up(shared, chains, &v, parent, new_items);
         return;
     }
+    let prev_id = parent
+        .as_ref()
+        .and(v.get("previous_response_id").and_then(|p| p.as_str()))
+        .map(str::to_owned);
+    let catalog = ctx.catalog.load();
+    let strict = ctx.cfg.strict_models;
+    let normalize = |v: &sonic_rs::Value| {
+        let body = sonic_rs::to_vec(v).unwrap_or_default();
+        normalize_responses_with(&body, &|m| models::choose(&catalog, strict, m))
+    };
+    // The exact continuation, for the upstream socket that produced the previous response:
+    // only the new items, by `previous_response_id`.
+    let continuation = match &prev_id {
+        Some(id) if ctx.cfg.upstream.websockets => {
+            let mut short = v.clone();
+            if let Some(obj) = short.as_object_mut() {
+                obj.insert(&"input", items_array(new_items.iter().cloned()));
+            }
+            normalize(&short).ok().and_then(|n| {
+                let mut body: sonic_rs::Value = sonic_rs::from_slice(&n.body).ok()?;
+                body.as_object_mut()?
+                    .insert(&"previous_response_id", id.as_str());
+                Some(Continuation {
+                    previous_response_id: id.clone(),
+                    body: Bytes::from(sonic_rs::to_vec(&body).ok()?),
+                })
+            })
+        }
+        _ => None,
+    };
+    // Otherwise the full history, replayed (the upstream keeps nothing with store:false).
     if let Some(obj) = v.as_object_mut() {
         let mut items = parent.as_ref().map(history).unwrap_or_default();
         items.extend(new_items.iter().cloned());
-        let mut arr = sonic_rs::Array::new();
-        for it in items {
-            arr.push(it);
-        }
-        obj.insert(&"input", arr);
+        obj.insert(&"input", items_array(items.into_iter()));
         obj.remove(&"previous_response_id");
     }
-    let body = sonic_rs::to_vec(&v).unwrap_or_default();
-    let catalog = ctx.catalog.load();
-    let strict = ctx.cfg.strict_models;
-    let norm = match normalize_responses_with(&body, &|m| models::choose(&catalog, strict, m)) {
+    let norm = match normalize(&v) {
         Ok(n) => n,
         Err(e) => {
             let e = match e.unknown_model {
@@ -337,6 +373,10 @@ async fn turn(
         passthrough: passthrough(req),
         key_id: key.id,
         affinity_key: affinity_key(req).or_else(|| norm.prompt_cache_key.clone()),
+        upstream_ws: Some(WsRoute {
+            conversation: conversation.to_owned(),
+            continuation,
+        }),
     };
     let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
         Ok(c) => c,

@@ -59,55 +59,7 @@ where
     })?;
 
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let deadline = cfg.first_byte_timeout;
-    let (status, headers, head_len) = loop {
-        // Appends (a head can arrive in many reads); a timeout abandons the connection.
-        let res = match monoio::time::timeout(deadline, read_more(&mut io, &mut buf, 1024)).await {
-            Ok(r) => r,
-            Err(_) => return Err(UpstreamError::Timeout { sent: true }),
-        };
-        let n = res.map_err(|e| UpstreamError::Protocol {
-            sent: true,
-            message: format!("h1 read: {e}"),
-        })?;
-        if n == 0 {
-            return Err(UpstreamError::Protocol {
-                sent: true,
-                message: "upstream closed before the response head".into(),
-            });
-        }
-        let mut hs = [httparse::EMPTY_HEADER; 128];
-        let mut r = httparse::Response::new(&mut hs);
-        match r.parse(&buf) {
-            Ok(httparse::Status::Complete(len)) => {
-                let headers: Vec<(String, String)> = r
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_ascii_lowercase(),
-                            String::from_utf8_lossy(h.value).trim().to_owned(),
-                        )
-                    })
-                    .collect();
-                break (r.code.unwrap_or(0), headers, len);
-            }
-            Ok(httparse::Status::Partial) => {
-                if buf.len() > 256 * 1024 {
-                    return Err(UpstreamError::Protocol {
-                        sent: true,
-                        message: "upstream response head too large".into(),
-                    });
-                }
-            }
-            Err(e) => {
-                return Err(UpstreamError::Protocol {
-                    sent: true,
-                    message: format!("malformed upstream response head: {e}"),
-                })
-            }
-        }
-    };
+    let (status, headers, head_len) = read_head(&mut io, &mut buf, cfg.first_byte_timeout).await?;
     buf.drain(..head_len);
     let find = |name: &str| {
         headers
@@ -138,6 +90,63 @@ where
         }),
         protocol: "http/1.1",
     })
+}
+
+/// Reads a response head into `buf` (appending; a head may arrive in many reads) within
+/// `deadline`; returns the status, the lower-cased headers and the head's length in `buf`.
+/// A timeout abandons the connection.
+pub(crate) async fn read_head<S: AsyncReadRent>(
+    io: &mut S,
+    buf: &mut Vec<u8>,
+    deadline: std::time::Duration,
+) -> Result<(u16, Vec<(String, String)>, usize), UpstreamError> {
+    loop {
+        let res = match monoio::time::timeout(deadline, read_more(io, buf, 1024)).await {
+            Ok(r) => r,
+            Err(_) => return Err(UpstreamError::Timeout { sent: true }),
+        };
+        let n = res.map_err(|e| UpstreamError::Protocol {
+            sent: true,
+            message: format!("h1 read: {e}"),
+        })?;
+        if n == 0 {
+            return Err(UpstreamError::Protocol {
+                sent: true,
+                message: "upstream closed before the response head".into(),
+            });
+        }
+        let mut hs = [httparse::EMPTY_HEADER; 128];
+        let mut r = httparse::Response::new(&mut hs);
+        match r.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let headers: Vec<(String, String)> = r
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_ascii_lowercase(),
+                            String::from_utf8_lossy(h.value).trim().to_owned(),
+                        )
+                    })
+                    .collect();
+                return Ok((r.code.unwrap_or(0), headers, len));
+            }
+            Ok(httparse::Status::Partial) => {
+                if buf.len() > 256 * 1024 {
+                    return Err(UpstreamError::Protocol {
+                        sent: true,
+                        message: "upstream response head too large".into(),
+                    });
+                }
+            }
+            Err(e) => {
+                return Err(UpstreamError::Protocol {
+                    sent: true,
+                    message: format!("malformed upstream response head: {e}"),
+                })
+            }
+        }
+    }
 }
 
 /// The connection a body is read from.
@@ -171,6 +180,44 @@ impl From<monoio_rustls::ClientTlsStream<TcpStream>> for BodyIo {
 }
 
 // === impl BodyIo ===
+
+impl AsyncWriteRent for BodyIo {
+    async fn write<T: monoio::buf::IoBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Self::Plain(s) => s.write(buf).await,
+            Self::Tls(s) => s.write(buf).await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.write(buf).await,
+        }
+    }
+
+    async fn writev<T: monoio::buf::IoVecBuf>(&mut self, buf: T) -> BufResult<usize, T> {
+        match self {
+            Self::Plain(s) => s.writev(buf).await,
+            Self::Tls(s) => s.writev(buf).await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.writev(buf).await,
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.flush().await,
+            Self::Tls(s) => s.flush().await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.flush().await,
+        }
+    }
+
+    async fn shutdown(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Plain(s) => s.shutdown().await,
+            Self::Tls(s) => s.shutdown().await,
+            #[cfg(test)]
+            Self::Segmented(s) => s.shutdown().await,
+        }
+    }
+}
 
 impl AsyncReadRent for BodyIo {
     async fn read<T: IoBufMut>(&mut self, buf: T) -> BufResult<usize, T> {

@@ -10,8 +10,21 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// Builds the TLS connector for the upstream.
+/// Builds the TLS connector for the upstream (ALPN `h2`, `http/1.1`).
 pub fn connector(ca_file: Option<&Path>) -> Result<monoio_rustls::TlsConnector, String> {
+    connector_with(ca_file, &[b"h2", b"http/1.1"])
+}
+
+/// The TLS connector for upstream WebSocket upgrades (ALPN `http/1.1` only: the upgrade is an
+/// HTTP/1.1 request).
+pub fn connector_h1(ca_file: Option<&Path>) -> Result<monoio_rustls::TlsConnector, String> {
+    connector_with(ca_file, &[b"http/1.1"])
+}
+
+fn connector_with(
+    ca_file: Option<&Path>,
+    alpn: &[&[u8]],
+) -> Result<monoio_rustls::TlsConnector, String> {
     install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -32,6 +45,6 @@ pub fn connector(ca_file: Option<&Path>) -> Result<monoio_rustls::TlsConnector, 
     let mut cfg = rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(monoio_rustls::TlsConnector::from(Arc::new(cfg)))
 }
