@@ -242,7 +242,10 @@ impl WsTurn {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_owned));
             }
-            "response.completed" | "response.done" | "response.incomplete" | "response.failed"
+            "response.completed"
+            | "response.done"
+            | "response.incomplete"
+            | "response.failed"
             | "error" => self.finished = true,
             _ => {}
         }
@@ -364,22 +367,24 @@ impl super::Upstream {
                 pool.failed();
                 return Err(UpstreamError::WsUnavailable);
             }
-            let first = match monoio::time::timeout(self.cfg.first_byte_timeout, conn.next_text())
-                .await
-            {
-                Err(_) => return Err(UpstreamError::Timeout { sent: true }),
-                Ok(Ok(Some(f))) => f,
-                // Closed before any frame: a socket the upstream had dropped while idle (our
-                // frame was not processed). A fresh socket once; then HTTP.
-                Ok(Ok(None)) | Ok(Err(_)) if reused => continue,
-                Ok(Ok(None)) | Ok(Err(_)) => {
-                    pool.failed();
-                    return Err(UpstreamError::WsUnavailable);
-                }
-            };
+            let first =
+                match monoio::time::timeout(self.cfg.first_byte_timeout, conn.next_text()).await {
+                    Err(_) => return Err(UpstreamError::Timeout { sent: true }),
+                    Ok(Ok(Some(f))) => f,
+                    // Closed before any frame: a socket the upstream had dropped while idle (our
+                    // frame was not processed). A fresh socket once; then HTTP.
+                    Ok(Ok(None)) | Ok(Err(_)) if reused => continue,
+                    Ok(Ok(None)) | Ok(Err(_)) => {
+                        pool.failed();
+                        return Err(UpstreamError::WsUnavailable);
+                    }
+                };
             if sonic_rs::get(first.as_slice(), &["error", "code"])
                 .ok()
-                .and_then(|c| c.as_str().map(|c| c == "websocket_connection_limit_reached"))
+                .and_then(|c| {
+                    c.as_str()
+                        .map(|c| c == "websocket_connection_limit_reached")
+                })
                 == Some(true)
             {
                 continue; // the upstream retired this socket; the turn was not processed
@@ -447,9 +452,10 @@ impl super::Upstream {
         let (res, _) = io.write_all(head).await;
         res.map_err(|e| Refusal::Retry(format!("upgrade write: {e}")))?;
         let mut buf = Vec::with_capacity(4096);
-        let (status, resp_headers, head_len) = read_head(&mut io, &mut buf, self.cfg.ws_connect_timeout)
-            .await
-            .map_err(|e| Refusal::Retry(e.to_string()))?;
+        let (status, resp_headers, head_len) =
+            read_head(&mut io, &mut buf, self.cfg.ws_connect_timeout)
+                .await
+                .map_err(|e| Refusal::Retry(e.to_string()))?;
         buf.drain(..head_len);
         if status != 101 {
             // An account answer (auth, quota, ban) is classified like HTTP; anything else
@@ -494,6 +500,62 @@ impl super::Upstream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{
+        testing::{Plan, SegmentedIo},
+        ws::deflate::DeflateParams,
+    };
+
+    /// A Codex turn as the upstream sends it: one JSON event per text frame, a ping among them.
+    fn server_frames(deflate: Option<DeflateParams>) -> (Vec<u8>, Vec<Vec<u8>>) {
+        let mut enc = Encoder::new(Role::Server, deflate);
+        let mut wire = Vec::new();
+        let mut events = Vec::new();
+        events.push(br#"{"type":"response.created","response":{"id":"resp_1"}}"#.to_vec());
+        for i in 0..300 {
+            let text = "token ".repeat(i % 50 + 1);
+            events.push(
+                format!(r#"{{"type":"response.output_text.delta","delta":"{text}","sequence_number":{i}}}"#)
+                    .into_bytes(),
+            );
+        }
+        events.push(
+            br#"{"type":"response.completed","response":{"id":"resp_1","status":"completed"}}"#
+                .to_vec(),
+        );
+        for (i, e) in events.iter().enumerate() {
+            if i == 7 {
+                enc.ping(&mut wire, b"keepalive");
+            }
+            enc.text(&mut wire, e);
+        }
+        (wire, events)
+    }
+
+    /// The upstream socket's read loop under segmentation: the same frames whole, one byte per
+    /// read and at seeded random cuts, compressed and not, on both drivers.
+    #[monoio::test_all(timer_enabled = true)]
+    async fn turn_frames_split_anywhere() {
+        for deflate in [None, Some(DeflateParams::default())] {
+            let (wire, events) = server_frames(deflate.clone());
+            for plan in Plan::standard(8, true) {
+                let mut conn = WsConn {
+                    io: BodyIo::Segmented(SegmentedIo::new(&wire, plan)),
+                    rbuf: Vec::new(),
+                    dec: Decoder::new(Role::Client, Limits::default(), deflate.clone()),
+                    enc: Encoder::new(Role::Client, deflate.clone()),
+                    created: Instant::now(),
+                    idle_since: Instant::now(),
+                    last_response_id: None,
+                    headers: Vec::new(),
+                };
+                let mut got = Vec::new();
+                while let Some(t) = conn.next_text().await.expect("frames") {
+                    got.push(t);
+                }
+                assert!(got == events, "{plan:?} deflate={}", deflate.is_some());
+            }
+        }
+    }
 
     #[test]
     fn create_frames_and_sse_shapes() {
@@ -508,6 +570,9 @@ mod tests {
             &b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n"[..]
         );
         let multi = sse(b"{\"type\":\"x\",\n\"a\":1}");
-        assert_eq!(&multi[..], &b"event: x\ndata: {\"type\":\"x\",\ndata: \"a\":1}\n\n"[..]);
+        assert_eq!(
+            &multi[..],
+            &b"event: x\ndata: {\"type\":\"x\",\ndata: \"a\":1}\n\n"[..]
+        );
     }
 }
