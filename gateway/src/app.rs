@@ -140,6 +140,10 @@ impl App {
         // The embedded catalog until the sidecar fetches the upstream's.
         let catalog = shared_state::ModelCatalog::embedded(cfg.model_aliases.clone()).shared();
         let health = Arc::new(Health::default());
+        let transcripts = Arc::new(shared_state::TranscriptStore::new(
+            cfg.transcript_cache_bytes,
+            cfg.transcript_ttl,
+        ));
         let (ev_tx, ev_rx) = events();
         let (mb, boxes) = mailboxes(n);
         let mut sc = SidecarConfig::new(
@@ -194,6 +198,7 @@ impl App {
                 mailbox,
                 registry: registry.clone(),
                 catalog: Arc::clone(&catalog),
+                transcripts: Arc::clone(&transcripts),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()

@@ -74,6 +74,8 @@ pub struct FileConfig {
     admin_token: Option<String>,
     shutdown_grace_secs: Option<u64>,
     ws_idle_timeout_secs: Option<u64>,
+    transcript_cache_bytes: Option<usize>,
+    transcript_ttl_secs: Option<u64>,
     max_attempts: Option<u32>,
     max_body_bytes: Option<usize>,
     force_legacy_driver: Option<bool>,
@@ -335,6 +337,10 @@ pub struct GatewayConfig {
     pub client_idle_timeout: Duration,
     /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
     pub ws_idle_timeout: Duration,
+    /// Memory for HTTP response transcripts (`previous_response_id` over HTTP), bytes.
+    pub transcript_cache_bytes: usize,
+    /// How long an HTTP response can be continued by `previous_response_id`.
+    pub transcript_ttl: Duration,
     /// Pin workers to cores.
     pub pin_workers: bool,
     /// Use the legacy (epoll) driver even where io_uring works
@@ -378,6 +384,8 @@ impl GatewayConfig {
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
             ws_idle_timeout: Duration::from_secs(900),
+            transcript_cache_bytes: 256 << 20,
+            transcript_ttl: Duration::from_secs(3600),
             pin_workers: true,
             pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
@@ -509,6 +517,12 @@ impl GatewayConfig {
                 ));
             }
             c.upstream.h2_max_connections = v;
+        }
+        if let Some(v) = file.transcript_cache_bytes {
+            c.transcript_cache_bytes = v;
+        }
+        if let Some(v) = file.transcript_ttl_secs {
+            c.transcript_ttl = Duration::from_secs(v);
         }
         if let Some(v) = file.ws_idle_timeout_secs {
             c.ws_idle_timeout = Duration::from_secs(v.max(1));

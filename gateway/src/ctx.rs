@@ -42,6 +42,8 @@ pub struct WorkerCtx {
     pub registry: Registry,
     /// Model catalog cell.
     pub catalog: shared_state::SharedCatalog,
+    /// HTTP response transcripts (`previous_response_id`), shared by the workers.
+    pub transcripts: Arc<shared_state::TranscriptStore>,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
     draining: Cell<bool>,
@@ -64,6 +66,7 @@ impl WorkerCtx {
         registry: Registry,
         catalog: shared_state::SharedCatalog,
         events: EventSender,
+        transcripts: Arc<shared_state::TranscriptStore>,
     ) -> Self {
         Self {
             id,
@@ -74,6 +77,7 @@ impl WorkerCtx {
             metrics,
             registry,
             catalog,
+            transcripts,
             events,
             spool: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),

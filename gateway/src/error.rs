@@ -213,7 +213,7 @@ impl Error {
             ErrorKind::ContinuationNotFound => r(
                 400,
                 ErrorBody::new(
-                    "Previous response not found: this gateway keeps no server-side state over HTTP (store:false). Resend the full conversation in `input`.",
+                    "Previous response not found: it is unknown, expired, belongs to another key, or was created with store:false. Resend the full conversation in `input`.",
                     "invalid_request_error",
                     Some("previous_response_not_found"),
                 )

@@ -48,6 +48,8 @@ pub struct WorkerSeed {
     pub registry: Registry,
     /// Model catalog cell.
     pub catalog: shared_state::SharedCatalog,
+    /// HTTP response transcripts (`previous_response_id`), shared by the workers.
+    pub transcripts: Arc<shared_state::TranscriptStore>,
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -127,6 +129,7 @@ async fn worker_main(
         mailbox,
         registry,
         catalog,
+        transcripts,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -155,6 +158,7 @@ async fn worker_main(
         registry,
         catalog,
         events,
+        transcripts,
     ));
     tracing::info!(worker = id, driver, "worker ready");
     let _ = ready.send(Ok(driver));

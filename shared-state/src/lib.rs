@@ -8,6 +8,7 @@
 //! - [`channels`]: the worker -> sidecar fact channel and the sidecar -> worker command channels
 //!   (crossbeam queues paired with a cross-runtime waker).
 //! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output.
+//! - [`transcripts`]: HTTP response transcripts for `previous_response_id`, shared by workers.
 //! - [`jwt`] and [`keys`]: pure helpers both sides need (JWT claim decoding, client-key hashing).
 //!
 //! # Usage
@@ -20,6 +21,7 @@ pub mod jwt;
 pub mod keys;
 pub mod secret;
 pub mod snapshot;
+pub mod transcripts;
 
 pub use account::{AccountLive, AccountStatus, Lease};
 pub use catalog::{ModelCatalog, SharedCatalog};
@@ -29,6 +31,7 @@ pub use channels::{
 };
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};
+pub use transcripts::TranscriptStore;
 
 /// Milliseconds since the Unix epoch, the one clock unit used in live state.
 pub fn now_ms() -> u64 {

@@ -43,9 +43,32 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         }
     };
     drop(catalog);
-    if norm.previous_response_id.is_some() {
-        let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
-        return write_error(ctx, conn, ROUTE, &e, keep).await;
+    // previous_response_id: the upstream keeps nothing (store:false), so the gateway replays
+    // the chain it kept; a client that sent store:false gets no transcript kept.
+    let keep_transcript = sonic_rs::get(req.body.as_slice(), &["store"])
+        .ok()
+        .and_then(|v| v.as_bool())
+        != Some(false);
+    let new_items = if keep_transcript {
+        input_of(&norm.body)
+    } else {
+        Vec::new()
+    };
+    let parent = norm.previous_response_id.clone();
+    let mut norm = norm;
+    if let Some(id) = &parent {
+        let spliced = ctx
+            .transcripts
+            .history(id, key.id)
+            .ok()
+            .and_then(|parts| with_history(&norm.body, &parts));
+        match spliced {
+            Some(body) => norm.body = body,
+            None => {
+                let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
+                return write_error(ctx, conn, ROUTE, &e, keep).await;
+            }
+        }
     }
     let mut usage = UsageGuard::start(ctx, key.id, ROUTE, norm.model.clone(), norm.stream);
     let plan = RequestPlan {
@@ -73,17 +96,147 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         http10: req.http10,
         keep,
     };
-    if norm.stream {
-        let mut enc = ResponsesSse {
+    let keep_alive = if norm.stream {
+        let mut enc = Capturing::new(ResponsesSse {
             panic_after_commit: fault_requested(&req, "panic-after-commit"),
-        };
-        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+        });
+        let r = pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await;
+        (r, enc.outputs)
     } else {
-        let mut enc = ResponsesJson::default();
-        Box::pin(pipeline::forward(
+        let mut enc = Capturing::new(ResponsesJson::default());
+        let r = Box::pin(pipeline::forward(
             ctx, committed, &mut usage, &mut enc, &mut sink,
         ))
-        .await
+        .await;
+        (r, enc.outputs)
+    };
+    let (result, outputs) = keep_alive;
+    if keep_transcript {
+        outputs.keep(ctx, key.id, parent, new_items);
+    }
+    result
+}
+
+/// The `input` items of a normalised body.
+pub(crate) fn input_of(body: &[u8]) -> Vec<sonic_rs::Value> {
+    sonic_rs::get(body, &["input"])
+        .ok()
+        .and_then(|raw| sonic_rs::from_str::<sonic_rs::Array>(raw.as_raw_str()).ok())
+        .map(|a| a.into_iter().collect())
+        .unwrap_or_default()
+}
+
+/// `body` with the kept history (item arrays, oldest first) before its own input.
+fn with_history(body: &[u8], parts: &[std::sync::Arc<[u8]>]) -> Option<Vec<u8>> {
+    let mut v: sonic_rs::Value = sonic_rs::from_slice(body).ok()?;
+    let mut items = sonic_rs::Array::new();
+    for part in parts {
+        let arr: sonic_rs::Array = sonic_rs::from_slice(part).ok()?;
+        for it in arr {
+            items.push(it);
+        }
+    }
+    for it in input_of(body) {
+        items.push(it);
+    }
+    v.as_object_mut()?.insert(&"input", items);
+    sonic_rs::to_vec(&v).ok()
+}
+
+/// What a turn leaves for its continuation: the response id and the output items, as they
+/// are replayed upstream (ids of items the upstream did not store dropped; call ids and
+/// encrypted reasoning kept).
+#[derive(Default)]
+pub struct Outputs {
+    /// The upstream's response id.
+    pub response_id: Option<String>,
+    /// Output items, cleaned for replay.
+    pub items: Vec<sonic_rs::Value>,
+    /// The response completed (or ended incomplete): it can be continued.
+    pub done: bool,
+}
+
+// === impl Outputs ===
+
+impl Outputs {
+    fn observe(&mut self, ev: &SseEvent) {
+        match ev.event_type() {
+            "response.created" if self.response_id.is_none() => {
+                self.response_id = sonic_rs::get(&ev.data, &["response", "id"])
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned));
+            }
+            "response.output_item.done" => {
+                let item = sonic_rs::get(&ev.data, &["item"])
+                    .ok()
+                    .and_then(|raw| sonic_rs::from_str::<sonic_rs::Value>(raw.as_raw_str()).ok());
+                if let Some(mut item) = item {
+                    if let Some(o) = item.as_object_mut() {
+                        o.remove(&"id");
+                        o.remove(&"status");
+                    }
+                    self.items.push(item);
+                }
+            }
+            "response.completed" | "response.done" | "response.incomplete" => self.done = true,
+            _ => {}
+        }
+    }
+
+    /// Keeps this HTTP turn (its new input items, then its outputs) for a continuation.
+    fn keep(
+        self,
+        ctx: &WorkerCtx,
+        key_id: i64,
+        parent: Option<String>,
+        input: Vec<sonic_rs::Value>,
+    ) {
+        let (Some(id), true) = (self.response_id, self.done) else {
+            return;
+        };
+        let mut arr = sonic_rs::Array::new();
+        for it in input.into_iter().chain(self.items) {
+            arr.push(it);
+        }
+        if let Ok(bytes) = sonic_rs::to_vec(&arr) {
+            ctx.transcripts.put(id, key_id, parent, bytes);
+        }
+    }
+}
+
+/// An encoder that also records [`Outputs`] (any Responses dialect).
+pub struct Capturing<E> {
+    inner: E,
+    /// What the turn produced.
+    pub outputs: Outputs,
+}
+
+impl<E> Capturing<E> {
+    /// Wraps `inner`.
+    pub fn new(inner: E) -> Self {
+        Self {
+            inner,
+            outputs: Outputs::default(),
+        }
+    }
+}
+
+impl<E: Encoder> Encoder for Capturing<E> {
+    fn streaming(&self) -> bool {
+        self.inner.streaming()
+    }
+
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        self.outputs.observe(ev);
+        self.inner.event(ev, out);
+    }
+
+    fn broken(&mut self, e: &Error, response_id: Option<&str>, out: &mut Vec<u8>) {
+        self.inner.broken(e, response_id, out);
+    }
+
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
+        self.inner.finish(failed, out)
     }
 }
 

@@ -47,7 +47,7 @@ use shared_state::ClientKey;
 use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
 use tokio::sync::{mpsc, Notify};
 
-use super::{affinity_key, authenticate, passthrough, write_error, JSON};
+use super::{affinity_key, authenticate, passthrough, responses::Capturing, write_error, JSON};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -386,19 +386,15 @@ async fn turn(
             return;
         }
     };
-    let mut enc = ResponsesWs {
-        shared,
-        response_id: None,
-        outputs: Vec::new(),
-    };
+    let mut enc = Capturing::new(ResponsesWs { shared });
     let mut sink = WsSink { shared };
     let _ = Box::pin(pipeline::forward(
         ctx, committed, &mut usage, &mut enc, &mut sink,
     ))
     .await;
-    if let Some(id) = enc.response_id.take() {
+    if let Some(id) = enc.outputs.response_id.take() {
         let mut items = new_items;
-        items.append(&mut enc.outputs);
+        items.append(&mut enc.outputs.items);
         chains.insert(id, Chain { parent, items });
     }
 }
@@ -671,12 +667,10 @@ impl Sink for WsSink<'_> {
     }
 }
 
-/// Responses over WebSocket: each upstream event's JSON as one text frame, byte-faithful;
-/// the output items are kept for the socket's transcript.
+/// Responses over WebSocket: each upstream event's JSON as one text frame, byte-faithful
+/// (wrapped in [`Capturing`] for the socket's transcript).
 pub struct ResponsesWs<'a> {
     shared: &'a WsShared,
-    response_id: Option<String>,
-    outputs: Vec<sonic_rs::Value>,
 }
 
 impl Encoder for ResponsesWs<'_> {
@@ -685,28 +679,6 @@ impl Encoder for ResponsesWs<'_> {
     }
 
     fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
-        match ev.event_type() {
-            "response.created" if self.response_id.is_none() => {
-                self.response_id = sonic_rs::get(&ev.data, &["response", "id"])
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned));
-            }
-            "response.output_item.done" => {
-                let item = sonic_rs::get(&ev.data, &["item"])
-                    .ok()
-                    .and_then(|raw| sonic_rs::from_str::<sonic_rs::Value>(raw.as_raw_str()).ok());
-                if let Some(mut item) = item {
-                    // Replayed upstream as input: ids of items the upstream did not store
-                    // (store:false) are dropped; call ids and encrypted reasoning stay.
-                    if let Some(o) = item.as_object_mut() {
-                        o.remove(&"id");
-                        o.remove(&"status");
-                    }
-                    self.outputs.push(item);
-                }
-            }
-            _ => {}
-        }
         self.shared.enc.borrow_mut().text(out, &ev.data);
     }
 

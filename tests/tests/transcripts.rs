@@ -1,0 +1,157 @@
+//! `previous_response_id` over HTTP (issue 10): the gateway keeps the transcripts of responses
+//! whose client did not ask for `store:false`, shared by the workers, within a byte budget,
+//! and replays the chain upstream (the upstream keeps nothing).
+
+use integration_tests::{client, Stack, StackBuilder};
+use serde_json::{json, Value};
+
+async fn create(s: &Stack, key: &str, body: Value) -> (u16, Value) {
+    // A new connection per request: workers differ, the store is shared.
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+        .post(format!("{}/v1/responses", s.url()))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn last_upstream(s: &Stack) -> Value {
+    s.mock
+        .requests()
+        .iter()
+        .rev()
+        .find(|r| r.path.ends_with("/responses"))
+        .and_then(|r| r.json.clone())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_of_three_over_http_is_replayed_whole() {
+    let s = StackBuilder::default().start();
+    let (st, r1) = create(&s, &s.key, json!({"model":"gpt-5.5","input":"turn one"})).await;
+    assert_eq!(st, 200);
+    let (st, r2) = create(
+        &s,
+        &s.key,
+        json!({"model":"gpt-5.5","input":"turn two","previous_response_id": r1["id"]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{r2}");
+    // Streaming continuation of the continuation.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"turn three","stream":true,"previous_response_id": r2["id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let _ = r.text().await.unwrap();
+    let up = last_upstream(&s);
+    assert!(up.get("previous_response_id").is_none(), "{up}");
+    let text = serde_json::to_string(&up["input"]).unwrap();
+    let order: Vec<usize> = [
+        "turn one",
+        "Hello from mock-codex",
+        "turn two",
+        "turn three",
+    ]
+    .iter()
+    .map(|m| {
+        text.find(m)
+            .unwrap_or_else(|| panic!("{m} missing: {text}"))
+    })
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "history order {order:?}"
+    );
+    assert_eq!(
+        up["input"].as_array().unwrap().len(),
+        5,
+        "three user turns and two answers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_key_or_store_false_cannot_continue() {
+    let s = StackBuilder::default().start();
+    let db = s.db.clone();
+    let other = std::thread::spawn(move || admin::cli::keys_create(&db, "other").unwrap())
+        .join()
+        .unwrap();
+    // The new key reaches the workers with the next snapshot.
+    let mut ok = false;
+    for _ in 0..50 {
+        if create(&s, &other, json!({"model":"gpt-5.5","input":"x"}))
+            .await
+            .0
+            == 200
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the second key works");
+    let (_, mine) = create(&s, &s.key, json!({"model":"gpt-5.5","input":"secret"})).await;
+    let (st, e) = create(
+        &s,
+        &other,
+        json!({"model":"gpt-5.5","input":"y","previous_response_id": mine["id"]}),
+    )
+    .await;
+    assert_eq!(st, 400);
+    assert_eq!(e["error"]["code"], "previous_response_not_found", "{e}");
+
+    let (_, unstored) = create(
+        &s,
+        &s.key,
+        json!({"model":"gpt-5.5","input":"z","store":false}),
+    )
+    .await;
+    let (st, e) = create(
+        &s,
+        &s.key,
+        json!({"model":"gpt-5.5","input":"w","previous_response_id": unstored["id"]}),
+    )
+    .await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (400, Some("previous_response_not_found"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_byte_budget_evicts_the_oldest() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| c.transcript_cache_bytes = 16 * 8 * 1024)),
+        ..Default::default()
+    }
+    .start();
+    let (_, first) = create(&s, &s.key, json!({"model":"gpt-5.5","input":"the first"})).await;
+    for i in 0..200 {
+        let (st, _) = create(
+            &s,
+            &s.key,
+            json!({"model":"gpt-5.5","input": format!("filler {i} {}", "x".repeat(2000))}),
+        )
+        .await;
+        assert_eq!(st, 200);
+    }
+    let (st, e) = create(
+        &s,
+        &s.key,
+        json!({"model":"gpt-5.5","input":"again","previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(st, 400, "evicted: {e}");
+    assert_eq!(e["error"]["code"], "previous_response_not_found");
+    let _ = client();
+}
