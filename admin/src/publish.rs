@@ -13,6 +13,12 @@
 //! - Settings: the configured [`Settings`] are the defaults; valid rows of the `settings`
 //!   table override them ([`crate::settings::effective`]).
 //!
+//! - Held tokens ([`Publisher::hold_tokens`]): rotated tokens a refresh could not store yet.
+//!   The old refresh token is dead once the token endpoint answered, so they are the only
+//!   live ones: every reload lays them over what storage returns (the data plane uses them
+//!   at once) until [`Publisher::release_tokens`] after they were stored, and
+//!   [`Publisher::publish_held`] publishes them even while storage cannot be read.
+//!
 //! # Usage
 //! The sidecar calls `reload(false)` every `reload_interval` and after every mutation;
 //! a token refresh calls `reload(true)` and remembers the returned version.
@@ -23,7 +29,7 @@
 use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
-    sync::Arc,
+    sync::{Arc, Mutex as SyncMutex, PoisonError},
 };
 
 use shared_state::{
@@ -34,7 +40,7 @@ use tokio::sync::Mutex;
 
 use crate::{
     error::StorageError,
-    storage::{AccountRow, AccountSecrets, KeyRow, Storage},
+    storage::{AccountRow, AccountSecrets, KeyRow, Storage, TokenUpdate},
 };
 
 /// Live state kept for one account across snapshots.
@@ -61,6 +67,8 @@ pub struct Publisher {
     /// The configured settings (defaults for keys without a stored override).
     defaults: Settings,
     state: Mutex<PubState>,
+    /// Rotated tokens not stored yet, by account id (see the module docs).
+    held: SyncMutex<HashMap<i64, TokenUpdate>>,
 }
 
 // === impl Publisher ===
@@ -73,7 +81,125 @@ impl Publisher {
             mailboxes,
             defaults,
             state: Mutex::new(PubState::default()),
+            held: SyncMutex::new(HashMap::new()),
         }
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, TokenUpdate>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps `tokens` (a refresh's rotation that could not be stored) as the account's
+    /// tokens until [`Self::release_tokens`]. Returns `true` when none were held before (the
+    /// caller starts the writer; otherwise the running writer picks the newer ones up).
+    pub(crate) fn hold_tokens(&self, id: i64, tokens: TokenUpdate) -> bool {
+        self.held_map().insert(id, tokens).is_none()
+    }
+
+    /// Replaces the tokens held for `id` with `tokens` when some are held (their writer
+    /// stores the newest); `false` when none are held.
+    pub(crate) fn replace_held(&self, id: i64, tokens: &TokenUpdate) -> bool {
+        match self.held_map().get_mut(&id) {
+            Some(t) => {
+                *t = tokens.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The tokens held for `id`, if any.
+    pub(crate) fn held_tokens(&self, id: i64) -> Option<TokenUpdate> {
+        self.held_map().get(&id).cloned()
+    }
+
+    /// Stops holding `stored` for `id` (they are in storage now). Returns `false` when newer
+    /// tokens are held meanwhile (they still need storing).
+    pub(crate) fn release_tokens(&self, id: i64, stored: &TokenUpdate) -> bool {
+        let mut held = self.held_map();
+        match held.get(&id) {
+            Some(t) if t.access_token == stored.access_token => {
+                held.remove(&id);
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
+    /// Lays held tokens over what storage returned.
+    fn overlay_held(&self, accounts: &mut [(AccountRow, AccountSecrets)]) {
+        let held = self.held_map();
+        if held.is_empty() {
+            return;
+        }
+        for (row, secrets) in accounts.iter_mut() {
+            if let Some(t) = held.get(&row.id) {
+                secrets.access_token = t.access_token.clone();
+                if let Some(r) = t.refresh_token.as_ref().filter(|r| !r.is_empty()) {
+                    secrets.refresh_token = r.clone();
+                }
+                if let Some(i) = t.id_token.as_ref().filter(|i| !i.is_empty()) {
+                    secrets.id_token = i.clone();
+                }
+                if t.access_expires_at.is_some() {
+                    row.access_expires_at = t.access_expires_at;
+                }
+                if let Some(p) = t.plan_type.as_ref().filter(|p| !p.is_empty()) {
+                    row.plan_type = Some(p.clone());
+                }
+            }
+        }
+    }
+
+    /// Publishes the tokens held for `id` without reading storage (it may be down): the
+    /// current snapshot with that account's access token replaced. Returns the version, or
+    /// `None` when nothing is held or the account is not published.
+    pub async fn publish_held(&self, id: i64) -> Option<u64> {
+        let st = self.state.lock().await;
+        let t = self.held_tokens(id)?;
+        let cur = self.snapshot.load_full();
+        let old = cur.account(id)?;
+        let entry = Arc::new(AccountEntry {
+            id: old.id,
+            label: old.label.clone(),
+            chatgpt_account_id: old.chatgpt_account_id.clone(),
+            user_id: old.user_id.clone(),
+            plan: t
+                .plan_type
+                .clone()
+                .filter(|p| !p.is_empty())
+                .or_else(|| old.plan.clone()),
+            access_token: t.access_token.clone(),
+            access_expires_at: t.access_expires_at.or(old.access_expires_at),
+            status: old.status,
+            weight: old.weight,
+            max_concurrency: old.max_concurrency,
+            live: Arc::clone(&old.live),
+        });
+        let accounts = cur
+            .accounts
+            .iter()
+            .map(|a| {
+                if a.id == id {
+                    Arc::clone(&entry)
+                } else {
+                    Arc::clone(a)
+                }
+            })
+            .collect();
+        let version = cur.version + 1;
+        self.snapshot.store(Arc::new(Snapshot {
+            version,
+            accounts,
+            keys: cur.keys.clone(),
+            settings: cur.settings.clone(),
+        }));
+        drop(st);
+        self.mailboxes
+            .broadcast(&WorkerCommand::SnapshotUpdated { version });
+        tracing::debug!(version, account = id, "published held tokens");
+        Some(version)
     }
 
     /// The configured settings (what a key without a stored override falls back to).
@@ -110,9 +236,10 @@ impl Publisher {
     ) -> Result<Option<u64>, StorageError> {
         // Holding the lock across the load serializes reloads, so the newest read publishes last.
         let mut st = self.state.lock().await;
-        let accounts = storage.load_accounts().await?;
+        let mut accounts = storage.load_accounts().await?;
         let keys = storage.list_keys().await?;
         let stored_settings = storage.load_settings().await?;
+        self.overlay_held(&mut accounts);
         let fp = fingerprint(&accounts, &keys, &stored_settings);
 
         // Cooldowns and quota persisted by other instances reach the live atomics even when

@@ -1,5 +1,6 @@
-//! Token rotation: a rotated refresh token survives a restart; a refresh whose persistence
-//! fails is not published (and is published once storage is back).
+//! Token rotation: a rotated refresh token survives a restart; a rotation that cannot be
+//! stored (database locked or down) is used from memory at once and stored once storage
+//! takes writes again (issue 9, defect 11).
 
 use std::time::{Duration, Instant};
 
@@ -78,20 +79,30 @@ async fn rotated_refresh_token_survives_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn refresh_is_published_only_after_it_is_persisted() {
+async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
+    use sqlx::Connection;
     let s = StackBuilder {
         postgres: true,
         mock: MockConfig {
             token_delay: Duration::from_millis(1500),
+            strict_tokens: true,
             ..MockConfig::default()
         },
         ..StackBuilder::default()
     }
     .start();
-    let name = s._pg.as_ref().unwrap().name.clone();
-    let before = s.app.snapshot.load().accounts[0].access_token.clone();
+    let pg = s._pg.as_ref().unwrap();
+    let name = pg.name.clone();
+    let stored_refresh = || async {
+        let mut c = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+        sqlx::query_scalar::<_, String>("SELECT refresh_token_enc FROM accounts")
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+    };
+    let before = stored_refresh().await;
     // A 401 asks the sidecar for a refresh; while the token endpoint answers (1.5 s), storage
-    // goes down, so the rotated tokens cannot be stored at first.
+    // goes down, so the rotated tokens cannot be stored.
     s.mock.set_behaviour(
         "acct-0",
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
@@ -122,17 +133,8 @@ async fn refresh_is_published_only_after_it_is_persisted() {
     })
     .join()
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(3000)).await;
-    assert_eq!(
-        s.app.snapshot.load().accounts[0].access_token,
-        before,
-        "not published before it is stored"
-    );
-    // Storage comes back within the sidecar's persistence retries: stored, then published.
-    let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
-    std::thread::spawn(move || pg_exec(&admin_url, &up))
-        .join()
-        .unwrap();
+    // Storage stays down: the waiting request is served on the rotated tokens, from memory
+    // (strict tokens: the old access token is refused upstream).
     assert_eq!(
         pending.await.unwrap(),
         200,
@@ -143,4 +145,110 @@ async fn refresh_is_published_only_after_it_is_persisted() {
         s.app.snapshot.load().accounts[0].access_token.expose(),
         fresh.access_token
     );
+    let last = s.mock.requests().pop().unwrap();
+    assert_eq!(
+        last.header("authorization").unwrap(),
+        format!("Bearer {}", fresh.access_token)
+    );
+    // Storage comes back: the rotation is stored, and it is the live one (the old refresh
+    // token would be `refresh_token_reused`).
+    let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
+    std::thread::spawn(move || pg_exec(&admin_url, &up))
+        .join()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stored_refresh().await == before {
+        assert!(
+            Instant::now() < deadline,
+            "the rotated tokens never reached storage"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let db = s.db.clone();
+    let token_url = s.mock.token_url();
+    let res = tokio::task::spawn_blocking(move || {
+        admin::cli::accounts_refresh(&db, None, &token_url).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    assert_eq!(s.mock.token_calls(), 2);
+}
+
+/// The stored (encrypted) refresh token of the only account, read over its own connection.
+async fn stored_refresh_ciphertext(c: &mut sqlx::SqliteConnection) -> String {
+    sqlx::query_scalar::<_, String>("SELECT refresh_token_enc FROM accounts")
+        .fetch_one(c)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refresh_survives_a_locked_database() {
+    use sqlx::Connection;
+    let s = StackBuilder {
+        mock: MockConfig {
+            strict_tokens: true,
+            ..MockConfig::default()
+        },
+        ..StackBuilder::default()
+    }
+    .start();
+    let original = s.accounts[0].clone();
+    let db = s.dir.path().join(admin::DEFAULT_DB_FILE);
+    let mut lock = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let before = stored_refresh_ciphertext(&mut lock).await;
+    // Another writer holds the database's write lock across the whole refresh.
+    sqlx::raw_sql("BEGIN IMMEDIATE")
+        .execute(&mut lock)
+        .await
+        .unwrap();
+
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
+    let ask = || {
+        s.post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x"}))
+    };
+    let r = ask().send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(s.mock.token_calls(), 1);
+    let rotated = s.mock.account_tokens("acct-0").unwrap();
+    assert_ne!(rotated.refresh_token, original.refresh_token);
+    // strict tokens: only the rotated access token is accepted upstream
+    let last = s.mock.requests().pop().unwrap();
+    assert_eq!(
+        last.header("authorization").unwrap(),
+        format!("Bearer {}", rotated.access_token)
+    );
+    // Still locked: the account keeps working on the rotated tokens.
+    let r = ask().send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(s.mock.token_calls(), 1, "no second refresh");
+
+    // The lock goes away: the rotated refresh token reaches storage.
+    sqlx::raw_sql("ROLLBACK").execute(&mut lock).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stored_refresh_ciphertext(&mut lock).await == before {
+        assert!(
+            Instant::now() < deadline,
+            "the rotated tokens never reached storage"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(lock);
+    // ... and it is the live one (a reused refresh token would be `refresh_token_reused`).
+    let dbt = s.db.clone();
+    let token_url = s.mock.token_url();
+    let res = tokio::task::spawn_blocking(move || {
+        admin::cli::accounts_refresh(&dbt, None, &token_url).unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    assert_eq!(s.mock.token_calls(), 2);
 }

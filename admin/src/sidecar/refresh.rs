@@ -11,8 +11,13 @@
 //!   within [`super::REFRESH_AHEAD`].
 //! - Each attempt holds the Redis lease when Redis is configured, re-reads the account (another
 //!   instance may have refreshed it already), calls the token endpoint, persists access +
-//!   refresh (+ id) token in one transaction **before** publishing, and keeps the old refresh
-//!   token when the response has none.
+//!   refresh (+ id) token in one transaction, then publishes, and keeps the old refresh token
+//!   when the response has none.
+//! - **A rotation is never lost.** Once the endpoint answered, the old refresh token is dead.
+//!   When the write fails (database locked or down), the new tokens are held in memory
+//!   ([`crate::publish::Publisher::hold_tokens`]), published at once (the account keeps
+//!   serving, and a later refresh uses the held refresh token), and a writer task retries the
+//!   write with capped backoff until it succeeds ([`persist_held`]).
 //!
 //! # Error handling
 //! Terminal endpoint errors set `reauth_required` (`banned` for a deactivated account) in
@@ -199,11 +204,18 @@ async fn run(guard: InFlight, reason: Reason) {
 }
 
 async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
-    let (row, secrets) = match core.storage.get_account(id).await {
+    let (row, mut secrets) = match core.storage.get_account(id).await {
         Ok(Some(v)) => v,
         Ok(None) => return Step::Done,
         Err(e) => return Step::Retry(format!("storage: {e}")),
     };
+    if let Some(held) = core.publisher.held_tokens(id) {
+        // A rotation not stored yet: those are the live tokens, not the stored ones.
+        secrets.access_token = held.access_token;
+        if let Some(r) = held.refresh_token.filter(|r| !r.is_empty()) {
+            secrets.refresh_token = r;
+        }
+    }
     if row.status != AccountStatus::Active {
         return Step::Done;
     }
@@ -238,37 +250,88 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         .await;
         return Step::Done;
     }
-    match exchange_and_store(
-        core.storage.as_ref(),
-        &core.oauth,
-        id,
-        &secrets.refresh_token,
-    )
-    .await
-    {
-        Ok(Stored::Yes) => {
-            if let Some(live) = core.publisher.live(id).await {
-                if live.status_override() == Some(AccountStatus::ReauthRequired) {
-                    live.set_status_override(None);
-                }
-                let auth_cooldown = row.cooldown_reason.as_deref().is_some_and(|r| {
-                    r.contains("token") || r.contains("401") || r.contains("auth")
-                });
-                if auth_cooldown {
-                    live.clear_cooldown();
-                    let _ = core.storage.set_cooldown(id, 0, None).await;
-                }
-            }
-            publish_refreshed(core, id).await;
-            tracing::info!(account = id, "refreshed account tokens");
-            Step::Done
-        }
-        Ok(Stored::Deleted | Stored::Lost) => Step::Done,
+    let upd = match exchange(&core.oauth, &secrets.refresh_token).await {
+        Ok(upd) => upd,
         Err(e @ RefreshError::Terminal { .. }) => {
             mark_terminal(core, id, &e).await;
-            Step::Done
+            return Step::Done;
         }
-        Err(RefreshError::Transient(why)) => Step::Retry(why),
+        Err(RefreshError::Transient(why)) => return Step::Retry(why),
+    };
+    // From here on the old refresh token is dead: the new tokens must not be lost.
+    let stored = if core.publisher.replace_held(id, &upd) {
+        // An earlier rotation is still waiting for storage: its writer stores these instead
+        // (one writer per account, so an older rotation never lands after a newer one).
+        false
+    } else {
+        match core.storage.update_tokens(id, &upd).await {
+            Ok(true) => true,
+            Ok(false) => return Step::Done, // deleted meanwhile
+            Err(e) => {
+                tracing::error!(account = id, error = %e, "cannot store refreshed tokens; using them from memory and retrying the write");
+                if core.publisher.hold_tokens(id, upd) {
+                    tokio::spawn(persist_held(Arc::clone(core), id));
+                }
+                false
+            }
+        }
+    };
+    if let Some(live) = core.publisher.live(id).await {
+        if live.status_override() == Some(AccountStatus::ReauthRequired) {
+            live.set_status_override(None);
+        }
+        let auth_cooldown = row
+            .cooldown_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("token") || r.contains("401") || r.contains("auth"));
+        if auth_cooldown {
+            live.clear_cooldown();
+            if stored {
+                let _ = core.storage.set_cooldown(id, 0, None).await;
+            }
+        }
+    }
+    publish_refreshed(core, id).await;
+    tracing::info!(account = id, stored, "refreshed account tokens");
+    Step::Done
+}
+
+/// Delay before the first retry of a held rotation's write; doubles up to [`PERSIST_MAX`].
+const PERSIST_FIRST: Duration = Duration::from_millis(250);
+/// Longest delay between two retries of a held rotation's write.
+const PERSIST_MAX: Duration = Duration::from_secs(10);
+
+/// Writes the tokens held for `id` until the write succeeds (or the account is gone), then
+/// stops holding them and republishes from storage. Newer tokens held meanwhile are written
+/// in turn. One writer per account ([`crate::publish::Publisher::hold_tokens`] says when to
+/// start one).
+pub(crate) async fn persist_held(core: Arc<Core>, id: i64) {
+    let mut delay = PERSIST_FIRST;
+    let mut failures = 0u64;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(upd) = core.publisher.held_tokens(id) else {
+            return;
+        };
+        match core.storage.update_tokens(id, &upd).await {
+            Ok(stored) => {
+                if core.publisher.release_tokens(id, &upd) {
+                    if stored {
+                        tracing::info!(account = id, failures, "held refreshed tokens stored");
+                    }
+                    core.republish().await;
+                    return;
+                }
+                delay = PERSIST_FIRST; // newer tokens arrived: write those
+            }
+            Err(e) => {
+                failures += 1;
+                if failures.is_power_of_two() {
+                    tracing::error!(account = id, failures, error = %e, "still cannot store refreshed tokens (kept in memory); retrying");
+                }
+                delay = (delay * 2).min(PERSIST_MAX);
+            }
+        }
     }
 }
 
@@ -292,22 +355,7 @@ pub(crate) async fn exchange_and_store(
     id: i64,
     refresh_token: &Secret,
 ) -> Result<Stored, RefreshError> {
-    let t = oauth.refresh(refresh_token).await?;
-    let ident = Identity::from_tokens(
-        t.id_token.as_ref().map(Secret::expose).unwrap_or(""),
-        t.access_token.expose(),
-    );
-    let now_s = i64::try_from(shared_state::now_ms() / 1000).unwrap_or(0);
-    let upd = TokenUpdate {
-        access_token: t.access_token,
-        refresh_token: t.refresh_token,
-        id_token: t.id_token,
-        access_expires_at: ident
-            .access_expires_at
-            .or_else(|| t.expires_in.map(|e| now_s + e)),
-        email: ident.email,
-        plan_type: ident.plan_type,
-    };
+    let upd = exchange(oauth, refresh_token).await?;
     for i in 0..6u32 {
         match storage.update_tokens(id, &upd).await {
             Ok(true) => return Ok(Stored::Yes),
@@ -325,13 +373,45 @@ pub(crate) async fn exchange_and_store(
     Ok(Stored::Lost)
 }
 
+/// Exchanges `refresh_token` at the token endpoint: the new tokens as a storage update.
+pub(crate) async fn exchange(
+    oauth: &OAuthClient,
+    refresh_token: &Secret,
+) -> Result<TokenUpdate, RefreshError> {
+    let t = oauth.refresh(refresh_token).await?;
+    let ident = Identity::from_tokens(
+        t.id_token.as_ref().map(Secret::expose).unwrap_or(""),
+        t.access_token.expose(),
+    );
+    let now_s = i64::try_from(shared_state::now_ms() / 1000).unwrap_or(0);
+    let upd = TokenUpdate {
+        access_token: t.access_token,
+        refresh_token: t.refresh_token,
+        id_token: t.id_token,
+        access_expires_at: ident
+            .access_expires_at
+            .or_else(|| t.expires_in.map(|e| now_s + e)),
+        email: ident.email,
+        plan_type: ident.plan_type,
+    };
+    Ok(upd)
+}
+
+/// Publishes the account's new tokens (from storage, or held ones laid over it; from memory
+/// alone when storage cannot be read) and remembers the version.
 async fn publish_refreshed(core: &Arc<Core>, id: i64) {
-    match core.publisher.reload(core.storage.as_ref(), true).await {
-        Ok(Some(v)) => {
-            core.refresh.lock().refreshed_version.insert(id, v);
+    let v = match core.publisher.reload(core.storage.as_ref(), true).await {
+        Ok(v) => v,
+        Err(e) => {
+            let v = core.publisher.publish_held(id).await;
+            if v.is_none() {
+                tracing::warn!(account = id, error = %e, "cannot publish after refresh");
+            }
+            v
         }
-        Ok(None) => {}
-        Err(e) => tracing::warn!(account = id, error = %e, "cannot publish after refresh"),
+    };
+    if let Some(v) = v {
+        core.refresh.lock().refreshed_version.insert(id, v);
     }
 }
 
