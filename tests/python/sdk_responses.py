@@ -24,6 +24,17 @@ def main():
     check(r.output_text.startswith("Hello from mock-codex"), f"output_text {r.output_text!r}")
     check(r.usage is not None and r.usage.total_tokens > 0, "usage")
 
+    # 1b. a continuation by previous_response_id (the gateway replays the kept transcript),
+    # and an unknown id: 400 previous_response_not_found
+    r2 = client.responses.create(model="gpt-5.5", input="and again", previous_response_id=r.id)
+    check(r2.status == "completed" and r2.id != r.id, f"continuation {r2.status}")
+    try:
+        client.responses.create(model="gpt-5.5", input="x", previous_response_id="resp_unknown")
+        check(False, "an unknown previous_response_id must fail")
+    except Exception as e:  # openai.BadRequestError
+        check(getattr(e, "status_code", None) == 400, f"unknown id: {e!r}")
+        check(getattr(e, "code", None) == "previous_response_not_found", f"code of {e!r}")
+
     # 2. create(stream=True): iterate raw events
     types = []
     text = ""

@@ -38,6 +38,24 @@ fn run_script(script: &str, base: &str, key: &str) {
 fn openai_python_sdk_responses() {
     let s = StackBuilder::default().start();
     run_script("sdk_responses.py", &format!("{}/v1", s.url()), &s.key);
+    // The SDK's previous_response_id continuation reached the upstream as the whole history.
+    let continued = s
+        .mock
+        .requests()
+        .iter()
+        .filter_map(|r| r.json.clone())
+        .find(|b| {
+            serde_json::to_string(&b["input"])
+                .unwrap_or_default()
+                .contains("and again")
+        })
+        .expect("the continuation went upstream");
+    let text = serde_json::to_string(&continued["input"]).unwrap();
+    assert!(
+        text.contains("say hi") && text.contains("Hello from mock-codex"),
+        "{text}"
+    );
+    assert!(continued.get("previous_response_id").is_none());
 }
 
 #[test]
