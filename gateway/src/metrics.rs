@@ -54,6 +54,7 @@ pub struct WorkerMetrics {
     ws_upstream_turns: AtomicU64,
     ws_upstream_reused: AtomicU64,
     ws_upstream_fallbacks: AtomicU64,
+    ws_upstream_idle: AtomicI64,
     h2_connections: AtomicI64,
     h2_streams: AtomicI64,
     h2_retired: AtomicU64,
@@ -81,6 +82,7 @@ impl WorkerMetrics {
             ws_upstream_turns: AtomicU64::new(0),
             ws_upstream_reused: AtomicU64::new(0),
             ws_upstream_fallbacks: AtomicU64::new(0),
+            ws_upstream_idle: AtomicI64::new(0),
             h2_connections: AtomicI64::new(0),
             h2_streams: AtomicI64::new(0),
             h2_retired: AtomicU64::new(0),
@@ -152,6 +154,11 @@ impl WorkerMetrics {
         if reused {
             self.ws_upstream_reused.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Idle sockets in this worker's upstream WebSocket pool.
+    pub fn set_ws_upstream_idle(&self, n: usize) {
+        self.ws_upstream_idle.store(n as i64, Ordering::Relaxed);
     }
 
     /// Counts a client WebSocket turn sent over HTTP because the upstream WebSocket was not
@@ -327,6 +334,19 @@ impl Registry {
             .map(|w| w.ws_sessions.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_ws_sessions {n}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_ws_idle Idle sockets in the upstream WebSocket pool, per worker."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_ws_idle gauge");
+        for w in self.workers.iter() {
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_ws_idle{{worker=\"{}\"}} {}",
+                w.id,
+                w.ws_upstream_idle.load(Ordering::Relaxed)
+            );
+        }
         for (name, help, pick) in [
             (
                 "codex_gateway_upstream_ws_connects_total",

@@ -234,12 +234,13 @@ impl Upstream {
         } else {
             (None, None)
         };
+        let ws_metrics = Arc::clone(&metrics);
         Ok(Rc::new(Self {
             cfg,
             tls,
             h2: RefCell::new(Vec::new()),
             metrics,
-            ws: Rc::new(ws::WsPool::default()),
+            ws: Rc::new(ws::WsPool::new(ws_metrics)),
             ws_tls,
             connecting: tokio::sync::Mutex::new(()),
             tls_h1_only: RefCell::new(false),

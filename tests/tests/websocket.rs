@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{client, Stack, StackBuilder};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message};
 
@@ -120,6 +120,20 @@ async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
         let input = last["input"].as_array().unwrap();
         assert_eq!(input.len(), 1, "only the new item: {last}");
         assert_eq!(input[0]["content"][0]["text"], "second question");
+        let metrics = client()
+            .get(format!("{}/metrics", s.url()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let idle: i64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("codex_gateway_upstream_ws_idle{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+            .sum();
+        assert_eq!(idle, 1, "the socket is back in the pool between turns");
         let _ = ws.close(None).await;
     }
 }

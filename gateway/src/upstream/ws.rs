@@ -49,6 +49,8 @@ const MAX_AGE: Duration = Duration::from_secs(55 * 60);
 const MAX_IDLE: Duration = Duration::from_secs(300);
 /// Idle sockets kept per worker.
 const MAX_IDLE_SOCKETS: usize = 1024;
+/// Idle sockets kept per account (its oldest goes first).
+const MAX_IDLE_PER_ACCOUNT: usize = 32;
 /// Consecutive WebSocket failures that open the breaker, and how long it stays open.
 const BREAKER_THRESHOLD: u32 = 3;
 const BREAKER_OPEN: Duration = Duration::from_secs(30);
@@ -88,16 +90,30 @@ pub struct WsConn {
 }
 
 /// The pool and the breaker of one worker.
-#[derive(Default)]
 pub struct WsPool {
     idle: RefCell<HashMap<(i64, String), WsConn>>,
     failures: Cell<u32>,
     open_until: Cell<Option<Instant>>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 // === impl WsPool ===
 
 impl WsPool {
+    /// An empty pool reporting its size to `metrics`.
+    pub fn new(metrics: Arc<WorkerMetrics>) -> Self {
+        Self {
+            idle: RefCell::new(HashMap::new()),
+            failures: Cell::new(0),
+            open_until: Cell::new(None),
+            metrics,
+        }
+    }
+
+    fn report(&self, idle: &HashMap<(i64, String), WsConn>) {
+        self.metrics.set_ws_upstream_idle(idle.len());
+    }
+
     /// Whether WebSocket may be tried now (breaker closed, or half-open for a probe).
     pub fn allowed(&self) -> bool {
         match self.open_until.get() {
@@ -120,7 +136,10 @@ impl WsPool {
     }
 
     fn take(&self, key: &(i64, String)) -> Option<WsConn> {
-        let conn = self.idle.borrow_mut().remove(key)?;
+        let mut idle = self.idle.borrow_mut();
+        let conn = idle.remove(key);
+        self.report(&idle);
+        let conn = conn?;
         (conn.created.elapsed() < MAX_AGE && conn.idle_since.elapsed() < MAX_IDLE).then_some(conn)
     }
 
@@ -133,10 +152,24 @@ impl WsPool {
         if idle.len() >= MAX_IDLE_SOCKETS {
             idle.retain(|_, c| c.idle_since.elapsed() < MAX_IDLE);
             if idle.len() >= MAX_IDLE_SOCKETS {
+                self.report(&idle);
                 return;
             }
         }
+        let account = key.0;
+        let mine = idle.keys().filter(|(a, _)| *a == account).count();
+        if mine >= MAX_IDLE_PER_ACCOUNT {
+            let oldest = idle
+                .iter()
+                .filter(|((a, _), _)| *a == account)
+                .min_by_key(|(_, c)| c.idle_since)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                idle.remove(&k);
+            }
+        }
         idle.insert(key, conn);
+        self.report(&idle);
     }
 
     /// Idle sockets in the pool.
@@ -146,7 +179,9 @@ impl WsPool {
 
     /// Closes the idle sockets of an account (eviction command).
     pub fn evict(&self, account_id: i64) {
-        self.idle.borrow_mut().retain(|(a, _), _| *a != account_id);
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|(a, _), _| *a != account_id);
+        self.report(&idle);
     }
 }
 
