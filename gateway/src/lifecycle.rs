@@ -536,9 +536,7 @@ async fn attempt(
             let kind = match &e {
                 UpstreamError::Connect(_)
                 | UpstreamError::Saturated
-                | UpstreamError::WsUnavailable => {
-                    scheduler::FailureKind::Connect
-                }
+                | UpstreamError::WsUnavailable => scheduler::FailureKind::Connect,
                 UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,
                 UpstreamError::Protocol { .. } => scheduler::FailureKind::Server,
             };
