@@ -6,13 +6,16 @@
 //! # Key Components
 //! - [`handle`]: dispatches one request head; routes that take a body authenticate the head
 //!   first, then read and decode the body.
-//! - [`responses`] (`/v1/responses`), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`ops`] (`/healthz`,
+//! - [`responses`] (`/v1/responses`), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`]
+//!   (Anthropic `/v1/messages`, `/v1/messages/count_tokens`), [`ops`] (`/healthz`,
 //!   `/metrics`, `/v1/models`).
 //! - [`HttpSink`]: the HTTP/1.1 transport of the pipeline (a chunked stream or one response).
-//! - [`write_error`]: the one place an [`Error`] becomes an HTTP response (its SSE and
-//!   WebSocket renderings live next to the error type, [`crate::error`]).
+//! - [`write_error`]: the one place an [`Error`] becomes an HTTP response, in the route's
+//!   dialect ([`Dialect::of_route`]: OpenAI's, or Anthropic's for the messages routes); its
+//!   SSE and WebSocket renderings live next to the error type, [`crate::error`].
 
 pub mod chat;
+pub mod messages;
 pub mod ops;
 pub mod responses;
 pub mod ws;
@@ -24,7 +27,7 @@ use shared_state::ClientKey;
 
 use crate::{
     ctx::WorkerCtx,
-    error::{Error, ErrorKind, Side},
+    error::{Dialect, Error, ErrorKind, Side},
     lifecycle::PASSTHROUGH_HEADERS,
     pipeline::Sink,
     server::h1::{Conn, ReadError, Request},
@@ -57,6 +60,25 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 Err(done) => return done,
             };
             Box::pin(chat::serve(ctx, conn, req, key, keep)).await
+        }
+        ("POST", "/v1/messages" | "/messages") => {
+            let key = match read_authenticated(ctx, conn, &mut req, messages::ROUTE, keep).await {
+                Ok(k) => k,
+                Err(done) => return done,
+            };
+            Box::pin(messages::serve(ctx, conn, req, key, keep)).await
+        }
+        ("POST", "/v1/messages/count_tokens" | "/messages/count_tokens") => {
+            let route = messages::COUNT_ROUTE;
+            let key = match read_authenticated(ctx, conn, &mut req, route, keep).await {
+                Ok(k) => k,
+                Err(done) => return done,
+            };
+            messages::count_tokens(ctx, conn, req, key, keep).await
+        }
+        (_, "/v1/messages" | "/messages" | "/v1/messages/count_tokens") => {
+            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
+            write_error(ctx, conn, messages::ROUTE, &e, keep).await
         }
         ("GET", "/v1/responses" | "/responses") => {
             // A GET without `Upgrade: websocket` (upgrades are taken by `ws::serve` before
@@ -135,7 +157,7 @@ pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, 
     })
 }
 
-/// Renders an error as an HTTP response (the one HTTP mapping point).
+/// Renders an error as an HTTP response in the route's dialect (the one HTTP mapping point).
 pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
@@ -143,7 +165,7 @@ pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
     e: &Error,
     keep: bool,
 ) -> io::Result<bool> {
-    let r = e.to_openai();
+    let r = e.render(Dialect::of_route(route));
     ctx.metrics.request(route, r.status);
     if e.side != Side::Downstream {
         tracing::warn!(route, status = r.status, error = %e, "request failed");
@@ -153,7 +175,7 @@ pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
     if let Some(v) = &retry {
         headers.push(("retry-after", v));
     }
-    conn.write_response(r.status, &headers, &r.body.to_json(), keep)
+    conn.write_response(r.status, &headers, &r.body, keep)
         .await?;
     Ok(keep)
 }
@@ -177,15 +199,20 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
             let _ = write_error(ctx, conn, route, &e, false).await;
         }
         ReadError::Reject { status, message } => {
-            let body = codex_protocol::openai_error::ErrorBody::new(
-                message,
-                "invalid_request_error",
-                Some("bad_http_request"),
-            );
+            let body = match Dialect::of_route(route) {
+                Dialect::OpenAi => codex_protocol::openai_error::ErrorBody::new(
+                    message,
+                    "invalid_request_error",
+                    Some("bad_http_request"),
+                )
+                .to_json(),
+                Dialect::Anthropic => codex_protocol::anthropic::error_json(
+                    codex_protocol::anthropic::error_type_for_status(status),
+                    &message,
+                ),
+            };
             ctx.metrics.request(route, status);
-            let _ = conn
-                .write_response(status, &[JSON], &body.to_json(), false)
-                .await;
+            let _ = conn.write_response(status, &[JSON], &body, false).await;
         }
         ReadError::Closed | ReadError::Io(_) => {}
     }

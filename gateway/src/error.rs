@@ -6,6 +6,10 @@
 //! - [`ErrorKind`]: every way a request can fail, from bad client input to exhausted accounts.
 //! - [`Error::to_openai`]: the exhaustive mapping to HTTP status, OpenAI-shaped body and extra
 //!   headers. HTTP responses and terminal SSE events both come from it.
+//! - [`Dialect`] / [`Error::render`]: the same mapping in the client's dialect: OpenAI's, or
+//!   Anthropic's (`{"type":"error","error":{"type","message"}}`, [`Error::to_anthropic`],
+//!   also used for the stream's `error` event after the commit); status, message and
+//!   `Retry-After` always come from [`Error::to_openai`].
 
 use std::fmt;
 
@@ -82,6 +86,40 @@ pub struct Error {
     pub side: Side,
     /// Lower-level cause, for logs (never contains secrets).
     pub cause: Option<String>,
+}
+
+/// The client dialect an error is rendered in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `{"error":{"message","type","code","param"}}` (OpenAI and Codex clients).
+    OpenAi,
+    /// `{"type":"error","error":{"type","message"}}` (Anthropic Messages clients).
+    Anthropic,
+}
+
+// === impl Dialect ===
+
+impl Dialect {
+    /// The dialect of a route: the Anthropic routes (`messages`, `messages_count_tokens`)
+    /// answer in Anthropic's shape, every other route in OpenAI's.
+    pub fn of_route(route: &str) -> Self {
+        if route == "messages" || route == "messages_count_tokens" {
+            Self::Anthropic
+        } else {
+            Self::OpenAi
+        }
+    }
+}
+
+/// An error as an HTTP answer in one dialect.
+#[derive(Debug, Clone)]
+pub struct HttpRendering {
+    /// HTTP status.
+    pub status: u16,
+    /// JSON body.
+    pub body: Vec<u8>,
+    /// `Retry-After` seconds, when meaningful.
+    pub retry_after: Option<u64>,
 }
 
 /// The client-facing rendering of an [`Error`].
@@ -164,6 +202,40 @@ impl Error {
             }
         });
         sonic_rs::to_vec(&data).unwrap_or_default()
+    }
+
+    /// Anthropic's rendering: `(error type, message)`, the type following the status of
+    /// [`Error::to_openai`] (400 `invalid_request_error`, 401 `authentication_error`, 403
+    /// `permission_error`, 404 `not_found_error`, 413 `request_too_large`, 429
+    /// `rate_limit_error`, 503 `overloaded_error`, other 5xx `api_error`).
+    pub fn to_anthropic(&self) -> (&'static str, Rendered) {
+        let r = self.to_openai();
+        (
+            codex_protocol::anthropic::error_type_for_status(r.status),
+            r,
+        )
+    }
+
+    /// The HTTP answer in `dialect` (same status and `Retry-After` in both).
+    pub fn render(&self, dialect: Dialect) -> HttpRendering {
+        match dialect {
+            Dialect::OpenAi => {
+                let r = self.to_openai();
+                HttpRendering {
+                    status: r.status,
+                    body: r.body.to_json(),
+                    retry_after: r.retry_after,
+                }
+            }
+            Dialect::Anthropic => {
+                let (ty, r) = self.to_anthropic();
+                HttpRendering {
+                    status: r.status,
+                    body: codex_protocol::anthropic::error_json(ty, &r.body.message),
+                    retry_after: r.retry_after,
+                }
+            }
+        }
     }
 
     /// The machine code used in usage records and metrics.
@@ -423,6 +495,7 @@ impl std::error::Error for Error {}
 mod tests {
     use super::*;
     use codex_protocol::classify::classify_http;
+    use sonic_rs::JsonValueTrait;
 
     #[test]
     fn every_kind_maps_to_an_openai_error() {
@@ -447,6 +520,83 @@ mod tests {
             assert_eq!(r.status, status);
             assert!(!r.body.message.is_empty());
         }
+    }
+
+    #[test]
+    fn anthropic_rendering_follows_the_one_mapping() {
+        let cases: [(Error, u16, &str); 8] = [
+            (
+                Error::new(
+                    ErrorKind::Unauthorized { key_present: true },
+                    Side::Downstream,
+                ),
+                401,
+                "authentication_error",
+            ),
+            (
+                Error::bad_request("bad", Some("x")),
+                400,
+                "invalid_request_error",
+            ),
+            (
+                Error::new(ErrorKind::ModelNotFound("m".into()), Side::Downstream),
+                404,
+                "not_found_error",
+            ),
+            (
+                Error::new(
+                    ErrorKind::QuotaExhausted {
+                        earliest_reset: None,
+                    },
+                    Side::Upstream,
+                ),
+                429,
+                "rate_limit_error",
+            ),
+            (
+                Error::upstream(classify_http(
+                    503,
+                    None,
+                    None,
+                    br#"{"error":{"code":"server_is_overloaded","message":"busy"}}"#,
+                )),
+                503,
+                "overloaded_error",
+            ),
+            (
+                Error::new(ErrorKind::UpstreamProtocol, Side::Upstream),
+                502,
+                "api_error",
+            ),
+            (
+                Error::new(ErrorKind::Internal, Side::Internal),
+                500,
+                "api_error",
+            ),
+            (
+                Error::new(ErrorKind::BodyTooLarge { limit: 1 }, Side::Downstream),
+                413,
+                "request_too_large",
+            ),
+        ];
+        for (e, status, ty) in cases {
+            let h = e.render(Dialect::Anthropic);
+            assert_eq!(h.status, status, "{e}");
+            assert_eq!(h.status, e.render(Dialect::OpenAi).status);
+            let v: sonic_rs::Value = sonic_rs::from_slice(&h.body).unwrap();
+            assert_eq!(v["type"].as_str(), Some("error"));
+            assert_eq!(v["error"]["type"].as_str(), Some(ty), "{e}");
+            assert_eq!(
+                v["error"]["message"].as_str(),
+                Some(e.to_openai().body.message.as_str())
+            );
+        }
+        assert_eq!(Dialect::of_route("messages"), Dialect::Anthropic);
+        assert_eq!(
+            Dialect::of_route("messages_count_tokens"),
+            Dialect::Anthropic
+        );
+        assert_eq!(Dialect::of_route("chat_completions"), Dialect::OpenAi);
     }
 
     #[test]

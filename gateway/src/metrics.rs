@@ -15,9 +15,11 @@ use std::{
 };
 
 /// Routes we count.
-pub const ROUTES: [&str; 6] = [
+pub const ROUTES: [&str; 8] = [
     "responses",
     "chat_completions",
+    "messages",
+    "messages_count_tokens",
     "models",
     "healthz",
     "metrics",

@@ -1,0 +1,261 @@
+//! Anthropic `/v1/messages` and `/v1/messages/count_tokens`: the `codex_protocol::anthropic`
+//! translators as encoders of the one pipeline, over the same lifecycle as `/v1/responses`
+//! and `/v1/chat/completions` (failover, quota, usage and affinity behave identically).
+//! Errors answer in Anthropic's shape (`api::write_error` picks the dialect by route; after
+//! the stream began, one `error` event). This module only translates; it decides nothing.
+
+use std::io;
+
+use bytes::Bytes;
+use codex_protocol::{
+    anthropic::{
+        count_tokens as estimate_tokens, messages_to_responses, MessagesAggregator,
+        MessagesRequestOptions, MessagesStream,
+    },
+    normalize::ModelChoice,
+    sse::SseEvent,
+};
+use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use shared_state::ClientKey;
+use sonic_rs::JsonValueTrait;
+
+use super::{affinity_key, passthrough, write_error, HttpSink, JSON};
+use crate::{
+    ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
+    lifecycle::{self, RequestPlan},
+    models,
+    pipeline::{self, Encoder, UsageGuard},
+    server::h1::{Conn, Request},
+};
+
+/// Route name of `/v1/messages` for metrics, usage and the error dialect.
+pub const ROUTE: &str = "messages";
+/// Route name of `/v1/messages/count_tokens`.
+pub const COUNT_ROUTE: &str = "messages_count_tokens";
+
+fn now_s() -> u64 {
+    shared_state::now_ms() / 1000
+}
+
+/// What the requested model resolves to.
+#[derive(Default)]
+struct ModelPlan {
+    upstream: Option<String>,
+    effort: Option<String>,
+    levels: Vec<String>,
+}
+
+/// Resolves the requested model through the catalog and its aliases (`claude-*` names map
+/// to a Codex model by an alias, e.g. `"claude-*" = "gpt-5.5"`). A `claude-*` name no alias
+/// maps is a 404 even before the catalog was fetched: the upstream would refuse it.
+fn resolve_model(ctx: &WorkerCtx, body: &[u8]) -> Result<ModelPlan, Error> {
+    let catalog = ctx.catalog.load();
+    let requested = sonic_rs::get(body, &["model"])
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    let Some(m) = requested else {
+        // The translator reports the missing model in Anthropic's words.
+        return Ok(ModelPlan::default());
+    };
+    let not_found = || Error::new(ErrorKind::ModelNotFound(m.clone()), Side::Downstream);
+    let mut plan = ModelPlan::default();
+    match models::choose(&catalog, ctx.cfg.strict_models, &m) {
+        ModelChoice::Reject => return Err(not_found()),
+        ModelChoice::Rewrite { slug, effort } => {
+            plan.upstream = Some(slug);
+            plan.effort = effort;
+        }
+        ModelChoice::Keep if m.starts_with("claude") && catalog.resolve(&m).is_none() => {
+            return Err(not_found())
+        }
+        ModelChoice::Keep => {}
+    }
+    if let Some(r) = catalog.resolve(&m) {
+        plan.levels = r.levels.to_vec();
+    }
+    Ok(plan)
+}
+
+/// The `prompt_cache_key` of a Messages request (Anthropic has none): a UUID-shaped digest of
+/// the client key id and the client's session signal, `metadata.user_id` (Claude Code puts
+/// its session there), else the conversation's opening (`system` and the first message), so
+/// the turns of one conversation share the upstream prompt cache and their home account.
+fn cache_key(key_id: i64, body: &[u8]) -> Option<String> {
+    use sha1::{Digest, Sha1};
+    let mut h = Sha1::new();
+    h.update(b"codex-gateway anthropic conversation\0");
+    h.update(key_id.to_le_bytes());
+    let user = sonic_rs::get(body, &["metadata", "user_id"]).ok();
+    match user
+        .as_ref()
+        .and_then(|u| u.as_str())
+        .filter(|u| !u.is_empty())
+    {
+        Some(u) => {
+            h.update(b"user\0");
+            h.update(u.as_bytes());
+        }
+        None => {
+            let first = sonic_rs::get(body, &["messages", 0]).ok()?;
+            if let Ok(system) = sonic_rs::get(body, &["system"]) {
+                h.update(system.as_raw_str().as_bytes());
+            }
+            h.update(b"\0");
+            h.update(first.as_raw_str().as_bytes());
+        }
+    }
+    let d = h.finalize();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    Some(format!(
+        "{}-{}-{}-{}-{}",
+        hex(&d[0..4]),
+        hex(&d[4..6]),
+        hex(&d[6..8]),
+        hex(&d[8..10]),
+        hex(&d[10..16])
+    ))
+}
+
+/// Serves one Messages request whose body was read and decoded.
+pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: Request,
+    key: ClientKey,
+    keep: bool,
+) -> io::Result<bool> {
+    let model = match resolve_model(ctx, &req.body) {
+        Ok(m) => m,
+        Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
+    };
+    let cache = cache_key(key.id, &req.body);
+    let opts = MessagesRequestOptions {
+        upstream_model: model.upstream.as_deref(),
+        reasoning_levels: &model.levels,
+        default_effort: model.effort.as_deref(),
+        prompt_cache_key: cache.as_deref(),
+    };
+    let mut mreq = match messages_to_responses(&req.body, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            let e = Error::bad_request(e.message, None);
+            return write_error(ctx, conn, ROUTE, &e, keep).await;
+        }
+    };
+    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, mreq.model.clone(), mreq.stream);
+    let plan = RequestPlan {
+        route: ROUTE,
+        model: mreq.model.clone(),
+        body: Bytes::from(std::mem::take(&mut mreq.body)),
+        passthrough: passthrough(&req),
+        key_id: key.id,
+        affinity_key: affinity_key(&req).or_else(|| mreq.prompt_cache_key.clone()),
+    };
+    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
+        Ok(c) => c,
+        Err(e) => {
+            usage.fail(&e);
+            return write_error(ctx, conn, ROUTE, &e, keep).await;
+        }
+    };
+    let mut sink = HttpSink {
+        ctx,
+        conn,
+        route: ROUTE,
+        http10: req.http10,
+        keep,
+    };
+    if mreq.stream {
+        let mut enc = MessagesSse(MessagesStream::for_request(&mreq, now_s()));
+        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+    } else {
+        let mut enc = MessagesJson(Some(MessagesAggregator::for_request(&mreq, now_s())));
+        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+    }
+}
+
+/// `/v1/messages/count_tokens`: `{"input_tokens": n}`, a local estimate (the method is
+/// documented in `codex_protocol::anthropic::count_tokens`); nothing goes upstream.
+pub async fn count_tokens<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: Request,
+    _key: ClientKey,
+    keep: bool,
+) -> io::Result<bool> {
+    if let Err(e) = resolve_model(ctx, &req.body) {
+        return write_error(ctx, conn, COUNT_ROUTE, &e, keep).await;
+    }
+    match estimate_tokens(&req.body) {
+        Ok(n) => {
+            ctx.metrics.request(COUNT_ROUTE, 200);
+            let body = format!("{{\"input_tokens\":{n}}}");
+            conn.write_response(200, &[JSON], body.as_bytes(), keep)
+                .await?;
+            Ok(keep)
+        }
+        Err(e) => {
+            let e = Error::bad_request(e.message, None);
+            write_error(ctx, conn, COUNT_ROUTE, &e, keep).await
+        }
+    }
+}
+
+/// Anthropic stream events over SSE.
+pub struct MessagesSse(MessagesStream);
+
+impl Encoder for MessagesSse {
+    fn streaming(&self) -> bool {
+        true
+    }
+
+    fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        self.0.on_event(ev.event_type(), &ev.data, out);
+    }
+
+    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {
+        // `finish` gets the break as `failed` and writes the one error event.
+    }
+
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
+        if let Some(e) = failed {
+            let (ty, r) = e.to_anthropic();
+            self.0.fail(out, ty, &r.body.message);
+        }
+        Ok(())
+    }
+}
+
+/// One Anthropic `message` object.
+pub struct MessagesJson(Option<MessagesAggregator>);
+
+impl Encoder for MessagesJson {
+    fn streaming(&self) -> bool {
+        false
+    }
+
+    fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
+        if let Some(agg) = &mut self.0 {
+            agg.on_event(ev.event_type(), &ev.data);
+        }
+    }
+
+    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {}
+
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
+        if let Some(e) = failed {
+            return Err(e.clone());
+        }
+        let agg = self
+            .0
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
+        let body = agg.finish().ok_or_else(|| {
+            Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
+                .with_cause("upstream closed the stream before a terminal event")
+        })?;
+        out.extend_from_slice(&body);
+        Ok(())
+    }
+}
