@@ -97,7 +97,7 @@ fn cache_key(key_id: i64, body: &[u8]) -> Option<String> {
             h.update(u.as_bytes());
         }
         None => {
-            let first = sonic_rs::get(body, &["messages", 0]).ok()?;
+            let first = sonic_rs::get(body, sonic_rs::pointer!["messages", 0]).ok()?;
             if let Ok(system) = sonic_rs::get(body, &["system"]) {
                 h.update(system.as_raw_str().as_bytes());
             }
@@ -151,6 +151,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         passthrough: passthrough(&req),
         key_id: key.id,
         affinity_key: affinity_key(&req).or_else(|| mreq.prompt_cache_key.clone()),
+        upstream_ws: None,
     };
     let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
         Ok(c) => c,
