@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: starts PostgreSQL and Redis when they are not running (installing
-# them with apt-get when absent), prepares a Python venv with the official OpenAI SDK and installs
-# the pinned Codex CLI from npm for the real-client tests, then runs every Rust test of the
-# workspace.
+# them with apt-get when absent), prepares a Python venv with the official OpenAI and Anthropic
+# SDKs and installs the pinned Codex CLI from npm for the real-client tests, then runs every Rust
+# test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,10 +42,10 @@ if ! redis_up; then
 fi
 
 venv=target/py-venv
-if ! "$venv/bin/python" -c 'import openai, websockets' 2>/dev/null; then
-  log "preparing a Python venv with the OpenAI SDK"
+if ! "$venv/bin/python" -c 'import openai, anthropic, websockets' 2>/dev/null; then
+  log "preparing a Python venv with the OpenAI and Anthropic SDKs"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60' 'websockets>=13'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60' 'anthropic>=0.40' 'websockets>=13'
 fi
 export CODEX_GATEWAY_TEST_PYTHON="$PWD/$venv/bin/python"
 
