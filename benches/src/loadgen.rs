@@ -1,5 +1,6 @@
-//! `loadgen`: N concurrent HTTP/1.1 clients (SSE streams or plain JSON requests) against one
-//! URL, with ramp-up, and the CPU / memory of the target process while they run.
+//! `loadgen`: N concurrent HTTP/1.1 clients (SSE streams or plain JSON requests), or N
+//! Responses WebSocket sessions ([`ws`]), against one URL, with ramp-up, and the CPU / memory of
+//! the target process while they run.
 //!
 //! # Key Components
 //! - [`LoadConfig`]: what to send, how many clients, for how long, which processes to watch.
@@ -24,6 +25,7 @@
 pub mod hist;
 pub mod procfs;
 pub mod sse;
+pub mod ws;
 
 use std::{
     collections::BTreeMap,
@@ -48,6 +50,7 @@ use self::{
     hist::{Histogram, Summary},
     procfs::ProcSample,
     sse::{EventScanner, Terminal},
+    ws::WsConfig,
 };
 
 /// What to run.
@@ -77,6 +80,9 @@ pub struct LoadConfig {
     pub target_pids: Vec<u32>,
     /// How often the target's RSS and the open streams are sampled.
     pub sample_every: Duration,
+    /// `Some`: Responses WebSocket sessions instead of HTTP requests (see [`ws`]); `url` may
+    /// then be `ws://` or `http://`, and `body` is the `response.create` frame of each turn.
+    pub ws: Option<WsConfig>,
 }
 
 impl Default for LoadConfig {
@@ -94,6 +100,7 @@ impl Default for LoadConfig {
             idle_timeout: Duration::from_secs(60),
             target_pids: Vec::new(),
             sample_every: Duration::from_millis(100),
+            ws: None,
         }
     }
 }
@@ -138,8 +145,11 @@ pub struct Errors {
     pub timeout: u64,
     /// SSE stream ended with `response.failed` / `error`.
     pub stream_failed: u64,
-    /// SSE stream ended without a terminal event.
+    /// SSE stream (or WebSocket turn) ended without a terminal event.
     pub truncated: u64,
+    /// WebSocket mode: the peer closed (or dropped) an idle socket, between turns.
+    #[serde(default)]
+    pub closed: u64,
 }
 
 impl Errors {
@@ -151,6 +161,7 @@ impl Errors {
             + self.timeout
             + self.stream_failed
             + self.truncated
+            + self.closed
     }
 }
 
@@ -180,6 +191,13 @@ pub struct TargetReport {
     /// `(rss_at_peak_open - rss_start) / open streams at that sample`, KiB (0 when no sample
     /// saw an open stream).
     pub rss_kib_per_open_stream: f64,
+    /// RSS at the end of the measurement window, KiB.
+    #[serde(default)]
+    pub rss_window_end_kib: u64,
+    /// `(rss_window_end - rss_start) / open streams (sockets) at the window end`, KiB: the
+    /// memory per idle WebSocket session in `--idle` runs (0 when none was open).
+    #[serde(default)]
+    pub rss_kib_per_open_at_window_end: f64,
     /// Processes that could not be read at the end.
     pub missing: usize,
     /// CPU seconds in the window per thread name (trailing digits dropped, e.g.
@@ -193,6 +211,9 @@ pub struct TargetReport {
 pub struct Report {
     /// [`LoadConfig::label`].
     pub label: String,
+    /// `http`, `ws` (WebSocket turns) or `ws-idle` (WebSocket sessions held idle).
+    #[serde(default)]
+    pub mode: String,
     /// Target URL.
     pub url: String,
     /// Virtual users.
@@ -201,7 +222,7 @@ pub struct Report {
     pub elapsed_secs: f64,
     /// Seconds of the measurement window.
     pub window_secs: f64,
-    /// Requests sent.
+    /// Requests sent (WebSocket: turns, i.e. `response.create` frames).
     pub requests_started: u64,
     /// Requests that ended (well or not; cut ones excluded).
     pub requests_completed: u64,
@@ -215,19 +236,30 @@ pub struct Report {
     pub errors: Errors,
     /// `errors.total()`.
     pub errors_total: u64,
-    /// SSE events received.
+    /// SSE events received (WebSocket: event frames).
     pub events: u64,
-    /// SSE events received in the window.
+    /// Events received in the window.
     pub events_window: u64,
     /// Events per second in the window.
     pub events_per_sec: f64,
     /// Body bytes received.
     pub bytes: u64,
-    /// Most SSE streams open at once (2xx head received, body not finished).
+    /// Most SSE streams open at once (2xx head received, body not finished); WebSocket: most
+    /// sockets open at once (handshake done, not closed).
     pub open_streams_peak: u64,
-    /// Time from sending a request to the first body byte.
+    /// Streams (sockets) open at the end of the measurement window.
+    #[serde(default)]
+    pub open_at_window_end: u64,
+    /// WebSocket sessions opened (101 received).
+    #[serde(default)]
+    pub sessions: u64,
+    /// Time to connect: TCP connect, plus the WebSocket handshake (to the 101) in ws mode.
+    #[serde(default)]
+    pub connect_ms: Summary,
+    /// Time from sending a request to the first body byte (WebSocket: from sending
+    /// `response.create` to the first event frame).
     pub ttfb_ms: Summary,
-    /// Time from sending a request to the end of its body.
+    /// Time from sending a request to the end of its body (WebSocket: to the terminal event).
     pub latency_ms: Summary,
     /// Time between two consecutive events of one stream.
     pub gap_ms: Summary,
@@ -252,7 +284,10 @@ struct Stats {
     timeout: AtomicU64,
     stream_failed: AtomicU64,
     truncated: AtomicU64,
+    closed: AtomicU64,
+    sessions: AtomicU64,
     status: Mutex<BTreeMap<u16, u64>>,
+    connect_time: Histogram,
     ttfb: Histogram,
     latency: Histogram,
     gap: Histogram,
@@ -269,6 +304,8 @@ struct Shared {
     budget: Option<AtomicU64>,
     stop: AtomicBool,
     users_done: AtomicUsize,
+    /// WebSocket mode: the handshake URI and the `response.create` frame.
+    ws: Option<ws::WsTarget>,
 }
 
 /// How one request ended.
@@ -286,11 +323,22 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         .url
         .parse()
         .with_context(|| format!("bad URL {}", cfg.url))?;
-    anyhow::ensure!(
-        uri.scheme_str() == Some("http"),
-        "only http:// URLs are supported"
-    );
+    match (&cfg.ws, uri.scheme_str()) {
+        (_, Some("http")) | (Some(_), Some("ws")) => {}
+        (None, _) => anyhow::bail!("only http:// URLs are supported"),
+        (Some(_), _) => anyhow::bail!("only ws:// and http:// URLs are supported"),
+    }
     let authority = uri.authority().context("URL without host")?.clone();
+    let ws_target = match &cfg.ws {
+        Some(w) => {
+            anyhow::ensure!(
+                !w.idle || cfg.duration.is_some(),
+                "an idle WebSocket run needs a duration (the hold)"
+            );
+            Some(ws::WsTarget::new(&uri, &cfg.body)?)
+        }
+        None => None,
+    };
     let port = authority.port_u16().unwrap_or(80);
     let addr = tokio::net::lookup_host((authority.host(), port))
         .await?
@@ -317,6 +365,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         stats: Stats::default(),
         stop: AtomicBool::new(false),
         users_done: AtomicUsize::new(0),
+        ws: ws_target,
         cfg,
     });
     let cfg = &shared.cfg;
@@ -331,19 +380,31 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         start + cfg.ramp_up
     };
 
+    // The sampler cuts the users at the deadline right after the window-end snapshot, so that
+    // snapshot still sees every stream (socket) open.
+    let (cut_tx, cut_rx) = tokio::sync::watch::channel(false);
     let mut users = Vec::with_capacity(cfg.concurrency);
     for i in 0..cfg.concurrency {
         let offset = cfg.ramp_up.mul_f64(i as f64 / cfg.concurrency as f64);
         let s = shared.clone();
+        let mut cut = cut_rx.clone();
         users.push(tokio::spawn(async move {
             tokio::time::sleep_until(start + offset).await;
+            let session = async {
+                match &s.cfg.ws {
+                    Some(w) => ws::user(&s, w).await,
+                    None => user(&s).await,
+                }
+            };
             match deadline {
-                Some(d) => {
-                    if tokio::time::timeout_at(d, user(&s)).await.is_err() {
+                Some(_) => {
+                    tokio::select! {
+                        () = session => {}
                         // Cut at the deadline: the open request (if any) is counted in `user`.
+                        _ = cut.wait_for(|c| *c) => {}
                     }
                 }
-                None => user(&s).await,
+                None => session.await,
             }
             s.users_done.fetch_add(1, Relaxed);
         }));
@@ -361,6 +422,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         threads: procfs::cpu_by_thread(&s.cfg.target_pids),
         events: s.stats.events.load(Relaxed),
         completed: s.stats.completed.load(Relaxed),
+        open: s.stats.open.load(Relaxed),
     };
     let first_threads = procfs::cpu_by_thread(&pids);
     if window_start <= Instant::now() {
@@ -370,6 +432,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
             threads: first_threads.clone(),
             events: 0,
             completed: 0,
+            open: 0,
         });
     }
     let mut tick = tokio::time::interval(cfg.sample_every);
@@ -382,6 +445,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         if let Some(d) = deadline {
             if win_b.is_none() && now >= d {
                 win_b = Some(snapshot(&shared));
+                let _ = cut_tx.send(true);
             }
         }
         let open = shared.stats.open.load(Relaxed);
@@ -418,6 +482,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         threads: first_threads,
         events: 0,
         completed: 0,
+        open: 0,
     });
     let win_b = win_b.unwrap_or_else(|| Snapshot {
         at: end,
@@ -425,6 +490,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         threads: procfs::cpu_by_thread(&pids),
         events: shared.stats.events.load(Relaxed),
         completed: shared.stats.completed.load(Relaxed),
+        open: shared.stats.open.load(Relaxed),
     });
 
     let st = &shared.stats;
@@ -440,6 +506,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         timeout: st.timeout.load(Relaxed),
         stream_failed: st.stream_failed.load(Relaxed),
         truncated: st.truncated.load(Relaxed),
+        closed: st.closed.load(Relaxed),
     };
     let window_secs = (win_b.at - win_a.at).as_secs_f64().max(1e-9);
     let events_window = win_b.events.saturating_sub(win_a.events);
@@ -477,6 +544,12 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
             } else {
                 rss_at_peak_open.saturating_sub(first.rss_kib) as f64 / sampled_open as f64
             },
+            rss_window_end_kib: win_b.proc.rss_kib,
+            rss_kib_per_open_at_window_end: if win_b.open == 0 {
+                0.0
+            } else {
+                win_b.proc.rss_kib.saturating_sub(first.rss_kib) as f64 / win_b.open as f64
+            },
             missing: last.missing,
             threads_cpu_secs_window,
         }
@@ -484,6 +557,12 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
     let errors_total = errors.total();
     Ok(Report {
         label: cfg.label.clone(),
+        mode: match &cfg.ws {
+            None => "http",
+            Some(w) if w.idle => "ws-idle",
+            Some(_) => "ws",
+        }
+        .to_owned(),
         url: cfg.url.clone(),
         concurrency: cfg.concurrency,
         elapsed_secs: (end - start).as_secs_f64(),
@@ -500,6 +579,9 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         events_per_sec: events_window as f64 / window_secs,
         bytes: st.bytes.load(Relaxed),
         open_streams_peak: peak_open,
+        open_at_window_end: win_b.open,
+        sessions: st.sessions.load(Relaxed),
+        connect_ms: st.connect_time.summary(),
         ttfb_ms: st.ttfb.summary(),
         latency_ms: st.latency.summary(),
         gap_ms: st.gap.summary(),
@@ -517,6 +599,8 @@ struct Snapshot {
     threads: BTreeMap<String, Duration>,
     events: u64,
     completed: u64,
+    /// Streams (sockets) open.
+    open: u64,
 }
 
 /// Takes one request from the `--requests` budget.
@@ -530,6 +614,7 @@ fn take_budget(s: &Shared) -> bool {
 }
 
 async fn connect(s: &Shared) -> Option<SendRequest<Full<Bytes>>> {
+    let t0 = Instant::now();
     let tcp = match TcpStream::connect(s.addr).await {
         Ok(t) => t,
         Err(e) => {
@@ -538,6 +623,7 @@ async fn connect(s: &Shared) -> Option<SendRequest<Full<Bytes>>> {
         }
     };
     let _ = tcp.set_nodelay(true);
+    s.stats.connect_time.record_duration(t0.elapsed());
     match hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await {
         Ok((send, conn)) => {
             tokio::spawn(async move {
@@ -760,18 +846,28 @@ impl Report {
         };
         let _ = writeln!(
             o,
-            "loadgen {} -> {}",
+            "loadgen {} -> {} ({})",
             if self.label.is_empty() {
                 "-"
             } else {
                 &self.label
             },
-            self.url
+            self.url,
+            if self.mode.is_empty() {
+                "http"
+            } else {
+                &self.mode
+            }
         );
         let _ = writeln!(
             o,
-            "  users {}  elapsed {:.1}s  window {:.1}s  peak open streams {}",
-            self.concurrency, self.elapsed_secs, self.window_secs, self.open_streams_peak
+            "  users {}  elapsed {:.1}s  window {:.1}s  peak open {}  open at window end {}  sessions {}",
+            self.concurrency,
+            self.elapsed_secs,
+            self.window_secs,
+            self.open_streams_peak,
+            self.open_at_window_end,
+            self.sessions
         );
         let _ = writeln!(
             o,
@@ -787,14 +883,22 @@ impl Report {
         let e = &self.errors;
         let _ = writeln!(
             o,
-            "  errors {}  (connect {}, status {:?}, io {}, timeout {}, failed {}, truncated {})",
-            self.errors_total, e.connect, e.status, e.io, e.timeout, e.stream_failed, e.truncated
+            "  errors {}  (connect {}, status {:?}, io {}, timeout {}, failed {}, truncated {}, closed {})",
+            self.errors_total,
+            e.connect,
+            e.status,
+            e.io,
+            e.timeout,
+            e.stream_failed,
+            e.truncated,
+            e.closed
         );
         let _ = writeln!(
             o,
             "  {:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10}",
             "ms", "p50", "p90", "p99", "max", "mean", "count"
         );
+        row(&mut o, "connect", &self.connect_ms);
         row(&mut o, "ttfb", &self.ttfb_ms);
         row(&mut o, "latency", &self.latency_ms);
         row(&mut o, "gap", &self.gap_ms);
@@ -818,8 +922,13 @@ impl Report {
             let _ = writeln!(o, "  target threads (window): {}", threads.join(", "));
             let _ = writeln!(
                 o,
-                "  target rss: start {} KiB, peak {} KiB, end {} KiB, {:.2} KiB per open stream",
-                t.rss_start_kib, t.rss_peak_kib, t.rss_end_kib, t.rss_kib_per_open_stream
+                "  target rss: start {} KiB, peak {} KiB, window end {} KiB, end {} KiB, {:.2} KiB per open stream at peak, {:.2} KiB per open at window end",
+                t.rss_start_kib,
+                t.rss_peak_kib,
+                t.rss_window_end_kib,
+                t.rss_end_kib,
+                t.rss_kib_per_open_stream,
+                t.rss_kib_per_open_at_window_end
             );
         }
         let _ = writeln!(o, "  loadgen cpu {:.2}s", self.loadgen_cpu_secs);

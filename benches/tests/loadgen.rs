@@ -128,3 +128,135 @@ async fn classifies_failures() {
     let r = loadgen::run(c).await.unwrap();
     assert_eq!(r.errors.connect, 2);
 }
+
+fn ws_cfg(mock: &MockHandle, metadata: &[(&str, &str)], ws: loadgen::ws::WsConfig) -> LoadConfig {
+    let mut c = cfg(mock, metadata);
+    c.url = mock.ws_url();
+    c.ws = Some(ws);
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_turns_chained_by_previous_response_id() {
+    // Recording on: the frames the mock received are checked.
+    let mock = MockCodex::start(MockConfig::default()).expect("mock starts");
+    let mut c = ws_cfg(
+        &mock,
+        &[("x-mock-tokens", "5")],
+        loadgen::ws::WsConfig {
+            turns: 3,
+            chain: true,
+            think_time: Duration::from_millis(5),
+            idle: false,
+        },
+    );
+    c.concurrency = 4;
+    c.duration = None;
+    c.requests = Some(12);
+    c.target_pids = vec![std::process::id()];
+    let r = loadgen::run(c).await.unwrap();
+    println!("{}", r.table());
+    assert_eq!(r.mode, "ws");
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.requests_ok, 12);
+    assert_eq!(r.requests_cut, 0);
+    // codex.rate_limits + 4 leading events + 5 deltas + 4 closing events per turn.
+    assert_eq!(r.events, 12 * 14);
+    assert_eq!(r.ttfb_ms.count, 12);
+    assert_eq!(r.latency_ms.count, 12);
+    assert_eq!(r.gap_ms.count, 12 * 13);
+    assert!(r.sessions >= 4 && r.sessions <= 12, "{}", r.sessions);
+    assert_eq!(r.sessions as usize, mock.ws_handshakes());
+    assert_eq!(r.connect_ms.count, r.sessions);
+    assert!(r.open_streams_peak >= 1 && r.open_streams_peak <= 4);
+    // Every turn but the first of each socket names the previous response; the mock
+    // answered them all (an unknown id would be an error event).
+    let frames: Vec<_> = mock
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "WS")
+        .collect();
+    assert_eq!(frames.len(), 12);
+    let chained = frames
+        .iter()
+        .filter(|q| {
+            q.json
+                .as_ref()
+                .and_then(|j| j.get("previous_response_id"))
+                .is_some()
+        })
+        .count();
+    assert_eq!(chained as u64, 12 - r.sessions);
+    assert!(frames.iter().all(|q| q
+        .json
+        .as_ref()
+        .is_some_and(|j| j["type"] == "response.create")));
+    assert!(mock.wait_ws_open(0, Duration::from_secs(5)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_idle_sessions_are_held_until_the_deadline() {
+    let mock = mock();
+    let mut c = ws_cfg(
+        &mock,
+        &[],
+        loadgen::ws::WsConfig {
+            turns: 1,
+            idle: true,
+            ..Default::default()
+        },
+    );
+    c.concurrency = 10;
+    c.ramp_up = Duration::from_millis(100);
+    c.duration = Some(Duration::from_secs(3));
+    c.target_pids = vec![std::process::id()];
+    let r = loadgen::run(c).await.unwrap();
+    println!("{}", r.table());
+    assert_eq!(r.mode, "ws-idle");
+    assert_eq!(r.errors_total, 0, "{:?}", r.errors);
+    assert_eq!(r.sessions, 10);
+    assert_eq!(r.requests_ok, 10);
+    assert_eq!(r.open_streams_peak, 10);
+    assert_eq!(r.open_at_window_end, 10);
+    let t = r.target.as_ref().expect("target sampled");
+    assert!(t.rss_window_end_kib > 0);
+    assert!(mock.wait_ws_open(0, Duration::from_secs(5)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_classifies_failures() {
+    let mock = mock();
+    let run = |meta: &[(&str, &str)]| {
+        let mut c = ws_cfg(&mock, meta, loadgen::ws::WsConfig::default());
+        c.concurrency = 2;
+        c.duration = None;
+        c.requests = Some(4);
+        loadgen::run(c)
+    };
+    // An error event keeps the socket: 4 failed turns on 2 sockets.
+    let r = run(&[("x-mock-error", "usage_limit_reached")])
+        .await
+        .unwrap();
+    assert_eq!(r.errors.stream_failed, 4, "{:?}", r.errors);
+    assert_eq!(r.sessions, 2);
+    let r = run(&[("x-mock-fail-in-stream", "server_is_overloaded")])
+        .await
+        .unwrap();
+    assert_eq!(r.errors.stream_failed, 4, "{:?}", r.errors);
+    // The socket dropped mid-turn: truncated (or io), and a new socket for the next turn.
+    let r = run(&[("x-mock-disconnect-after", "3")]).await.unwrap();
+    assert_eq!(r.errors.io + r.errors.truncated, 4, "{:?}", r.errors);
+    assert_eq!(r.sessions, 4);
+    // A refused upgrade counts by status.
+    mock.set_ws_refuse_upgrade(Some(426));
+    let r = run(&[]).await.unwrap();
+    assert_eq!(r.errors.status.get(&426), Some(&4), "{:?}", r.errors);
+    mock.set_ws_refuse_upgrade(None);
+    // Nothing listening.
+    let mut c = ws_cfg(&mock, &[], loadgen::ws::WsConfig::default());
+    c.url = "ws://127.0.0.1:1/responses".into();
+    c.duration = None;
+    c.requests = Some(2);
+    let r = loadgen::run(c).await.unwrap();
+    assert_eq!(r.errors.connect, 2);
+}

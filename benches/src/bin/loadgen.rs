@@ -1,24 +1,53 @@
-//! `loadgen`: N concurrent SSE streams (or JSON requests) against one URL, with ramp-up; prints
-//! TTFB / latency / inter-event gap percentiles, events/s, errors, and the target process's
-//! CPU per event and RSS per open stream (see `benches/README.md`, section "loadgen").
+//! `loadgen`: N concurrent SSE streams (or JSON requests, or Responses WebSocket sessions with
+//! `--mode ws`) against one URL, with ramp-up; prints TTFB / latency / inter-event gap
+//! percentiles, events/s, errors, and the target process's CPU per event and RSS per open
+//! stream (see `benches/README.md`, section "loadgen").
 //!
 //! Exit codes: 0 when the run finished (errors are reported, not fatal), 64 for a bad flag,
 //! 1 when the run could not start.
 
 use std::{io::Write as _, path::PathBuf, process::ExitCode, time::Duration};
 
-use benches::loadgen::{self, procfs::raise_nofile_limit, LoadConfig};
+use benches::loadgen::{self, procfs::raise_nofile_limit, ws::WsConfig, LoadConfig};
 use bytes::Bytes;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use http::Method;
+
+/// What each client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// HTTP/1.1 requests (SSE streams or JSON answers) back to back on one connection.
+    Http,
+    /// Responses WebSocket sessions: `response.create` turns, one at a time, on one socket.
+    Ws,
+}
 
 /// Load generator for codex-gateway, mock-codex and reverse proxies.
 #[derive(Parser, Debug)]
 #[command(name = "loadgen", version)]
 struct Args {
-    /// Target URL (http:// only), e.g. http://127.0.0.1:8080/v1/responses.
+    /// Target URL, e.g. http://127.0.0.1:8080/v1/responses (http:// only; ws:// or http://
+    /// with --mode ws).
     #[arg(long)]
     url: String,
+    /// `http`: requests; `ws`: Responses WebSocket sessions (GET URL with Upgrade), the body
+    /// sent as `{"type":"response.create",...}` frames.
+    #[arg(long, value_enum, default_value_t = Mode::Http)]
+    mode: Mode,
+    /// ws: turns per socket before it is closed and a new one opened; 0: until the end of
+    /// the run. Default 0, or 1 with --idle.
+    #[arg(long)]
+    turns: Option<u64>,
+    /// ws: each turn names the previous turn's response id as `previous_response_id`.
+    #[arg(long)]
+    chain: bool,
+    /// ws: pause between two turns of a socket, ms.
+    #[arg(long, default_value_t = 0.0)]
+    think_time_ms: f64,
+    /// ws: after its turns each session holds its socket open and silent until the end of
+    /// --duration-secs (memory per idle session).
+    #[arg(long)]
+    idle: bool,
     /// Bearer token sent as `Authorization: Bearer KEY`.
     #[arg(long)]
     key: Option<String>,
@@ -136,6 +165,25 @@ fn config(a: &Args) -> Result<LoadConfig, String> {
     if a.duration_secs.is_none() && a.requests.is_none() {
         return Err("give --duration-secs or --requests".to_owned());
     }
+    let ws = match a.mode {
+        Mode::Http => {
+            if a.turns.is_some() || a.chain || a.idle || a.think_time_ms != 0.0 {
+                return Err("--turns, --chain, --think-time-ms and --idle need --mode ws".into());
+            }
+            None
+        }
+        Mode::Ws => {
+            if a.idle && a.duration_secs.is_none() {
+                return Err("--idle needs --duration-secs (how long to hold)".to_owned());
+            }
+            Some(WsConfig {
+                turns: a.turns.unwrap_or(u64::from(a.idle)),
+                chain: a.chain,
+                think_time: secs(a.think_time_ms / 1000.0, "think-time-ms")?,
+                idle: a.idle,
+            })
+        }
+    };
     Ok(LoadConfig {
         label: a.label.clone(),
         url: a.url.clone(),
@@ -153,6 +201,7 @@ fn config(a: &Args) -> Result<LoadConfig, String> {
         idle_timeout: secs(a.idle_timeout_secs, "idle-timeout-secs")?,
         target_pids: a.target_pids.clone(),
         sample_every: Duration::from_millis(a.sample_ms.max(1)),
+        ws,
     })
 }
 
