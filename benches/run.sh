@@ -8,15 +8,25 @@
 # then prints the results, the ratios and the targets (met or not) with bench-report.
 #
 # Workloads:
-#   json  short non-stream JSON answers (closed loop, JSON_CLIENTS clients)
-#   sse   SSE_STREAMS concurrent streams at SSE_RATE events/s each
-#   slow  SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
+#   json     short non-stream JSON answers (closed loop, JSON_CLIENTS clients)
+#   sse      SSE_STREAMS concurrent streams at SSE_RATE events/s each
+#   slow     SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
+#   ws-idle  Responses WebSocket: for each N in WS_IDLE_SESSIONS, N sessions do one turn each,
+#            then stay open and silent for WS_IDLE_SECS (RSS per idle session)
+#   ws       WS_SESSIONS WebSocket sessions, chained turns back to back, WS_RATE events/s each
+#            (CPU per forwarded WebSocket event)
+# The WebSocket workloads are not in the default list: WORKLOADS="ws-idle ws" benches/run.sh.
+# The gateway terminates the client WebSocket and sends each turn upstream itself (over its
+# pooled upstream WebSockets, or HTTP/2 + SSE with GATEWAY_UPSTREAM_WS=0); nginx tunnels the
+# bytes to mock-codex's own WebSocket (/backend-api/codex/responses). The mock's counters
+# after each run (upstream sockets opened, still open) are kept as mock-stats-VIA-WORKLOAD.json.
 #
 # Build first:  cargo build --release -p gateway -p codex-gateway-benches
 # Run:          benches/run.sh                      (full scale, about 5 minutes)
 #               SCALE=0.2 benches/run.sh            (every client count x 0.2)
 #               WORKLOADS="sse" VIA="direct gateway" benches/run.sh
 #               PROFILE=1 benches/run.sh            (+ unmeasured perf runs of gateway json/sse)
+#               WORKLOADS="ws-idle ws" benches/run.sh (the WebSocket workloads)
 # Results:      target/bench-results/<timestamp>/{*.json,summary.md,machine.txt,*.log}
 set -euo pipefail
 
@@ -27,6 +37,9 @@ SCALE=${SCALE:-1}
 WORKLOADS=${WORKLOADS:-"json sse slow"}
 VIA=${VIA:-"direct gateway nginx"}
 GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
+# 0: the gateway sends client WebSocket turns upstream over HTTP/2 + SSE ([upstream]
+# websockets = false); empty: its default (pooled upstream WebSockets).
+GATEWAY_UPSTREAM_WS=${GATEWAY_UPSTREAM_WS:-}
 NGINX_WORKERS=${NGINX_WORKERS:-$GATEWAY_WORKERS}
 MOCK_WORKERS=${MOCK_WORKERS:-2}
 # SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise a few hundred).
@@ -49,6 +62,17 @@ SLOW_STREAMS=${SLOW_STREAMS:-$(scaled 10000)}
 SLOW_RATE=${SLOW_RATE:-0.2}
 SLOW_RAMP=${SLOW_RAMP:-20}
 SLOW_SECS=${SLOW_SECS:-20}
+WS_SESSIONS=${WS_SESSIONS:-$(scaled 1000)}
+WS_RATE=${WS_RATE:-20}
+WS_TOKENS=${WS_TOKENS:-200}
+WS_TURNS=${WS_TURNS:-0} # turns per socket (0: back to back until the end of the run)
+WS_THINK_MS=${WS_THINK_MS:-0}
+WS_CHAIN=${WS_CHAIN:-1} # 1: each turn continues the previous one by previous_response_id
+WS_RAMP=${WS_RAMP:-5}
+WS_SECS=${WS_SECS:-20}
+WS_IDLE_SESSIONS=${WS_IDLE_SESSIONS:-"$(scaled 1000) $(scaled 5000)"}
+WS_IDLE_RAMP=${WS_IDLE_RAMP:-10}
+WS_IDLE_SECS=${WS_IDLE_SECS:-10}
 
 for b in mock-codex loadgen bench-report codex-gateway; do
   if [[ ! -x $BIN/$b ]]; then
@@ -103,8 +127,9 @@ machine() {
     echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "nginx: $(nginx -v 2>&1 || echo absent)"
     echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
-    echo "scale: SCALE=$SCALE json=$JSON_CLIENTS clients x ${JSON_SECS}s; sse=$SSE_STREAMS streams x ${SSE_RATE} ev/s (${SSE_TOKENS} tokens per answer), ramp ${SSE_RAMP}s + ${SSE_SECS}s; slow=$SLOW_STREAMS streams x ${SLOW_RATE} ev/s, ramp ${SLOW_RAMP}s + ${SLOW_SECS}s"
+    echo "scale: SCALE=$SCALE json=$JSON_CLIENTS clients x ${JSON_SECS}s; sse=$SSE_STREAMS streams x ${SSE_RATE} ev/s (${SSE_TOKENS} tokens per answer), ramp ${SSE_RAMP}s + ${SSE_SECS}s; slow=$SLOW_STREAMS streams x ${SLOW_RATE} ev/s, ramp ${SLOW_RAMP}s + ${SLOW_SECS}s; ws=$WS_SESSIONS sessions x ${WS_RATE} ev/s (${WS_TOKENS} tokens per turn, turns per socket ${WS_TURNS}, think ${WS_THINK_MS} ms, chain ${WS_CHAIN}), ramp ${WS_RAMP}s + ${WS_SECS}s; ws-idle=$WS_IDLE_SESSIONS sessions, ramp ${WS_IDLE_RAMP}s + hold ${WS_IDLE_SECS}s"
     echo "processes: gateway workers=$GATEWAY_WORKERS, nginx workers=$NGINX_WORKERS, mock workers=$MOCK_WORKERS, loadgen threads=$LOADGEN_THREADS, all on the same machine"
+    echo "workloads: $WORKLOADS; via: $VIA"
   } >"$OUT/machine.txt"
   cat "$OUT/machine.txt" >&2
 }
@@ -139,6 +164,7 @@ base_url = "$MOCK_ORIGIN/backend-api/codex"
 oauth_token_url = "$MOCK_ORIGIN/oauth/token"
 plain_http = "h2c"
 EOF
+  if [[ $GATEWAY_UPSTREAM_WS == 0 ]]; then echo "websockets = false" >>"$WORK/gateway.toml"; fi
   RUST_LOG=warn "$BIN/codex-gateway" accounts import --data-dir "$data" \
     --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$OUT/gateway.log" 2>&1
   GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$OUT/gateway.log" | tail -1)
@@ -146,7 +172,7 @@ EOF
   GATEWAY_PID=$!
   PIDS+=("$GATEWAY_PID")
   GATEWAY_ORIGIN=$(wait_line "$OUT/gateway.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
-  log "codex-gateway $GATEWAY_ORIGIN (pid $GATEWAY_PID, $GATEWAY_WORKERS workers, upstream h2c)"
+  log "codex-gateway $GATEWAY_ORIGIN (pid $GATEWAY_PID, $GATEWAY_WORKERS workers, upstream h2c${GATEWAY_UPSTREAM_WS:+, upstream websockets=$GATEWAY_UPSTREAM_WS})"
 }
 
 # --- nginx -----------------------------------------------------------------------------------
@@ -238,13 +264,33 @@ lg() {
     --model "$MODEL" --label "$via/$workload" "$@"
 }
 
+# mock_stats: prints mock-codex's counters (GET /__mock/stats); mock_stats reset: resets them.
+mock_stats() {
+  if [[ ${1:-} == reset ]]; then
+    curl -s -X POST "$MOCK_ORIGIN/__mock/reset" >/dev/null 2>&1 || true
+  else
+    curl -s "$MOCK_ORIGIN/__mock/stats" 2>/dev/null || echo '{}'
+  fi
+}
+
 run_one() {
   local via=$1 workload=$2 file=$OUT/$1-$2.json
   shift 2
   log "$via/$workload: $*"
-  # Warm-up (connections, h2c session, caches), not measured.
-  lg "$via" "$workload" --concurrency 4 --requests 40 >/dev/null
+  # Warm-up (connections, h2c session, caches), not measured; WebSocket runs warm up over
+  # WebSocket (4 sockets x 10 turns).
+  local warm=()
+  [[ $workload == ws* ]] && warm=(--mode ws --turns 10)
+  lg "$via" "$workload" "${warm[@]}" --concurrency 4 --requests 40 >/dev/null
+  mock_stats reset
+  mock_stats >"$OUT/mock-stats-$via-$workload-before.json"
+  if [[ $workload == ws-idle* ]]; then
+    # The mock's counters during the hold (upstream sockets the gateway or nginx keep open).
+    (sleep "$(awk -v a="$WS_IDLE_RAMP" -v b="$WS_IDLE_SECS" 'BEGIN { print a + b - 1 }')" &&
+      mock_stats >"$OUT/mock-stats-$via-$workload-hold.json") &
+  fi
   lg "$via" "$workload" --json "$@" >"$file"
+  mock_stats >"$OUT/mock-stats-$via-$workload.json"
   if [[ $PROFILE == 1 && $via == gateway ]]; then
     case $workload in
       sse) profile_gateway sse "$SSE_RAMP" "$@" ;;
@@ -253,7 +299,9 @@ run_one() {
   fi
   local line
   line=$(awk -F': ' '/^  "(errors_total|open_streams_peak|events_per_sec|requests_per_sec)"/ {
-      gsub(/[ ",]/, "", $1); gsub(/,/, "", $2); printf "%s=%.0f ", $1, $2 }' "$file")
+      gsub(/[ ",]/, "", $1); gsub(/,/, "", $2); printf "%s=%.0f ", $1, $2 }
+    /^    "(rss_kib_per_open_at_window_end|cpu_us_per_event)"/ {
+      gsub(/[ ",]/, "", $1); gsub(/,/, "", $2); printf "%s=%.2f ", $1, $2 }' "$file")
   log "  -> $line"
   sleep 3 # let the target settle (closing sockets) before the next run
 }
@@ -278,6 +326,23 @@ workload() {
       run_one "$via" slow --concurrency "$SLOW_STREAMS" --ramp-up-secs "$SLOW_RAMP" \
         --duration-secs "$SLOW_SECS" --client-metadata "x-mock-events-per-second=$SLOW_RATE" \
         --client-metadata "x-mock-tokens=1000000" --idle-timeout-secs 120
+      ;;
+    ws-idle)
+      # One short turn per session (the mock's default 8-delta answer), then the socket is held
+      # open and silent; RSS per session is taken at the end of the hold.
+      local n
+      for n in $WS_IDLE_SESSIONS; do
+        run_one "$via" "ws-idle-$n" --mode ws --idle --turns 1 --concurrency "$n" \
+          --ramp-up-secs "$WS_IDLE_RAMP" --duration-secs "$WS_IDLE_SECS" --idle-timeout-secs 120
+      done
+      ;;
+    ws)
+      local chain=(--chain)
+      [[ $WS_CHAIN == 0 ]] && chain=()
+      run_one "$via" ws --mode ws "${chain[@]}" --turns "$WS_TURNS" --think-time-ms "$WS_THINK_MS" \
+        --concurrency "$WS_SESSIONS" --ramp-up-secs "$WS_RAMP" --duration-secs "$WS_SECS" \
+        --client-metadata "x-mock-events-per-second=$WS_RATE" \
+        --client-metadata "x-mock-tokens=$WS_TOKENS"
       ;;
   esac
 }

@@ -1,8 +1,10 @@
 //! `bench-report DIR`: reads the loadgen JSON reports `benches/run.sh` wrote to `DIR`
-//! (`{direct,gateway,nginx}-{json,sse,slow}.json`) and prints, as Markdown, the results table,
-//! the ratios (gateway vs nginx CPU per event, added TTFB vs direct, RSS per open stream, most
-//! streams held without error) and whether each target is met. Targets are reported, never
-//! asserted. Exit codes: 0, 64 for bad usage, 1 when DIR holds no report.
+//! (`{direct,gateway,nginx}-{json,sse,slow,ws,ws-idle-N}.json`) and prints, as Markdown, the
+//! results table, the ratios (gateway vs nginx CPU per event, added TTFB vs direct, RSS per
+//! open stream, most streams held without error), whether each target is met, and the
+//! WebSocket results (RSS per idle session and CPU per forwarded WebSocket event, gateway vs
+//! nginx). Targets are reported, never asserted. Exit codes: 0, 64 for bad usage, 1 when DIR
+//! holds no report.
 
 use std::{collections::BTreeMap, fmt::Write as _, path::Path, process::ExitCode};
 
@@ -10,6 +12,9 @@ use benches::loadgen::Report;
 
 const TARGETS: [&str; 3] = ["direct", "gateway", "nginx"];
 const WORKLOADS: [&str; 3] = ["json", "sse", "slow"];
+/// The WebSocket streaming workload; the idle ones are `ws-idle-<sessions>`.
+const WS: &str = "ws";
+const WS_IDLE: &str = "ws-idle-";
 
 /// Target: added TTFB p99 at the SSE workload, ms.
 const TTFB_P99_BUDGET_MS: f64 = 2.0;
@@ -20,20 +25,47 @@ const STREAMS_TARGET: u64 = 10_000;
 
 type Reports = BTreeMap<(String, String), Report>;
 
+/// Whether `w` is a workload this report knows.
+fn known_workload(w: &str) -> bool {
+    WORKLOADS.contains(&w) || w == WS || idle_sessions(w).is_some()
+}
+
+/// `N` of a `ws-idle-N` workload.
+fn idle_sessions(w: &str) -> Option<u64> {
+    w.strip_prefix(WS_IDLE)?.parse().ok()
+}
+
 fn load(dir: &Path) -> Result<Reports, String> {
     let mut out = BTreeMap::new();
-    for t in TARGETS {
-        for w in WORKLOADS {
-            let p = dir.join(format!("{t}-{w}.json"));
-            let Ok(text) = std::fs::read_to_string(&p) else {
-                continue;
-            };
-            let r: Report =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-            out.insert((t.to_owned(), w.to_owned()), r);
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+            continue;
+        };
+        let Some((t, w)) = stem.split_once('-') else {
+            continue;
+        };
+        if !TARGETS.contains(&t) || !known_workload(w) {
+            continue;
         }
+        let p = entry.path();
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let r: Report = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        out.insert((t.to_owned(), w.to_owned()), r);
     }
     Ok(out)
+}
+
+/// The `ws-idle-N` workloads present, by N.
+fn idle_workloads(r: &Reports) -> Vec<(u64, String)> {
+    let mut v: Vec<(u64, String)> = r
+        .keys()
+        .filter_map(|(_, w)| idle_sessions(w).map(|n| (n, w.clone())))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 fn get<'a>(r: &'a Reports, t: &str, w: &str) -> Option<&'a Report> {
@@ -51,7 +83,7 @@ fn table(r: &Reports) -> String {
         "| workload | via | clients | ok | cut | errors | peak open | req/s | events/s | TTFB p50 ms | TTFB p99 ms | latency p50 ms | latency p99 ms | gap p99 ms | CPU µs/event | CPU µs/req | cores | RSS KiB/stream | RSS peak MiB | loadgen CPU s |"
     );
     let _ = writeln!(o, "|{}", "---|".repeat(20));
-    for w in WORKLOADS {
+    for w in WORKLOADS.into_iter().chain([WS]) {
         for t in TARGETS {
             let Some(x) = get(r, t, w) else { continue };
             let tg = x.target.clone().unwrap_or_default();
@@ -276,6 +308,207 @@ fn targets(r: &Reports) -> String {
     o
 }
 
+/// MiB with one decimal.
+fn mib(kib: u64) -> String {
+    f(kib as f64 / 1024.0, 1)
+}
+
+/// KiB per idle session at the end of the hold: `(RSS at the window end - RSS before) / open`.
+fn idle_kib(x: &Report) -> Option<f64> {
+    let t = x.target.as_ref()?;
+    (x.open_at_window_end > 0).then_some(t.rss_kib_per_open_at_window_end)
+}
+
+/// A counter of mock-codex's `/__mock/stats` as run.sh saved it
+/// (`mock-stats-VIA-WORKLOAD[-hold].json`).
+fn mock_stat(dir: &Path, file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(dir.join(format!("mock-stats-{file}.json"))).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get(key)?.as_u64()
+}
+
+/// The WebSocket section: idle sessions (RSS) and the streaming workload (CPU per event).
+fn websocket(dir: &Path, r: &Reports) -> Option<String> {
+    let idle = idle_workloads(r);
+    let ws = TARGETS.iter().any(|t| get(r, t, WS).is_some());
+    if idle.is_empty() && !ws {
+        return None;
+    }
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "The gateway terminates each client WebSocket and sends each turn upstream itself: \
+         over its per-worker pool of upstream Responses WebSockets (the default; an idle pooled \
+         socket is kept per client session, at most 32 per account and worker), or over HTTP/2 + \
+         SSE (`websockets = false`); the mock's counters below say which. nginx tunnels the \
+         bytes to mock-codex's own WebSocket (`/backend-api/codex/responses`): one upstream \
+         connection per session, idle or not. `direct` is mock-codex itself. RSS is the sampled \
+         processes' only (nginx: master + workers); kernel socket buffers and the mock's \
+         per-socket state behind nginx or the gateway are in neither. No permessage-deflate \
+         (loadgen does not offer it).\n"
+    );
+    if !idle.is_empty() {
+        let _ = writeln!(
+            o,
+            "Idle sessions (one turn each, then open and silent until the end of the hold):\n"
+        );
+        let _ = writeln!(
+            o,
+            "| sessions | via | open at end | errors | connect p50 ms | connect p99 ms | first-event p99 ms | RSS before MiB | RSS at end MiB | KiB / idle session | cores during hold | mock WS opened in the run, open in hold |"
+        );
+        let _ = writeln!(o, "|{}", "---|".repeat(12));
+        for (n, w) in &idle {
+            for t in TARGETS {
+                let Some(x) = get(r, t, w) else { continue };
+                let tg = x.target.clone().unwrap_or_default();
+                // Upstream sockets at the mock: opened during the run, and open during the hold
+                // beyond those open before it (pooled leftovers of earlier runs).
+                let opened = mock_stat(dir, &format!("{t}-{w}"), "ws_handshakes");
+                let held = mock_stat(dir, &format!("{t}-{w}-hold"), "ws_open").map(|h| {
+                    h as i64
+                        - mock_stat(dir, &format!("{t}-{w}-before"), "ws_open").unwrap_or(0) as i64
+                });
+                let upstream = match (opened, held) {
+                    (Some(a), Some(b)) => format!("{a}, {b:+}"),
+                    (Some(a), None) => format!("{a}, -"),
+                    _ => "-".to_owned(),
+                };
+                let _ = writeln!(
+                    o,
+                    "| {n} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {upstream} |",
+                    x.open_at_window_end,
+                    x.errors_total,
+                    f(x.connect_ms.p50, 2),
+                    f(x.connect_ms.p99, 2),
+                    f(x.ttfb_ms.p99, 2),
+                    mib(tg.rss_start_kib),
+                    mib(tg.rss_window_end_kib),
+                    idle_kib(x).map_or("-".into(), |k| f(k, 2)),
+                    f(tg.cpu_cores_window, 3),
+                );
+            }
+        }
+        let _ = writeln!(o);
+        for (n, w) in &idle {
+            if let (Some(g), Some(x)) = (
+                get(r, "gateway", w).and_then(idle_kib),
+                get(r, "nginx", w).and_then(idle_kib),
+            ) {
+                let _ = writeln!(
+                    o,
+                    "- RSS per idle WebSocket session at {n}: gateway {g:.2} KiB, nginx {x:.2} KiB: **{:.2}× nginx**",
+                    g / x
+                );
+            }
+        }
+        // The slope between the smallest and the largest count: what each further session
+        // costs once the allocator holds the memory of the first run.
+        if let (Some((lo, wl)), Some((hi, wh))) = (idle.first(), idle.last()) {
+            if hi > lo {
+                let slope = |t: &str| {
+                    let a = get(r, t, wl)?;
+                    let b = get(r, t, wh)?;
+                    let (ta, tb) = (a.target.as_ref()?, b.target.as_ref()?);
+                    let dn = b.open_at_window_end.checked_sub(a.open_at_window_end)?;
+                    (dn > 0).then(|| {
+                        (tb.rss_window_end_kib as f64 - ta.rss_window_end_kib as f64) / dn as f64
+                    })
+                };
+                let parts: Vec<String> = TARGETS
+                    .iter()
+                    .filter_map(|t| slope(t).map(|k| format!("{t} {k:.2} KiB")))
+                    .collect();
+                if !parts.is_empty() {
+                    let ratio = slope("gateway")
+                        .zip(slope("nginx"))
+                        .filter(|(_, n)| *n > 0.0)
+                        .map_or(String::new(), |(g, n)| {
+                            format!(" (gateway {:.2}× nginx)", g / n)
+                        });
+                    let _ = writeln!(
+                        o,
+                        "- Marginal RSS per idle session from {lo} to {hi} (difference of the RSS at the end of the two holds / difference of open sessions): {}{ratio}",
+                        parts.join(", ")
+                    );
+                }
+            }
+        }
+    }
+    if ws {
+        if let (Some(g), Some(n)) = (get(r, "gateway", WS), get(r, "nginx", WS)) {
+            if let (Some(a), Some(b)) = (cpu_event(g), cpu_event(n)) {
+                let _ = writeln!(
+                    o,
+                    "- CPU per forwarded WebSocket event (ws, {} sessions, {:.0} events/s): gateway {a:.2} µs, nginx {b:.2} µs: **{:.2}× nginx**",
+                    g.concurrency,
+                    g.events_per_sec,
+                    a / b
+                );
+            }
+            if let (Some(a), Some(b)) = (worker_cpu_event(g), cpu_event(n)) {
+                let _ = writeln!(
+                    o,
+                    "- CPU per forwarded WebSocket event, gateway worker threads only: {a:.2} µs: {:.2}× nginx",
+                    a / b
+                );
+            }
+        } else if let Some(a) = get(r, "gateway", WS).and_then(cpu_event) {
+            let _ = writeln!(
+                o,
+                "- CPU per forwarded WebSocket event (ws): gateway {a:.2} µs (no nginx run)"
+            );
+        }
+        if let (Some(g), Some(s)) = (
+            get(r, "gateway", WS).and_then(cpu_event),
+            get(r, "gateway", "sse").and_then(cpu_event),
+        ) {
+            let _ = writeln!(
+                o,
+                "- Gateway CPU per event, WebSocket vs SSE (same run): {g:.2} µs vs {s:.2} µs: {:.2}×",
+                g / s
+            );
+        }
+        if let Some(split) = get(r, "gateway", WS).and_then(thread_split) {
+            let _ = writeln!(o, "- Gateway CPU by thread (ws, window): {split}");
+        }
+        for via in ["gateway", "nginx"] {
+            if let (Some(d), Some(g)) = (get(r, "direct", WS), get(r, via, WS)) {
+                let _ = writeln!(
+                    o,
+                    "- Added time to first event vs direct (ws, {} sessions) through {via}: p50 {:+.2} ms, p99 {:+.2} ms",
+                    g.concurrency,
+                    g.ttfb_ms.p50 - d.ttfb_ms.p50,
+                    g.ttfb_ms.p99 - d.ttfb_ms.p99
+                );
+            }
+        }
+        for t in TARGETS {
+            if let Some(x) = get(r, t, WS) {
+                let upstream = match (
+                    mock_stat(dir, &format!("{t}-{WS}"), "ws_handshakes"),
+                    mock_stat(dir, &format!("{t}-{WS}"), "responses"),
+                ) {
+                    (Some(h), Some(p)) => {
+                        format!("; the mock saw {h} WebSocket handshakes and {p} HTTP responses")
+                    }
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    o,
+                    "- ws through {t}: {:.1} turns/s, {:.0} events/s, {} turns ok, {} errors, {} sessions opened, gap p99 {:.1} ms{upstream}",
+                    x.requests_per_sec,
+                    x.events_per_sec,
+                    x.requests_ok,
+                    x.errors_total,
+                    x.sessions,
+                    x.gap_ms.p99
+                );
+            }
+        }
+    }
+    Some(o)
+}
+
 #[allow(clippy::print_stdout)]
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -286,7 +519,9 @@ fn main() -> ExitCode {
     let reports = match load(Path::new(&dir)) {
         Ok(r) if !r.is_empty() => r,
         Ok(_) => {
-            eprintln!("bench-report: no {{direct,gateway,nginx}}-{{json,sse,slow}}.json in {dir}");
+            eprintln!(
+                "bench-report: no {{direct,gateway,nginx}}-{{json,sse,slow,ws,ws-idle-N}}.json in {dir}"
+            );
             return ExitCode::FAILURE;
         }
         Err(e) => {
@@ -295,7 +530,16 @@ fn main() -> ExitCode {
         }
     };
     println!("#### Results\n\n{}", table(&reports));
-    println!("#### Ratios\n\n{}", ratios(&reports));
-    println!("#### Targets\n\n{}", targets(&reports));
+    let ratios = ratios(&reports);
+    if !ratios.is_empty() {
+        println!("#### Ratios\n\n{ratios}");
+    }
+    let http_runs = reports.keys().any(|(_, w)| WORKLOADS.contains(&w.as_str()));
+    if http_runs {
+        println!("#### Targets\n\n{}", targets(&reports));
+    }
+    if let Some(ws) = websocket(Path::new(&dir), &reports) {
+        println!("#### WebSocket\n\n{ws}");
+    }
     ExitCode::SUCCESS
 }
