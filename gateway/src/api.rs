@@ -297,6 +297,71 @@ pub(crate) fn sse_headers<'a>(
     headers
 }
 
+/// Runs `plan` through the lifecycle and forwards what commits through `enc` over HTTP; an
+/// error before the commit is answered in the route's dialect. The tail every HTTP surface
+/// shares.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn open_and_forward<S, E>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    route: &'static str,
+    plan: &crate::lifecycle::RequestPlan,
+    usage: &mut crate::pipeline::UsageGuard<'_>,
+    enc: &mut E,
+    http10: bool,
+    keep: bool,
+) -> io::Result<bool>
+where
+    S: AsyncReadRent + AsyncWriteRent,
+    E: crate::pipeline::Encoder,
+{
+    // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
+    // connection's task for the whole stream (benches/README.md, "next costs" 2).
+    let committed = match Box::pin(crate::lifecycle::open(ctx, plan)).await {
+        Ok(c) => c,
+        Err(e) => {
+            usage.fail(&e);
+            return write_error(ctx, conn, route, &e, keep).await;
+        }
+    };
+    let mut sink = HttpSink {
+        ctx,
+        conn,
+        route,
+        http10,
+        keep,
+    };
+    Box::pin(crate::pipeline::forward(
+        ctx, committed, usage, enc, &mut sink,
+    ))
+    .await
+}
+
+/// A stable `prompt_cache_key` for a conversation of one client key, when the client sends
+/// none (as the Codex CLI derives one per thread): a UUID-shaped digest of the dialect, the
+/// key and the parts that identify the conversation's opening. The one rule for every dialect.
+pub(crate) fn conversation_cache_key(dialect: &str, key_id: i64, parts: &[&[u8]]) -> String {
+    use sha1::{Digest, Sha1};
+    let mut h = Sha1::new();
+    h.update(b"codex-gateway conversation\0");
+    h.update(dialect.as_bytes());
+    h.update(key_id.to_le_bytes());
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    let d = h.finalize();
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    format!(
+        "{}-{}-{}-{}-{}",
+        hex(&d[0..4]),
+        hex(&d[4..6]),
+        hex(&d[6..8]),
+        hex(&d[8..10]),
+        hex(&d[10..16])
+    )
+}
+
 /// The HTTP/1.1 transport of the pipeline: a chunked (or, for HTTP/1.0, close-delimited)
 /// stream, or one fixed response.
 pub(crate) struct HttpSink<'a, S> {

@@ -16,13 +16,13 @@ use codex_protocol::{
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 
-use super::{affinity_key, passthrough, write_error, HttpSink};
+use super::{affinity_key, open_and_forward, passthrough, write_error};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
-    lifecycle::{self, RequestPlan},
+    lifecycle::RequestPlan,
     models,
-    pipeline::{self, Encoder, UsageGuard},
+    pipeline::{Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
 
@@ -100,77 +100,60 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
         upstream_ws: None,
     };
-    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
-        Ok(c) => c,
-        Err(e) => {
-            usage.fail(&e);
-            return write_error(ctx, conn, ROUTE, &e, keep).await;
-        }
-    };
-    let mut sink = HttpSink {
-        ctx,
-        conn,
-        route: ROUTE,
-        http10: req.http10,
-        keep,
-    };
     if creq.stream {
         let mut enc = ChatSse(ChatStream::for_request(&creq, now_s()));
-        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+        open_and_forward(
+            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
+        )
+        .await
     } else {
         let mut enc = ChatJson(Some(ChatAggregator::for_request(&creq, now_s())));
-        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+        open_and_forward(
+            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
+        )
+        .await
     }
 }
 
-/// The default `prompt_cache_key` of a chat request: a UUID-shaped digest of the client key
-/// id and the conversation's opening (its leading `system`/`developer` messages and first
-/// `user` message, role and raw `content`), so every later turn of one conversation from
-/// one client key gets the same key (as the Codex CLI sends its thread id), and other
-/// conversations or other client keys get others. `None` when the body has no messages to
-/// go by (the translator reports what is wrong with it).
+/// The default `prompt_cache_key` of a chat request: derived from the client key and the
+/// conversation's opening (its leading `system`/`developer` messages and first `user`
+/// message, role and raw `content`) by [`super::conversation_cache_key`], so every later turn
+/// of one conversation from one client key gets the same key (as the Codex CLI sends its
+/// thread id), and other conversations or other client keys get others. `None` when the body
+/// has no messages to go by (the translator reports what is wrong with it).
 fn conversation_cache_key(key_id: i64, body: &[u8]) -> Option<String> {
-    use sha1::{Digest, Sha1};
     use sonic_rs::JsonValueTrait;
     let messages = sonic_rs::get(body, &["messages"]).ok()?;
-    let mut h = Sha1::new();
-    h.update(b"codex-gateway chat conversation\0");
-    h.update(key_id.to_le_bytes());
-    let mut any = false;
+    let mut parts: Vec<Vec<u8>> = Vec::new();
     for m in sonic_rs::to_array_iter(messages.as_raw_str()) {
         let Ok(m) = m else { return None };
         let raw = m.as_raw_str();
         let role = sonic_rs::get(raw, &["role"]).ok();
-        let role = role.as_ref().and_then(|r| r.as_str()).unwrap_or("");
+        let role = role
+            .as_ref()
+            .and_then(|r| r.as_str())
+            .unwrap_or("")
+            .to_owned();
         let content = sonic_rs::get(raw, &["content"]).ok();
-        let content = content.as_ref().map_or("", |c| c.as_raw_str());
-        h.update((role.len() as u64).to_le_bytes());
-        h.update(role.as_bytes());
-        h.update((content.len() as u64).to_le_bytes());
-        h.update(content.as_bytes());
-        any = true;
-        if role != "system" && role != "developer" {
+        let content = content
+            .as_ref()
+            .map_or("", |c| c.as_raw_str())
+            .as_bytes()
+            .to_vec();
+        let opening_ends = role != "system" && role != "developer";
+        parts.push(role.into_bytes());
+        parts.push(content);
+        if opening_ends {
             // The first message past the system prompt (normally the first user message)
             // ends the opening.
             break;
         }
     }
-    if !any {
+    if parts.is_empty() {
         return None;
     }
-    let d = h.finalize();
-    Some(format!(
-        "{}-{}-{}-{}-{}",
-        hex(&d[0..4]),
-        hex(&d[4..6]),
-        hex(&d[6..8]),
-        hex(&d[8..10]),
-        hex(&d[10..16])
-    ))
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    Some(super::conversation_cache_key("chat", key_id, &parts))
 }
 
 /// Chat completion chunks over SSE.

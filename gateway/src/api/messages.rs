@@ -19,13 +19,13 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::JsonValueTrait;
 
-use super::{affinity_key, passthrough, write_error, HttpSink, JSON};
+use super::{affinity_key, open_and_forward, passthrough, write_error, JSON};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
-    lifecycle::{self, RequestPlan},
+    lifecycle::RequestPlan,
     models,
-    pipeline::{self, Encoder, UsageGuard},
+    pipeline::{Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
 
@@ -82,38 +82,25 @@ fn resolve_model(ctx: &WorkerCtx, body: &[u8]) -> Result<ModelPlan, Error> {
 /// its session there), else the conversation's opening (`system` and the first message), so
 /// the turns of one conversation share the upstream prompt cache and their home account.
 fn cache_key(key_id: i64, body: &[u8]) -> Option<String> {
-    use sha1::{Digest, Sha1};
-    let mut h = Sha1::new();
-    h.update(b"codex-gateway anthropic conversation\0");
-    h.update(key_id.to_le_bytes());
     let user = sonic_rs::get(body, &["metadata", "user_id"]).ok();
-    match user
+    if let Some(u) = user
         .as_ref()
         .and_then(|u| u.as_str())
         .filter(|u| !u.is_empty())
     {
-        Some(u) => {
-            h.update(b"user\0");
-            h.update(u.as_bytes());
-        }
-        None => {
-            let first = sonic_rs::get(body, sonic_rs::pointer!["messages", 0]).ok()?;
-            if let Ok(system) = sonic_rs::get(body, &["system"]) {
-                h.update(system.as_raw_str().as_bytes());
-            }
-            h.update(b"\0");
-            h.update(first.as_raw_str().as_bytes());
-        }
+        return Some(super::conversation_cache_key(
+            "anthropic-user",
+            key_id,
+            &[u.as_bytes()],
+        ));
     }
-    let d = h.finalize();
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
-    Some(format!(
-        "{}-{}-{}-{}-{}",
-        hex(&d[0..4]),
-        hex(&d[4..6]),
-        hex(&d[6..8]),
-        hex(&d[8..10]),
-        hex(&d[10..16])
+    let first = sonic_rs::get(body, sonic_rs::pointer!["messages", 0]).ok()?;
+    let system = sonic_rs::get(body, &["system"]).ok();
+    let system = system.as_ref().map_or("", |s| s.as_raw_str());
+    Some(super::conversation_cache_key(
+        "anthropic",
+        key_id,
+        &[system.as_bytes(), first.as_raw_str().as_bytes()],
     ))
 }
 
@@ -153,26 +140,18 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         affinity_key: affinity_key(&req).or_else(|| mreq.prompt_cache_key.clone()),
         upstream_ws: None,
     };
-    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
-        Ok(c) => c,
-        Err(e) => {
-            usage.fail(&e);
-            return write_error(ctx, conn, ROUTE, &e, keep).await;
-        }
-    };
-    let mut sink = HttpSink {
-        ctx,
-        conn,
-        route: ROUTE,
-        http10: req.http10,
-        keep,
-    };
     if mreq.stream {
         let mut enc = MessagesSse(MessagesStream::for_request(&mreq, now_s()));
-        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+        open_and_forward(
+            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
+        )
+        .await
     } else {
         let mut enc = MessagesJson(Some(MessagesAggregator::for_request(&mreq, now_s())));
-        pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await
+        open_and_forward(
+            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
+        )
+        .await
     }
 }
 

@@ -10,13 +10,13 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
 
-use super::{affinity_key, fault_requested, passthrough, write_error, HttpSink};
+use super::{affinity_key, fault_requested, open_and_forward, passthrough, write_error};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
-    lifecycle::{self, RequestPlan},
+    lifecycle::RequestPlan,
     models,
-    pipeline::{self, Encoder, UsageGuard},
+    pipeline::{Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
 
@@ -80,37 +80,18 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
         upstream_ws: None,
     };
-    // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
-    // connection's task for the whole stream (benches/README.md, "next costs" 2).
-    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
-        Ok(c) => c,
-        Err(e) => {
-            usage.fail(&e);
-            return write_error(ctx, conn, ROUTE, &e, keep).await;
-        }
-    };
-    let mut sink = HttpSink {
-        ctx,
-        conn,
-        route: ROUTE,
-        http10: req.http10,
-        keep,
-    };
-    let keep_alive = if norm.stream {
+    let http10 = req.http10;
+    let (result, outputs) = if norm.stream {
         let mut enc = Capturing::new(ResponsesSse {
             panic_after_commit: fault_requested(&req, "panic-after-commit"),
         });
-        let r = pipeline::forward(ctx, committed, &mut usage, &mut enc, &mut sink).await;
+        let r = open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await;
         (r, enc.outputs)
     } else {
         let mut enc = Capturing::new(ResponsesJson::default());
-        let r = Box::pin(pipeline::forward(
-            ctx, committed, &mut usage, &mut enc, &mut sink,
-        ))
-        .await;
+        let r = open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await;
         (r, enc.outputs)
     };
-    let (result, outputs) = keep_alive;
     if keep_transcript {
         outputs.keep(ctx, key.id, parent, new_items);
     }
