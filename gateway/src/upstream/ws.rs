@@ -48,9 +48,9 @@ const MAX_AGE: Duration = Duration::from_secs(55 * 60);
 /// Idle sockets older than this are closed instead of reused.
 const MAX_IDLE: Duration = Duration::from_secs(300);
 /// Idle sockets kept per worker.
-const MAX_IDLE_SOCKETS: usize = 1024;
+const MAX_IDLE_SOCKETS: usize = 4096;
 /// Idle sockets kept per account (its oldest goes first).
-const MAX_IDLE_PER_ACCOUNT: usize = 32;
+const MAX_IDLE_PER_ACCOUNT: usize = 128;
 /// Consecutive WebSocket failures that open the breaker, and how long it stays open.
 const BREAKER_THRESHOLD: u32 = 3;
 const BREAKER_OPEN: Duration = Duration::from_secs(30);
