@@ -491,3 +491,50 @@ async fn refused_upgrades_fall_back_to_http_and_open_the_breaker() {
         "the breaker opened after three refusals"
     );
 }
+
+/// Clients that send no session signal at all, many at once: each socket's turns still stay
+/// on one account and one pooled upstream socket (the socket is the conversation), whatever
+/// the load on the accounts does to the pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sockets_turns_stay_on_one_upstream_socket_under_load() {
+    let s = StackBuilder {
+        accounts: 4,
+        ..Default::default()
+    }
+    .start();
+    let sessions = (0..8).map(|n| {
+        let s = &s;
+        async move {
+            let req = format!("ws://{}/v1/responses", s.app.data_addr)
+                .into_client_request()
+                .map(|mut r| {
+                    r.headers_mut().insert(
+                        "authorization",
+                        format!("Bearer {}", s.key).parse().unwrap(),
+                    );
+                    r
+                })
+                .unwrap();
+            let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+            let mut prev: Option<String> = None;
+            for i in 0..4 {
+                let mut body = json!({"type":"response.create","model":"gpt-5.5",
+                    "input":format!("session {n} turn {i}"),
+                    "client_metadata":{"x-mock-inter-event-delay-ms":"15"}});
+                if let Some(p) = &prev {
+                    body["previous_response_id"] = json!(p);
+                }
+                send(&mut ws, body).await;
+                let t = turn(&mut ws).await;
+                assert_eq!(types(&t).last(), Some(&"response.completed"));
+                prev = t[0]["response"]["id"].as_str().map(str::to_owned);
+            }
+        }
+    });
+    futures_util::future::join_all(sessions).await;
+    assert_eq!(
+        s.mock.ws_handshakes(),
+        8,
+        "one upstream socket per client socket for all its turns"
+    );
+}

@@ -372,7 +372,11 @@ async fn turn(
         body: Bytes::from(norm.body),
         passthrough: passthrough(req),
         key_id: key.id,
-        affinity_key: affinity_key(req).or_else(|| norm.prompt_cache_key.clone()),
+        // A socket's turns stay on one account while it is healthy (its pooled upstream
+        // socket holds the conversation), even when the client sends no session signal.
+        affinity_key: affinity_key(req)
+            .or_else(|| norm.prompt_cache_key.clone())
+            .or_else(|| Some(conversation.to_owned())),
         upstream_ws: Some(WsRoute {
             conversation: conversation.to_owned(),
             continuation,
