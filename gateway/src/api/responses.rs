@@ -2,7 +2,7 @@
 //! the SSE encoder forwards frames byte-faithfully and the JSON encoder assembles the final
 //! `response` object.
 
-use std::io;
+use std::{io, sync::Arc};
 
 use bytes::Bytes;
 use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
@@ -81,21 +81,24 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         upstream_ws: None,
     };
     let http10 = req.http10;
-    let (result, outputs) = if norm.stream {
+    // The transcript is kept the moment the terminal event is seen, before the client can
+    // read it (and send a continuation to another worker).
+    let keeper = keep_transcript.then(|| Keeper {
+        store: Arc::clone(&ctx.transcripts),
+        key_id: key.id,
+        parent,
+        input: new_items,
+    });
+    if norm.stream {
         let mut enc = Capturing::new(ResponsesSse {
             panic_after_commit: fault_requested(&req, "panic-after-commit"),
-        });
-        let r = open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await;
-        (r, enc.outputs)
+        })
+        .keeping(keeper);
+        open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await
     } else {
-        let mut enc = Capturing::new(ResponsesJson::default());
-        let r = open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await;
-        (r, enc.outputs)
-    };
-    if keep_transcript {
-        outputs.keep(ctx, key.id, parent, new_items);
+        let mut enc = Capturing::new(ResponsesJson::default()).keeping(keeper);
+        open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await
     }
-    result
 }
 
 /// The `input` items of a normalised body.
@@ -108,7 +111,7 @@ pub(crate) fn input_of(body: &[u8]) -> Vec<sonic_rs::Value> {
 }
 
 /// `body` with the kept history (item arrays, oldest first) before its own input.
-fn with_history(body: &[u8], parts: &[std::sync::Arc<[u8]>]) -> Option<Vec<u8>> {
+fn with_history(body: &[u8], parts: &[Arc<[u8]>]) -> Option<Vec<u8>> {
     let mut v: sonic_rs::Value = sonic_rs::from_slice(body).ok()?;
     let mut items = sonic_rs::Array::new();
     for part in parts {
@@ -163,33 +166,41 @@ impl Outputs {
             _ => {}
         }
     }
+}
 
-    /// Keeps this HTTP turn (its new input items, then its outputs) for a continuation.
-    fn keep(
-        self,
-        ctx: &WorkerCtx,
-        key_id: i64,
-        parent: Option<String>,
-        input: Vec<sonic_rs::Value>,
-    ) {
-        let (Some(id), true) = (self.response_id, self.done) else {
+/// Where and how an HTTP turn is kept for a continuation.
+pub struct Keeper {
+    store: Arc<shared_state::TranscriptStore>,
+    key_id: i64,
+    parent: Option<String>,
+    input: Vec<sonic_rs::Value>,
+}
+
+// === impl Keeper ===
+
+impl Keeper {
+    /// Keeps the turn: its new input items, then its outputs.
+    fn keep(self, outputs: &Outputs) {
+        let Some(id) = outputs.response_id.clone() else {
             return;
         };
         let mut arr = sonic_rs::Array::new();
-        for it in input.into_iter().chain(self.items) {
+        for it in self.input.into_iter().chain(outputs.items.iter().cloned()) {
             arr.push(it);
         }
         if let Ok(bytes) = sonic_rs::to_vec(&arr) {
-            ctx.transcripts.put(id, key_id, parent, bytes);
+            self.store.put(id, self.key_id, self.parent, bytes);
         }
     }
 }
 
-/// An encoder that also records [`Outputs`] (any Responses dialect).
+/// An encoder that also records [`Outputs`] (any Responses dialect), and keeps the turn's
+/// transcript as soon as its terminal event is seen when given a [`Keeper`].
 pub struct Capturing<E> {
     inner: E,
     /// What the turn produced.
     pub outputs: Outputs,
+    keeper: Option<Keeper>,
 }
 
 impl<E> Capturing<E> {
@@ -198,7 +209,14 @@ impl<E> Capturing<E> {
         Self {
             inner,
             outputs: Outputs::default(),
+            keeper: None,
         }
+    }
+
+    /// Keeps the transcript with `keeper` (if any) at the terminal event.
+    pub fn keeping(mut self, keeper: Option<Keeper>) -> Self {
+        self.keeper = keeper;
+        self
     }
 }
 
@@ -209,6 +227,11 @@ impl<E: Encoder> Encoder for Capturing<E> {
 
     fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
         self.outputs.observe(ev);
+        if self.outputs.done {
+            if let Some(k) = self.keeper.take() {
+                k.keep(&self.outputs);
+            }
+        }
         self.inner.event(ev, out);
     }
 
