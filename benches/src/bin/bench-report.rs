@@ -339,7 +339,7 @@ fn websocket(dir: &Path, r: &Reports) -> Option<String> {
         o,
         "The gateway terminates each client WebSocket and sends each turn upstream itself: \
          over its per-worker pool of upstream Responses WebSockets (the default; an idle pooled \
-         socket is kept per client session, at most 32 per account and worker), or over HTTP/2 + \
+         socket is kept per client session, at most 128 per account and worker), or over HTTP/2 + \
          SSE (`websockets = false`); the mock's counters below say which. nginx tunnels the \
          bytes to mock-codex's own WebSocket (`/backend-api/codex/responses`): one upstream \
          connection per session, idle or not. `direct` is mock-codex itself. RSS is the sampled \
