@@ -623,6 +623,7 @@ async fn attempt(
                     while !finished {
                         match splitter.next_event() {
                             Ok(Some(more)) => {
+                                observe_event(ctx, account, &more);
                                 finished = matches!(
                                     events::classify_event(more.event_type()),
                                     EventClass::Completed

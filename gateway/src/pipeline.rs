@@ -84,12 +84,22 @@ struct Observed {
 // === impl Observed ===
 
 impl Observed {
-    /// Observes one event; returns whether clients see it.
-    fn observe(&mut self, ctx: &WorkerCtx, c: &Committed, model: &str, ev: &SseEvent) -> bool {
+    /// Observes one event; returns whether clients see it. `held`: the lifecycle read it
+    /// before the commit and already recorded its quota.
+    fn observe(
+        &mut self,
+        ctx: &WorkerCtx,
+        c: &Committed,
+        model: &str,
+        ev: &SseEvent,
+        held: bool,
+    ) -> bool {
         let ty = ev.event_type();
         if ty == "codex.rate_limits" {
-            // Quota frames update our state and are not shown to clients.
-            lifecycle::observe_event(ctx, &c.account, ev);
+            // Quota frames update our state (once) and are not shown to clients.
+            if !held {
+                lifecycle::observe_event(ctx, &c.account, ev);
+            }
             return false;
         }
         if ev.is_done_sentinel() {
@@ -141,13 +151,14 @@ pub async fn forward<E: Encoder, S: Sink>(
     let mut broken: Option<Error> = None;
     let mut out = Vec::with_capacity(if streaming { 4096 } else { 0 });
     let mut batch = std::mem::take(&mut c.held);
+    let mut held = true;
     loop {
         out.clear();
         for ev in batch.drain(..) {
             if seen.finished {
                 break;
             }
-            if seen.observe(ctx, &c, &model, &ev) {
+            if seen.observe(ctx, &c, &model, &ev, held) {
                 enc.event(&ev, &mut out);
             }
         }
@@ -162,6 +173,7 @@ pub async fn forward<E: Encoder, S: Sink>(
         if seen.finished {
             break;
         }
+        held = false;
         match c.next_events().await {
             Next::Events(evs) => batch = evs,
             Next::End => {

@@ -4,8 +4,9 @@
 //! # Key Components
 //! - [`TranscriptStore`]: response id -> (client key, parent response, this turn's input and
 //!   output items as one JSON array), shared by every worker. A continuation walks the parents
-//!   back to the first turn. Bounded by a byte budget (oldest first out) and a time to live; a
-//!   chain with an evicted link is *not found* (a partial history is never sent).
+//!   back to the first turn (refreshing each link's time to live). Bounded by a byte budget
+//!   (oldest insert first out) and a time to live since last use; a chain with an evicted link
+//!   is *not found* (a partial history is never sent).
 //!
 //! # Concurrency
 //! Sharded by response id; each shard is a short critical section (one insert or one lookup).
@@ -69,7 +70,8 @@ fn shard_of(id: &str) -> usize {
 // === impl TranscriptStore ===
 
 impl TranscriptStore {
-    /// A store holding at most about `budget_bytes` of items, each for `ttl`.
+    /// A store holding at most about `budget_bytes` of items, each for `ttl` after its last
+    /// use.
     pub fn new(budget_bytes: usize, ttl: Duration) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -120,11 +122,14 @@ impl TranscriptStore {
             if out.len() >= MAX_DEPTH {
                 return Err(NotFound);
             }
-            let shard = self.shards[shard_of(&cur)].lock().map_err(|_| NotFound)?;
-            let e = shard.map.get(&cur).ok_or(NotFound)?;
+            let mut shard = self.shards[shard_of(&cur)].lock().map_err(|_| NotFound)?;
+            let e = shard.map.get_mut(&cur).ok_or(NotFound)?;
             if e.key_id != key_id || e.at.elapsed() > self.ttl {
                 return Err(NotFound);
             }
+            // The time to live counts from the last use: a conversation in use keeps its
+            // whole chain.
+            e.at = Instant::now();
             out.push(Arc::clone(&e.items));
             next = e.parent.clone();
         }
@@ -174,6 +179,18 @@ mod tests {
             last.is_some(),
             "the parent is gone, so its children are not found"
         );
+
+        // Use refreshes the time to live.
+        let s = TranscriptStore::new(1 << 20, Duration::from_millis(300));
+        s.put("root".into(), 1, None, b"[]".to_vec());
+        s.put("leaf".into(), 1, Some("root".into()), b"[]".to_vec());
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(
+                s.history("leaf", 1).is_ok(),
+                "a chain in use does not expire"
+            );
+        }
 
         let s = TranscriptStore::new(1 << 20, Duration::ZERO);
         s.put("t".into(), 1, None, b"[]".to_vec());

@@ -197,13 +197,9 @@ fn create_frame(body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// One frame's JSON as an SSE event (`event:` from its `type`; a multi-line payload becomes
+/// One frame's JSON (of event type `ty`) as an SSE event (a multi-line payload becomes
 /// several `data:` lines).
-fn sse(payload: &[u8]) -> Bytes {
-    let ty = sonic_rs::get(payload, &["type"])
-        .ok()
-        .and_then(|t| t.as_str().map(str::to_owned))
-        .unwrap_or_default();
+fn sse(ty: &str, payload: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(payload.len() + ty.len() + 16);
     if !ty.is_empty() {
         out.extend_from_slice(b"event: ");
@@ -284,7 +280,7 @@ impl WsTurn {
             | "error" => self.finished = true,
             _ => {}
         }
-        sse(&payload)
+        sse(&ty, &payload)
     }
 }
 
@@ -599,12 +595,15 @@ mod tests {
             br#"{"type":"response.create","model":"m","input":[]}"#
         );
         assert_eq!(create_frame(b"{}"), br#"{"type":"response.create"}"#);
-        let s = sse(br#"{"type":"response.created","response":{"id":"r"}}"#);
+        let s = sse(
+            "response.created",
+            br#"{"type":"response.created","response":{"id":"r"}}"#,
+        );
         assert_eq!(
             &s[..],
             &b"event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"r\"}}\n\n"[..]
         );
-        let multi = sse(b"{\"type\":\"x\",\n\"a\":1}");
+        let multi = sse("x", b"{\"type\":\"x\",\n\"a\":1}");
         assert_eq!(
             &multi[..],
             &b"event: x\ndata: {\"type\":\"x\",\ndata: \"a\":1}\n\n"[..]
