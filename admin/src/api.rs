@@ -43,7 +43,7 @@ use axum::{
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use shared_state::AccountStatus;
+use shared_state::{AccountEffect, AccountStatus};
 
 use crate::{
     error::StorageError,
@@ -303,14 +303,20 @@ async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult {
     if !core.storage.set_status(id, status).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
-    if let Some(live) = core.publisher.live(id).await {
-        live.set_status_override(None);
-        if status == AccountStatus::Active {
-            live.clear_cooldown();
-        }
-    }
     if status == AccountStatus::Active {
         core.storage.set_cooldown(id, 0, None).await?;
+    }
+    if let Some(live) = core.publisher.live(id).await {
+        // Re-enabling starts afresh (no cooldown); disabling keeps the cooldown it had.
+        let cooldown_until_ms = if status == AccountStatus::Active {
+            0
+        } else {
+            live.cooldown_until_ms()
+        };
+        live.apply(&AccountEffect::OperatorStatus {
+            status,
+            cooldown_until_ms,
+        });
     }
     // Leaving `active` evicts the account's pooled sockets: the publisher does it.
     core.publisher.reload(core.storage.as_ref(), false).await?;

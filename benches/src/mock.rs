@@ -543,6 +543,16 @@ impl MockHandle {
             .unwrap_or(0)
     }
 
+    /// Makes every open WebSocket go silent with its TCP connection open (no pongs, no
+    /// answers), as a connection that died without a FIN or RST. Returns how many sockets were
+    /// told.
+    pub fn ws_freeze_all(&self) -> usize {
+        self.shared
+            .ws_control
+            .send(ws::WsCommand::Freeze)
+            .unwrap_or(0)
+    }
+
     /// Closes every open WebSocket gracefully: a close frame (1001 going away), then the
     /// connection is dropped once the client answers (or after 2 s). Returns how many sockets
     /// were told.
