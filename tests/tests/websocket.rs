@@ -629,3 +629,60 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
         s.mock.ws_kill_all();
     }
 }
+
+/// A turn too big for the upstream's WebSocket (close 1009 before any output) goes over HTTP
+/// once and completes; it does not count against the origin (later small turns still use
+/// WebSocket).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            mock: benches::MockConfig {
+                ws_max_message_bytes: Some(64 * 1024),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .start();
+        let mut ws = connect(&s).await;
+        let big = "x".repeat(200 * 1024);
+        for round in 0..4 {
+            send(
+                &mut ws,
+                json!({"type":"response.create","model":"gpt-5.5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text": big}]}]}),
+            )
+            .await;
+            let t = turn(&mut ws).await;
+            assert_eq!(
+                types(&t).last(),
+                Some(&"response.completed"),
+                "legacy={legacy} round {round}: {:?}",
+                t.last()
+            );
+        }
+        let reqs = s.mock.requests();
+        let http = reqs
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+            .count();
+        assert_eq!(http, 4, "legacy={legacy}: each big turn over HTTP");
+        assert_eq!(
+            metric_sum(&s, "codex_gateway_upstream_ws_too_big_total").await,
+            4
+        );
+        // The origin is not taken for broken: a small turn still goes over WebSocket.
+        send(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":"small"}),
+        )
+        .await;
+        let t = turn(&mut ws).await;
+        assert_eq!(types(&t).last(), Some(&"response.completed"));
+        let last = s.mock.requests().pop().unwrap();
+        assert_eq!(
+            last.method, "WS",
+            "legacy={legacy}: the small turn used WebSocket"
+        );
+    }
+}

@@ -352,6 +352,16 @@ impl Conn {
                 Step::Event(None) => self.finish(active.take()),
                 Step::Client(None | Some(Err(_))) => return,
                 Step::Client(Some(Ok(msg))) => match msg {
+                    Message::Text(t)
+                        if self
+                            .shared
+                            .cfg
+                            .ws_max_message_bytes
+                            .is_some_and(|max| t.len() > max) =>
+                    {
+                        close(&mut ws, CloseCode::Size, "message too big").await;
+                        return;
+                    }
                     Message::Text(t) => {
                         let answer = self.on_text(Bytes::from(t), active.is_some()).await;
                         match answer {

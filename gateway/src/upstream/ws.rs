@@ -85,6 +85,8 @@ pub struct WsConn {
     idle_since: Instant,
     /// When its liveness was last known (a turn, or a pong while idle).
     alive_at: Instant,
+    /// The close code the upstream closed it with, if it did.
+    closed_with: Option<u16>,
     /// The last response this socket produced (what an exact continuation needs).
     last_response_id: Option<String>,
     /// Client-visible headers of the upgrade response (turn state, model).
@@ -367,7 +369,10 @@ impl WsConn {
                     res.map_err(|e| proto(format!("ws pong: {e}")))?;
                 }
                 Ok(Some(Message::Pong(_))) => {}
-                Ok(Some(Message::Close(_))) => return Ok(None),
+                Ok(Some(Message::Close(c))) => {
+                    self.closed_with = c.map(|(code, _)| code);
+                    return Ok(None);
+                }
                 Ok(None) => {
                     let n = read_more(&mut self.io, &mut self.rbuf, 8192)
                         .await
@@ -490,6 +495,12 @@ impl super::Upstream {
                     Ok(Ok(Some(f))) => f,
                     // Closed before any frame: a socket the upstream had dropped while idle (our
                     // frame was not processed). A fresh socket once; then HTTP.
+                    // 1009: this payload is too big for a frame; the origin is fine (no
+                    // breaker), the request goes over HTTP once.
+                    Ok(Ok(None)) if conn.closed_with == Some(1009) => {
+                        metrics.ws_upstream_too_big();
+                        return Err(UpstreamError::WsUnavailable);
+                    }
                     Ok(Ok(None)) | Ok(Err(_)) if reused => continue,
                     Ok(Ok(None)) | Ok(Err(_)) => {
                         pool.failed();
@@ -609,6 +620,7 @@ impl super::Upstream {
             created: Instant::now(),
             idle_since: Instant::now(),
             alive_at: Instant::now(),
+            closed_with: None,
             last_response_id: None,
             headers: resp_headers,
         })
@@ -664,6 +676,7 @@ mod tests {
                     created: Instant::now(),
                     idle_since: Instant::now(),
                     alive_at: Instant::now(),
+                    closed_with: None,
                     last_response_id: None,
                     headers: Vec::new(),
                 };
