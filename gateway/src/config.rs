@@ -122,6 +122,8 @@ struct FileUpstream {
     ws_connect_timeout_ms: Option<u64>,
     ws_ping_interval_secs: Option<u64>,
     ws_pong_timeout_ms: Option<u64>,
+    h1_max_idle: Option<usize>,
+    h1_idle_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -187,6 +189,11 @@ pub struct UpstreamConfig {
     /// An idle socket whose pong does not come within this is closed (a silently dead
     /// connection would otherwise hold the next turn until the first-byte timeout).
     pub ws_pong_timeout: Duration,
+    /// Idle HTTP/1.1 keep-alive connections kept per worker (0: a connection per request).
+    pub h1_max_idle: usize,
+    /// An idle HTTP/1.1 connection older than this is not reused (keep it under the origin's
+    /// keep-alive timeout).
+    pub h1_idle_timeout: Duration,
 }
 
 // === impl UpstreamConfig ===
@@ -235,6 +242,8 @@ impl UpstreamConfig {
             ws_connect_timeout: Duration::from_millis(800),
             ws_ping_interval: Duration::from_secs(20),
             ws_pong_timeout: Duration::from_secs(5),
+            h1_max_idle: 64,
+            h1_idle_timeout: Duration::from_secs(30),
         })
     }
 
@@ -525,6 +534,12 @@ impl GatewayConfig {
         }
         if let Some(v) = file.upstream.ws_pong_timeout_ms {
             c.upstream.ws_pong_timeout = ms(v.max(1));
+        }
+        if let Some(v) = file.upstream.h1_max_idle {
+            c.upstream.h1_max_idle = v;
+        }
+        if let Some(v) = file.upstream.h1_idle_timeout_secs {
+            c.upstream.h1_idle_timeout = Duration::from_secs(v.max(1));
         }
         if let Some(v) = file.upstream.h2_max_connections {
             if v == 0 {

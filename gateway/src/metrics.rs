@@ -59,6 +59,9 @@ pub struct WorkerMetrics {
     ws_upstream_reused: AtomicU64,
     ws_upstream_fallbacks: AtomicU64,
     ws_upstream_idle: AtomicI64,
+    h1_idle: AtomicI64,
+    h1_connects: AtomicU64,
+    h1_reused: AtomicU64,
     h2_connections: AtomicI64,
     h2_streams: AtomicI64,
     h2_retired: AtomicU64,
@@ -89,6 +92,9 @@ impl WorkerMetrics {
             ws_upstream_reused: AtomicU64::new(0),
             ws_upstream_fallbacks: AtomicU64::new(0),
             ws_upstream_idle: AtomicI64::new(0),
+            h1_idle: AtomicI64::new(0),
+            h1_connects: AtomicU64::new(0),
+            h1_reused: AtomicU64::new(0),
             h2_connections: AtomicI64::new(0),
             h2_streams: AtomicI64::new(0),
             h2_retired: AtomicU64::new(0),
@@ -170,6 +176,20 @@ impl WorkerMetrics {
         self.ws_upstream_turns.fetch_add(1, Ordering::Relaxed);
         if reused {
             self.ws_upstream_reused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Idle keep-alive connections in this worker's upstream HTTP/1.1 pool.
+    pub fn set_h1_idle(&self, n: usize) {
+        self.h1_idle.store(n as i64, Ordering::Relaxed);
+    }
+
+    /// Counts an upstream HTTP/1.1 request: on a new connection, or a pooled one.
+    pub fn h1_request(&self, reused: bool) {
+        if reused {
+            self.h1_reused.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.h1_connects.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -364,7 +384,31 @@ impl Registry {
                 w.ws_upstream_idle.load(Ordering::Relaxed)
             );
         }
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_h1_idle Idle keep-alive connections in the upstream HTTP/1.1 pool, per worker."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_upstream_h1_idle gauge");
+        for w in self.workers.iter() {
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_h1_idle{{worker=\"{}\"}} {}",
+                w.id,
+                w.h1_idle.load(Ordering::Relaxed)
+            );
+        }
         for (name, help, pick) in [
+            (
+                "codex_gateway_upstream_h1_connects_total",
+                "Upstream HTTP/1.1 requests sent on a new connection.",
+                &(|w: &WorkerMetrics| w.h1_connects.load(Ordering::Relaxed))
+                    as &dyn Fn(&WorkerMetrics) -> u64,
+            ),
+            (
+                "codex_gateway_upstream_h1_reused_total",
+                "Upstream HTTP/1.1 requests sent on a pooled keep-alive connection.",
+                &|w: &WorkerMetrics| w.h1_reused.load(Ordering::Relaxed),
+            ),
             (
                 "codex_gateway_upstream_ws_connects_total",
                 "Upstream Responses WebSockets opened.",

@@ -190,6 +190,13 @@ pub async fn forward<E: Encoder, S: Sink>(
         }
     }
     let visible = std::mem::take(&mut c.headers);
+    // A finished HTTP/1.1 stream's connection can carry the next request once read to its
+    // end: after the client has its answer, in a task of its own (below).
+    let mut h1_tail = if seen.finished {
+        c.take_h1_tail()
+    } else {
+        None
+    };
     drop(c); // the account's slot is free before the tail is written
     usage.tokens(seen.usage);
     out.clear();
@@ -201,24 +208,31 @@ pub async fn forward<E: Encoder, S: Sink>(
         usage.error(e);
     }
     let done = enc.finish(failed, &mut out);
-    if streaming {
+    let answered = if streaming {
         // A streamed response was a 200 whatever happened inside it.
         usage.status(200);
         if !out.is_empty() {
             sink.send(&out).await?;
         }
-        return sink.end().await;
-    }
-    match done {
-        Ok(()) => {
-            usage.status(200);
-            sink.whole(&visible, &out).await
+        sink.end().await
+    } else {
+        match done {
+            Ok(()) => {
+                usage.status(200);
+                sink.whole(&visible, &out).await
+            }
+            Err(e) => {
+                usage.fail(&e);
+                sink.error(&e).await
+            }
         }
-        Err(e) => {
-            usage.fail(&e);
-            sink.error(&e).await
-        }
+    };
+    if let Some(mut tail) = h1_tail.take() {
+        // Off this request's path: the client's connection (or WebSocket turn) is free for
+        // its next request at once.
+        monoio::spawn(async move { tail.finish().await });
     }
+    answered
 }
 
 /// Decrements the open-stream gauge however the stream ends.

@@ -212,6 +212,9 @@ pub struct Upstream {
     metrics: Arc<WorkerMetrics>,
     /// The upstream WebSocket pool and its breaker.
     ws: Rc<ws::WsPool>,
+    /// Idle HTTP/1.1 keep-alive connections (plain-HTTP origins, or TLS origins that chose
+    /// HTTP/1.1).
+    h1: Rc<h1::H1Pool>,
     /// TLS for WebSocket upgrades (ALPN `http/1.1`).
     ws_tls: Option<monoio_rustls::TlsConnector>,
     /// Serializes h2 connection establishment so concurrent first requests share one.
@@ -235,7 +238,9 @@ impl Upstream {
             (None, None)
         };
         let ws_metrics = Arc::clone(&metrics);
+        let h1 = h1::H1Pool::new(cfg.h1_max_idle, cfg.h1_idle_timeout, Arc::clone(&metrics));
         Ok(Rc::new(Self {
+            h1,
             cfg,
             tls,
             h2: RefCell::new(Vec::new()),
@@ -344,16 +349,44 @@ impl Upstream {
                 "upstream h2 connections kept refusing new streams".into(),
             ));
         }
-        if self.cfg.tls {
-            return self.send_h1_tls(req).await;
+        self.send_h1(req).await
+    }
+
+    /// HTTP/1.1 (plain, or TLS when the origin chose it) on a pooled keep-alive connection
+    /// when one is idle: a stale one (closed by the origin while idle, the request unread) is
+    /// dropped and the next tried, a fresh connection last.
+    async fn send_h1(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+        loop {
+            let (io, reused) = match self.h1.take() {
+                Some(io) => (io, true),
+                None => (
+                    if self.cfg.tls {
+                        h1::BodyIo::from(self.tls_connect().await?.0)
+                    } else {
+                        h1::BodyIo::from(self.tcp().await?)
+                    },
+                    false,
+                ),
+            };
+            self.metrics.h1_request(reused);
+            let pool = (self.cfg.h1_max_idle > 0).then(|| Rc::clone(&self.h1));
+            match h1::send(io, &self.cfg, &req, pool, reused).await {
+                Ok(resp) => return Ok(resp),
+                Err(h1::SendError::Stale) => {
+                    tracing::debug!("pooled upstream h1 connection was closed while idle");
+                }
+                Err(h1::SendError::Failed(e)) => return Err(e),
+            }
         }
-        let tcp = self.tcp().await?;
-        h1::send(tcp, &self.cfg, req).await
     }
 
     async fn send_h1_tls(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
-        let (stream, _) = self.tls_connect().await?;
-        h1::send(stream, &self.cfg, req).await
+        self.send_h1(req).await
+    }
+
+    /// Idle keep-alive connections in this worker's HTTP/1.1 pool.
+    pub fn h1_idle(&self) -> usize {
+        self.h1.idle_count()
     }
 
     async fn tls_connect(

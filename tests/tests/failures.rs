@@ -437,17 +437,23 @@ async fn fifty_concurrent_401s_cause_one_token_call() {
                 .post("/v1/responses")
                 .json(&json!({"model":"gpt-5.5","input":"x"}));
             tasks.push(tokio::spawn(async move {
-                req.send().await.unwrap().status().as_u16()
+                let r = req.send().await.unwrap();
+                (r.status().as_u16(), r.text().await.unwrap_or_default())
             }));
         }
         let mut ok = 0;
+        let mut failed = Vec::new();
         for t in tasks {
-            if t.await.unwrap() == 200 {
-                ok += 1;
+            match t.await.unwrap() {
+                (200, _) => ok += 1,
+                other => failed.push(other),
             }
         }
         assert_eq!(s.mock.token_calls(), 1, "single-flight refresh");
-        assert_eq!(ok, 50, "every request retried with the refreshed token");
+        assert_eq!(
+            ok, 50,
+            "every request retried with the refreshed token: {failed:?}"
+        );
         assert_eq!(s.mock.responses_requests(), 100, "50 rejected + 50 retried");
         assert_eq!(s.account("acct-0").status, "active");
     })
@@ -734,7 +740,7 @@ async fn connect_refused_is_a_quick_502_without_penalizing_accounts() {
 }
 
 /// A plain-HTTP upstream answering every request with an empty `404` (what Cloudflare sends
-/// for a blocked route); returns its base URL and a request counter.
+/// for a blocked route); returns its base URL and a counter of model turns (`POST .../responses`).
 fn empty_404_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::{
         io::{Read, Write},
@@ -775,7 +781,10 @@ fn empty_404_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsiz
                         }
                     }
                     buf.drain(..head_end + len);
-                    n.fetch_add(1, Ordering::SeqCst);
+                    // Model turns only (the sidecar's catalog and quota calls go here too).
+                    if head.starts_with("post ") && head.contains("/responses ") {
+                        n.fetch_add(1, Ordering::SeqCst);
+                    }
                     let _ = c.write_all(
                         b"HTTP/1.1 404 Not Found\r\nserver: cloudflare\r\ncontent-length: 0\r\n\r\n",
                     );

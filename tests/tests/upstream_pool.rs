@@ -193,3 +193,69 @@ async fn a_full_pool_fails_fast_with_503() {
     let (st, done, _) = run(&s, &http, &slow_stream(0)).await;
     assert!(st == 200 && done);
 }
+
+/// A plain HTTP/1.1 origin: streamed, non-streamed and error answers in sequence reuse one
+/// keep-alive connection (read to its end after the terminal event, then pooled), concurrent
+/// ones open more, and every answer is complete. A stream the client abandons closes its
+/// connection (that is what stops the generation upstream) and is not reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_http1_origin_is_reached_over_pooled_keep_alive_connections() {
+    let s = StackBuilder {
+        workers: 1,
+        plain_http: PlainHttp::H1,
+        ..Default::default()
+    }
+    .start();
+    let http = client();
+    for i in 0..12 {
+        let body = json!({"model":"gpt-5.5","input":"hi","stream": i % 2 == 0});
+        let r = http
+            .post(format!("{}/v1/responses", s.url()))
+            .bearer_auth(&s.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        assert!(text.contains("Hello from mock-codex"), "{i}: {text}");
+    }
+    let connects = metric(&s, "codex_gateway_upstream_h1_connects_total").await;
+    let reused = metric(&s, "codex_gateway_upstream_h1_reused_total").await;
+    // A finished stream's tail is read in a task of its own, so a request sent the moment
+    // the previous answer ended may find that connection not back yet and open another one.
+    assert_eq!(connects + reused, 12);
+    assert!(
+        connects <= 3,
+        "sequential requests share connections: {connects} opened, {reused} reused"
+    );
+
+    // Concurrent streams need one connection each; afterwards they are all idle, reusable.
+    let slow = slow_stream(20);
+    let out = join_all((0..5).map(|_| run(&s, &http, &slow))).await;
+    assert!(out.iter().all(|(st, done, _)| *st == 200 && *done));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while metric(&s, "codex_gateway_upstream_h1_idle").await < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the five connections were not pooled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let idle = metric(&s, "codex_gateway_upstream_h1_idle").await;
+
+    // A stream the client leaves midway: its upstream connection is closed, not pooled.
+    let r = http
+        .post(format!("{}/v1/responses", s.url()))
+        .bearer_auth(&s.key)
+        .json(&slow_stream(300))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    drop(r);
+    // It took one idle connection; after the time the whole stream would have taken, that
+    // connection is still not back.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(metric(&s, "codex_gateway_upstream_h1_idle").await, idle - 1);
+}

@@ -99,6 +99,9 @@ struct Args {
     /// Answer WebSocket upgrades of /responses with this HTTP status (e.g. 426) instead of 101.
     #[arg(long, value_name = "STATUS", value_parser = clap::value_parser!(u16).range(200..=599))]
     ws_refuse_upgrade: Option<u16>,
+    /// Close WebSocket messages larger than this many bytes with 1009 (message too big).
+    #[arg(long, value_name = "BYTES")]
+    ws_max_message_bytes: Option<usize>,
 }
 
 /// Exit code for a bad command line (EX_USAGE).
@@ -194,6 +197,7 @@ fn config(a: &Args) -> Result<MockConfig, String> {
         goaway_after_requests: a.goaway_after_requests,
         ws_max_connection_age,
         ws_refuse_upgrade: a.ws_refuse_upgrade,
+        ws_max_message_bytes: a.ws_max_message_bytes,
     })
 }
 

@@ -1,6 +1,25 @@
 //! A streaming HTTP/1.1 client (monoio-transports buffers whole bodies, monoio-notes.md §2.2).
-//! One connection per request (`connection: close`); the body is handed out chunk by chunk as
-//! it arrives, for SSE.
+//! The body is handed out chunk by chunk as it arrives, for SSE.
+//!
+//! # Key Components
+//! - [`send`]: writes one request on a connection and reads the response head.
+//! - [`Body`]: the streaming body; read to its end on a keep-alive response, its connection
+//!   goes back to the worker's [`H1Pool`] when the body is dropped (a body dropped before its
+//!   end closes the connection: that is how a stream is cancelled upstream).
+//! - [`H1Pool`]: a worker's idle keep-alive connections to the origin (newest first, bounded,
+//!   expiring after an idle time shorter than common server keep-alive timeouts).
+//!
+//! # Error handling
+//! A pooled connection the origin closed while it idled fails the write or ends before any
+//! response byte: [`SendError::Stale`], and the caller sends the request again on a fresh
+//! connection (the origin never read it).
+
+use std::{
+    cell::RefCell,
+    rc::Rc,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use monoio::{
@@ -13,17 +32,103 @@ use monoio::{
 use super::{UpstreamBody, UpstreamError, UpstreamRequest, UpstreamResponse};
 use crate::{
     config::UpstreamConfig,
+    metrics::WorkerMetrics,
     wire::{parse_chunk_size, read_more, take_line, Line},
 };
 
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Sends `req` over `io` and reads the response head.
+/// How long a finished stream's tail (the last chunk marker) is awaited before the connection
+/// is given up instead of pooled.
+pub const TAIL_BUDGET: Duration = Duration::from_millis(250);
+/// Most tail bytes read to reach the end of a finished stream.
+const TAIL_MAX: usize = 64 * 1024;
+
+/// A worker's idle keep-alive connections to the origin.
+pub struct H1Pool {
+    idle: RefCell<Vec<(BodyIo, Instant)>>,
+    max_idle: usize,
+    idle_timeout: Duration,
+    metrics: Arc<WorkerMetrics>,
+}
+
+// === impl H1Pool ===
+
+impl H1Pool {
+    /// A pool keeping at most `max_idle` connections, each for `idle_timeout`.
+    pub fn new(max_idle: usize, idle_timeout: Duration, metrics: Arc<WorkerMetrics>) -> Rc<Self> {
+        Rc::new(Self {
+            idle: RefCell::new(Vec::new()),
+            max_idle,
+            idle_timeout,
+            metrics,
+        })
+    }
+
+    /// The most recently used idle connection that has not expired.
+    pub fn take(&self) -> Option<BodyIo> {
+        let mut idle = self.idle.borrow_mut();
+        // Expired ones are all at the front (oldest first).
+        let fresh = idle
+            .iter()
+            .position(|(_, at)| at.elapsed() < self.idle_timeout)
+            .unwrap_or(idle.len());
+        idle.drain(..fresh);
+        let io = idle.pop().map(|(io, _)| io);
+        self.metrics.set_h1_idle(idle.len());
+        io
+    }
+
+    fn put(&self, io: BodyIo) {
+        if self.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() >= self.max_idle {
+            idle.remove(0);
+        }
+        idle.push((io, Instant::now()));
+        self.metrics.set_h1_idle(idle.len());
+    }
+
+    /// Idle connections held.
+    pub fn idle_count(&self) -> usize {
+        self.idle.borrow().len()
+    }
+
+    /// Closes every idle connection.
+    pub fn clear(&self) {
+        self.idle.borrow_mut().clear();
+        self.metrics.set_h1_idle(0);
+    }
+}
+
+/// Why [`send`] failed.
+#[derive(Debug)]
+pub enum SendError {
+    /// A reused connection that the origin had closed: nothing was read by the origin; send
+    /// again on a fresh connection.
+    Stale,
+    /// Any other failure.
+    Failed(UpstreamError),
+}
+
+impl From<UpstreamError> for SendError {
+    fn from(e: UpstreamError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// Sends `req` over `io` and reads the response head. With `pool`, the connection is kept
+/// alive and goes back to the pool once the body is read to its end; `reused`: `io` came from
+/// the pool (a failure before any response byte is then [`SendError::Stale`]).
 pub async fn send<S>(
     mut io: S,
     cfg: &UpstreamConfig,
-    req: UpstreamRequest,
-) -> Result<UpstreamResponse, UpstreamError>
+    req: &UpstreamRequest,
+    pool: Option<Rc<H1Pool>>,
+    reused: bool,
+) -> Result<UpstreamResponse, SendError>
 where
     S: AsyncReadRent + AsyncWriteRent + 'static,
     BodyIo: From<S>,
@@ -46,20 +151,44 @@ where
     }
     out.extend_from_slice(
         format!(
-            "content-length: {}\r\nconnection: close\r\n\r\n",
-            req.body.len()
+            "content-length: {}\r\n{}\r\n",
+            req.body.len(),
+            if pool.is_some() {
+                ""
+            } else {
+                "connection: close\r\n"
+            }
         )
         .as_bytes(),
     );
     out.extend_from_slice(&req.body);
     let (res, _) = io.write_all(out).await;
-    res.map_err(|e| UpstreamError::Protocol {
-        sent: true,
-        message: format!("h1 write: {e}"),
-    })?;
+    if let Err(e) = res {
+        if reused {
+            return Err(SendError::Stale);
+        }
+        return Err(SendError::Failed(UpstreamError::Protocol {
+            sent: true,
+            message: format!("h1 write: {e}"),
+        }));
+    }
 
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
-    let (status, headers, head_len) = read_head(&mut io, &mut buf, cfg.first_byte_timeout).await?;
+    let (status, headers, head_len) =
+        match read_head(&mut io, &mut buf, cfg.first_byte_timeout).await {
+            Ok(h) => h,
+            // Closed (or reset) before a single response byte: the origin dropped the idle
+            // connection without reading the request.
+            Err(UpstreamError::Protocol { .. }) if reused && buf.is_empty() => {
+                return Err(SendError::Stale)
+            }
+            Err(e) => return Err(e.into()),
+        };
+    let keep_alive = pool.is_some()
+        && buf.starts_with(b"HTTP/1.1")
+        && !headers
+            .iter()
+            .any(|(n, v)| n == "connection" && v.to_ascii_lowercase().contains("close"));
     buf.drain(..head_len);
     let find = |name: &str| {
         headers
@@ -80,13 +209,17 @@ where
         } else {
             Mode::Close
         };
+    let keep = (keep_alive && !matches!(mode, Mode::Close))
+        .then_some(pool)
+        .flatten();
     Ok(UpstreamResponse {
         status,
         headers,
         body: UpstreamBody::H1(Body {
-            io: BodyIo::from(io),
+            io: Some(BodyIo::from(io)),
             buf,
             mode,
+            keep,
         }),
         protocol: "http/1.1",
     })
@@ -257,9 +390,23 @@ enum Mode {
 
 /// A streaming HTTP/1.1 response body.
 pub struct Body {
-    io: BodyIo,
+    io: Option<BodyIo>,
     buf: Vec<u8>,
     mode: Mode,
+    /// Where the connection goes when the body was read to its end (keep-alive responses).
+    keep: Option<Rc<H1Pool>>,
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        if let (Some(pool), Some(io)) = (self.keep.take(), self.io.take()) {
+            // Only a connection whose response was read exactly to its end can carry the
+            // next request; anything else (a cancelled stream) closes it.
+            if matches!(self.mode, Mode::Done) && self.buf.is_empty() {
+                pool.put(io);
+            }
+        }
+    }
 }
 
 fn proto(message: &'static str) -> UpstreamError {
@@ -272,6 +419,25 @@ fn proto(message: &'static str) -> UpstreamError {
 // === impl Body ===
 
 impl Body {
+    /// Reads what is left of a finished stream (the last-chunk marker, trailers) within
+    /// [`TAIL_BUDGET`], so the keep-alive connection can go back to the pool; a tail that does
+    /// not end in time or is larger than expected leaves it to be closed.
+    pub async fn finish(&mut self) {
+        if self.keep.is_none() {
+            return;
+        }
+        let mut left = TAIL_MAX;
+        let tail = async {
+            while let Ok(Some(c)) = self.chunk().await {
+                left = left.saturating_sub(c.len());
+                if left == 0 {
+                    return;
+                }
+            }
+        };
+        let _ = monoio::time::timeout(TAIL_BUDGET, tail).await;
+    }
+
     /// Appends the next read to the buffer (never overwrites what it holds).
     async fn fill(&mut self) -> Result<usize, UpstreamError> {
         let spare = if self.buf.capacity() - self.buf.len() < 1024 {
@@ -279,7 +445,10 @@ impl Body {
         } else {
             1
         };
-        read_more(&mut self.io, &mut self.buf, spare)
+        let Some(io) = self.io.as_mut() else {
+            return Err(proto("h1 connection gone"));
+        };
+        read_more(io, &mut self.buf, spare)
             .await
             .map_err(|e| UpstreamError::Protocol {
                 sent: true,

@@ -96,6 +96,10 @@ pub struct WsConn {
 /// The pool and the breaker of one worker.
 pub struct WsPool {
     idle: RefCell<HashMap<(i64, String), WsConn>>,
+    /// Sockets out of `idle` for a liveness probe, and a wake-up when any probe ends (a turn
+    /// for that key waits for its socket instead of opening another one).
+    probing: RefCell<std::collections::HashSet<(i64, String)>>,
+    probe_done: tokio::sync::Notify,
     failures: Cell<u32>,
     open_until: Cell<Option<Instant>>,
     metrics: Arc<WorkerMetrics>,
@@ -108,6 +112,8 @@ impl WsPool {
     pub fn new(metrics: Arc<WorkerMetrics>) -> Self {
         Self {
             idle: RefCell::new(HashMap::new()),
+            probing: RefCell::new(std::collections::HashSet::new()),
+            probe_done: tokio::sync::Notify::new(),
             failures: Cell::new(0),
             open_until: Cell::new(None),
             metrics,
@@ -137,6 +143,25 @@ impl WsPool {
     fn succeeded(&self) {
         self.failures.set(0);
         self.open_until.set(None);
+    }
+
+    /// The idle socket of `key`; when it is out for a liveness probe, waits for the probe
+    /// (at most `wait`) so the turn keeps its socket and the exact continuation.
+    async fn take_waiting(&self, key: &(i64, String), wait: Duration) -> Option<WsConn> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = self.probe_done.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(c) = self.take(key) {
+                return Some(c);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.probing.borrow().contains(key) || left.is_zero() {
+                return None;
+            }
+            let _ = monoio::time::timeout(left, notified).await;
+        }
     }
 
     fn take(&self, key: &(i64, String)) -> Option<WsConn> {
@@ -169,12 +194,17 @@ impl WsPool {
                     let Some(mut conn) = pool.take(&key) else {
                         continue;
                     };
+                    pool.probing.borrow_mut().insert(key.clone());
                     let pool = Rc::clone(&pool);
                     monoio::spawn(async move {
-                        if conn.probe(pong_timeout).await {
+                        let alive = conn.probe(pong_timeout).await;
+                        pool.probing.borrow_mut().remove(&key);
+                        if alive {
                             conn.alive_at = Instant::now();
                             pool.put_back(key, conn);
+                            pool.probe_done.notify_waiters();
                         } else {
+                            pool.probe_done.notify_waiters();
                             pool.metrics.ws_upstream_dead();
                             tracing::debug!(
                                 account = key.0,
@@ -453,7 +483,7 @@ impl super::Upstream {
         }
         let key = (account_id, route.conversation.clone());
         for _ in 0..2 {
-            let (mut conn, reused) = match pool.take(&key) {
+            let (mut conn, reused) = match pool.take_waiting(&key, self.cfg.ws_pong_timeout).await {
                 Some(c) => (c, true),
                 None => match self.ws_connect(req).await {
                     Ok(c) => {

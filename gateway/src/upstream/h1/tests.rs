@@ -84,7 +84,7 @@ fn request() -> UpstreamRequest {
 async fn read_all(wire: &[u8], plan: Plan) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let cfg = UpstreamConfig::from_base_url("http://127.0.0.1:9/backend-api/codex").expect("cfg");
     let io = SegmentedIo::new(wire, plan);
-    let resp = send(io, &cfg, request())
+    let resp = send(io, &cfg, &request(), None, false)
         .await
         .unwrap_or_else(|e| panic!("{plan:?}: {e:?}"));
     let UpstreamBody::H1(mut body) = resp.body else {
@@ -149,9 +149,15 @@ async fn malformed_chunking_is_a_protocol_error() {
         let mut wire = head("transfer-encoding: chunked\r\n").into_bytes();
         wire.extend_from_slice(bad);
         let cfg = UpstreamConfig::from_base_url("http://127.0.0.1:9/x").expect("cfg");
-        let resp = send(SegmentedIo::new(&wire, Plan::EveryByte), &cfg, request())
-            .await
-            .expect("head");
+        let resp = send(
+            SegmentedIo::new(&wire, Plan::EveryByte),
+            &cfg,
+            &request(),
+            None,
+            false,
+        )
+        .await
+        .expect("head");
         let UpstreamBody::H1(mut body) = resp.body else {
             panic!("h1 body expected")
         };
@@ -161,4 +167,148 @@ async fn malformed_chunking_is_a_protocol_error() {
         }
         assert!(result.is_err(), "{:?}", String::from_utf8_lossy(bad));
     }
+}
+
+fn pool() -> std::rc::Rc<super::H1Pool> {
+    super::H1Pool::new(
+        4,
+        std::time::Duration::from_secs(30),
+        crate::metrics::Registry::new(1).worker(0),
+    )
+}
+
+async fn pooled(wire: &[u8], plan: Plan, p: &std::rc::Rc<super::H1Pool>) -> super::Body {
+    let cfg = UpstreamConfig::from_base_url("http://127.0.0.1:9/x").expect("cfg");
+    let resp = send(
+        SegmentedIo::new(wire, plan).hold_open(),
+        &cfg,
+        &request(),
+        Some(p.clone()),
+        false,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{plan:?}: {e:?}"));
+    let UpstreamBody::H1(body) = resp.body else {
+        panic!("h1 body expected")
+    };
+    body
+}
+
+/// A keep-alive response read exactly to its end gives its connection back to the pool, in
+/// every segmentation, chunked or by length; `finish` reads a finished stream's tail.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_body_read_to_its_end_pools_its_connection() {
+    let body = sse();
+    let mut chunked_wire = head("transfer-encoding: chunked\r\n").into_bytes();
+    chunked_wire.extend_from_slice(&chunked(&body));
+    let mut length_wire = head(&format!("content-length: {}\r\n", body.len())).into_bytes();
+    length_wire.extend_from_slice(&body);
+    for wire in [&chunked_wire, &length_wire] {
+        for plan in Plan::standard(6, false) {
+            let p = pool();
+            let mut b = pooled(wire, plan, &p).await;
+            let mut got = Vec::new();
+            while let Some(c) = b.chunk().await.unwrap() {
+                got.extend_from_slice(&c);
+            }
+            assert_eq!(got, body, "{plan:?}");
+            drop(b);
+            assert_eq!(p.idle_count(), 1, "{plan:?}");
+            assert!(p.take().is_some());
+        }
+    }
+    // A stream whose terminal event was read but not the last-chunk marker: `finish` reads
+    // the tail, then the connection is pooled.
+    let p = pool();
+    let mut b = pooled(&chunked_wire, Plan::Random { seed: 3, max: 512 }, &p).await;
+    let mut got = Vec::new();
+    while got.len() < body.len() {
+        got.extend_from_slice(&b.chunk().await.unwrap().unwrap());
+    }
+    b.finish().await;
+    drop(b);
+    assert_eq!(p.idle_count(), 1);
+}
+
+/// Connections that cannot carry another request are closed, never pooled: a body dropped
+/// before its end (a cancelled stream), `connection: close`, HTTP/1.0, extra bytes after the
+/// body, a tail that never ends.
+#[monoio::test_all(timer_enabled = true)]
+async fn connections_that_cannot_be_reused_are_not_pooled() {
+    let body = sse();
+    let mut wire = head("transfer-encoding: chunked\r\n").into_bytes();
+    wire.extend_from_slice(&chunked(&body));
+    let p = pool();
+    let mut b = pooled(&wire, Plan::EveryByte, &p).await;
+    let _ = b.chunk().await.unwrap();
+    drop(b);
+    assert_eq!(p.idle_count(), 0, "dropped mid-body");
+
+    let mut close = head("connection: close\r\ncontent-length: 2\r\n").into_bytes();
+    close.extend_from_slice(b"ok");
+    let http10 = String::from_utf8(close.clone())
+        .unwrap()
+        .replace("HTTP/1.1", "HTTP/1.0")
+        .replace("connection: close\r\n", "");
+    let mut extra = head("content-length: 2\r\n").into_bytes();
+    extra.extend_from_slice(b"okGARBAGE");
+    for w in [close, http10.into_bytes(), extra] {
+        let mut b = pooled(&w, Plan::Whole, &p).await;
+        while let Ok(Some(_)) = b.chunk().await {}
+        drop(b);
+        assert_eq!(p.idle_count(), 0, "{:?}", String::from_utf8_lossy(&w));
+    }
+
+    // The tail never comes: `finish` gives up within its budget and the connection closes.
+    let mut open_ended = head("transfer-encoding: chunked\r\n").into_bytes();
+    open_ended.extend_from_slice(b"5\r\nhello\r\n");
+    let mut b = pooled(&open_ended, Plan::Whole, &p).await;
+    let _ = b.chunk().await.unwrap();
+    b.finish().await;
+    drop(b);
+    assert_eq!(p.idle_count(), 0, "unfinished tail");
+}
+
+/// A reused connection that ends before any response byte is stale (the origin closed it
+/// while it idled): the caller sends again on a fresh one. A fresh connection that does the
+/// same is a real failure.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_pooled_connection_closed_while_idle_is_stale() {
+    let cfg = UpstreamConfig::from_base_url("http://127.0.0.1:9/x").expect("cfg");
+    let r = send(
+        SegmentedIo::new(b"", Plan::Whole),
+        &cfg,
+        &request(),
+        Some(pool()),
+        true,
+    )
+    .await;
+    assert!(matches!(r, Err(super::SendError::Stale)), "{:?}", r.err());
+    let r = send(
+        SegmentedIo::new(b"", Plan::Whole),
+        &cfg,
+        &request(),
+        Some(pool()),
+        false,
+    )
+    .await;
+    assert!(
+        matches!(r, Err(super::SendError::Failed(_))),
+        "{:?}",
+        r.err()
+    );
+    // A partial head on a reused connection is not stale: the origin answered something.
+    let r = send(
+        SegmentedIo::new(b"HTTP/1.1 2", Plan::Whole),
+        &cfg,
+        &request(),
+        Some(pool()),
+        true,
+    )
+    .await;
+    assert!(
+        matches!(r, Err(super::SendError::Failed(_))),
+        "{:?}",
+        r.err()
+    );
 }
