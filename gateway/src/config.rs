@@ -317,8 +317,10 @@ pub struct GatewayConfig {
     pub database_url: Option<String>,
     /// Redis URL.
     pub redis_url: Option<String>,
-    /// Bearer token for the admin API.
+    /// Static bearer token for the admin API (besides sessions and stored admin tokens).
     pub admin_token: Option<Secret>,
+    /// Admin password (`CODEX_GATEWAY_ADMIN_PASSWORD`; stored as an Argon2id hash at start).
+    pub admin_password: Option<Secret>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Upstream base URL as configured.
@@ -375,6 +377,7 @@ impl GatewayConfig {
             database_url: None,
             redis_url: None,
             admin_token: None,
+            admin_password: None,
             oauth_token_url: DEFAULT_TOKEN_URL.to_owned(),
             upstream_base_url: base_url.to_owned(),
             upstream: UpstreamConfig::from_base_url(base_url)?,
@@ -453,6 +456,10 @@ impl GatewayConfig {
             .ok()
             .or(file.admin_token.clone())
             .filter(|t| !t.is_empty())
+            .map(Secret::from);
+        c.admin_password = std::env::var("CODEX_GATEWAY_ADMIN_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty())
             .map(Secret::from);
         c.oauth_token_url = args
             .oauth_token_url

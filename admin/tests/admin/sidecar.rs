@@ -28,7 +28,12 @@ pub struct Running {
     pub boxes: Vec<WorkerMailbox>,
     pub base: String,
     http: reqwest::Client,
+    /// The configured static admin token, sent by [`Running::req`] when it is given none.
+    token: Option<String>,
 }
+
+/// The static admin token [`config`] configures.
+pub const TEST_ADMIN_TOKEN: &str = "test-admin-token";
 
 impl Running {
     pub fn start(cfg: SidecarConfig) -> Self {
@@ -36,6 +41,7 @@ impl Running {
     }
 
     pub fn try_start(cfg: SidecarConfig) -> Result<Self, SidecarError> {
+        let token = cfg.admin_token.as_ref().map(|t| t.expose().to_owned());
         let snapshot = Snapshot::shared();
         let health = Arc::new(Health::default());
         let (tx, events) = channels::events();
@@ -61,6 +67,7 @@ impl Running {
             boxes,
             base,
             http: reqwest::Client::new(),
+            token,
         })
     }
 
@@ -70,6 +77,8 @@ impl Running {
         }
     }
 
+    /// An admin API request with `token` (the configured static admin token when `None`);
+    /// mutations always carry `Content-Type: application/json`.
     pub async fn req(
         &self,
         method: reqwest::Method,
@@ -77,12 +86,36 @@ impl Running {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
+        let token = token.or(self.token.as_deref());
+        self.send(method, path, token, body).await
+    }
+
+    /// An admin API request without credentials.
+    pub async fn req_anon(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.send(method, path, None, body).await
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mutation = method != reqwest::Method::GET;
         let mut r = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             r = r.bearer_auth(t);
         }
         if let Some(b) = body {
             r = r.json(&b);
+        } else if mutation {
+            r = r.header("content-type", "application/json");
         }
         let resp = r.send().await.unwrap();
         let status = resp.status().as_u16();
@@ -111,6 +144,7 @@ pub fn config(db: &TestDb) -> SidecarConfig {
     cfg.oauth_token_url = "http://127.0.0.1:9/oauth/token".into();
     cfg.quota_poll_interval = Duration::ZERO;
     cfg.catalog_refresh_interval = Duration::ZERO;
+    cfg.admin_token = Some(Secret::new(TEST_ADMIN_TOKEN));
     cfg
 }
 
@@ -173,7 +207,12 @@ async fn spawn_publishes_snapshot_and_serves_healthz(db: &TestDb) {
 
     let (st, body) = run.req(reqwest::Method::GET, "/healthz", None, None).await;
     assert_eq!((st, body), (200, json!({"status": "ok"})));
-    // No admin token configured: the API is open.
+    // The admin API is closed: anonymous requests are refused.
+    let (st, body) = run
+        .req_anon(reqwest::Method::GET, "/api/admin/accounts", None)
+        .await;
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(body["error"]["type"], "authentication_error");
     let (st, body) = run
         .req(reqwest::Method::GET, "/api/admin/accounts", None, None)
         .await;
@@ -251,7 +290,7 @@ async fn admin_api_auth_and_mutations(db: &TestDb) {
     use reqwest::Method as M;
 
     // Auth.
-    let (st, body) = run.req(M::GET, "/api/admin/accounts", None, None).await;
+    let (st, body) = run.req_anon(M::GET, "/api/admin/accounts", None).await;
     assert_eq!(st, 401);
     assert_eq!(body["error"]["type"], "authentication_error");
     assert!(body["error"]["message"].is_string() && body["error"]["code"].is_string());
@@ -259,7 +298,7 @@ async fn admin_api_auth_and_mutations(db: &TestDb) {
         .req(M::GET, "/api/admin/accounts", Some("wrong"), None)
         .await;
     assert_eq!(st, 401);
-    let (st, _) = run.req(M::GET, "/healthz", None, None).await;
+    let (st, _) = run.req_anon(M::GET, "/healthz", None).await;
     assert_eq!(st, 200, "healthz is never behind the admin token");
 
     // Accounts.
