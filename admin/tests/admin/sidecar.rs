@@ -629,7 +629,67 @@ both_backends!(
     events_are_persisted_and_flushed_on_shutdown,
     admin_api_auth_and_mutations,
     reload_picks_up_changes_from_other_processes,
+    admin_credential_bootstrap,
 );
+
+/// No credential at all: a password is generated and stored (by Argon2id hash only) and the
+/// API stays closed; a configured password replaces it; a non-loopback admin listener is
+/// refused while the operator set no credential.
+async fn admin_credential_bootstrap(db: &TestDb) {
+    use reqwest::Method as M;
+    let mut cfg = config(db);
+    cfg.admin_token = None;
+    // Refused before anything listens: 0.0.0.0 without a credential.
+    let mut open = cfg.clone();
+    open.admin_listen = "0.0.0.0:0".parse().unwrap();
+    match Running::try_start(open) {
+        Err(SidecarError::AdminAuth(e)) => {
+            assert!(e.to_string().contains("CODEX_GATEWAY_ADMIN_PASSWORD"), "{e}")
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("a non-loopback admin listener without a credential must be refused"),
+    }
+    let s = db.open().await;
+    assert_eq!(s.admin_password_hash().await.unwrap(), None);
+
+    // Loopback, no credential: generated, stored hashed, API closed.
+    let mut run = Running::start(cfg.clone());
+    let hash = s.admin_password_hash().await.unwrap().expect("a generated password");
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let (st, _) = run.req_anon(M::GET, "/api/admin/accounts", None).await;
+    assert_eq!(st, 401);
+    let (st, body) = run
+        .req_anon(M::POST, "/api/admin/login", Some(json!({"password": "guess"})))
+        .await;
+    assert_eq!((st, body["error"]["code"].as_str()), (401, Some("invalid_password")));
+    run.stop();
+    // A restart keeps the stored password (nothing new generated).
+    let mut run = Running::start(cfg.clone());
+    assert_eq!(s.admin_password_hash().await.unwrap().as_deref(), Some(hash.as_str()));
+    run.stop();
+
+    // A configured password replaces it and logs in.
+    let mut with_pw = cfg.clone();
+    with_pw.admin_password = Some(Secret::new("hunter2-but-longer"));
+    let mut run = Running::start(with_pw.clone());
+    let (st, body) = run
+        .req_anon(
+            M::POST,
+            "/api/admin/login",
+            Some(json!({"password": "hunter2-but-longer"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    run.stop();
+    assert_ne!(s.admin_password_hash().await.unwrap().as_deref(), Some(hash.as_str()));
+
+    // Once the operator set a credential, a non-loopback listener is allowed.
+    let mut open = with_pw;
+    open.admin_listen = "0.0.0.0:0".parse().unwrap();
+    let mut run = Running::try_start(open).expect("allowed with a credential");
+    run.stop();
+    s.close().await.unwrap();
+}
 
 #[tokio::test]
 async fn refresh_request_rotates_tokens_single_flight() {
