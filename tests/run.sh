@@ -76,9 +76,9 @@ if [ ! -x /usr/bin/chromium ]; then
   as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 export CODEX_GATEWAY_CHROMIUM=/usr/bin/chromium
-if ! cmp -s frontend/package-lock.json frontend/node_modules/.package-lock.json; then
+if ! cmp -s frontend/package-lock.json frontend/node_modules/.installed-from-lock; then
   log "installing the admin web app's npm dependencies"
-  (cd frontend && npm ci --no-audit --no-fund --loglevel=error)
+  (cd frontend && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-from-lock)
 fi
 # The binary embeds the committed frontend/dist: it must be the build of the sources.
 log "checking that frontend/dist is up to date"

@@ -89,7 +89,15 @@ async fn call(
 }
 
 async fn login(s: &Stack, password: &str) -> (StatusCode, header::HeaderMap, Value) {
-    call(s, "POST", "/api/admin/login", None, None, Some(json!({"password": password}))).await
+    call(
+        s,
+        "POST",
+        "/api/admin/login",
+        None,
+        None,
+        Some(json!({"password": password})),
+    )
+    .await
 }
 
 fn session_of(h: &header::HeaderMap) -> String {
@@ -127,7 +135,10 @@ async fn every_endpoint_refuses_anonymous_and_wrong_credentials() {
         for (bearer, cookie) in [
             (None, None),
             (Some("wrong"), None),
-            (Some("cgadm-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"), None),
+            (
+                Some("cgadm-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+                None,
+            ),
             (Some(upper.as_str()), None),
             (None, Some("forged-session")),
             // A wrong bearer fails even when a valid session cookie rides along.
@@ -180,7 +191,15 @@ async fn login_session_logout_tokens_and_rate_limit() {
     assert_eq!((st, v["via"].as_str()), (StatusCode::OK, Some("session")));
 
     // Admin API tokens: created with the session, shown once, usable, revocable.
-    let (st, _, v) = call(&s, "POST", "/api/admin/tokens", None, Some(&sid), Some(json!({"name": "ci"}))).await;
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/tokens",
+        None,
+        Some(&sid),
+        Some(json!({"name": "ci"})),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
     let token = v["token"].as_str().unwrap().to_owned();
     let token_id = v["id"].as_i64().unwrap();
@@ -190,9 +209,25 @@ async fn login_session_logout_tokens_and_rate_limit() {
     let (_, _, list) = call(&s, "GET", "/api/admin/tokens", Some(&token), None, None).await;
     assert!(!list.to_string().contains(&token), "shown once");
     assert_eq!(list["data"][0]["name"], "ci");
-    let (st, _, _) = call(&s, "POST", "/api/admin/tokens", Some(&token), None, Some(json!({"name": " "}))).await;
+    let (st, _, _) = call(
+        &s,
+        "POST",
+        "/api/admin/tokens",
+        Some(&token),
+        None,
+        Some(json!({"name": " "})),
+    )
+    .await;
     assert_eq!(st, 400);
-    let (st, _, _) = call(&s, "DELETE", &format!("/api/admin/tokens/{token_id}"), None, Some(&sid), None).await;
+    let (st, _, _) = call(
+        &s,
+        "DELETE",
+        &format!("/api/admin/tokens/{token_id}"),
+        None,
+        Some(&sid),
+        None,
+    )
+    .await;
     assert_eq!(st, 200);
     let (st, _, _) = call(&s, "GET", "/api/admin/session", Some(&token), None, None).await;
     assert_eq!(st, 401, "a revoked token is refused at once");
@@ -200,7 +235,10 @@ async fn login_session_logout_tokens_and_rate_limit() {
     // Logout ends the session.
     let (st, h, _) = call(&s, "POST", "/api/admin/logout", None, Some(&sid), None).await;
     assert_eq!(st, 200);
-    assert!(h[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    assert!(h[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
     let (st, _, _) = call(&s, "GET", "/api/admin/session", None, Some(&sid), None).await;
     assert_eq!(st, 401);
 
@@ -230,7 +268,15 @@ async fn login_session_logout_tokens_and_rate_limit() {
     let wait: u64 = h[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
     assert!(wait > 0 && wait <= 300);
     // Bearer tokens are not affected by the login limit.
-    let (st, _, _) = call(&s, "GET", "/api/admin/session", Some(ADMIN_TOKEN), None, None).await;
+    let (st, _, _) = call(
+        &s,
+        "GET",
+        "/api/admin/session",
+        Some(ADMIN_TOKEN),
+        None,
+        None,
+    )
+    .await;
     assert_eq!(st, 200);
 }
 
@@ -265,7 +311,12 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
         .unwrap();
     assert_eq!(r.status(), 415);
     // No content type at all (a form-less fetch): 415; JSON from a foreign origin: 403.
-    let r = client().post(&url).header(header::COOKIE, &cookie).send().await.unwrap();
+    let r = client()
+        .post(&url)
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 415);
     let r = client()
         .post(&url)
@@ -312,13 +363,23 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
     // The web app is served (public, no secrets) with a strict CSP; unknown paths route to
     // the app, unknown files are 404.
     for path in ["/", "/accounts", "/ops"] {
-        let r = client().get(format!("{}{path}", s.admin_url())).send().await.unwrap();
+        let r = client()
+            .get(format!("{}{path}", s.admin_url()))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "{path}");
-        let csp = r.headers()[header::CONTENT_SECURITY_POLICY].to_str().unwrap().to_owned();
+        let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert!(csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self'"));
         assert_eq!(r.headers()[header::X_FRAME_OPTIONS], "DENY");
         let body = r.text().await.unwrap();
-        assert!(body.contains("<div id=\"app\">") || body.contains("not built"), "{body}");
+        assert!(
+            body.contains("<div id=\"app\">") || body.contains("not built"),
+            "{body}"
+        );
     }
     let r = client()
         .get(format!("{}/assets/nope.js", s.admin_url()))
@@ -335,7 +396,10 @@ where
 {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while !f().await {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -346,18 +410,31 @@ async fn resources_answer_what_the_data_plane_did() {
     let t = Some(ADMIN_TOKEN);
 
     // Import through the API: an auth.json for a new mock account, and junk.
-    let issued = s.mock.add_account(benches::MockAccount::new("acct-imported"));
-    let (st, _, v) = call(&s, "POST", "/api/admin/accounts/import", t, None, Some(json!({"files": [
-        {"name": "auth.json", "content": auth_json(&issued)},
-        {"name": "junk.txt", "content": "{\"hello\": 1}"},
-    ]}))).await;
+    let issued = s
+        .mock
+        .add_account(benches::MockAccount::new("acct-imported"));
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/import",
+        t,
+        None,
+        Some(json!({"files": [
+            {"name": "auth.json", "content": auth_json(&issued)},
+            {"name": "junk.txt", "content": "{\"hello\": 1}"},
+        ]})),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["added"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["skipped"][0]["source"], "junk.txt");
     let (_, _, list) = call(&s, "GET", "/api/admin/accounts", t, None, None).await;
     let accounts = list["data"].as_array().unwrap().clone();
     assert_eq!(accounts.len(), 3);
-    assert!(!list.to_string().contains(&issued.access_token), "no tokens in the list");
+    assert!(
+        !list.to_string().contains(&issued.access_token),
+        "no tokens in the list"
+    );
     let imported = accounts
         .iter()
         .find(|a| a["chatgpt_account_id"] == "acct-imported")
@@ -365,10 +442,21 @@ async fn resources_answer_what_the_data_plane_did() {
     let imported_id = imported["id"].as_i64().unwrap();
     assert_eq!(imported["schedulable"], true);
     assert_eq!(imported["health"]["tier"], "healthy");
-    assert!(s.app.snapshot.load().account(imported_id).is_some(), "published at once");
+    assert!(
+        s.app.snapshot.load().account(imported_id).is_some(),
+        "published at once"
+    );
 
     // A key created through the API serves data-plane requests.
-    let (_, _, key) = call(&s, "POST", "/api/admin/keys", t, None, Some(json!({"name": "team"}))).await;
+    let (_, _, key) = call(
+        &s,
+        "POST",
+        "/api/admin/keys",
+        t,
+        None,
+        Some(json!({"name": "team"})),
+    )
+    .await;
     let plain = key["key"].as_str().unwrap().to_owned();
     for i in 0..3 {
         let r = client()
@@ -389,16 +477,51 @@ async fn resources_answer_what_the_data_plane_did() {
             .any(|k| k["name"] == "team" && k["usage_24h"]["requests"] == 3)
     })
     .await;
-    let (st, _, series) = call(&s, "GET", "/api/admin/usage/series?group_by=key&bucket_ms=60000", t, None, None).await;
+    let (st, _, series) = call(
+        &s,
+        "GET",
+        "/api/admin/usage/series?group_by=key&bucket_ms=60000",
+        t,
+        None,
+        None,
+    )
+    .await;
     assert_eq!(st, 200, "{series}");
-    let team = series["series"].as_array().unwrap().iter().find(|x| x["label"] == "team").unwrap();
+    let team = series["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["label"] == "team")
+        .unwrap();
     assert_eq!(team["totals"]["requests"], 3);
-    assert_eq!(team["requests"].as_array().unwrap().len(), series["buckets"].as_array().unwrap().len());
-    let (st, _, by_model) = call(&s, "GET", "/api/admin/usage/series?group_by=model", t, None, None).await;
+    assert_eq!(
+        team["requests"].as_array().unwrap().len(),
+        series["buckets"].as_array().unwrap().len()
+    );
+    let (st, _, by_model) = call(
+        &s,
+        "GET",
+        "/api/admin/usage/series?group_by=model",
+        t,
+        None,
+        None,
+    )
+    .await;
     assert_eq!(st, 200);
     assert_eq!(by_model["series"][0]["id"], "gpt-5.5");
-    let (st, _, bad) = call(&s, "GET", "/api/admin/usage/series?group_by=colour", t, None, None).await;
-    assert_eq!((st.as_u16(), bad["error"]["param"].as_str()), (400, Some("group_by")));
+    let (st, _, bad) = call(
+        &s,
+        "GET",
+        "/api/admin/usage/series?group_by=colour",
+        t,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st.as_u16(), bad["error"]["param"].as_str()),
+        (400, Some("group_by"))
+    );
 
     // Dashboard and ops read the data plane's metrics.
     let (st, _, d) = call(&s, "GET", "/api/admin/dashboard", t, None, None).await;
@@ -413,8 +536,14 @@ async fn resources_answer_what_the_data_plane_did() {
     let workers = o["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 2, "one entry per worker: {o}");
     for w in workers {
-        assert!(["io_uring", "legacy"].contains(&w["driver"].as_str().unwrap()), "{w}");
-        assert!(w["metrics"].as_object().unwrap().contains_key("upstream_h2_connections"));
+        assert!(
+            ["io_uring", "legacy"].contains(&w["driver"].as_str().unwrap()),
+            "{w}"
+        );
+        assert!(w["metrics"]
+            .as_object()
+            .unwrap()
+            .contains_key("upstream_h2_connections"));
     }
     assert_eq!(o["board"].as_array().unwrap().len(), 3);
     assert_eq!(o["board"][0]["rank"], 1);
@@ -426,8 +555,20 @@ async fn resources_answer_what_the_data_plane_did() {
         .map(|a| a["id"].as_i64().unwrap())
         .filter(|id| *id != imported_id)
         .collect();
-    let (st, _, v) = call(&s, "POST", "/api/admin/accounts/bulk", t, None, Some(json!({"ids": others, "action": "disable"}))).await;
-    assert_eq!((st.as_u16(), v["succeeded"].as_u64()), (200, Some(2)), "{v}");
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/bulk",
+        t,
+        None,
+        Some(json!({"ids": others, "action": "disable"})),
+    )
+    .await;
+    assert_eq!(
+        (st.as_u16(), v["succeeded"].as_u64()),
+        (200, Some(2)),
+        "{v}"
+    );
     let before = s.served_by().len();
     for i in 0..4 {
         let r = client()
@@ -440,50 +581,168 @@ async fn resources_answer_what_the_data_plane_did() {
         assert_eq!(r.status(), 200);
     }
     let served = s.served_by();
-    assert!(served[before..].iter().all(|a| a == "acct-imported"), "{served:?}");
-    let (_, _, v) = call(&s, "POST", "/api/admin/accounts/bulk", t, None, Some(json!({"ids": [others[0], 999_999], "action": "enable"}))).await;
-    assert_eq!((v["succeeded"].as_u64(), v["failed"].as_u64()), (Some(1), Some(1)));
-    let (st, _, _) = call(&s, "POST", "/api/admin/accounts/bulk", t, None, Some(json!({"ids": [1], "action": "explode"}))).await;
+    assert!(
+        served[before..].iter().all(|a| a == "acct-imported"),
+        "{served:?}"
+    );
+    let (_, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/bulk",
+        t,
+        None,
+        Some(json!({"ids": [others[0], 999_999], "action": "enable"})),
+    )
+    .await;
+    assert_eq!(
+        (v["succeeded"].as_u64(), v["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let (st, _, _) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/bulk",
+        t,
+        None,
+        Some(json!({"ids": [1], "action": "explode"})),
+    )
+    .await;
     assert_eq!(st, 400);
-    let (st, _, v) = call(&s, "POST", &format!("/api/admin/accounts/{imported_id}/reset-health"), t, None, None).await;
-    assert_eq!((st.as_u16(), v["health"]["consecutive_failures"].as_u64()), (200, Some(0)));
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        &format!("/api/admin/accounts/{imported_id}/reset-health"),
+        t,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st.as_u16(), v["health"]["consecutive_failures"].as_u64()),
+        (200, Some(0))
+    );
 
     // Export gives auth.json documents that import reads back (an update, not a new account).
-    let (st, _, exp) = call(&s, "POST", "/api/admin/accounts/export", t, None, Some(json!({"ids": [imported_id]}))).await;
+    let (st, _, exp) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/export",
+        t,
+        None,
+        Some(json!({"ids": [imported_id]})),
+    )
+    .await;
     assert_eq!(st, 200);
     let docs = exp["data"].as_array().unwrap();
     assert_eq!(docs.len(), 1);
     assert_eq!(docs[0]["tokens"]["account_id"], "acct-imported");
-    assert!(!docs[0]["tokens"]["refresh_token"].as_str().unwrap().is_empty());
-    let (_, _, v) = call(&s, "POST", "/api/admin/accounts/import", t, None, Some(json!({"files": [
-        {"name": "export.json", "content": exp["data"].to_string()}
-    ]}))).await;
-    assert_eq!((v["added"].as_array().unwrap().len(), v["updated"].as_array().unwrap().len()), (0, 1), "{v}");
+    assert!(!docs[0]["tokens"]["refresh_token"]
+        .as_str()
+        .unwrap()
+        .is_empty());
+    let (_, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/import",
+        t,
+        None,
+        Some(json!({"files": [
+            {"name": "export.json", "content": exp["data"].to_string()}
+        ]})),
+    )
+    .await;
+    assert_eq!(
+        (
+            v["added"].as_array().unwrap().len(),
+            v["updated"].as_array().unwrap().len()
+        ),
+        (0, 1),
+        "{v}"
+    );
 
     // OAuth (PKCE): start gives the authorize URL; the pasted callback URL adds the account.
     let (st, _, start) = call(&s, "POST", "/api/admin/accounts/oauth/start", t, None, None).await;
     assert_eq!(st, 200);
     let au = start["authorize_url"].as_str().unwrap();
-    assert!(au.contains("/oauth/authorize?response_type=code&client_id=app_EMoamEEZ73f0CkXaXp7hrann"), "{au}");
-    assert!(au.contains("code_challenge_method=S256") && au.contains("redirect_uri=http%3A%2F%2Flocalhost%3A1455%2Fauth%2Fcallback"));
+    assert!(
+        au.contains("/oauth/authorize?response_type=code&client_id=app_EMoamEEZ73f0CkXaXp7hrann"),
+        "{au}"
+    );
+    assert!(
+        au.contains("code_challenge_method=S256")
+            && au.contains("redirect_uri=http%3A%2F%2Flocalhost%3A1455%2Fauth%2Fcallback")
+    );
     let state = start["state"].as_str().unwrap();
-    let cb = format!("http://localhost:1455/auth/callback?code=account%3Aacct-oauth&scope=openid&state={state}");
-    let (st, _, v) = call(&s, "POST", "/api/admin/accounts/oauth/finish", t, None, Some(json!({"callback_url": cb}))).await;
+    let cb = format!(
+        "http://localhost:1455/auth/callback?code=account%3Aacct-oauth&scope=openid&state={state}"
+    );
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/oauth/finish",
+        t,
+        None,
+        Some(json!({"callback_url": cb})),
+    )
+    .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["added"].as_array().unwrap().len(), 1, "{v}");
-    let (st, _, v) = call(&s, "POST", "/api/admin/accounts/oauth/finish", t, None, Some(json!({"callback_url": cb}))).await;
-    assert_eq!((st.as_u16(), v["error"]["param"].as_str()), (400, Some("callback_url")), "a state is single-use");
-    assert!(s.app.snapshot.load().accounts.iter().any(|a| a.chatgpt_account_id == "acct-oauth"));
+    let (st, _, v) = call(
+        &s,
+        "POST",
+        "/api/admin/accounts/oauth/finish",
+        t,
+        None,
+        Some(json!({"callback_url": cb})),
+    )
+    .await;
+    assert_eq!(
+        (st.as_u16(), v["error"]["param"].as_str()),
+        (400, Some("callback_url")),
+        "a state is single-use"
+    );
+    assert!(s
+        .app
+        .snapshot
+        .load()
+        .accounts
+        .iter()
+        .any(|a| a.chatgpt_account_id == "acct-oauth"));
 
     // Settings: every invalid key is reported; nothing is applied.
-    let (st, _, v) = call(&s, "PUT", "/api/admin/settings", t, None, Some(json!({"max_attempts": 0, "strategy": "weighted", "min_request_interval_ms": 5}))).await;
+    let (st, _, v) = call(
+        &s,
+        "PUT",
+        "/api/admin/settings",
+        t,
+        None,
+        Some(json!({"max_attempts": 0, "strategy": "weighted", "min_request_interval_ms": 5})),
+    )
+    .await;
     assert_eq!(st, 400, "{v}");
     let errs = v["error"]["errors"].as_object().unwrap();
-    assert!(errs.contains_key("max_attempts") && errs.contains_key("strategy") && errs.len() == 2, "{v}");
+    assert!(
+        errs.contains_key("max_attempts") && errs.contains_key("strategy") && errs.len() == 2,
+        "{v}"
+    );
     assert_eq!(s.app.snapshot.load().settings.min_request_interval_ms, 0);
-    let (st, _, v) = call(&s, "PUT", "/api/admin/settings", t, None, Some(json!({"strategy": "round_robin"}))).await;
-    assert_eq!((st.as_u16(), v["strategy"].as_str()), (200, Some("round_robin")));
-    assert_eq!(s.app.snapshot.load().settings.strategy.as_str(), "round_robin");
+    let (st, _, v) = call(
+        &s,
+        "PUT",
+        "/api/admin/settings",
+        t,
+        None,
+        Some(json!({"strategy": "round_robin"})),
+    )
+    .await;
+    assert_eq!(
+        (st.as_u16(), v["strategy"].as_str()),
+        (200, Some("round_robin"))
+    );
+    assert_eq!(
+        s.app.snapshot.load().settings.strategy.as_str(),
+        "round_robin"
+    );
 
     // Failures: a request for a model the upstream refuses shows up, newest first.
     let r = client()
@@ -496,13 +755,31 @@ async fn resources_answer_what_the_data_plane_did() {
     assert!(r.status().is_client_error(), "{}", r.status());
     wait_for("the failure to be recorded", || async {
         let (_, _, f) = call(&s, "GET", "/api/admin/failures?limit=5", t, None, None).await;
-        f["data"].as_array().is_some_and(|d| d.iter().any(|x| x["key_name"] == "team"))
+        f["data"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|x| x["key_name"] == "team"))
     })
     .await;
 
     // Delete.
-    let (st, _, v) = call(&s, "DELETE", &format!("/api/admin/accounts/{imported_id}"), t, None, None).await;
+    let (st, _, v) = call(
+        &s,
+        "DELETE",
+        &format!("/api/admin/accounts/{imported_id}"),
+        t,
+        None,
+        None,
+    )
+    .await;
     assert_eq!((st.as_u16(), v["deleted"].as_bool()), (200, Some(true)));
-    let (st, _, _) = call(&s, "GET", &format!("/api/admin/accounts/{imported_id}"), t, None, None).await;
+    let (st, _, _) = call(
+        &s,
+        "GET",
+        &format!("/api/admin/accounts/{imported_id}"),
+        t,
+        None,
+        None,
+    )
+    .await;
     assert_eq!(st, 404);
 }

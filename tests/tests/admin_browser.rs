@@ -31,7 +31,8 @@ fn admin_app_in_a_real_browser() {
     }
     let root = repo_root();
     let frontend = root.join("frontend");
-    let chromium = std::env::var("CODEX_GATEWAY_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let chromium =
+        std::env::var("CODEX_GATEWAY_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
         PathBuf::from(&chromium).exists(),
         "Chromium not found at {chromium} (apt-get install chromium, or run tests/run.sh; \
@@ -54,7 +55,9 @@ fn admin_app_in_a_real_browser() {
     }
     .start();
     // The file the operator drops: an auth.json for an account the upstream knows.
-    let t = s.mock.add_account(benches::MockAccount::new("acct-browser"));
+    let t = s
+        .mock
+        .add_account(benches::MockAccount::new("acct-browser"));
     let auth = s.dir.path().join("browser-auth.json");
     std::fs::write(
         &auth,
@@ -84,8 +87,15 @@ fn admin_app_in_a_real_browser() {
         .expect("run node");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}\n{stderr}\n(browser run took {:?})", started.elapsed());
-    assert!(out.status.success(), "the browser script failed: {}", out.status);
+    eprintln!(
+        "{stdout}\n{stderr}\n(browser run took {:?})",
+        started.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "the browser script failed: {}",
+        out.status
+    );
     let result: serde_json::Value = stdout
         .lines()
         .rev()
@@ -93,7 +103,10 @@ fn admin_app_in_a_real_browser() {
         .map(|j| serde_json::from_str(j).expect("RESULT json"))
         .expect("a RESULT line");
     assert_eq!(result["ok"], true, "{result}");
-    assert_eq!(result["workers"], 2, "the ops page shows every worker: {result}");
+    assert_eq!(
+        result["workers"], 2,
+        "the ops page shows every worker: {result}"
+    );
     assert_eq!(
         result["console_errors"],
         serde_json::json!([]),
@@ -111,13 +124,27 @@ fn admin_app_in_a_real_browser() {
     );
     // The imported account and the strategy change reached the data plane.
     let snap = s.app.snapshot.load();
-    assert!(snap.accounts.iter().any(|a| a.chatgpt_account_id == "acct-browser"));
+    assert!(snap
+        .accounts
+        .iter()
+        .any(|a| a.chatgpt_account_id == "acct-browser"));
     assert_eq!(snap.settings.strategy.as_str(), "round_robin");
     assert_eq!(s.account("acct-0").status, "disabled");
-    for page in ["login", "dashboard", "accounts", "keys-created", "usage", "settings-invalid", "ops"] {
+    for page in [
+        "login",
+        "dashboard",
+        "accounts",
+        "keys-created",
+        "usage",
+        "settings-invalid",
+        "ops",
+    ] {
         let p = shots.join(format!("{page}.png"));
         let len = std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
         assert!(len > 10_000, "screenshot {} missing or empty", p.display());
     }
-    assert!(started.elapsed() < Duration::from_secs(120), "the browser run took too long");
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "the browser run took too long"
+    );
 }

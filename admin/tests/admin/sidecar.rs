@@ -87,7 +87,7 @@ impl Running {
         body: Option<Value>,
     ) -> (u16, Value) {
         let token = token.or(self.token.as_deref());
-        self.send(method, path, token, body).await
+        self.http_req(method, path, token, body).await
     }
 
     /// An admin API request without credentials.
@@ -97,10 +97,10 @@ impl Running {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        self.send(method, path, None, body).await
+        self.http_req(method, path, None, body).await
     }
 
-    async fn send(
+    async fn http_req(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -644,7 +644,10 @@ async fn admin_credential_bootstrap(db: &TestDb) {
     open.admin_listen = "0.0.0.0:0".parse().unwrap();
     match Running::try_start(open) {
         Err(SidecarError::AdminAuth(e)) => {
-            assert!(e.to_string().contains("CODEX_GATEWAY_ADMIN_PASSWORD"), "{e}")
+            assert!(
+                e.to_string().contains("CODEX_GATEWAY_ADMIN_PASSWORD"),
+                "{e}"
+            )
         }
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("a non-loopback admin listener without a credential must be refused"),
@@ -654,18 +657,32 @@ async fn admin_credential_bootstrap(db: &TestDb) {
 
     // Loopback, no credential: generated, stored hashed, API closed.
     let mut run = Running::start(cfg.clone());
-    let hash = s.admin_password_hash().await.unwrap().expect("a generated password");
+    let hash = s
+        .admin_password_hash()
+        .await
+        .unwrap()
+        .expect("a generated password");
     assert!(hash.starts_with("$argon2id$"), "{hash}");
     let (st, _) = run.req_anon(M::GET, "/api/admin/accounts", None).await;
     assert_eq!(st, 401);
     let (st, body) = run
-        .req_anon(M::POST, "/api/admin/login", Some(json!({"password": "guess"})))
+        .req_anon(
+            M::POST,
+            "/api/admin/login",
+            Some(json!({"password": "guess"})),
+        )
         .await;
-    assert_eq!((st, body["error"]["code"].as_str()), (401, Some("invalid_password")));
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (401, Some("invalid_password"))
+    );
     run.stop();
     // A restart keeps the stored password (nothing new generated).
     let mut run = Running::start(cfg.clone());
-    assert_eq!(s.admin_password_hash().await.unwrap().as_deref(), Some(hash.as_str()));
+    assert_eq!(
+        s.admin_password_hash().await.unwrap().as_deref(),
+        Some(hash.as_str())
+    );
     run.stop();
 
     // A configured password replaces it and logs in.
@@ -681,7 +698,10 @@ async fn admin_credential_bootstrap(db: &TestDb) {
         .await;
     assert_eq!(st, 200, "{body}");
     run.stop();
-    assert_ne!(s.admin_password_hash().await.unwrap().as_deref(), Some(hash.as_str()));
+    assert_ne!(
+        s.admin_password_hash().await.unwrap().as_deref(),
+        Some(hash.as_str())
+    );
 
     // Once the operator set a credential, a non-loopback listener is allowed.
     let mut open = with_pw;
