@@ -34,6 +34,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     body::Bytes,
+    extract::DefaultBodyLimit,
     extract::{Request, State},
     http::{header, HeaderMap, HeaderValue, Method, StatusCode},
     middleware::{self, Next},
@@ -59,6 +60,9 @@ pub(crate) use accounts::PendingLogins;
 pub(crate) use ops::OpsSampler;
 
 type AppState = Arc<Core>;
+
+/// Largest admin API request body (an import of many credential files).
+const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// The admin API's own state, held by the sidecar core.
 #[derive(Debug)]
@@ -104,7 +108,11 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .layer(middleware::from_fn_with_state(Arc::clone(&core), guard));
     Router::new()
         .route("/healthz", get(healthz))
-        .nest("/api/admin", api)
+        // Imports of thousands of credential files arrive as one JSON body.
+        .nest(
+            "/api/admin",
+            api.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+        )
         .fallback(crate::web::serve)
         .with_state(core)
 }

@@ -748,7 +748,7 @@ async fn resources_answer_what_the_data_plane_did() {
     let r = client()
         .post(format!("{}/v1/responses", s.url()))
         .bearer_auth(&plain)
-        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": false, "client_metadata": {"x-mock-param": "bogus_param"}}))
+        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": false, "client_metadata": {"x-mock-error": "unsupported_parameter", "x-mock-param": "bogus_param"}}))
         .send()
         .await
         .unwrap();

@@ -15,6 +15,8 @@ use std::{path::PathBuf, process::Command, time::Duration};
 use integration_tests::StackBuilder;
 
 const PASSWORD: &str = "browser-test-password-1";
+/// Accounts in the bulk import file.
+const BULK_ACCOUNTS: usize = 1_200;
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,6 +73,21 @@ fn admin_app_in_a_real_browser() {
     )
     .expect("write auth.json");
 
+    // A second file with 1,200 accounts the upstream does not know (the app disables them in
+    // bulk right after the import): the accounts table must stay fast at that size.
+    let bulk: Vec<serde_json::Value> = (0..BULK_ACCOUNTS)
+        .map(|i| {
+            let id = format!("bulk-{i:04}");
+            let claims = serde_json::json!({
+                "email": format!("{id}@example.com"), "exp": 4_000_000_000u64,
+                "https://api.openai.com/auth": {"chatgpt_account_id": id, "chatgpt_user_id": format!("u-{id}"), "chatgpt_plan_type": if i % 3 == 0 { "pro" } else { "plus" }},
+            });
+            serde_json::json!({"type": "codex", "access_token": shared_state::jwt::encode_unsigned(&claims.to_string()), "account_id": id})
+        })
+        .collect();
+    let bulk_file = s.dir.path().join("bulk-accounts.json");
+    std::fs::write(&bulk_file, serde_json::Value::Array(bulk).to_string()).expect("write bulk");
+
     let started = std::time::Instant::now();
     let out = Command::new(std::env::var("CODEX_GATEWAY_NODE").unwrap_or_else(|_| "node".into()))
         .arg("e2e/admin.e2e.mjs")
@@ -80,6 +97,8 @@ fn admin_app_in_a_real_browser() {
         .env("ADMIN_PASSWORD", PASSWORD)
         .env("AUTH_FILE", &auth)
         .env("IMPORT_ACCOUNT", "acct-browser")
+        .env("BULK_FILE", &bulk_file)
+        .env("BULK_COUNT", BULK_ACCOUNTS.to_string())
         .env("DISABLE_ACCOUNT", "acct-0")
         .env("SCREENSHOT_DIR", &shots)
         .env("CHROMIUM", &chromium)
@@ -130,6 +149,17 @@ fn admin_app_in_a_real_browser() {
         .any(|a| a.chatgpt_account_id == "acct-browser"));
     assert_eq!(snap.settings.strategy.as_str(), "round_robin");
     assert_eq!(s.account("acct-0").status, "disabled");
+    let bulk_disabled = snap
+        .accounts
+        .iter()
+        .filter(|a| a.chatgpt_account_id.starts_with("bulk-"))
+        .filter(|a| a.effective_status().as_str() != "active")
+        .count();
+    assert_eq!(bulk_disabled, BULK_ACCOUNTS, "bulk disable from the app");
+    assert!(
+        result["rows_in_dom"].as_u64().unwrap_or(u64::MAX) < 150,
+        "the accounts table renders a window, not every row: {result}"
+    );
     for page in [
         "login",
         "dashboard",
