@@ -18,8 +18,8 @@ export function rel(ms: number | null | undefined, now = Date.now()): string {
   let s: string
   if (a < 60) s = `${Math.round(a)}s`
   else if (a < 3600) s = `${Math.round(a / 60)}m`
-  else if (a < 86400) s = `${Math.floor(a / 3600)}h ${Math.round((a % 3600) / 60)}m`
-  else s = `${Math.floor(a / 86400)}d ${Math.round((a % 86400) / 3600)}h`
+  else if (a < 86400) s = `${Math.floor(a / 3600)}h ${Math.floor((a % 3600) / 60)}m`
+  else s = `${Math.floor(a / 86400)}d ${Math.floor((a % 86400) / 3600)}h`
   return d >= 0 ? `in ${s}` : `${s} ago`
 }
 
