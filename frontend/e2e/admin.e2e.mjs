@@ -175,6 +175,7 @@ try {
     await byTest('import-result').filter({ hasText: `${BULK_COUNT} added` }).waitFor({ timeout: 60_000 })
     log('imported', BULK_COUNT, 'accounts in', Date.now() - t0, 'ms')
     await byTest('search').fill('bulk-')
+    await byTest('account-bulk-0000').waitFor({ timeout: T })
     await page.locator('[data-testid="accounts-table"] thead input[type="checkbox"]').check()
     await page.getByText(`${BULK_COUNT} selected`).first().waitFor({ timeout: T })
     const t1 = Date.now()
