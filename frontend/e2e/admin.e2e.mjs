@@ -153,7 +153,7 @@ try {
   await byTest('ops-strategy').filter({ hasText: 'round_robin' }).waitFor({ timeout: T })
   await page.waitForFunction(() => Number(document.querySelector('[data-testid="worker-count"]')?.textContent ?? '0') > 0, null, { timeout: T })
   result.workers = Number(await byTest('worker-count').textContent())
-  await ask('ops traffic')
+  await Promise.all(Array.from({ length: 12 }, (_, i) => ask(`ops traffic ${i}`)))
   await page.waitForTimeout(1500)
   await shot('ops')
   await byTest('nav-dashboard').click()

@@ -586,7 +586,8 @@ struct ExportRequest {
     ids: Option<Vec<i64>>,
 }
 
-#[derive(Debug, Serialize)]
+// No Debug: it carries a secret.
+#[derive(Serialize)]
 struct ExportTokens {
     id_token: String,
     access_token: String,
@@ -595,7 +596,8 @@ struct ExportTokens {
 }
 
 /// One account as an `auth.json` document (what `import` reads back).
-#[derive(Debug, Serialize)]
+// No Debug: it carries a secret.
+#[derive(Serialize)]
 struct ExportDoc {
     auth_mode: &'static str,
     #[serde(rename = "OPENAI_API_KEY")]
@@ -694,7 +696,8 @@ async fn oauth_start(State(core): State<AppState>) -> ApiResult<OAuthStart> {
     }))
 }
 
-#[derive(Debug, Default, Deserialize)]
+// No Debug: it carries a secret.
+#[derive(Default, Deserialize)]
 struct OAuthFinish {
     callback_url: Option<String>,
     code: Option<String>,

@@ -28,7 +28,8 @@ pub(super) fn routes() -> Router<AppState> {
 }
 
 /// A client key as listed; `key` only in the answer that created it.
-#[derive(Debug, Serialize)]
+// No Debug: it carries a secret.
+#[derive(Serialize)]
 pub(crate) struct KeyView {
     id: i64,
     object: &'static str,

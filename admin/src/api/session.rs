@@ -38,7 +38,8 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/tokens/{id}", delete(revoke_token))
 }
 
-#[derive(Debug, Deserialize)]
+// No Debug: it carries a secret.
+#[derive(Deserialize)]
 struct LoginRequest {
     password: String,
 }
@@ -155,7 +156,8 @@ async fn whoami(Extension(p): Extension<Principal>) -> ApiResult<SessionView> {
 }
 
 /// An admin API token as listed; `token` only in the answer that created it.
-#[derive(Debug, Serialize)]
+// No Debug: it carries a secret.
+#[derive(Serialize)]
 pub(crate) struct TokenView {
     id: i64,
     object: &'static str,
