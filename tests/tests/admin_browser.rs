@@ -52,6 +52,13 @@ fn admin_app_in_a_real_browser() {
     let s = StackBuilder {
         accounts: 3,
         workers: 2,
+        // The upstream over h2c: the ops page shows each worker's pooled h2 connections.
+        plain_http: gateway::config::PlainHttp::H2c,
+        // The upstream reports 41 % / 17 % used (the quota bars and the dashboard's mean).
+        mock: benches::MockConfig {
+            default_quota: (41.0, 17.0),
+            ..benches::MockConfig::default()
+        },
         admin_password: Some(PASSWORD.into()),
         ..StackBuilder::default()
     }
