@@ -17,7 +17,8 @@
 //! Every mutation republishes the snapshot before answering.
 //!
 //! # Request guard (every `/api/admin/*` request, login included)
-//! - `Host` must name loopback when the listener is bound to loopback (DNS rebinding);
+//! - `Host` must name loopback when the listener is bound to loopback (DNS rebinding), or one
+//!   of `admin_allowed_hosts` (the public name a reverse proxy forwards);
 //! - a present `Origin` must be the request's own origin, and `Sec-Fetch-Site: cross-site` is
 //!   refused (cross-site requests, CSRF);
 //! - `POST`/`PUT`/`PATCH`/`DELETE` need `Content-Type: application/json` (no "simple"
@@ -81,7 +82,11 @@ impl AdminState {
     /// State for the configured listener.
     pub fn new(cfg: &crate::SidecarConfig) -> Self {
         Self {
-            auth: crate::auth::AdminAuth::new(cfg.admin_token.clone(), cfg.admin_listen),
+            auth: crate::auth::AdminAuth::new(
+                cfg.admin_token.clone(),
+                cfg.admin_listen,
+                &cfg.admin_allowed_hosts,
+            ),
             logins: PendingLogins::default(),
             ops: OpsSampler::new(cfg.metrics_url.clone()),
         }
@@ -318,7 +323,14 @@ pub(crate) fn check_host_and_site(core: &Core, headers: &HeaderMap) -> Result<()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if core.admin.auth.loopback_only && !is_loopback_host(host) {
+    let auth = &core.admin.auth;
+    if auth.loopback_only
+        && !is_loopback_host(host)
+        && !auth
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host_name(host)))
+    {
         return Err(ApiError::forbidden(
             "forbidden_host",
             "the admin API listens on loopback: the Host header must name it",

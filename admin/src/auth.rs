@@ -285,18 +285,36 @@ pub struct AdminAuth {
     pub limiter: LoginLimiter,
     /// Whether the Host header must name loopback (the listener is bound to loopback).
     pub loopback_only: bool,
+    /// Other host names accepted in `Host` (lowercase, without port).
+    pub allowed_hosts: Vec<String>,
     last_touch: Mutex<HashMap<i64, u64>>,
 }
 
 // === impl AdminAuth ===
 
 impl AdminAuth {
-    /// Auth for a listener on `listen`, with the configured static token (if any).
-    pub fn new(static_token: Option<Secret>, listen: SocketAddr) -> Self {
+    /// Auth for a listener on `listen`, with the configured static token (if any) and the
+    /// extra host names it answers to.
+    pub fn new(static_token: Option<Secret>, listen: SocketAddr, allowed_hosts: &[String]) -> Self {
         Self {
             static_token: static_token.filter(|t| !t.is_empty()),
             limiter: LoginLimiter::default(),
             loopback_only: listen.ip().is_loopback(),
+            allowed_hosts: allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .map(|h| match h.rsplit_once(':') {
+                    Some((name, port))
+                        if port.chars().all(|c| c.is_ascii_digit())
+                            && !name.ends_with(']')
+                            && !name.contains(':') =>
+                    {
+                        name.to_owned()
+                    }
+                    _ => h,
+                })
+                .filter(|h| !h.is_empty())
+                .collect(),
             last_touch: Mutex::new(HashMap::new()),
         }
     }

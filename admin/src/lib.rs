@@ -137,6 +137,10 @@ pub struct SidecarConfig {
     /// replacing a different one. With no password stored, none configured and no
     /// `admin_token`, one is generated and printed once on stderr.
     pub admin_password: Option<Secret>,
+    /// Host names (with or without a port) the admin listener also answers to besides
+    /// loopback names, e.g. the public name a reverse proxy forwards in `Host`
+    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`). Only consulted when the listener is on loopback.
+    pub admin_allowed_hosts: Vec<String>,
     /// The data plane's Prometheus `/metrics` URL, scraped by the dashboard and the ops page
     /// (`None`: those pages show no data-plane numbers).
     pub metrics_url: Option<String>,
@@ -181,6 +185,7 @@ impl SidecarConfig {
             admin_listen,
             admin_token: None,
             admin_password: None,
+            admin_allowed_hosts: Vec::new(),
             metrics_url: None,
             oauth_token_url: DEFAULT_OAUTH_TOKEN_URL.to_owned(),
             upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),

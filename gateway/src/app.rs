@@ -156,6 +156,7 @@ impl App {
         sc.redis_url = cfg.redis_url.clone();
         sc.admin_token = cfg.admin_token.clone();
         sc.admin_password = cfg.admin_password.clone();
+        sc.admin_allowed_hosts = cfg.admin_allowed_hosts.clone();
         // The dashboard and ops page read the workers' metrics from the data listener.
         sc.metrics_url = Some(format!(
             "http://{}/metrics",

@@ -282,7 +282,14 @@ async fn login_session_logout_tokens_and_rate_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
-    let s = stack();
+    let s = StackBuilder {
+        admin_password: Some(PASSWORD.into()),
+        tweak: Some(Box::new(|c| {
+            c.admin_allowed_hosts = vec!["admin.example.com".into()];
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
     let (_, h, _) = login(&s, PASSWORD).await;
     let sid = session_of(&h);
     let url = format!("{}/api/admin/keys", s.admin_url());
@@ -359,6 +366,37 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+
+    // Behind a reverse proxy: the configured public name is accepted in Host, with its own
+    // https Origin, and a login through TLS gets a Secure cookie.
+    let r = client()
+        .post(format!("{}/api/admin/login", s.admin_url()))
+        .header(header::HOST, "admin.example.com")
+        .header(header::ORIGIN, "https://admin.example.com")
+        .header("x-forwarded-proto", "https")
+        .json(&json!({"password": PASSWORD}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let set = r.headers()[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(set.contains("; Secure"), "{set}");
+    let r = client()
+        .get(format!("{}/api/admin/session", s.admin_url()))
+        .header(header::HOST, "admin.example.com:443")
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client()
+        .get(format!("{}/api/admin/session", s.admin_url()))
+        .header(header::HOST, "admin.example.com.evil.example")
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
 
     // The web app is served (public, no secrets) with a strict CSP; unknown paths route to
     // the app, unknown files are 404.

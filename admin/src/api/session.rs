@@ -58,9 +58,15 @@ pub(crate) struct SessionView {
     expires_at: Option<i64>,
 }
 
-fn cookie(value: &str, max_age_s: u64) -> Option<HeaderValue> {
+/// The session cookie; `Secure` when a TLS-terminating proxy says the browser used https.
+fn cookie(value: &str, max_age_s: u64, headers: &HeaderMap) -> Option<HeaderValue> {
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"));
     HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}"
+        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}{}",
+        if https { "; Secure" } else { "" }
     ))
     .ok()
 }
@@ -68,6 +74,7 @@ fn cookie(value: &str, max_age_s: u64) -> Option<HeaderValue> {
 async fn login(
     State(core): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let now = shared_state::now_ms();
@@ -121,7 +128,7 @@ async fn login(
         expires_at: Some(expires_at),
     })
     .into_response();
-    if let Some(c) = cookie(&sid, SESSION_TTL.as_secs()) {
+    if let Some(c) = cookie(&sid, SESSION_TTL.as_secs(), &headers) {
         resp.headers_mut().insert(header::SET_COOKIE, c);
     }
     Ok(resp)
@@ -135,7 +142,7 @@ async fn logout(State(core): State<AppState>, headers: HeaderMap) -> Result<Resp
     }
     let mut resp =
         Json(serde_json::json!({"object": "session", "logged_out": true})).into_response();
-    if let Some(c) = cookie("", 0) {
+    if let Some(c) = cookie("", 0, &headers) {
         resp.headers_mut().insert(header::SET_COOKIE, c);
     }
     Ok(resp)
