@@ -147,6 +147,12 @@ pub(crate) struct ApiError {
     kind: &'static str,
     code: &'static str,
     message: String,
+    extra: Option<Box<ErrorExtra>>,
+}
+
+/// The rarely set parts of an [`ApiError`] (boxed: errors stay small).
+#[derive(Debug, Default)]
+struct ErrorExtra {
     param: Option<String>,
     details: Option<Value>,
     retry_after: Option<u64>,
@@ -166,10 +172,12 @@ impl ApiError {
             kind,
             code,
             message: message.into(),
-            param: None,
-            details: None,
-            retry_after: None,
+            extra: None,
         }
+    }
+
+    fn extra(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Box::default)
     }
 
     fn not_found(what: impl Into<String>) -> Self {
@@ -204,7 +212,7 @@ impl ApiError {
     }
 
     fn with_param(mut self, param: impl Into<String>) -> Self {
-        self.param = Some(param.into());
+        self.extra().param = Some(param.into());
         self
     }
 }
@@ -256,14 +264,15 @@ impl From<crate::auth::AuthError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut err = json!({"message": self.message, "type": self.kind, "code": self.code});
-        if let Some(p) = self.param {
+        let extra = self.extra.map(|b| *b).unwrap_or_default();
+        if let Some(p) = extra.param {
             err["param"] = Value::String(p);
         }
-        if let Some(d) = self.details {
+        if let Some(d) = extra.details {
             err["errors"] = d;
         }
         let mut resp = (self.status, Json(json!({ "error": err }))).into_response();
-        if let Some(s) = self.retry_after {
+        if let Some(s) = extra.retry_after {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }

@@ -86,7 +86,7 @@ async fn login(
             "rate_limited",
             format!("too many failed logins; try again in {wait} s"),
         );
-        e.retry_after = Some(wait);
+        e.extra().retry_after = Some(wait);
         return Err(e);
     }
     let req: LoginRequest = parse_body(&body)?;

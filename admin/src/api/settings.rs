@@ -73,7 +73,7 @@ async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult<Ma
         if errors.len() > 1 {
             err.message = format!("{} invalid settings: {}", errors.len(), err.message);
         }
-        err.details = Some(json!(errors));
+        err.extra().details = Some(json!(errors));
         return Err(err);
     }
     if changes.is_empty() {

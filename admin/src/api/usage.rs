@@ -221,7 +221,7 @@ async fn get_series(State(core): State<AppState>, Query(q): Q) -> ApiResult<Seri
         totals.add(&r.totals);
     }
     let mut series: Vec<Series> = by.into_values().collect();
-    series.sort_by(|a, b| b.totals.requests.cmp(&a.totals.requests));
+    series.sort_by_key(|s| std::cmp::Reverse(s.totals.requests));
     Ok(Json(SeriesView {
         object: "usage_series",
         group_by,
