@@ -86,6 +86,22 @@ try {
   await byTest('import-result').filter({ hasText: '1 added' }).waitFor({ timeout: T })
   await byTest(`account-${IMPORT_ACCOUNT}`).waitFor({ timeout: T })
   log('imported', IMPORT_ACCOUNT)
+
+  // 2b. ChatGPT login (PKCE): the app shows the authorize URL; the operator pastes the URL the
+  //     browser landed on (here: what the login would redirect to, with the mock's code).
+  await byTest('oauth-start').click()
+  const authorize = await byTest('oauth-url').getAttribute('href')
+  const au = new URL(authorize)
+  if (au.searchParams.get('code_challenge_method') !== 'S256' || !au.searchParams.get('code_challenge')) {
+    throw new Error(`authorize URL without PKCE: ${authorize}`)
+  }
+  await byTest('oauth-callback').fill('http://localhost:1455/auth/callback?code=x&state=forged')
+  await byTest('oauth-finish').click()
+  await byTest('oauth-error').waitFor({ timeout: T })
+  await byTest('oauth-callback').fill(`http://localhost:1455/auth/callback?code=account%3Aacct-oauth&scope=openid&state=${au.searchParams.get('state')}`)
+  await byTest('oauth-finish').click()
+  await byTest('account-acct-oauth').waitFor({ timeout: T })
+  log('OAuth login added acct-oauth')
   await shot('accounts')
 
   // 3. Create a key (shown once) and use it against the gateway.

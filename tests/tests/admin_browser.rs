@@ -1,6 +1,7 @@
 //! The admin web app in a real browser (issue 13): Debian's Chromium driven by playwright-core
 //! (`frontend/e2e/admin.e2e.mjs`, run with node) against the whole stack over real sockets.
-//! The script logs in, imports an account file by drag and drop, creates a key and uses it,
+//! The script logs in, imports an account file by drag and drop, adds one through the ChatGPT
+//! login (PKCE, against mock-codex's token endpoint), creates a key and uses it,
 //! sees the requests on the dashboard and in usage, disables an account, changes the
 //! scheduler strategy and looks at the ops page; this test then checks what the upstream saw
 //! (never the disabled account after the click) and what the data plane runs with.
