@@ -33,8 +33,8 @@ use std::{
 };
 
 use shared_state::{
-    AccountEntry, AccountLive, AccountStatus, ClientKey, Settings, SharedSnapshot, Snapshot,
-    WorkerCommand, WorkerMailboxes,
+    AccountEffect, AccountEntry, AccountLive, AccountStatus, ClientKey, Settings, SharedSnapshot,
+    Snapshot, WorkerCommand, WorkerMailboxes,
 };
 use tokio::sync::Mutex;
 
@@ -247,23 +247,22 @@ impl Publisher {
         for (row, _) in &accounts {
             match st.live.get_mut(&row.id) {
                 Some(slot) => {
-                    if row.cooldown_until_ms > 0 {
-                        slot.live
-                            .cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+                    if let Some(e) = stored_cooldown(row) {
+                        slot.live.apply(&e);
                     }
                     if row.quota_updated_at.is_some()
                         && row.quota_updated_at > slot.quota_applied_at
                     {
-                        apply_quota(&slot.live, row);
+                        slot.live.apply(&stored_quota(row));
                         slot.quota_applied_at = row.quota_updated_at;
                     }
                 }
                 None => {
                     let live = Arc::new(AccountLive::default());
-                    if row.cooldown_until_ms > 0 {
-                        live.cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+                    if let Some(e) = stored_cooldown(row) {
+                        live.apply(&e);
                     }
-                    apply_quota(&live, row);
+                    live.apply(&stored_quota(row));
                     st.live.insert(
                         row.id,
                         LiveSlot {
@@ -299,24 +298,20 @@ impl Publisher {
                 continue;
             };
             // A data-plane override is pending until the same status is persisted; an
-            // operator moving the account back to active clears it too.
-            let ov = slot.live.status_override();
+            // operator moving the account back to active lifts it, and the stored cooldown
+            // (possibly cleared by whoever re-enabled it) is the one that stands.
             let reactivated = row.status == AccountStatus::Active
                 && slot
                     .published_status
                     .is_some_and(|s| s != AccountStatus::Active);
-            if ov.is_some() && (ov == Some(row.status) || reactivated) {
-                slot.live.set_status_override(None);
-            }
-            if reactivated {
-                // Re-enabled (by an operator, or a re-import): the stored cooldown, possibly
-                // cleared by whoever re-enabled it, is the one that stands.
-                slot.live.clear_cooldown();
-                if row.cooldown_until_ms > 0 {
-                    slot.live
-                        .cool_until(u64::try_from(row.cooldown_until_ms).unwrap_or(0));
+            slot.live.apply(&if reactivated {
+                AccountEffect::OperatorStatus {
+                    status: row.status,
+                    cooldown_until_ms: u64::try_from(row.cooldown_until_ms).unwrap_or(0),
                 }
-            }
+            } else {
+                AccountEffect::StatusStored(row.status)
+            });
             if secrets.decrypt_failed && slot.published_status.is_none() {
                 tracing::error!(
                     account = row.id,
@@ -415,14 +410,26 @@ fn present(accounts: &[(AccountRow, AccountSecrets)], id: i64) -> bool {
     accounts.binary_search_by_key(&id, |(r, _)| r.id).is_ok()
 }
 
-fn apply_quota(live: &AccountLive, row: &AccountRow) {
+/// The quota columns of a stored row, as an effect.
+fn stored_quota(row: &AccountRow) -> AccountEffect {
     let secs = |v: Option<i64>| v.and_then(|s| u64::try_from(s).ok());
-    live.record_quota(
+    AccountEffect::quota(
         row.primary_used_pct,
         secs(row.primary_reset_at),
         row.secondary_used_pct,
         secs(row.secondary_reset_at),
-    );
+    )
+}
+
+/// The stored cooldown (set by this or another instance), as an effect; `None` when none.
+fn stored_cooldown(row: &AccountRow) -> Option<AccountEffect> {
+    let until = u64::try_from(row.cooldown_until_ms)
+        .ok()
+        .filter(|&u| u > 0)?;
+    Some(AccountEffect::cooldown(
+        until,
+        row.cooldown_reason.as_deref().unwrap_or("stored"),
+    ))
 }
 
 /// A cheap digest of everything a snapshot is built from (not cooldown/quota: those travel

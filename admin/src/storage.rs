@@ -169,17 +169,7 @@ pub struct TokenUpdate {
 }
 
 /// A quota observation; `None` fields keep the stored value.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct QuotaUpdate {
-    /// Primary used percent.
-    pub primary_pct: Option<f64>,
-    /// Primary reset, Unix seconds.
-    pub primary_reset_at: Option<u64>,
-    /// Secondary used percent.
-    pub secondary_pct: Option<f64>,
-    /// Secondary reset, Unix seconds.
-    pub secondary_reset_at: Option<u64>,
-}
+pub use shared_state::QuotaUpdate;
 
 /// Which usage records [`Storage::usage_summary`] adds up; `None` fields do not filter.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

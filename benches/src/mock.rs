@@ -124,6 +124,9 @@ pub struct MockConfig {
     /// 404) instead of 101, to test HTTP fallbacks. Changeable at run time with
     /// [`MockHandle::set_ws_refuse_upgrade`].
     pub ws_refuse_upgrade: Option<u16>,
+    /// Text frames larger than this are refused with a close 1009 (message too big) before
+    /// any answer, as the upstream does for oversized WebSocket payloads.
+    pub ws_max_message_bytes: Option<usize>,
 }
 
 impl Default for MockConfig {
@@ -150,6 +153,7 @@ impl Default for MockConfig {
             goaway_after_requests: None,
             ws_max_connection_age: None,
             ws_refuse_upgrade: None,
+            ws_max_message_bytes: None,
         }
     }
 }
@@ -540,6 +544,16 @@ impl MockHandle {
         self.shared
             .ws_control
             .send(ws::WsCommand::Kill)
+            .unwrap_or(0)
+    }
+
+    /// Makes every open WebSocket go silent with its TCP connection open (no pongs, no
+    /// answers), as a connection that died without a FIN or RST. Returns how many sockets were
+    /// told.
+    pub fn ws_freeze_all(&self) -> usize {
+        self.shared
+            .ws_control
+            .send(ws::WsCommand::Freeze)
             .unwrap_or(0)
     }
 

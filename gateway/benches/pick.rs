@@ -14,7 +14,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use gateway::scheduler::{
     order_with, record_failure, FailureKind, PickRequest, PickScratch, Strategy,
 };
-use shared_state::{AccountEntry, AccountLive, AccountStatus, Lease, Secret, Settings, Snapshot};
+use shared_state::{
+    AccountEffect, AccountEntry, AccountLive, AccountStatus, Lease, Secret, Settings, Snapshot,
+};
 
 const NOW: u64 = 1_700_000_000_000;
 const SIZES: [usize; 3] = [10, 1_000, 10_000];
@@ -44,15 +46,15 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
     let accounts: Vec<Arc<AccountEntry>> = (1..=n as i64)
         .map(|id| {
             let live = Arc::new(AccountLive::default());
-            live.record_quota(
+            live.apply(&AccountEffect::quota(
                 Some(rng.below(100) as f64),
                 Some(now_s + rng.below(18_000)),
                 Some(rng.below(100) as f64),
                 Some(now_s + rng.below(604_800)),
-            );
+            ));
             let roll = rng.below(100);
             if roll < 5 {
-                live.cool_until(NOW + 60_000);
+                live.apply(&AccountEffect::cooldown(NOW + 60_000, "test"));
             } else if roll < 15 {
                 record_failure(&live, FailureKind::Timeout, NOW - rng.below(600_000));
             } else if roll < 22 {

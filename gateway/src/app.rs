@@ -199,6 +199,15 @@ impl App {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let registry = Registry::new(n);
+        // Workers share transcripts through Redis too (resolved here: workers never call
+        // getaddrinfo). Not fatal: without it a chain continues on its own instance only.
+        let redis = cfg.redis_url.as_deref().and_then(|url| {
+            crate::redis::RedisTarget::resolve(url)
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "workers run without Redis: previous_response_id continues on this instance only")
+                })
+                .ok()
+        });
         let mut workers = Vec::with_capacity(n);
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
@@ -213,6 +222,7 @@ impl App {
                 registry: registry.clone(),
                 catalog: Arc::clone(&catalog),
                 transcripts: Arc::clone(&transcripts),
+                redis: redis.clone(),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()

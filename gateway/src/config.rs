@@ -120,6 +120,8 @@ struct FileUpstream {
     h2_max_connections: Option<usize>,
     websockets: Option<bool>,
     ws_connect_timeout_ms: Option<u64>,
+    ws_ping_interval_secs: Option<u64>,
+    ws_pong_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -179,6 +181,12 @@ pub struct UpstreamConfig {
     pub websockets: bool,
     /// Connect + upgrade budget of an upstream WebSocket; past it the turn goes over HTTP.
     pub ws_connect_timeout: Duration,
+    /// An idle pooled upstream WebSocket is pinged this often (and its pending frames read,
+    /// the upstream's pings answered).
+    pub ws_ping_interval: Duration,
+    /// An idle socket whose pong does not come within this is closed (a silently dead
+    /// connection would otherwise hold the next turn until the first-byte timeout).
+    pub ws_pong_timeout: Duration,
 }
 
 // === impl UpstreamConfig ===
@@ -225,6 +233,8 @@ impl UpstreamConfig {
             h2_max_connections: 16,
             websockets: true,
             ws_connect_timeout: Duration::from_millis(800),
+            ws_ping_interval: Duration::from_secs(20),
+            ws_pong_timeout: Duration::from_secs(5),
         })
     }
 
@@ -529,6 +539,12 @@ impl GatewayConfig {
         }
         if let Some(v) = file.upstream.ws_connect_timeout_ms {
             c.upstream.ws_connect_timeout = ms(v.max(1));
+        }
+        if let Some(v) = file.upstream.ws_ping_interval_secs {
+            c.upstream.ws_ping_interval = Duration::from_secs(v.max(1));
+        }
+        if let Some(v) = file.upstream.ws_pong_timeout_ms {
+            c.upstream.ws_pong_timeout = ms(v.max(1));
         }
         if let Some(v) = file.upstream.h2_max_connections {
             if v == 0 {

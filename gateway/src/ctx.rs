@@ -13,7 +13,9 @@ use std::{
     sync::Arc,
 };
 
-use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerEvent};
+use shared_state::{
+    snapshot::Health, AccountEffect, AccountEntry, EventSender, SharedSnapshot, WorkerEvent,
+};
 
 use crate::{
     config::GatewayConfig,
@@ -42,8 +44,9 @@ pub struct WorkerCtx {
     pub registry: Registry,
     /// Model catalog cell.
     pub catalog: shared_state::SharedCatalog,
-    /// HTTP response transcripts (`previous_response_id`), shared by the workers.
-    pub transcripts: Arc<shared_state::TranscriptStore>,
+    /// HTTP response transcripts (`previous_response_id`): the workers' shared store, and
+    /// Redis when configured (other instances).
+    pub transcripts: Rc<crate::transcripts::Transcripts>,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
     draining: Cell<bool>,
@@ -66,7 +69,7 @@ impl WorkerCtx {
         registry: Registry,
         catalog: shared_state::SharedCatalog,
         events: EventSender,
-        transcripts: Arc<shared_state::TranscriptStore>,
+        transcripts: Rc<crate::transcripts::Transcripts>,
     ) -> Self {
         Self {
             id,
@@ -84,6 +87,16 @@ impl WorkerCtx {
             cursor: Cell::new(id),
             active: Cell::new(0),
         }
+    }
+
+    /// Applies an account effect decided on the data plane (live at once: the next pick
+    /// already sees it) and reports it to the sidecar, which persists it.
+    pub fn account_effect(&self, account: &AccountEntry, effect: AccountEffect) {
+        account.live.apply(&effect);
+        self.report(WorkerEvent::Account {
+            account_id: account.id,
+            effect,
+        });
     }
 
     /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped

@@ -33,10 +33,12 @@ pub mod metrics;
 pub mod models;
 pub mod pipeline;
 pub mod policy;
+pub mod redis;
 pub mod scheduler;
 pub mod server;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod transcripts;
 pub mod upstream;
 pub mod wire;
 pub mod worker;

@@ -27,7 +27,7 @@ use codex_protocol::{
     events::{self, EventClass},
     sse::{SseEvent, SseSplitter},
 };
-use shared_state::{AccountEntry, Lease, WorkerEvent};
+use shared_state::{AccountEffect, AccountEntry, Lease};
 
 use crate::{
     ctx::WorkerCtx,
@@ -312,19 +312,15 @@ fn record_quota(ctx: &WorkerCtx, account: &AccountEntry, rl: &events::RateLimits
     if rl.is_empty() {
         return;
     }
-    account.live.record_quota(
-        rl.primary.used_percent,
-        rl.primary.reset_at,
-        rl.secondary.used_percent,
-        rl.secondary.reset_at,
+    ctx.account_effect(
+        account,
+        AccountEffect::quota(
+            rl.primary.used_percent,
+            rl.primary.reset_at,
+            rl.secondary.used_percent,
+            rl.secondary.reset_at,
+        ),
     );
-    ctx.report(WorkerEvent::Quota {
-        account_id: account.id,
-        primary_pct: rl.primary.used_percent,
-        primary_reset_at: rl.primary.reset_at,
-        secondary_pct: rl.secondary.used_percent,
-        secondary_reset_at: rl.secondary.reset_at,
-    });
 }
 
 /// Observes quota events inside a stream (`codex.rate_limits`).

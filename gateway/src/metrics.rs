@@ -53,6 +53,8 @@ pub struct WorkerMetrics {
     panics: AtomicU64,
     ws_sessions: AtomicI64,
     ws_upstream_connects: AtomicU64,
+    ws_upstream_dead: AtomicU64,
+    ws_upstream_too_big: AtomicU64,
     ws_upstream_turns: AtomicU64,
     ws_upstream_reused: AtomicU64,
     ws_upstream_fallbacks: AtomicU64,
@@ -81,6 +83,8 @@ impl WorkerMetrics {
             panics: AtomicU64::new(0),
             ws_sessions: AtomicI64::new(0),
             ws_upstream_connects: AtomicU64::new(0),
+            ws_upstream_dead: AtomicU64::new(0),
+            ws_upstream_too_big: AtomicU64::new(0),
             ws_upstream_turns: AtomicU64::new(0),
             ws_upstream_reused: AtomicU64::new(0),
             ws_upstream_fallbacks: AtomicU64::new(0),
@@ -148,6 +152,17 @@ impl WorkerMetrics {
     /// Counts an upstream WebSocket opened.
     pub fn ws_upstream_connect(&self) {
         self.ws_upstream_connects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an idle pooled upstream WebSocket found dead by its liveness ping.
+    pub fn ws_upstream_dead(&self) {
+        self.ws_upstream_dead.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a turn the upstream refused over WebSocket as too big (close 1009; sent over
+    /// HTTP instead).
+    pub fn ws_upstream_too_big(&self) {
+        self.ws_upstream_too_big.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a turn sent over an upstream WebSocket (`reused`: a pooled socket).
@@ -355,6 +370,16 @@ impl Registry {
                 "Upstream Responses WebSockets opened.",
                 &(|w: &WorkerMetrics| w.ws_upstream_connects.load(Ordering::Relaxed))
                     as &dyn Fn(&WorkerMetrics) -> u64,
+            ),
+            (
+                "codex_gateway_upstream_ws_dead_total",
+                "Idle pooled upstream WebSockets closed because their liveness ping got no pong.",
+                &|w: &WorkerMetrics| w.ws_upstream_dead.load(Ordering::Relaxed),
+            ),
+            (
+                "codex_gateway_upstream_ws_too_big_total",
+                "Turns the upstream closed as too big over WebSocket (1009), sent over HTTP instead.",
+                &|w: &WorkerMetrics| w.ws_upstream_too_big.load(Ordering::Relaxed),
             ),
             (
                 "codex_gateway_upstream_ws_turns_total",

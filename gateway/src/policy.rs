@@ -40,23 +40,11 @@ pub fn apply(
     after_refresh: bool,
 ) -> bool {
     let now = shared_state::now_ms();
+    // Applied here at once (the next pick already avoids the account), persisted by the
+    // sidecar: the one vocabulary and apply function of `shared_state::account`.
+    let effect = |e: AccountEffect| ctx.account_effect(account, e);
     let cool = |d: Duration, reason: &str| {
-        let until = now + d.as_millis() as u64;
-        account.live.cool_until(until);
-        ctx.report(WorkerEvent::Account {
-            account_id: account.id,
-            effect: AccountEffect::CooldownUntil {
-                until_ms: until,
-                reason: reason.to_owned(),
-            },
-        });
-    };
-    let status = |s: AccountStatus| {
-        account.live.set_status_override(Some(s));
-        ctx.report(WorkerEvent::Account {
-            account_id: account.id,
-            effect: AccountEffect::Status(s),
-        });
+        effect(AccountEffect::cooldown(now + d.as_millis() as u64, reason));
     };
     account.live.note_failure();
     // The scheduler's health feedback (order only; eligibility effects are below). A rejected
@@ -70,23 +58,14 @@ pub fn apply(
         FailureClass::UsageLimit { resets_at } => {
             // The window is used up: quota state says so until the upstream reports otherwise
             // (this is what tells "out of quota" from "briefly cooling" when all are down).
-            account
-                .live
-                .record_quota(Some(100.0), *resets_at, None, None);
+            effect(AccountEffect::quota(Some(100.0), *resets_at, None, None));
             let until = resets_at
                 .map(|r| r * 1000)
                 .filter(|&r| r > now)
                 .unwrap_or(now + USAGE_LIMIT_FALLBACK.as_millis() as u64);
-            account.live.cool_until(until);
-            ctx.report(WorkerEvent::Account {
-                account_id: account.id,
-                effect: AccountEffect::CooldownUntil {
-                    until_ms: until,
-                    reason: class.name().to_owned(),
-                },
-            });
+            effect(AccountEffect::cooldown(until, class.name()));
         }
-        FailureClass::UsageNotIncluded => status(AccountStatus::Disabled),
+        FailureClass::UsageNotIncluded => effect(AccountEffect::Status(AccountStatus::Disabled)),
         // The upstream's `Retry-After` (or its reset hint) sets the cooldown when present.
         FailureClass::RateLimited { retry_after_s } => {
             cool(hinted(*retry_after_s, RATE_LIMIT_COOLDOWN), class.name())
@@ -94,19 +73,22 @@ pub fn apply(
         FailureClass::Overloaded { retry_after_s } => {
             cool(hinted(*retry_after_s, OVERLOAD_COOLDOWN), class.name())
         }
-        FailureClass::AuthExpired if after_refresh => status(AccountStatus::ReauthRequired),
+        FailureClass::AuthExpired if after_refresh => {
+            effect(AccountEffect::Status(AccountStatus::ReauthRequired))
+        }
         FailureClass::AuthExpired => {
             // Not a cooldown: requests that reach the account wait for the refreshed token
             // (single-flight in the sidecar) instead of each sending a doomed request.
-            account
-                .live
-                .start_refreshing(now + AUTH_COOLDOWN.as_millis() as u64);
+            // In memory only: the refresh request below is what the sidecar acts on.
+            account.live.apply(&AccountEffect::Refreshing {
+                until_ms: now + AUTH_COOLDOWN.as_millis() as u64,
+            });
             ctx.report(WorkerEvent::RefreshRequest {
                 account_id: account.id,
                 seen_version: ctx.snapshot.load().version,
             });
         }
-        FailureClass::Deactivated => status(AccountStatus::Banned),
+        FailureClass::Deactivated => effect(AccountEffect::Status(AccountStatus::Banned)),
         FailureClass::Cloudflare => cool(CLOUDFLARE_COOLDOWN, class.name()),
         FailureClass::Forbidden => cool(FORBIDDEN_COOLDOWN, class.name()),
         FailureClass::ModelNotSupported => scheduler::exclude_model(
@@ -131,5 +113,7 @@ pub fn hinted(retry_after_s: Option<u64>, default: Duration) -> Duration {
 
 /// A refreshed token was published for the account.
 pub fn token_refreshed(account: &AccountEntry) {
-    account.live.refreshed();
+    account.live.apply(&AccountEffect::TokenRefreshed {
+        clear_cooldown: false,
+    });
 }

@@ -301,6 +301,15 @@ impl Upstream {
         self.ws.idle_count()
     }
 
+    /// Starts the worker-local background work of the upstream side (the liveness pings of
+    /// idle pooled WebSockets). Call once, inside the worker's runtime.
+    pub fn start_background(&self) {
+        if self.cfg.websockets {
+            self.ws
+                .start_liveness(self.cfg.ws_ping_interval, self.cfg.ws_pong_timeout);
+        }
+    }
+
     /// Closes pooled upstream sockets of an account.
     pub fn evict_account(&self, account_id: i64) {
         self.ws.evict(account_id);

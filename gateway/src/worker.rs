@@ -50,6 +50,8 @@ pub struct WorkerSeed {
     pub catalog: shared_state::SharedCatalog,
     /// HTTP response transcripts (`previous_response_id`), shared by the workers.
     pub transcripts: Arc<shared_state::TranscriptStore>,
+    /// The workers' Redis (shared transcripts), when configured and reachable by name.
+    pub redis: Option<crate::redis::RedisTarget>,
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -130,6 +132,7 @@ async fn worker_main(
         registry,
         catalog,
         transcripts,
+        redis,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -141,6 +144,9 @@ async fn worker_main(
             return;
         }
     };
+    // A second descriptor of the same socket, to take it out of service synchronously at
+    // drain (see below).
+    let control = listener.try_clone().ok();
     let listener = match monoio::net::TcpListener::from_std(listener) {
         Ok(l) => l,
         Err(e) => {
@@ -148,6 +154,11 @@ async fn worker_main(
             return;
         }
     };
+    let transcripts = Rc::new(crate::transcripts::Transcripts::new(
+        transcripts,
+        redis.map(|t| Rc::new(crate::redis::WorkerRedis::new(t))),
+        cfg.transcript_ttl,
+    ));
     let ctx = Rc::new(WorkerCtx::new(
         id,
         Arc::clone(&cfg),
@@ -160,6 +171,7 @@ async fn worker_main(
         events,
         transcripts,
     ));
+    ctx.upstream.start_background();
     tracing::info!(worker = id, driver, "worker ready");
     let _ = ready.send(Ok(driver));
 
@@ -209,6 +221,16 @@ async fn worker_main(
             }
         }
     }
+    // Leave the SO_REUSEPORT group now, synchronously. Dropping the listener only queues an
+    // io_uring close, and an accept the kernel still holds (the one `select!` dropped) keeps
+    // the socket listening until the ring is torn down: connections the kernel routes to it
+    // meanwhile (a restarted gateway on the same port, the other instance behind the balancer)
+    // would be accepted by nobody and hang. `shutdown` on a listening socket unhashes it at
+    // once, fails that accept, and resets connections still in its backlog.
+    if let Some(c) = &control {
+        let _ = socket2::SockRef::from(c).shutdown(std::net::Shutdown::Both);
+    }
+    drop(control);
     drop(listener);
     let deadline = Instant::now() + cfg.shutdown_grace;
     while ctx.active() > 0 && Instant::now() < deadline {

@@ -2,6 +2,11 @@
 //!
 //! # Key Components
 //! - [`AccountStatus`]: the persisted administrative/health status of an account.
+//! - [`AccountEffect`] and [`AccountLive::apply`]: the one vocabulary of account state changes
+//!   (status, cooldown, quota, token refresh) and the one function that applies them to live
+//!   state. The data plane (failure policy, quota signals), the sidecar (quota poller, token
+//!   refresher, snapshot publisher) and the admin API all build an effect and call `apply`;
+//!   the sidecar persists the same effect. Nothing else writes these atomics.
 //! - [`AccountLive`]: atomics updated lock-free by workers (in flight, cooldown, quota). One
 //!   instance per account lives for the whole process; snapshots carry an `Arc` to it, so a
 //!   snapshot swap never resets live counters.
@@ -59,6 +64,107 @@ impl AccountStatus {
             "banned" => Self::Banned,
             _ => return None,
         })
+    }
+}
+
+/// A quota observation (response headers, a `codex.rate_limits` event, the usage endpoint,
+/// or a row another instance stored); `None` fields keep what is known.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QuotaUpdate {
+    /// Primary (5 h) window used percent.
+    pub primary_pct: Option<f64>,
+    /// Primary reset, Unix seconds.
+    pub primary_reset_at: Option<u64>,
+    /// Secondary (7 d) window used percent.
+    pub secondary_pct: Option<f64>,
+    /// Secondary reset, Unix seconds.
+    pub secondary_reset_at: Option<u64>,
+}
+
+// === impl QuotaUpdate ===
+
+impl QuotaUpdate {
+    /// True when the observation carries nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Every change to an account's state, in one vocabulary. Whoever decides a change builds one
+/// and calls [`AccountLive::apply`]; the data plane also reports it to the sidecar
+/// (`WorkerEvent::Account`), which persists what [`AccountEffect::is_persisted`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccountEffect {
+    /// A status decided on the data plane (ban, re-auth, plan without Codex). Live at once as
+    /// an override; the persisted status catches up ([`AccountEffect::StatusStored`]).
+    Status(AccountStatus),
+    /// Do not use the account before this instant (ms since epoch); never shortens a cooldown.
+    CooldownUntil {
+        /// Deadline, ms since epoch.
+        until_ms: u64,
+        /// Short machine reason (`usage_limit_reached`, `server_is_overloaded`, ...).
+        reason: String,
+    },
+    /// A quota observation.
+    Quota(QuotaUpdate),
+    /// The upstream rejected the access token: requests that reach the account wait for the
+    /// refreshed token until this instant (ms since epoch) instead of sending doomed requests.
+    Refreshing {
+        /// Deadline, ms since epoch.
+        until_ms: u64,
+    },
+    /// A new token was published: waiting ends and a pending re-auth override is lifted;
+    /// `clear_cooldown` also lifts a cooldown that a token failure caused.
+    TokenRefreshed {
+        /// Lift the cooldown too.
+        clear_cooldown: bool,
+    },
+    /// The stored status, as the publisher read it: a data-plane override it confirms is
+    /// lifted (storage now says the same).
+    StatusStored(AccountStatus),
+    /// An operator (admin API, CLI, re-import) set the status: any data-plane override is
+    /// lifted, and the cooldown becomes `cooldown_until_ms` (0: none).
+    OperatorStatus {
+        /// The status set.
+        status: AccountStatus,
+        /// The cooldown that stands afterwards (ms since epoch; 0: none).
+        cooldown_until_ms: u64,
+    },
+}
+
+// === impl AccountEffect ===
+
+impl AccountEffect {
+    /// A cooldown until `until_ms` for `reason`.
+    pub fn cooldown(until_ms: u64, reason: impl Into<String>) -> Self {
+        Self::CooldownUntil {
+            until_ms,
+            reason: reason.into(),
+        }
+    }
+
+    /// A quota observation.
+    pub fn quota(
+        primary_pct: Option<f64>,
+        primary_reset_at: Option<u64>,
+        secondary_pct: Option<f64>,
+        secondary_reset_at: Option<u64>,
+    ) -> Self {
+        Self::Quota(QuotaUpdate {
+            primary_pct,
+            primary_reset_at,
+            secondary_pct,
+            secondary_reset_at,
+        })
+    }
+
+    /// Whether the sidecar writes this effect to storage when a worker reports it (the others
+    /// are in-memory only, or written by whoever decided them).
+    pub fn is_persisted(&self) -> bool {
+        matches!(
+            self,
+            Self::Status(_) | Self::CooldownUntil { .. } | Self::Quota(_)
+        )
     }
 }
 
@@ -120,6 +226,38 @@ impl AccountLive {
         }
     }
 
+    /// Applies `effect`: the one function that changes an account's status override,
+    /// cooldown, quota and refresh state (see [`AccountEffect`]).
+    pub fn apply(&self, effect: &AccountEffect) {
+        match effect {
+            AccountEffect::Status(s) => self.set_status_override(Some(*s)),
+            AccountEffect::CooldownUntil { until_ms, .. } => self.cool_until(*until_ms),
+            AccountEffect::Quota(q) => self.record_quota(q),
+            AccountEffect::Refreshing { until_ms } => self.start_refreshing(*until_ms),
+            AccountEffect::TokenRefreshed { clear_cooldown } => {
+                self.refreshing_until_ms.store(0, Ordering::Release);
+                if self.status_override() == Some(AccountStatus::ReauthRequired) {
+                    self.set_status_override(None);
+                }
+                if *clear_cooldown {
+                    self.cooldown_until_ms.store(0, Ordering::Release);
+                }
+            }
+            AccountEffect::StatusStored(s) => {
+                if self.status_override() == Some(*s) {
+                    self.set_status_override(None);
+                }
+            }
+            AccountEffect::OperatorStatus {
+                cooldown_until_ms, ..
+            } => {
+                self.set_status_override(None);
+                self.cooldown_until_ms
+                    .store(*cooldown_until_ms, Ordering::Release);
+            }
+        }
+    }
+
     /// Cooldown deadline in ms since epoch (0 when none).
     pub fn cooldown_until_ms(&self) -> u64 {
         self.cooldown_until_ms.load(Ordering::Acquire)
@@ -131,34 +269,23 @@ impl AccountLive {
     }
 
     /// Extends the cooldown to at least `until_ms` (never shortens it).
-    pub fn cool_until(&self, until_ms: u64) {
+    fn cool_until(&self, until_ms: u64) {
         self.cooldown_until_ms.fetch_max(until_ms, Ordering::AcqRel);
     }
 
-    /// Clears any cooldown (operator action, or a successful refresh).
-    pub fn clear_cooldown(&self) {
-        self.cooldown_until_ms.store(0, Ordering::Release);
-    }
-
     /// Records quota percentages (0..=100, fractional) and reset instants (unix seconds).
-    pub fn record_quota(
-        &self,
-        primary_pct: Option<f64>,
-        primary_reset_at: Option<u64>,
-        secondary_pct: Option<f64>,
-        secondary_reset_at: Option<u64>,
-    ) {
+    fn record_quota(&self, q: &QuotaUpdate) {
         let centi = |p: f64| (p.clamp(0.0, 100.0) * 100.0).round() as u32;
-        if let Some(p) = primary_pct {
+        if let Some(p) = q.primary_pct {
             self.primary_used_centi.store(centi(p), Ordering::Release);
         }
-        if let Some(r) = primary_reset_at {
+        if let Some(r) = q.primary_reset_at {
             self.primary_reset_at.store(r, Ordering::Release);
         }
-        if let Some(p) = secondary_pct {
+        if let Some(p) = q.secondary_pct {
             self.secondary_used_centi.store(centi(p), Ordering::Release);
         }
-        if let Some(r) = secondary_reset_at {
+        if let Some(r) = q.secondary_reset_at {
             self.secondary_reset_at.store(r, Ordering::Release);
         }
     }
@@ -213,7 +340,7 @@ impl AccountLive {
     }
 
     /// Sets (or with `None`, clears) the in-memory status override.
-    pub fn set_status_override(&self, s: Option<AccountStatus>) {
+    fn set_status_override(&self, s: Option<AccountStatus>) {
         let v = match s {
             None | Some(AccountStatus::Active) => 0,
             Some(AccountStatus::Disabled) => 1,
@@ -235,7 +362,7 @@ impl AccountLive {
 
     /// Marks the account's token as being refreshed until `until_ms` (requests that reach it
     /// wait for the new token instead of sending a doomed request).
-    pub fn start_refreshing(&self, until_ms: u64) {
+    fn start_refreshing(&self, until_ms: u64) {
         self.refreshing_until_ms
             .fetch_max(until_ms, Ordering::AcqRel);
     }
@@ -243,11 +370,6 @@ impl AccountLive {
     /// True while a refresh of the account's token is awaited.
     pub fn is_refreshing(&self, now_ms: u64) -> bool {
         self.refreshing_until_ms.load(Ordering::Acquire) > now_ms
-    }
-
-    /// A new token was published.
-    pub fn refreshed(&self) {
-        self.refreshing_until_ms.store(0, Ordering::Release);
     }
 }
 
@@ -528,8 +650,8 @@ mod tests {
     #[test]
     fn cooldown_only_extends() {
         let live = AccountLive::default();
-        live.cool_until(2_000);
-        live.cool_until(1_000);
+        live.apply(&AccountEffect::cooldown(2_000, "a"));
+        live.apply(&AccountEffect::cooldown(1_000, "b"));
         assert_eq!(live.cooldown_until_ms(), 2_000);
         assert!(live.is_cooling(1_999));
         assert!(!live.is_cooling(2_000));

@@ -5,7 +5,7 @@
 //!
 //! # Key Components
 //! - [`WorkerEvent`] / [`EventSender`] / [`Events`]: worker -> sidecar facts (usage, account
-//!   effects, quota observations, refresh requests).
+//!   effects including quota observations, refresh requests).
 //! - [`WorkerCommand`] / [`WorkerMailbox`] / [`WorkerMailboxes`]: sidecar -> worker commands.
 //!
 //! # Error handling
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use tokio::sync::Notify;
 
-use crate::AccountStatus;
+use crate::AccountEffect;
 
 /// Capacity of the worker -> sidecar queue.
 pub const EVENT_QUEUE: usize = 65_536;
@@ -55,45 +55,18 @@ pub struct UsageRecord {
     pub started_at_ms: u64,
 }
 
-/// What an upstream failure did to an account, to be persisted by the sidecar (the data plane
-/// has already applied it in memory).
-#[derive(Debug, Clone, PartialEq)]
-pub enum AccountEffect {
-    /// A new persisted status.
-    Status(AccountStatus),
-    /// Do not use the account before this instant (ms since epoch).
-    CooldownUntil {
-        /// Deadline, ms since epoch.
-        until_ms: u64,
-        /// Short machine reason (`usage_limit_reached`, `server_is_overloaded`, ...).
-        reason: String,
-    },
-}
-
 /// A fact a worker reports to the sidecar.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkerEvent {
     /// A finished request.
     Usage(UsageRecord),
-    /// An account effect decided by the failure classifier.
+    /// An account effect the data plane decided and already applied (failure policy, quota
+    /// signals); the sidecar persists it when [`AccountEffect::is_persisted`].
     Account {
         /// Account id.
         account_id: i64,
         /// The effect.
         effect: AccountEffect,
-    },
-    /// Quota signals read from response headers or `codex.rate_limits`.
-    Quota {
-        /// Account id.
-        account_id: i64,
-        /// Primary window used percent.
-        primary_pct: Option<f64>,
-        /// Primary window reset (unix seconds).
-        primary_reset_at: Option<u64>,
-        /// Secondary window used percent.
-        secondary_pct: Option<f64>,
-        /// Secondary window reset (unix seconds).
-        secondary_reset_at: Option<u64>,
     },
     /// The upstream rejected the account's access token: refresh it (single-flight) and
     /// publish a new snapshot.

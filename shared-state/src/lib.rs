@@ -4,7 +4,9 @@
 //! - [`snapshot`]: immutable, versioned snapshots (accounts, client keys, settings) published
 //!   through [`arc_swap::ArcSwap`] by the sidecar and `load()`ed by workers per request.
 //! - [`account`]: the per-account live atomics every worker sees at once (in-flight count,
-//!   cooldown, quota) and the RAII [`account::Lease`] on a concurrency slot.
+//!   cooldown, quota), the one vocabulary of account state changes ([`AccountEffect`]) with
+//!   the one function applying them ([`AccountLive::apply`]), and the RAII
+//!   [`account::Lease`] on a concurrency slot.
 //! - [`channels`]: the worker -> sidecar fact channel and the sidecar -> worker command channels
 //!   (crossbeam queues paired with a cross-runtime waker).
 //! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output.
@@ -23,11 +25,10 @@ pub mod secret;
 pub mod snapshot;
 pub mod transcripts;
 
-pub use account::{AccountLive, AccountStatus, Lease};
+pub use account::{AccountEffect, AccountLive, AccountStatus, Lease, QuotaUpdate};
 pub use catalog::{ModelCatalog, SharedCatalog};
 pub use channels::{
-    AccountEffect, EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox,
-    WorkerMailboxes,
+    EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox, WorkerMailboxes,
 };
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};

@@ -293,12 +293,29 @@ mod tests {
     fn override_and_cooldown_block_scheduling() {
         let a = entry(1);
         assert!(a.is_schedulable(10));
-        a.live.cool_until(100);
+        a.live.apply(&crate::AccountEffect::cooldown(100, "test"));
         assert!(!a.is_schedulable(10));
-        a.live.clear_cooldown();
+        a.live.apply(&crate::AccountEffect::OperatorStatus {
+            status: AccountStatus::Active,
+            cooldown_until_ms: 0,
+        });
+        assert!(a.is_schedulable(10));
         a.live
-            .set_status_override(Some(AccountStatus::ReauthRequired));
+            .apply(&crate::AccountEffect::Status(AccountStatus::ReauthRequired));
         assert!(!a.is_schedulable(10));
         assert_eq!(a.effective_status(), AccountStatus::ReauthRequired);
+        // a refreshed token lifts a re-auth override; the stored status lifts what it confirms
+        a.live.apply(&crate::AccountEffect::TokenRefreshed {
+            clear_cooldown: false,
+        });
+        assert_eq!(a.effective_status(), AccountStatus::Active);
+        a.live
+            .apply(&crate::AccountEffect::Status(AccountStatus::Banned));
+        a.live
+            .apply(&crate::AccountEffect::StatusStored(AccountStatus::Disabled));
+        assert_eq!(a.effective_status(), AccountStatus::Banned);
+        a.live
+            .apply(&crate::AccountEffect::StatusStored(AccountStatus::Banned));
+        assert_eq!(a.live.status_override(), None);
     }
 }

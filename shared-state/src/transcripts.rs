@@ -122,20 +122,40 @@ impl TranscriptStore {
             if out.len() >= MAX_DEPTH {
                 return Err(NotFound);
             }
-            let mut shard = self.shards[shard_of(&cur)].lock().map_err(|_| NotFound)?;
-            let e = shard.map.get_mut(&cur).ok_or(NotFound)?;
-            if e.key_id != key_id || e.at.elapsed() > self.ttl {
-                return Err(NotFound);
-            }
-            // The time to live counts from the last use: a conversation in use keeps its
-            // whole chain.
-            e.at = Instant::now();
-            out.push(Arc::clone(&e.items));
-            next = e.parent.clone();
+            let (items, parent) = self.link(&cur, key_id)?.ok_or(NotFound)?;
+            out.push(items);
+            next = parent;
         }
         out.reverse();
         Ok(out)
     }
+
+    /// One link of a chain: its items and parent; `Ok(None)` when this store does not hold
+    /// it (unknown or expired here: another instance's store may), `Err` when it belongs to
+    /// another client key. Use refreshes its time to live: a conversation in use keeps its
+    /// whole chain.
+    #[allow(clippy::type_complexity)]
+    pub fn link(
+        &self,
+        id: &str,
+        key_id: i64,
+    ) -> Result<Option<(Arc<[u8]>, Option<String>)>, NotFound> {
+        let mut shard = self.shards[shard_of(id)].lock().map_err(|_| NotFound)?;
+        let Some(e) = shard.map.get_mut(id) else {
+            return Ok(None);
+        };
+        if e.key_id != key_id {
+            return Err(NotFound);
+        }
+        if e.at.elapsed() > self.ttl {
+            return Ok(None);
+        }
+        e.at = Instant::now();
+        Ok(Some((Arc::clone(&e.items), e.parent.clone())))
+    }
+
+    /// Longest chain followed.
+    pub const MAX_DEPTH: usize = MAX_DEPTH;
 
     /// Bytes held (items and bookkeeping).
     pub fn bytes(&self) -> usize {

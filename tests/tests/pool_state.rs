@@ -7,7 +7,7 @@
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{client, Stack, StackBuilder};
 use serde_json::{json, Value};
-use shared_state::snapshot::Strategy;
+use shared_state::{snapshot::Strategy, AccountEffect, AccountStatus};
 
 /// `accounts` accounts on one worker, tried in id order (`fill_first`) unless a test changes
 /// the strategy through the admin API.
@@ -58,7 +58,10 @@ fn take_served(s: &Stack) -> Vec<String> {
 /// do not change the candidates of the next.
 fn clear_cooldowns(s: &Stack) {
     for a in &s.app.snapshot.load().accounts {
-        a.live.clear_cooldown();
+        a.live.apply(&AccountEffect::OperatorStatus {
+            status: AccountStatus::Active,
+            cooldown_until_ms: 0,
+        });
     }
 }
 

@@ -5,6 +5,7 @@
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{Stack, StackBuilder};
 use serde_json::{json, Value};
+use shared_state::{AccountEffect, AccountStatus};
 
 /// `accounts` accounts on one worker (one round-robin cursor), default strategy.
 fn stack(accounts: usize) -> Stack {
@@ -158,7 +159,10 @@ async fn sticky_keeps_a_session_home_and_moves_it_only_when_home_fails() {
     // Home serves again: the session goes back (rendezvous hashing over schedulable
     // accounts).
     s.mock.clear_behaviour(&home);
-    live(&s, &home).live.clear_cooldown();
+    live(&s, &home).live.apply(&AccountEffect::OperatorStatus {
+        status: AccountStatus::Active,
+        cooldown_until_ms: 0,
+    });
     assert_eq!(served_session(&s, &sessions[0]).await, vec![home]);
 }
 
@@ -172,9 +176,12 @@ async fn quota_reset_priority_prefers_the_soonest_reset() {
     // behind the ones that reset sooner.
     let now = shared_state::now_ms() / 1000;
     for (a, in_s) in [("acct-0", 3 * 3600), ("acct-1", 3600), ("acct-2", 2 * 3600)] {
-        live(&s, a)
-            .live
-            .record_quota(Some(10.0), Some(now + in_s), Some(10.0), Some(now + 86_400));
+        live(&s, a).live.apply(&AccountEffect::quota(
+            Some(10.0),
+            Some(now + in_s),
+            Some(10.0),
+            Some(now + 86_400),
+        ));
     }
     let mut order = Vec::new();
     for _ in 0..3 {
@@ -189,9 +196,12 @@ async fn quota_reset_priority_prefers_the_soonest_reset() {
 
     // An exhausted account goes last even when it resets soonest (mock-codex reports 100 %).
     for (a, in_s) in [("acct-0", 600), ("acct-1", 1200), ("acct-2", 1800)] {
-        live(&s, a)
-            .live
-            .record_quota(Some(10.0), Some(now + in_s), Some(10.0), Some(now + 86_400));
+        live(&s, a).live.apply(&AccountEffect::quota(
+            Some(10.0),
+            Some(now + in_s),
+            Some(10.0),
+            Some(now + 86_400),
+        ));
     }
     s.mock.set_quota("acct-0", 100.0, 10.0);
     assert_eq!(
@@ -203,6 +213,6 @@ async fn quota_reset_priority_prefers_the_soonest_reset() {
     // of quota; acct-1 (20 min) goes first.
     live(&s, "acct-0")
         .live
-        .record_quota(None, Some(now + 600), None, None);
+        .apply(&AccountEffect::quota(None, Some(now + 600), None, None));
     assert_eq!(served_plain(&s).await, vec!["acct-1"]);
 }

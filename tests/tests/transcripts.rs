@@ -155,3 +155,78 @@ async fn the_byte_budget_evicts_the_oldest() {
     assert_eq!(e["error"]["code"], "previous_response_not_found");
     let _ = client();
 }
+
+/// Two instances on one PostgreSQL database and one Redis: a chain started on one continues
+/// on the other (the transcript travels through Redis), and the control instance without Redis
+/// cannot continue it (it is Redis that carried it, not a shared process).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
+    const REDIS: &str = "redis://127.0.0.1:6379/0";
+    let s = StackBuilder {
+        postgres: true,
+        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        ..StackBuilder::default()
+    }
+    .start();
+    let second = |redis: Option<&str>| {
+        let mut cfg = s.cfg.clone();
+        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
+        cfg.redis_url = redis.map(str::to_owned);
+        gateway::app::App::spawn(cfg).expect("second instance")
+    };
+    let b = tokio::task::block_in_place(|| second(Some(REDIS)));
+    let on = |app: &gateway::app::AppHandle, body: Value| {
+        let url = format!("http://{}/v1/responses", app.data_addr);
+        let key = s.key.clone();
+        async move {
+            let r = client()
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let st = r.status().as_u16();
+            (st, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (st, r1) = create(&s, &s.key, json!({"model":"gpt-5.5","input":"asked on A"})).await;
+    assert_eq!(st, 200, "{r1}");
+    let (st, r2) = on(
+        &b,
+        json!({"model":"gpt-5.5","input":"continued on B","previous_response_id": r1["id"]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{r2}");
+    let up = last_upstream(&s);
+    let text = serde_json::to_string(&up["input"]).unwrap();
+    assert!(
+        text.find("asked on A").unwrap() < text.find("continued on B").unwrap(),
+        "{text}"
+    );
+    assert_eq!(up["input"].as_array().unwrap().len(), 3, "{text}");
+    // And back: B's turn continues on A (A never saw it).
+    let (st, _) = create(
+        &s,
+        &s.key,
+        json!({"model":"gpt-5.5","input":"back on A","previous_response_id": r2["id"]}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(last_upstream(&s)["input"].as_array().unwrap().len(), 5);
+
+    // Control: an instance without Redis knows nothing of A's chain.
+    let c = tokio::task::block_in_place(|| second(None));
+    let (st, err) = on(
+        &c,
+        json!({"model":"gpt-5.5","input":"x","previous_response_id": r1["id"]}),
+    )
+    .await;
+    assert_eq!(st, 400, "{err}");
+    assert_eq!(err["error"]["code"], "previous_response_not_found", "{err}");
+    tokio::task::block_in_place(|| {
+        drop(b);
+        drop(c);
+    });
+}

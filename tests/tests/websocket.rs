@@ -538,3 +538,151 @@ async fn a_sockets_turns_stay_on_one_upstream_socket_under_load() {
         "one upstream socket per client socket for all its turns"
     );
 }
+
+/// Sum of a metric over its label sets, read from `/metrics`.
+async fn metric_sum(s: &Stack, name: &str) -> u64 {
+    let body = client()
+        .get(format!("{}/metrics", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Idle pooled upstream sockets are pinged: a healthy one answers and is reused for the exact
+/// continuation; one that went silent with its TCP connection open (no FIN, no RST) is found
+/// dead and closed, so the next turn replays on a fresh socket at once instead of waiting on
+/// the dead one until the first-byte timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            tweak: Some(Box::new(|c| {
+                c.upstream.ws_ping_interval = Duration::from_millis(200);
+                c.upstream.ws_pong_timeout = Duration::from_millis(300);
+                c.upstream.first_byte_timeout = Duration::from_secs(15);
+            })),
+            ..Default::default()
+        }
+        .start();
+        let mut ws = connect(&s).await;
+        send(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":"first question"}),
+        )
+        .await;
+        let t1 = turn(&mut ws).await;
+        let id1 = t1[0]["response"]["id"].as_str().unwrap().to_owned();
+        // Several liveness rounds on a healthy socket: it stays pooled and exact.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id1,"input":"second question"})).await;
+        let t2 = turn(&mut ws).await;
+        assert_eq!(types(&t2).last(), Some(&"response.completed"), "{t2:?}");
+        assert_eq!(
+            s.mock.ws_handshakes(),
+            1,
+            "legacy={legacy}: the pinged socket was reused"
+        );
+        let last = upstream_inputs(&s).pop().unwrap();
+        assert_eq!(
+            last["previous_response_id"],
+            json!(id1),
+            "exact continuation"
+        );
+        assert_eq!(
+            metric_sum(&s, "codex_gateway_upstream_ws_dead_total").await,
+            0
+        );
+        let id2 = t2.last().unwrap()["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+
+        // The upstream socket goes silent: the ping finds it dead.
+        assert_eq!(s.mock.ws_freeze_all(), 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while metric_sum(&s, "codex_gateway_upstream_ws_dead_total").await == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "legacy={legacy}: never found dead"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // (Reused, the dead socket would hold this turn until the first-byte timeout and
+        // end it with an error.)
+        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id2,"input":"third question"})).await;
+        let t3 = turn(&mut ws).await;
+        assert_eq!(types(&t3).last(), Some(&"response.completed"), "{t3:?}");
+        assert_eq!(s.mock.ws_handshakes(), 2, "a fresh upstream socket");
+        let last = upstream_inputs(&s).pop().unwrap();
+        assert!(
+            last.get("previous_response_id").is_none(),
+            "replayed: {last}"
+        );
+        s.mock.ws_kill_all();
+    }
+}
+
+/// A turn too big for the upstream's WebSocket (close 1009 before any output) goes over HTTP
+/// once and completes; it does not count against the origin (later small turns still use
+/// WebSocket).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            mock: benches::MockConfig {
+                ws_max_message_bytes: Some(64 * 1024),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+        .start();
+        let mut ws = connect(&s).await;
+        let big = "x".repeat(200 * 1024);
+        for round in 0..4 {
+            send(
+                &mut ws,
+                json!({"type":"response.create","model":"gpt-5.5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text": big}]}]}),
+            )
+            .await;
+            let t = turn(&mut ws).await;
+            assert_eq!(
+                types(&t).last(),
+                Some(&"response.completed"),
+                "legacy={legacy} round {round}: {:?}",
+                t.last()
+            );
+        }
+        let reqs = s.mock.requests();
+        let http = reqs
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
+            .count();
+        assert_eq!(http, 4, "legacy={legacy}: each big turn over HTTP");
+        assert_eq!(
+            metric_sum(&s, "codex_gateway_upstream_ws_too_big_total").await,
+            4
+        );
+        // The origin is not taken for broken: a small turn still goes over WebSocket.
+        send(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":"small"}),
+        )
+        .await;
+        let t = turn(&mut ws).await;
+        assert_eq!(types(&t).last(), Some(&"response.completed"));
+        let last = s.mock.requests().pop().unwrap();
+        assert_eq!(
+            last.method, "WS",
+            "legacy={legacy}: the small turn used WebSocket"
+        );
+    }
+}

@@ -31,7 +31,7 @@ use axum::{
     Json, Router,
 };
 use serde::{Deserialize, Serialize};
-use shared_state::{AccountStatus, Secret};
+use shared_state::{AccountEffect, AccountStatus, Secret};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::{import::ImportSummary, sidecar::Core, storage::AccountRow};
@@ -265,14 +265,20 @@ async fn set_status_only(core: &Core, id: i64, status: AccountStatus) -> Result<
     if !core.storage.set_status(id, status).await? {
         return Ok(false);
     }
-    if let Some(live) = core.publisher.live(id).await {
-        live.set_status_override(None);
-        if status == AccountStatus::Active {
-            live.clear_cooldown();
-        }
-    }
     if status == AccountStatus::Active {
         core.storage.set_cooldown(id, 0, None).await?;
+    }
+    if let Some(live) = core.publisher.live(id).await {
+        // Re-enabling starts afresh (no cooldown); disabling keeps the cooldown it had.
+        let cooldown_until_ms = if status == AccountStatus::Active {
+            0
+        } else {
+            live.cooldown_until_ms()
+        };
+        live.apply(&AccountEffect::OperatorStatus {
+            status,
+            cooldown_until_ms,
+        });
     }
     Ok(true)
 }
@@ -389,16 +395,24 @@ async fn poll_account_quota(
     view_of(&core, id).await
 }
 
-/// Clears what the data plane learned against an account: cooldown (live and stored), the
-/// status override, scheduler penalties, streaks, the error-rate EWMA and model exclusions.
+/// Clears what the data plane learned against an account: cooldown (live and stored) and the
+/// status override (as an operator status change, [`AccountEffect::OperatorStatus`]), and the
+/// scheduler's feedback: penalties, failure streak, error-rate EWMA and model exclusions.
 async fn reset_health_of(core: &Core, id: i64) -> Result<bool, ApiError> {
     use std::sync::atomic::Ordering;
     if !core.storage.set_cooldown(id, 0, None).await? {
         return Ok(false);
     }
+    let Some((row, _)) = core.storage.get_account(id).await? else {
+        return Ok(false);
+    };
     if let Some(live) = core.publisher.live(id).await {
-        live.clear_cooldown();
-        live.set_status_override(None);
+        // The stored status stands; a data-plane override and the cooldown go.
+        live.apply(&AccountEffect::OperatorStatus {
+            status: row.status,
+            cooldown_until_ms: 0,
+        });
+        // The scheduler's feedback starts afresh.
         let s = live.scheduler();
         for p in &s.penalties {
             p.clear();

@@ -6,8 +6,8 @@
 //!     ([`USAGE_BATCH`]); while storage is down the spool keeps the records and retries with
 //!     backoff; when the spool is full the loop stops draining, so the crossbeam queue (and
 //!     then the workers' own spools) absorb the backlog: usage is never dropped silently;
-//!   - [`WorkerEvent::Account`] -> status (then republish) or cooldown;
-//!   - [`WorkerEvent::Quota`] -> coalesced per account, persisted;
+//!   - [`WorkerEvent::Account`] -> status (then republish) or cooldown persisted; quota
+//!     observations coalesced per account, persisted; in-memory effects skipped;
 //!   - [`WorkerEvent::RefreshRequest`] -> [`super::refresh::request`].
 //!
 //! # Error handling
@@ -53,22 +53,22 @@ impl Pending {
     fn take(&mut self, core: &Arc<Core>, ev: WorkerEvent) {
         match ev {
             WorkerEvent::Usage(u) => self.usage.push_back(u),
-            WorkerEvent::Account { account_id, effect } => {
+            WorkerEvent::Account {
+                account_id,
+                effect: AccountEffect::Quota(u),
+            } => {
+                // Quota observations coalesce per account: the newest value of each field.
+                let q = self.quota.entry(account_id).or_default();
+                q.primary_pct = u.primary_pct.or(q.primary_pct);
+                q.primary_reset_at = u.primary_reset_at.or(q.primary_reset_at);
+                q.secondary_pct = u.secondary_pct.or(q.secondary_pct);
+                q.secondary_reset_at = u.secondary_reset_at.or(q.secondary_reset_at);
+            }
+            WorkerEvent::Account { account_id, effect } if effect.is_persisted() => {
                 self.effects.push_back((account_id, effect))
             }
-            WorkerEvent::Quota {
-                account_id,
-                primary_pct,
-                primary_reset_at,
-                secondary_pct,
-                secondary_reset_at,
-            } => {
-                let q = self.quota.entry(account_id).or_default();
-                q.primary_pct = primary_pct.or(q.primary_pct);
-                q.primary_reset_at = primary_reset_at.or(q.primary_reset_at);
-                q.secondary_pct = secondary_pct.or(q.secondary_pct);
-                q.secondary_reset_at = secondary_reset_at.or(q.secondary_reset_at);
-            }
+            // In-memory effects (already applied by the worker that decided them).
+            WorkerEvent::Account { .. } => {}
             WorkerEvent::RefreshRequest {
                 account_id,
                 seen_version,
@@ -99,6 +99,8 @@ impl Pending {
                         .set_cooldown(id, *until_ms, Some(reason.as_str()))
                         .await
                 }
+                // Only persisted effects are queued (`take`); quota is coalesced apart.
+                _ => Ok(true),
             };
             match res {
                 Ok(found) => {

@@ -16,7 +16,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use shared_state::{AccountEntry, AccountStatus};
+use shared_state::{AccountEffect, AccountEntry, AccountStatus};
 use tokio::{sync::watch, time::Instant};
 
 use super::Core;
@@ -118,14 +118,12 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
             let now_s = shared_state::now_ms() / 1000;
             let q = stored.map_or_else(|| usage.quota_update(now_s), |s| s.quota);
             if let Some(live) = &live {
-                live.record_quota(
-                    q.primary_pct,
-                    q.primary_reset_at,
-                    q.secondary_pct,
-                    q.secondary_reset_at,
-                );
+                live.apply(&AccountEffect::Quota(q));
                 if let Some(until) = usage.limit_reset_at(now_s) {
-                    live.cool_until(until.saturating_mul(1000));
+                    live.apply(&AccountEffect::cooldown(
+                        until.saturating_mul(1000),
+                        crate::quota::LIMIT_REASON,
+                    ));
                 }
             }
             if usage.limit_reset_at(now_s).is_some() {

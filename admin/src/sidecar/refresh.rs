@@ -30,7 +30,7 @@ use std::{
     time::Duration,
 };
 
-use shared_state::{AccountStatus, Secret};
+use shared_state::{AccountEffect, AccountStatus, Secret};
 use tokio::time::Instant;
 
 use super::Core;
@@ -276,20 +276,17 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
             }
         }
     };
+    let auth_cooldown = row
+        .cooldown_reason
+        .as_deref()
+        .is_some_and(|r| r.contains("token") || r.contains("401") || r.contains("auth"));
     if let Some(live) = core.publisher.live(id).await {
-        if live.status_override() == Some(AccountStatus::ReauthRequired) {
-            live.set_status_override(None);
-        }
-        let auth_cooldown = row
-            .cooldown_reason
-            .as_deref()
-            .is_some_and(|r| r.contains("token") || r.contains("401") || r.contains("auth"));
-        if auth_cooldown {
-            live.clear_cooldown();
-            if stored {
-                let _ = core.storage.set_cooldown(id, 0, None).await;
-            }
-        }
+        live.apply(&AccountEffect::TokenRefreshed {
+            clear_cooldown: auth_cooldown,
+        });
+    }
+    if auth_cooldown && stored {
+        let _ = core.storage.set_cooldown(id, 0, None).await;
     }
     publish_refreshed(core, id).await;
     tracing::info!(account = id, stored, "refreshed account tokens");
@@ -419,7 +416,7 @@ async fn mark_terminal(core: &Arc<Core>, id: i64, e: &RefreshError) {
     let status = e.terminal_status().unwrap_or(AccountStatus::ReauthRequired);
     tracing::warn!(account = id, error = %e, status = status.as_str(), "refresh token is dead; account needs a new login");
     if let Some(live) = core.publisher.live(id).await {
-        live.set_status_override(Some(status));
+        live.apply(&AccountEffect::Status(status));
     }
     for i in 0..3u64 {
         match core.storage.set_status(id, status).await {

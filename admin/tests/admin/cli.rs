@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use admin::{storage::AccountUpsert, DbTarget};
-use shared_state::{AccountStatus, Secret, WorkerCommand};
+use shared_state::{AccountEffect, AccountStatus, Secret, WorkerCommand};
 
 use crate::{
     sidecar::{config, seed_account, Running, WAIT},
@@ -46,7 +46,7 @@ async fn cli_changes_reach_a_running_sidecar(db: &TestDb) {
     assert!(saw_evict, "a disabled account's sockets are evicted");
 
     // Enable clears the cooldown (stored and live).
-    live.cool_until(u64::MAX / 2);
+    live.apply(&AccountEffect::cooldown(u64::MAX / 2, "test"));
     s.set_cooldown(id, u64::MAX / 4, Some("overloaded"))
         .await
         .unwrap();

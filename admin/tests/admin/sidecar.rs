@@ -232,12 +232,9 @@ async fn events_are_persisted_and_flushed_on_shutdown(db: &TestDb) {
     for i in 0..250 {
         run.send(WorkerEvent::Usage(usage(i)));
     }
-    run.send(WorkerEvent::Quota {
+    run.send(WorkerEvent::Account {
         account_id: id,
-        primary_pct: Some(55.0),
-        primary_reset_at: Some(1_900_000_000),
-        secondary_pct: None,
-        secondary_reset_at: None,
+        effect: AccountEffect::quota(Some(55.0), Some(1_900_000_000), None, None),
     });
     run.send(WorkerEvent::Account {
         account_id: id,
@@ -340,7 +337,7 @@ async fn admin_api_auth_and_mutations(db: &TestDb) {
         saw_evict |= cmd == WorkerCommand::EvictAccount { account_id: id };
     }
     assert!(saw_evict, "disable evicts the account's pooled sockets");
-    live.cool_until(u64::MAX / 2);
+    live.apply(&AccountEffect::cooldown(u64::MAX / 2, "test"));
     let (st, body) = run
         .req(
             M::POST,

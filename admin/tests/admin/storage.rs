@@ -7,8 +7,8 @@ use admin::{
     storage::{AccountUpsert, Backend, QuotaUpdate, TokenUpdate},
 };
 use shared_state::{
-    channels, keys::hash_key_hex, AccountStatus, Secret, Settings, Snapshot, UsageRecord,
-    WorkerCommand,
+    channels, keys::hash_key_hex, AccountEffect, AccountStatus, Secret, Settings, Snapshot,
+    UsageRecord, WorkerCommand,
 };
 
 use crate::support::{both_backends, jwt, TestDb, FAR_EXP};
@@ -409,7 +409,7 @@ async fn snapshot_reuses_live_arcs(db: &TestDb) {
 
     // Data-plane override clears once the same status is persisted.
     ea.live
-        .set_status_override(Some(AccountStatus::ReauthRequired));
+        .apply(&AccountEffect::Status(AccountStatus::ReauthRequired));
     s.set_status(a, AccountStatus::ReauthRequired)
         .await
         .unwrap();

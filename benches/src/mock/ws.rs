@@ -74,6 +74,9 @@ pub(crate) enum WsCommand {
     Kill,
     /// Send a close frame (1001 going away), wait briefly for the client's, then drop.
     Close,
+    /// Go silent: stop reading and writing (no pongs, no answers) with the TCP connection
+    /// left open, as a connection that died without a FIN or RST. `Kill` ends it.
+    Freeze,
 }
 
 /// Whether `req` is a WebSocket upgrade of `{prefix}/responses` (HTTP/1.1 `GET` with
@@ -321,6 +324,17 @@ impl Conn {
             };
             match step {
                 Step::Command(WsCommand::Kill) => return,
+                Step::Command(WsCommand::Freeze) => {
+                    // Hold the socket, never touch it, until killed.
+                    loop {
+                        match control.recv().await {
+                            Ok(WsCommand::Kill) | Err(broadcast::error::RecvError::Closed) => {
+                                return
+                            }
+                            _ => {}
+                        }
+                    }
+                }
                 Step::Command(WsCommand::Close) => {
                     close(&mut ws, CloseCode::Away, "mock-codex: closing").await;
                     return;
@@ -338,6 +352,16 @@ impl Conn {
                 Step::Event(None) => self.finish(active.take()),
                 Step::Client(None | Some(Err(_))) => return,
                 Step::Client(Some(Ok(msg))) => match msg {
+                    Message::Text(t)
+                        if self
+                            .shared
+                            .cfg
+                            .ws_max_message_bytes
+                            .is_some_and(|max| t.len() > max) =>
+                    {
+                        close(&mut ws, CloseCode::Size, "message too big").await;
+                        return;
+                    }
                     Message::Text(t) => {
                         let answer = self.on_text(Bytes::from(t), active.is_some()).await;
                         match answer {

@@ -2,7 +2,7 @@
 //! the SSE encoder forwards frames byte-faithfully and the JSON encoder assembles the final
 //! `response` object.
 
-use std::{io, sync::Arc};
+use std::{io, rc::Rc, sync::Arc};
 
 use bytes::Bytes;
 use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
@@ -60,6 +60,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         let spliced = ctx
             .transcripts
             .history(id, key.id)
+            .await
             .ok()
             .and_then(|parts| with_history(&norm.body, &parts));
         match spliced {
@@ -84,7 +85,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     // The transcript is kept the moment the terminal event is seen, before the client can
     // read it (and send a continuation to another worker).
     let keeper = keep_transcript.then(|| Keeper {
-        store: Arc::clone(&ctx.transcripts),
+        store: Rc::clone(&ctx.transcripts),
         key_id: key.id,
         parent,
         input: new_items,
@@ -170,7 +171,7 @@ impl Outputs {
 
 /// Where and how an HTTP turn is kept for a continuation.
 pub struct Keeper {
-    store: Arc<shared_state::TranscriptStore>,
+    store: Rc<crate::transcripts::Transcripts>,
     key_id: i64,
     parent: Option<String>,
     input: Vec<sonic_rs::Value>,

@@ -11,7 +11,9 @@ use std::{
 };
 
 use codex_protocol::classify::FailureClass;
-use shared_state::{AccountEntry, AccountLive, AccountStatus, Secret, Settings, Snapshot};
+use shared_state::{
+    AccountEffect, AccountEntry, AccountLive, AccountStatus, Secret, Settings, Snapshot,
+};
 
 use super::*;
 
@@ -112,19 +114,27 @@ fn eligibility_filters() {
     // 6: secondary above pause. 7: model excluded. 8: interval not elapsed. 9: saturated.
     accs[1]
         .live
-        .set_status_override(Some(AccountStatus::ReauthRequired));
-    accs[2].live.cool_until(NOW + 1);
+        .apply(&AccountEffect::Status(AccountStatus::ReauthRequired));
+    accs[2]
+        .live
+        .apply(&AccountEffect::cooldown(NOW + 1, "test"));
     let mut accs = accs;
     accs[3] = Arc::new(AccountEntry {
         access_token: Secret::new(""),
         ..raw_entry(4, 1, 0)
     });
-    accs[4]
-        .live
-        .record_quota(Some(90.0), Some(NOW_S + 60), None, None);
-    accs[5]
-        .live
-        .record_quota(Some(10.0), None, Some(95.0), Some(NOW_S + 3600));
+    accs[4].live.apply(&AccountEffect::quota(
+        Some(90.0),
+        Some(NOW_S + 60),
+        None,
+        None,
+    ));
+    accs[5].live.apply(&AccountEffect::quota(
+        Some(10.0),
+        None,
+        Some(95.0),
+        Some(NOW_S + 3600),
+    ));
     exclude_model(&accs[6].live, "gpt-5", NOW + 60_000, NOW);
     assert!(note_request_start(&accs[7], &settings, NOW - 500));
     let _l1 = accs[8].live.try_acquire(2).unwrap();
@@ -158,9 +168,12 @@ fn eligibility_filters() {
 #[test]
 fn pause_threshold_none_never_pauses() {
     let accs = pool(2);
-    accs[0]
-        .live
-        .record_quota(Some(100.0), Some(NOW_S + 60), None, None);
+    accs[0].live.apply(&AccountEffect::quota(
+        Some(100.0),
+        Some(NOW_S + 60),
+        None,
+        None,
+    ));
     let s = snap(accs, Strategy::FillFirst);
     assert_eq!(pick(&s, &req(0, 0)), vec![1, 2]);
 }
@@ -171,14 +184,14 @@ fn frozen_order_is_unique_bounded_and_eligible_for_every_strategy() {
         .map(|id| entry_with(id, (id % 3 + 1) as u32, 3))
         .collect();
     for (i, a) in accs.iter().enumerate() {
-        a.live.record_quota(
+        a.live.apply(&AccountEffect::quota(
             Some((i * 7 % 100) as f64),
             Some(NOW_S + (i as u64 * 37) % 500),
             Some((i * 3 % 100) as f64),
             Some(NOW_S + 86_400),
-        );
+        ));
         if i % 5 == 0 {
-            a.live.cool_until(NOW + 10_000);
+            a.live.apply(&AccountEffect::cooldown(NOW + 10_000, "test"));
         }
         if i % 7 == 0 {
             record_failure(&a.live, FailureKind::Timeout, NOW);
@@ -215,7 +228,7 @@ fn empty_pool_and_all_ineligible_give_empty_order() {
         assert!(pick(&snap(Vec::new(), st), &req(0, 3)).is_empty());
         let accs = pool(3);
         for a in &accs {
-            a.live.cool_until(NOW + 1);
+            a.live.apply(&AccountEffect::cooldown(NOW + 1, "test"));
         }
         assert!(pick(&snap(accs, st), &req(0, 3)).is_empty());
     }
@@ -297,7 +310,9 @@ fn round_robin_rotates_by_cursor() {
         assert_eq!(got, want);
     }
     // An ineligible account is skipped, its turn goes to the next one.
-    s.accounts[1].live.cool_until(NOW + 1);
+    s.accounts[1]
+        .live
+        .apply(&AccountEffect::cooldown(NOW + 1, "test"));
     assert_eq!(pick(&s, &req(1, 2)), vec![3, 4]);
 }
 
@@ -348,7 +363,9 @@ fn sticky_is_stable_for_a_key_and_moves_only_when_ineligible() {
     assert!(used.len() >= 15, "{used:?}");
 
     // Account 7 goes away: only its sessions move, each to its own second choice.
-    s.accounts[6].live.cool_until(NOW + 60_000);
+    s.accounts[6]
+        .live
+        .apply(&AccountEffect::cooldown(NOW + 60_000, "test"));
     let mut moved = 0;
     for (k, b) in keys.iter().zip(&before) {
         let now = home(&s, k, 0, NOW);
@@ -361,7 +378,10 @@ fn sticky_is_stable_for_a_key_and_moves_only_when_ineligible() {
     }
     assert!(moved > 0);
     // It comes back: its sessions return.
-    s.accounts[6].live.clear_cooldown();
+    s.accounts[6].live.apply(&AccountEffect::OperatorStatus {
+        status: AccountStatus::Active,
+        cooldown_until_ms: 0,
+    });
     for (k, b) in keys.iter().zip(&before) {
         assert_eq!(&home(&s, k, 0, NOW), b);
     }
@@ -401,7 +421,9 @@ fn sticky_falls_back_to_a_full_pass_when_top_hashes_are_ineligible() {
     );
     // Make the first 20 rendezvous choices unschedulable.
     for id in &top[..20] {
-        s.accounts[(*id - 1) as usize].live.cool_until(NOW + 1);
+        s.accounts[(*id - 1) as usize]
+            .live
+            .apply(&AccountEffect::cooldown(NOW + 1, "test"));
     }
     assert_eq!(pick(&s, &r), top[20..22].to_vec());
 }
@@ -428,8 +450,12 @@ fn sticky_respects_weights() {
 fn sticky_without_key_is_smart() {
     let accs = pool(30);
     for (i, a) in accs.iter().enumerate() {
-        a.live
-            .record_quota(Some((i * 3) as f64), Some(NOW_S + 100), None, None);
+        a.live.apply(&AccountEffect::quota(
+            Some((i * 3) as f64),
+            Some(NOW_S + 100),
+            None,
+            None,
+        ));
     }
     fail_n(&accs[3], FailureKind::Auth, 1, NOW);
     let sticky = snap(accs.clone(), Strategy::Sticky);
@@ -447,7 +473,7 @@ fn quota_reset_priority_prefers_soonest_reset_with_quota_left() {
     let q = |i: usize, p: f64, pr: u64, s: f64, sr: u64| {
         accs[i]
             .live
-            .record_quota(Some(p), Some(pr), Some(s), Some(sr));
+            .apply(&AccountEffect::quota(Some(p), Some(pr), Some(s), Some(sr)));
     };
     q(0, 50.0, NOW_S + 3_000, 10.0, NOW_S + 90_000); // 1
     q(1, 20.0, NOW_S + 600, 10.0, NOW_S + 80_000); // 2: soonest primary, later secondary
@@ -471,9 +497,12 @@ fn smart_orders_by_tier_then_score() {
     fail_n(&accs[1], FailureKind::Timeout, 1, NOW);
     fail_n(&accs[2], FailureKind::Auth, 1, NOW);
     fail_n(&accs[3], FailureKind::Auth, 2, NOW);
-    accs[4]
-        .live
-        .record_quota(Some(95.0), Some(NOW_S + 600), None, None);
+    accs[4].live.apply(&AccountEffect::quota(
+        Some(95.0),
+        Some(NOW_S + 600),
+        None,
+        None,
+    ));
     let st = Settings::default();
     let tiers: Vec<Tier> = accs.iter().map(|a| assess(a, &st, NOW).tier).collect();
     assert_eq!(
@@ -648,9 +677,12 @@ fn slow_first_tokens_and_quota_lower_the_score() {
     let accs = pool(3);
     let st = Settings::default();
     record_success_at(&accs[1].live, Duration::from_secs(25), NOW);
-    accs[2]
-        .live
-        .record_quota(Some(90.0), Some(NOW_S + 60), Some(80.0), Some(NOW_S + 600));
+    accs[2].live.apply(&AccountEffect::quota(
+        Some(90.0),
+        Some(NOW_S + 60),
+        Some(80.0),
+        Some(NOW_S + 600),
+    ));
     let base = assess(&accs[0], &st, NOW).score;
     assert!(assess(&accs[1], &st, NOW).score < base - 10.0);
     assert!(assess(&accs[2], &st, NOW).score < base - 20.0);
@@ -832,7 +864,9 @@ fn exclude_model_affects_only_that_model_and_account() {
 #[test]
 fn accounts_waiting_for_a_token_refresh_come_after_ready_ones() {
     let accs = pool(3);
-    accs[0].live.start_refreshing(NOW + 30_000);
+    accs[0].live.apply(&AccountEffect::Refreshing {
+        until_ms: NOW + 30_000,
+    });
     for st in Strategy::ALL {
         let s = snap(accs.clone(), st);
         let got = pick(&s, &req(0, 0));

@@ -83,6 +83,10 @@ pub struct WsConn {
     enc: Encoder,
     created: Instant,
     idle_since: Instant,
+    /// When its liveness was last known (a turn, or a pong while idle).
+    alive_at: Instant,
+    /// The close code the upstream closed it with, if it did.
+    closed_with: Option<u16>,
     /// The last response this socket produced (what an exact continuation needs).
     last_response_id: Option<String>,
     /// Client-visible headers of the upgrade response (turn state, model).
@@ -143,11 +147,62 @@ impl WsPool {
         (conn.created.elapsed() < MAX_AGE && conn.idle_since.elapsed() < MAX_IDLE).then_some(conn)
     }
 
+    /// Pings the idle sockets every `interval` (those not known alive for that long) and
+    /// closes the ones whose pong does not come within `pong_timeout`; reading them also
+    /// answers the upstream's own pings and notices closes. Runs while the pool lives.
+    pub fn start_liveness(self: &Rc<Self>, interval: Duration, pong_timeout: Duration) {
+        let weak = Rc::downgrade(self);
+        monoio::spawn(async move {
+            loop {
+                monoio::time::sleep(interval).await;
+                let Some(pool) = weak.upgrade() else {
+                    return;
+                };
+                let due: Vec<(i64, String)> = pool
+                    .idle
+                    .borrow()
+                    .iter()
+                    .filter(|(_, c)| c.alive_at.elapsed() >= interval)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in due {
+                    let Some(mut conn) = pool.take(&key) else {
+                        continue;
+                    };
+                    let pool = Rc::clone(&pool);
+                    monoio::spawn(async move {
+                        if conn.probe(pong_timeout).await {
+                            conn.alive_at = Instant::now();
+                            pool.put_back(key, conn);
+                        } else {
+                            pool.metrics.ws_upstream_dead();
+                            tracing::debug!(
+                                account = key.0,
+                                "idle upstream websocket did not answer its ping; closed"
+                            );
+                        }
+                    });
+                }
+            }
+        });
+    }
+
+    /// Returns a probed socket without touching its idle time; a socket that a turn put
+    /// there meanwhile wins (the probed one is closed).
+    fn put_back(&self, key: (i64, String), conn: WsConn) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < MAX_IDLE_SOCKETS {
+            idle.entry(key).or_insert(conn);
+        }
+        self.report(&idle);
+    }
+
     fn put(&self, key: (i64, String), mut conn: WsConn) {
         if conn.created.elapsed() >= MAX_AGE {
             return;
         }
         conn.idle_since = Instant::now();
+        conn.alive_at = conn.idle_since;
         let mut idle = self.idle.borrow_mut();
         if idle.len() >= MAX_IDLE_SOCKETS {
             idle.retain(|_, c| c.idle_since.elapsed() < MAX_IDLE);
@@ -314,7 +369,10 @@ impl WsConn {
                     res.map_err(|e| proto(format!("ws pong: {e}")))?;
                 }
                 Ok(Some(Message::Pong(_))) => {}
-                Ok(Some(Message::Close(_))) => return Ok(None),
+                Ok(Some(Message::Close(c))) => {
+                    self.closed_with = c.map(|(code, _)| code);
+                    return Ok(None);
+                }
                 Ok(None) => {
                     let n = read_more(&mut self.io, &mut self.rbuf, 8192)
                         .await
@@ -326,6 +384,39 @@ impl WsConn {
                 Err(e) => return Err(proto(format!("upstream websocket: {e}"))),
             }
         }
+    }
+
+    /// A liveness check of an idle socket: a ping, then frames until its pong (the upstream's
+    /// pings answered on the way) within `timeout`. False: dead, closed, or it sent a message
+    /// while no turn was running (its state is unknown: not reused).
+    async fn probe(&mut self, timeout: Duration) -> bool {
+        let mut out = Vec::new();
+        self.enc.ping(&mut out, b"codex-gateway");
+        let (res, _) = self.io.write_all(out).await;
+        if res.is_err() {
+            return false;
+        }
+        let wait = async {
+            loop {
+                match self.dec.decode(&mut self.rbuf) {
+                    Ok(Some(Message::Pong(_))) => return true,
+                    Ok(Some(Message::Ping(p))) => {
+                        let mut out = Vec::new();
+                        self.enc.pong(&mut out, &p);
+                        let (res, _) = self.io.write_all(out).await;
+                        if res.is_err() {
+                            return false;
+                        }
+                    }
+                    Ok(Some(_)) | Err(_) => return false,
+                    Ok(None) => match read_more(&mut self.io, &mut self.rbuf, 1024).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return false,
+                    },
+                }
+            }
+        };
+        monoio::time::timeout(timeout, wait).await.unwrap_or(false)
     }
 
     async fn send(&mut self, payload: &[u8]) -> std::io::Result<()> {
@@ -404,6 +495,12 @@ impl super::Upstream {
                     Ok(Ok(Some(f))) => f,
                     // Closed before any frame: a socket the upstream had dropped while idle (our
                     // frame was not processed). A fresh socket once; then HTTP.
+                    // 1009: this payload is too big for a frame; the origin is fine (no
+                    // breaker), the request goes over HTTP once.
+                    Ok(Ok(None)) if conn.closed_with == Some(1009) => {
+                        metrics.ws_upstream_too_big();
+                        return Err(UpstreamError::WsUnavailable);
+                    }
                     Ok(Ok(None)) | Ok(Err(_)) if reused => continue,
                     Ok(Ok(None)) | Ok(Err(_)) => {
                         pool.failed();
@@ -522,6 +619,8 @@ impl super::Upstream {
             enc: Encoder::new(Role::Client, deflate),
             created: Instant::now(),
             idle_since: Instant::now(),
+            alive_at: Instant::now(),
+            closed_with: None,
             last_response_id: None,
             headers: resp_headers,
         })
@@ -576,6 +675,8 @@ mod tests {
                     enc: Encoder::new(Role::Client, deflate.clone()),
                     created: Instant::now(),
                     idle_since: Instant::now(),
+                    alive_at: Instant::now(),
+                    closed_with: None,
                     last_response_id: None,
                     headers: Vec::new(),
                 };

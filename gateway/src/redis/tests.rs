@@ -1,0 +1,161 @@
+use std::time::Duration;
+
+use super::*;
+use crate::testing::{Plan, SegmentedIo};
+
+#[test]
+fn parses_every_reply_kind_and_waits_for_more() {
+    let wire =
+        b"+OK\r\n-ERR no\r\n:42\r\n$3\r\nabc\r\n$-1\r\n$0\r\n\r\n*2\r\n$1\r\na\r\n:7\r\n*-1\r\n";
+    let want = vec![
+        Reply::Simple("OK".into()),
+        Reply::Error("ERR no".into()),
+        Reply::Integer(42),
+        Reply::Bulk(Some(b"abc".to_vec())),
+        Reply::Bulk(None),
+        Reply::Bulk(Some(Vec::new())),
+        Reply::Array(Some(vec![
+            Reply::Bulk(Some(b"a".to_vec())),
+            Reply::Integer(7),
+        ])),
+        Reply::Array(None),
+    ];
+    let mut got = Vec::new();
+    let mut pos = 0;
+    while pos < wire.len() {
+        // Every proper prefix of the next reply asks for more bytes.
+        let (r, used) = parse_reply(&wire[pos..]).unwrap().unwrap();
+        for cut in 0..used {
+            assert_eq!(
+                parse_reply(&wire[pos..pos + cut]).unwrap(),
+                None,
+                "cut {cut}"
+            );
+        }
+        got.push(r);
+        pos += used;
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn malformed_replies_are_errors_not_waits() {
+    for bad in [
+        &b"+OK\n"[..],
+        b"?what\r\n",
+        b"$abc\r\n",
+        b"$3\r\nabcX\r\n",
+        b":1x\r\n",
+        b"$99999999999999999999\r\n",
+    ] {
+        assert!(
+            parse_reply(bad).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // A huge declared length is refused before any wait for its bytes.
+    assert!(parse_reply(format!("${}\r\n", MAX_REPLY + 1).as_bytes()).is_err());
+}
+
+#[test]
+fn encodes_commands_as_bulk_arrays() {
+    assert_eq!(
+        encode(&[b"SET", b"k", b"v\r\n"]),
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n".to_vec()
+    );
+}
+
+#[test]
+fn urls_parse_with_credentials_and_database() {
+    let t = RedisTarget::resolve("redis://127.0.0.1:6390/3").unwrap();
+    assert_eq!(t.addr.port(), 6390);
+    assert_eq!(t.db, 3);
+    assert!(t.password.is_none());
+    let t = RedisTarget::resolve("redis://:p%40ss@127.0.0.1").unwrap();
+    assert_eq!(t.addr.port(), 6379);
+    assert_eq!(t.password.as_ref().unwrap().expose(), "p@ss");
+    assert!(t.user.is_none());
+    let t = RedisTarget::resolve("redis://bob:pw@127.0.0.1:1/0").unwrap();
+    assert_eq!(t.user.as_deref(), Some("bob"));
+    assert!(!format!("{t:?}").contains("pw"), "no password in Debug");
+    assert!(RedisTarget::resolve("rediss://127.0.0.1").is_err());
+    assert!(RedisTarget::resolve("http://127.0.0.1").is_err());
+    assert!(RedisTarget::resolve("redis://127.0.0.1/x").is_err());
+}
+
+/// Replies of a pipeline arrive in every segmentation; the connection reads exactly one
+/// reply per command and keeps what follows for the next call.
+#[monoio::test_all(timer_enabled = true)]
+async fn pipelined_replies_split_at_every_boundary() {
+    let wire = b"+OK\r\n$5\r\nhello\r\n$-1\r\n:1\r\n";
+    let mut plans = Plan::standard(6, true);
+    plans.push(Plan::Random { seed: 99, max: 3 });
+    for plan in plans {
+        let io = SegmentedIo::new(wire, plan);
+        let mut conn = RespConn::new(io);
+        let cmds = vec![
+            encode(&[b"SET", b"a", b"b"]),
+            encode(&[b"GET", b"a"]),
+            encode(&[b"GET", b"zz"]),
+        ];
+        let r = conn.pipeline(&cmds).await.unwrap();
+        assert_eq!(
+            r,
+            vec![
+                Reply::Simple("OK".into()),
+                Reply::Bulk(Some(b"hello".to_vec())),
+                Reply::Bulk(None),
+            ],
+            "{plan:?}"
+        );
+        assert_eq!(
+            conn.call(&[b"EXISTS", b"a"]).await.unwrap(),
+            Reply::Integer(1)
+        );
+    }
+}
+
+/// A connection closed before the reply is complete is an error, never a hang.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_truncated_reply_is_an_error() {
+    let io = SegmentedIo::new(b"$10\r\nhel", Plan::EveryByte);
+    let mut conn = RespConn::new(io);
+    assert!(conn.call(&[b"GET", b"a"]).await.is_err());
+}
+
+/// Against the real Redis of the test machine (skipped when none answers): set, read back
+/// with a refreshed time to live, expire.
+#[monoio::test_all(timer_enabled = true)]
+async fn real_redis_round_trip() {
+    if std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:6379".parse().unwrap(),
+        Duration::from_millis(200),
+    )
+    .is_err()
+    {
+        eprintln!("no Redis on 127.0.0.1:6379; skipped");
+        return;
+    }
+    let r = WorkerRedis::new(RedisTarget::resolve("redis://127.0.0.1:6379/0").unwrap());
+    // Both drivers run this test at once: one key each.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("codex-gateway:test:{}:{n}", std::process::id()).into_bytes();
+    let big = vec![b'x'; 300_000];
+    r.set_px(&key, &big, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        r.get_ex(&key, Duration::from_secs(30)).await.unwrap(),
+        Some(big)
+    );
+    r.pexpire_many(std::slice::from_ref(&key), Duration::from_millis(1))
+        .await
+        .unwrap();
+    monoio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(r.get_ex(&key, Duration::from_secs(1)).await.unwrap(), None);
+    // A dead address fails fast and opens the breaker (later calls fail at once).
+    let dead = WorkerRedis::new(RedisTarget::resolve("redis://127.0.0.1:1").unwrap());
+    assert!(dead.get_ex(b"k", Duration::from_secs(1)).await.is_err());
+    assert!(dead.breaker_open());
+    assert!(dead.get_ex(b"k", Duration::from_secs(1)).await.is_err());
+}
