@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: starts PostgreSQL and Redis when they are not running (installing
 # them with apt-get when absent), prepares a Python venv with the official OpenAI and Anthropic
-# SDKs and installs the pinned Codex CLI from npm for the real-client tests, then runs every Rust
-# test of the workspace.
+# SDKs and installs the pinned Codex CLI from npm for the real-client tests, installs Debian's
+# Chromium and the admin web app's npm dependencies (playwright-core drives Chromium in
+# tests/tests/admin_browser.rs) and checks that the committed frontend/dist is the build of
+# frontend/src, then runs every Rust test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,6 +68,27 @@ if [ "$("$codex_bin" --version 2>/dev/null)" != "codex-cli $codex_version" ]; th
   [ "$got" = "codex-cli $codex_version" ] || { log "codex --version says: $got"; exit 1; }
 fi
 export CODEX_GATEWAY_TEST_CODEX="$PWD/$codex_bin"
+
+# The admin web app: Debian's Chromium (browser downloads are not reachable; playwright-core
+# drives the system one) and the npm dependencies pinned by frontend/package-lock.json.
+if [ ! -x /usr/bin/chromium ]; then
+  log "installing Chromium"
+  as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+export CODEX_GATEWAY_CHROMIUM=/usr/bin/chromium
+if ! cmp -s frontend/package-lock.json frontend/node_modules/.installed-from-lock; then
+  log "installing the admin web app's npm dependencies"
+  (cd frontend && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-from-lock)
+fi
+# The binary embeds the committed frontend/dist: it must be the build of the sources.
+log "checking that frontend/dist is up to date"
+rm -rf target/frontend-dist-check
+(cd frontend && npx vue-tsc --noEmit && npx vite build --logLevel warn --outDir ../target/frontend-dist-check --emptyOutDir)
+if ! diff -r frontend/dist target/frontend-dist-check >/dev/null; then
+  log "frontend/dist is stale: run 'npm run build' in frontend/ and commit frontend/dist"
+  diff -r frontend/dist target/frontend-dist-check | head -20 >&2
+  exit 1
+fi
 
 log "running the test suite"
 exec cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-4}"

@@ -1,86 +1,143 @@
-//! The Axum admin API on the admin address.
+//! The Axum admin API and the embedded admin web app, on the admin address.
 //!
-//! # Key Components
-//! - [`router`]: `GET /healthz` (200 `{"status":"ok"}`, 503 when storage is down) and, behind
-//!   the bearer-token guard when an admin token is configured, `/api/admin/*`:
-//!   - `GET /api/admin/accounts` -> `{"object":"list","data":[AccountView]}` (no tokens);
-//!   - `POST /api/admin/accounts/{id}/enable|disable`, `PATCH /api/admin/accounts/{id}`
-//!     (`{"weight","max_concurrency"}`), `DELETE /api/admin/accounts/{id}`;
-//!   - `POST /api/admin/accounts/{id}/refresh` (start a single-flight token refresh, 202),
-//!     `POST /api/admin/accounts/{id}/quota` (poll `/wham/usage` now, answer the account);
-//!   - `GET /api/admin/keys`, `POST /api/admin/keys` `{"name"}` -> the plain key once,
-//!     `DELETE /api/admin/keys/{id}` (revoke);
-//!   - `GET /api/admin/settings` -> the effective settings (flat), `defaults` and the list of
-//!     `overridden` keys; `PUT /api/admin/settings` with any subset of the keys (`null`
-//!     resets a key to its configured default), validated as a whole;
-//!   - `GET /api/admin/usage?since_ms=&until_ms=&key_id=&account_id=` -> `totals`,
-//!     `by_key` and `by_account` (requests, input/cached/output/reasoning tokens, errors);
-//!   - `GET /api/admin/models` -> the published model catalog: `source` (`embedded` |
-//!     `upstream`), sorted `slugs`, `aliases` (`{name: {target, effort}}`), per-`plans`
-//!     fetch status (`account_id`, `etag`, `models`, `checked_at`, `fetched_at`, `error`),
-//!     `last_attempt_at`, `last_published_at`, `refresh_interval_s`, `url`;
-//!     `POST /api/admin/models/refresh` runs a refresh round now and answers the same view
-//!     plus `outcome` (`plans`, `fetched`, `not_modified`, `failed`, `published`).
+//! Nothing under `/api/admin/` answers without authentication except `POST /api/admin/login`
+//! (which checks the password); `/healthz` (up/down only) and the web app's static files are
+//! public. One file per resource:
 //!
-//!   Every mutation republishes the snapshot before answering.
-//! - [`ApiError`]: the one place that turns a failure into an OpenAI-shaped
-//!   `{"error":{"message","type","code"}}` response.
+//! | file | endpoints |
+//! | --- | --- |
+//! | [`session`] | `POST /login` (`{"password"}` -> session cookie), `POST /logout`, `GET /session`, `GET/POST /tokens`, `DELETE /tokens/{id}` (admin API tokens, shown once) |
+//! | [`accounts`] | `GET /accounts`, `GET/PATCH/DELETE /accounts/{id}`, `POST /accounts/{id}/{enable,disable,refresh,quota,reset-health}`, `POST /accounts/bulk`, `POST /accounts/import`, `POST /accounts/export`, `POST /accounts/oauth/{start,finish}` |
+//! | [`keys`] | `GET/POST /keys`, `DELETE /keys/{id}` |
+//! | [`usage`] | `GET /usage` (totals by key and account), `GET /usage/series` (time series by model, key or account), `GET /failures` |
+//! | [`ops`] | `GET /dashboard`, `GET /ops` (per-worker live view, scheduler board) |
+//! | [`settings`] | `GET/PUT /settings` (hot-applied; every invalid key reported in `error.errors`) |
+//! | [`models`] | `GET /models`, `POST /models/refresh` |
+//!
+//! Every mutation republishes the snapshot before answering.
+//!
+//! # Request guard (every `/api/admin/*` request, login included)
+//! - `Host` must name loopback when the listener is bound to loopback (DNS rebinding), or one
+//!   of `admin_allowed_hosts` (the public name a reverse proxy forwards);
+//! - a present `Origin` must be the request's own origin, and `Sec-Fetch-Site: cross-site` is
+//!   refused (cross-site requests, CSRF);
+//! - `POST`/`PUT`/`PATCH`/`DELETE` need `Content-Type: application/json` (no "simple"
+//!   cross-site form or `text/plain` request gets through);
+//! - answers carry `Cache-Control: no-store`.
 //!
 //! # Error handling
-//! 401 `invalid_api_key` for a missing/wrong admin token, 404 `not_found`, 400
-//! `invalid_request_error`, 503 `storage_unavailable` when the database is down, 500 otherwise.
+//! [`ApiError`] is the one place that turns a failure into an OpenAI-shaped
+//! `{"error":{"message","type","code"}}` response: 401 `unauthorized`, 403 `forbidden_origin`
+//! / `forbidden_host`, 415 `unsupported_media_type`, 429 `rate_limited`, 404 `not_found`,
+//! 400 `invalid_request`, 503 `storage_unavailable`, 500 otherwise.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     body::Bytes,
-    extract::{Path, Query, Request, State},
-    http::{header, StatusCode},
+    extract::DefaultBodyLimit,
+    extract::{Request, State},
+    http::{header, HeaderMap, HeaderValue, Method, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::get,
     Json, Router,
 };
+use serde::Serialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use shared_state::{AccountEffect, AccountStatus};
+use tokio::sync::watch;
 
-use crate::{
-    error::StorageError,
-    settings::SettingError,
-    sidecar::Core,
-    storage::{AccountRow, UsageFilter, UsageTotals},
-};
+use crate::{auth::Principal, error::StorageError, settings::SettingError, sidecar::Core};
+
+mod accounts;
+mod keys;
+mod models;
+mod ops;
+mod session;
+mod settings;
+mod usage;
+
+pub(crate) use accounts::PendingLogins;
+pub(crate) use ops::OpsSampler;
 
 type AppState = Arc<Core>;
 
-/// Builds the admin router.
+/// Largest admin API request body (an import of many credential files).
+const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// The admin API's own state, held by the sidecar core.
+#[derive(Debug)]
+pub(crate) struct AdminState {
+    /// Credentials and login rate limiting.
+    pub auth: crate::auth::AdminAuth,
+    /// OAuth logins started and not finished yet.
+    pub logins: PendingLogins,
+    /// Samples of the data plane's metrics (rates) and of the pool (quota burn).
+    pub ops: OpsSampler,
+}
+
+// === impl AdminState ===
+
+impl AdminState {
+    /// State for the configured listener.
+    pub fn new(cfg: &crate::SidecarConfig) -> Self {
+        Self {
+            auth: crate::auth::AdminAuth::new(
+                cfg.admin_token.clone(),
+                cfg.admin_listen,
+                &cfg.admin_allowed_hosts,
+            ),
+            logins: PendingLogins::default(),
+            ops: OpsSampler::new(cfg.metrics_url.clone()),
+        }
+    }
+}
+
+/// Builds the admin router (API, health check, web app).
 pub(crate) fn router(core: Arc<Core>) -> Router {
-    let admin = Router::new()
-        .route("/accounts", get(list_accounts))
-        .route(
-            "/accounts/{id}",
-            axum::routing::delete(delete_account).patch(patch_account),
-        )
-        .route("/accounts/{id}/enable", post(enable_account))
-        .route("/accounts/{id}/disable", post(disable_account))
-        .route("/accounts/{id}/refresh", post(refresh_account))
-        .route("/accounts/{id}/quota", post(poll_account_quota))
-        .route("/keys", get(list_keys).post(create_key))
-        .route("/keys/{id}", axum::routing::delete(revoke_key))
-        .route("/settings", get(get_settings).put(put_settings))
-        .route("/usage", get(get_usage))
-        .route("/models", get(get_models))
-        .route("/models/refresh", post(refresh_models))
+    let protected = Router::new()
+        .merge(session::routes())
+        .merge(accounts::routes())
+        .merge(keys::routes())
+        .merge(usage::routes())
+        .merge(ops::routes())
+        .merge(settings::routes())
+        .merge(models::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
             require_admin,
         ));
+    let api = protected
+        .merge(session::public_routes())
+        .layer(middleware::from_fn_with_state(Arc::clone(&core), guard));
     Router::new()
         .route("/healthz", get(healthz))
-        .nest("/api/admin", admin)
+        // Imports of thousands of credential files arrive as one JSON body.
+        .nest(
+            "/api/admin",
+            api.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
+        )
+        .fallback(crate::web::serve)
         .with_state(core)
+}
+
+/// Serves the admin router on `listener` until `stop` flips (client addresses are known to
+/// the handlers for login rate limiting).
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    core: Arc<Core>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = router(core).into_make_service_with_connect_info::<SocketAddr>();
+    let res = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    if let Err(e) = res {
+        tracing::error!(error = %e, "admin server failed");
+    }
 }
 
 /// An admin API failure.
@@ -90,6 +147,15 @@ pub(crate) struct ApiError {
     kind: &'static str,
     code: &'static str,
     message: String,
+    extra: Option<Box<ErrorExtra>>,
+}
+
+/// The rarely set parts of an [`ApiError`] (boxed: errors stay small).
+#[derive(Debug, Default)]
+struct ErrorExtra {
+    param: Option<String>,
+    details: Option<Value>,
+    retry_after: Option<u64>,
 }
 
 // === impl ApiError ===
@@ -106,7 +172,12 @@ impl ApiError {
             kind,
             code,
             message: message.into(),
+            extra: None,
         }
+    }
+
+    fn extra(&mut self) -> &mut ErrorExtra {
+        self.extra.get_or_insert_with(Box::default)
     }
 
     fn not_found(what: impl Into<String>) -> Self {
@@ -126,11 +197,32 @@ impl ApiError {
             msg,
         )
     }
+
+    fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "unauthorized",
+            "log in (POST /api/admin/login) or send Authorization: Bearer <admin API token>",
+        )
+    }
+
+    fn forbidden(code: &'static str, msg: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "permission_error", code, msg)
+    }
+
+    fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.extra().param = Some(param.into());
+        self
+    }
 }
 
 impl From<SettingError> for ApiError {
     fn from(e: SettingError) -> Self {
-        Self::bad_request(e.to_string())
+        let key = match &e {
+            SettingError::UnknownKey(k) | SettingError::Invalid { key: k, .. } => k.clone(),
+        };
+        Self::bad_request(e.to_string()).with_param(key)
     }
 }
 
@@ -155,43 +247,208 @@ impl From<StorageError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"message": self.message, "type": self.kind, "code": self.code}});
-        (self.status, Json(body)).into_response()
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(e: crate::auth::AuthError) -> Self {
+        match e {
+            crate::auth::AuthError::Storage(s) => s.into(),
+            other => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                other.to_string(),
+            ),
+        }
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut err = json!({"message": self.message, "type": self.kind, "code": self.code});
+        let extra = self.extra.map(|b| *b).unwrap_or_default();
+        if let Some(p) = extra.param {
+            err["param"] = Value::String(p);
+        }
+        if let Some(d) = extra.details {
+            err["errors"] = d;
+        }
+        let mut resp = (self.status, Json(json!({ "error": err }))).into_response();
+        if let Some(s) = extra.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
 
-async fn require_admin(State(core): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &core.admin_token {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim);
-        // Compare digests: constant time with respect to the token's content.
-        let ok = given.is_some_and(|g| {
-            Sha256::digest(g.as_bytes()).as_slice()
-                == Sha256::digest(token.expose().as_bytes()).as_slice()
-        });
-        if !ok {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "authentication_error",
-                "invalid_api_key",
-                "missing or invalid admin token (Authorization: Bearer <token>)",
-            )
-            .into_response();
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+/// `{"object":"list","data":[...]}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct List<T> {
+    object: &'static str,
+    data: Vec<T>,
+}
+
+impl<T> List<T> {
+    fn of(data: Vec<T>) -> Self {
+        Self {
+            object: "list",
+            data,
         }
     }
-    next.run(req).await
+}
+
+/// `{"id", "object", "deleted"|"revoked": true}`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Deleted {
+    id: i64,
+    object: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deleted: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revoked: Option<bool>,
+}
+
+/// The hostname part of a `Host` header value (`[::1]:8081` -> `::1`, `a:80` -> `a`).
+fn host_name(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    let h = host_name(host).trim_end_matches('.');
+    h.eq_ignore_ascii_case("localhost")
+        || h.to_ascii_lowercase().ends_with(".localhost")
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Host and cross-site checks shared by the API guard and the web app.
+pub(crate) fn check_host_and_site(core: &Core, headers: &HeaderMap) -> Result<(), ApiError> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let auth = &core.admin.auth;
+    if auth.loopback_only
+        && !is_loopback_host(host)
+        && !auth
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host_name(host)))
+    {
+        return Err(ApiError::forbidden(
+            "forbidden_host",
+            "the admin API listens on loopback: the Host header must name it",
+        ));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let o = origin.to_str().unwrap_or("null");
+        let same = o
+            .split_once("://")
+            .is_some_and(|(_, rest)| !host.is_empty() && rest.eq_ignore_ascii_case(host));
+        if !same {
+            return Err(ApiError::forbidden(
+                "forbidden_origin",
+                "cross-origin requests to the admin API are refused",
+            ));
+        }
+    }
+    if headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cross-site"))
+    {
+        return Err(ApiError::forbidden(
+            "forbidden_origin",
+            "cross-site requests to the admin API are refused",
+        ));
+    }
+    Ok(())
+}
+
+fn no_store(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+/// Host / Origin / content-type checks and `Cache-Control: no-store` (see the module docs).
+async fn guard(State(core): State<AppState>, req: Request, next: Next) -> Response {
+    if let Err(e) = check_host_and_site(&core, req.headers()) {
+        return no_store(e.into_response());
+    }
+    let mutation = matches!(
+        *req.method(),
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    if mutation {
+        let json_body = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json_body {
+            return no_store(
+                ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "invalid_request_error",
+                    "unsupported_media_type",
+                    "admin API mutations need Content-Type: application/json",
+                )
+                .into_response(),
+            );
+        }
+    }
+    no_store(next.run(req).await)
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+}
+
+/// The session cookie of a request, if any.
+fn session_cookie(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == crate::auth::SESSION_COOKIE)
+        .map(|(_, v)| v.trim())
+}
+
+async fn require_admin(State(core): State<AppState>, mut req: Request, next: Next) -> Response {
+    let who = core
+        .admin
+        .auth
+        .authenticate(
+            core.storage.as_ref(),
+            bearer(req.headers()),
+            session_cookie(req.headers()),
+        )
+        .await;
+    match who {
+        Ok(Some(p)) => {
+            req.extensions_mut().insert::<Principal>(p);
+            next.run(req).await
+        }
+        Ok(None) => ApiError::unauthorized().into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
 }
 
 async fn healthz(State(core): State<AppState>) -> Response {
@@ -215,397 +472,57 @@ fn parse_id(raw: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid id {raw:?}")))
 }
 
-fn parse_body(body: &Bytes) -> Result<Value, ApiError> {
-    if body.is_empty() {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(body)
+/// Parses a JSON body into `T`; an empty body reads as `{}`.
+fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let bytes: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// One account as the admin API shows it.
-async fn account_view(core: &Core, r: &AccountRow) -> Value {
-    let live = core.publisher.live(r.id).await;
-    let (in_flight, cooldown_until, override_status, served, failures) = match &live {
-        Some(l) => {
-            let (s, f) = l.counters();
-            (
-                l.in_flight(),
-                l.cooldown_until_ms()
-                    .max(u64::try_from(r.cooldown_until_ms).unwrap_or(0)),
-                l.status_override(),
-                s,
-                f,
-            )
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        for h in [
+            "127.0.0.1:8081",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:8081",
+            "app.localhost:3",
+            "127.3.4.5",
+        ] {
+            assert!(is_loopback_host(h), "{h}");
         }
-        None => (
-            0,
-            u64::try_from(r.cooldown_until_ms).unwrap_or(0),
-            None,
-            0,
-            0,
-        ),
-    };
-    let now = shared_state::now_ms();
-    let pct = |live_pct: Option<f64>, stored: Option<f64>| match (live_pct, stored) {
-        (Some(l), _) if l > 0.0 => Some(l),
-        (_, s) => s,
-    };
-    json!({
-        "id": r.id,
-        "object": "account",
-        "chatgpt_account_id": r.chatgpt_account_id,
-        "user_id": if r.user_id.is_empty() { None } else { Some(&r.user_id) },
-        "email": r.email,
-        "label": r.label(),
-        "plan": r.plan_type,
-        "status": r.status.as_str(),
-        "effective_status": override_status.unwrap_or(r.status).as_str(),
-        "weight": r.weight,
-        "max_concurrency": r.max_concurrency,
-        "in_flight": in_flight,
-        "served": served,
-        "failures": failures,
-        "cooldown_until": if cooldown_until > now { Some(cooldown_until) } else { None },
-        "cooldown_reason": if cooldown_until > now { r.cooldown_reason.clone() } else { None },
-        "primary_used_pct": pct(live.as_ref().map(|l| l.primary_used_pct()), r.primary_used_pct),
-        "primary_reset_at": r.primary_reset_at,
-        "secondary_used_pct": pct(live.as_ref().map(|l| l.secondary_used_pct()), r.secondary_used_pct),
-        "secondary_reset_at": r.secondary_reset_at,
-        "quota_updated_at": r.quota_updated_at,
-        "access_expires_at": r.access_expires_at,
-        "last_refresh_at": r.last_refresh_at,
-        "refresh_in_flight": core.refresh.in_flight(r.id),
-        "created_at": r.created_at,
-        "updated_at": r.updated_at,
-    })
-}
-
-async fn find_account(core: &Core, id: i64) -> Result<AccountRow, ApiError> {
-    core.storage
-        .list_accounts()
-        .await?
-        .into_iter()
-        .find(|r| r.id == id)
-        .ok_or_else(|| ApiError::not_found(format!("no account with id {id}")))
-}
-
-async fn list_accounts(State(core): State<AppState>) -> ApiResult {
-    let rows = core.storage.list_accounts().await?;
-    let mut data = Vec::with_capacity(rows.len());
-    for r in &rows {
-        data.push(account_view(&core, r).await);
-    }
-    Ok(Json(json!({"object": "list", "data": data})).into_response())
-}
-
-async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult {
-    if !core.storage.set_status(id, status).await? {
-        return Err(ApiError::not_found(format!("no account with id {id}")));
-    }
-    if status == AccountStatus::Active {
-        core.storage.set_cooldown(id, 0, None).await?;
-    }
-    if let Some(live) = core.publisher.live(id).await {
-        // Re-enabling starts afresh (no cooldown); disabling keeps the cooldown it had.
-        let cooldown_until_ms = if status == AccountStatus::Active {
-            0
-        } else {
-            live.cooldown_until_ms()
-        };
-        live.apply(&AccountEffect::OperatorStatus {
-            status,
-            cooldown_until_ms,
-        });
-    }
-    // Leaving `active` evicts the account's pooled sockets: the publisher does it.
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    let row = find_account(core, id).await?;
-    Ok(Json(account_view(core, &row).await).into_response())
-}
-
-async fn enable_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    set_status(&core, parse_id(&id)?, AccountStatus::Active).await
-}
-
-async fn disable_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    set_status(&core, parse_id(&id)?, AccountStatus::Disabled).await
-}
-
-async fn patch_account(
-    State(core): State<AppState>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult {
-    let id = parse_id(&id)?;
-    let v = parse_body(&body)?;
-    let num = |k: &str| -> Result<Option<u32>, ApiError> {
-        match v.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(x) => x
-                .as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("{k} must be a non-negative integer"))
-                }),
+        for h in [
+            "example.com",
+            "10.0.0.1:8081",
+            "",
+            "127.0.0.1.evil.com",
+            "[::2]:1",
+        ] {
+            assert!(!is_loopback_host(h), "{h}");
         }
-    };
-    let weight = num("weight")?;
-    let max_concurrency = num("max_concurrency")?;
-    if weight == Some(0) {
-        return Err(ApiError::bad_request("weight must be >= 1"));
     }
-    if weight.is_none() && max_concurrency.is_none() {
-        return Err(ApiError::bad_request(
-            "nothing to change: give weight and/or max_concurrency",
-        ));
+
+    #[test]
+    fn cookies_and_bearer() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; cg_admin_session=abc ; b=2"),
+        );
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer  x "),
+        );
+        assert_eq!(session_cookie(&h), Some("abc"));
+        assert_eq!(bearer(&h), Some("x"));
     }
-    if !core.storage.set_limits(id, weight, max_concurrency).await? {
-        return Err(ApiError::not_found(format!("no account with id {id}")));
-    }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    let row = find_account(&core, id).await?;
-    Ok(Json(account_view(&core, &row).await).into_response())
-}
-
-async fn delete_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    let id = parse_id(&id)?;
-    if !core.storage.delete_account(id).await? {
-        return Err(ApiError::not_found(format!("no account with id {id}")));
-    }
-    // The publisher evicts the deleted account's pooled sockets.
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(json!({"id": id, "object": "account", "deleted": true})).into_response())
-}
-
-fn key_view(k: &crate::storage::KeyRow) -> Value {
-    json!({
-        "id": k.id,
-        "object": "api_key",
-        "name": k.name,
-        "key_prefix": k.key_prefix,
-        "created_at": k.created_at,
-        "revoked_at": k.revoked_at,
-        "revoked": k.revoked_at.is_some(),
-    })
-}
-
-async fn list_keys(State(core): State<AppState>) -> ApiResult {
-    let keys = core.storage.list_keys().await?;
-    let data: Vec<Value> = keys.iter().map(key_view).collect();
-    Ok(Json(json!({"object": "list", "data": data})).into_response())
-}
-
-async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult {
-    let v = parse_body(&body)?;
-    let name = v
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .unwrap_or("");
-    if name.is_empty() {
-        return Err(ApiError::bad_request("\"name\" is required"));
-    }
-    let (plain, row) = crate::cli::create_key(core.storage.as_ref(), name).await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    let mut out = key_view(&row);
-    out["key"] = Value::String(plain);
-    Ok(Json(out).into_response())
-}
-
-async fn revoke_key(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    let id = parse_id(&id)?;
-    if !core.storage.revoke_key(id).await? {
-        return Err(ApiError::not_found(format!("no active key with id {id}")));
-    }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(json!({"id": id, "object": "api_key", "revoked": true})).into_response())
-}
-
-async fn refresh_account(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    let id = parse_id(&id)?;
-    let snap = core.publisher.current();
-    if snap.account(id).is_none() {
-        return Err(ApiError::not_found(format!("no account with id {id}")));
-    }
-    crate::sidecar::refresh::request(&core, id, snap.version);
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(
-            json!({"id": id, "object": "account", "refresh_in_flight": core.refresh.in_flight(id)}),
-        ),
-    )
-        .into_response())
-}
-
-async fn poll_account_quota(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult {
-    let id = parse_id(&id)?;
-    if core.publisher.current().account(id).is_none() {
-        return Err(ApiError::not_found(format!("no account with id {id}")));
-    }
-    crate::sidecar::quota::poll_one(&core, &core.usage, id).await;
-    let row = find_account(&core, id).await?;
-    Ok(Json(account_view(&core, &row).await).into_response())
-}
-
-/// Keys of the settings view that are not settings (so a GET body can be PUT back).
-const SETTINGS_META: &[&str] = &["object", "defaults", "overridden"];
-
-async fn settings_view(core: &Core) -> Result<Value, ApiError> {
-    let stored = core.storage.load_settings().await?;
-    let defaults = core.publisher.defaults();
-    let (effective, _) = crate::settings::effective(defaults, &stored);
-    let mut out = crate::settings::to_json(&effective);
-    let overridden: Vec<&str> = crate::settings::KEYS
-        .iter()
-        .copied()
-        .filter(|k| stored.iter().any(|(s, _)| s == k))
-        .collect();
-    out.insert("object".into(), json!("settings"));
-    out.insert(
-        "defaults".into(),
-        Value::Object(crate::settings::to_json(defaults)),
-    );
-    out.insert("overridden".into(), json!(overridden));
-    Ok(Value::Object(out))
-}
-
-async fn get_settings(State(core): State<AppState>) -> ApiResult {
-    Ok(Json(settings_view(&core).await?).into_response())
-}
-
-async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult {
-    let v = parse_body(&body)?;
-    let Some(obj) = v.as_object() else {
-        return Err(ApiError::bad_request(
-            "the body must be a JSON object of settings",
-        ));
-    };
-    let mut changes = Vec::new();
-    for (k, val) in obj {
-        if SETTINGS_META.contains(&k.as_str()) {
-            continue;
-        }
-        changes.push((k.clone(), crate::settings::text_from_json(k, val)?));
-    }
-    if changes.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "nothing to change: give any of {}",
-            crate::settings::KEYS.join(", ")
-        )));
-    }
-    core.storage.write_settings(&changes).await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(settings_view(&core).await?).into_response())
-}
-
-fn totals_json(t: &UsageTotals) -> serde_json::Map<String, Value> {
-    match serde_json::to_value(t) {
-        Ok(Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    }
-}
-
-async fn get_usage(
-    State(core): State<AppState>,
-    Query(q): Query<HashMap<String, String>>,
-) -> ApiResult {
-    let int = |k: &str| -> Result<Option<i64>, ApiError> {
-        match q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty()) {
-            None => Ok(None),
-            Some(v) => v
-                .parse::<i64>()
-                .map(Some)
-                .map_err(|_| ApiError::bad_request(format!("{k} must be an integer, got {v:?}"))),
-        }
-    };
-    let filter = UsageFilter {
-        since_ms: int("since_ms")?,
-        until_ms: int("until_ms")?,
-        key_id: int("key_id")?,
-        account_id: int("account_id")?,
-    };
-    let sum = core.storage.usage_summary(filter).await?;
-    let keys = core.storage.list_keys().await?;
-    let accounts = core.storage.list_accounts().await?;
-    let by_key: Vec<Value> = sum
-        .by_key
-        .iter()
-        .map(|(id, t)| {
-            let mut m = totals_json(t);
-            m.insert("key_id".into(), json!(id));
-            m.insert(
-                "name".into(),
-                json!(keys.iter().find(|k| k.id == *id).map(|k| k.name.as_str())),
-            );
-            Value::Object(m)
-        })
-        .collect();
-    let by_account: Vec<Value> = sum
-        .by_account
-        .iter()
-        .map(|(id, t)| {
-            let mut m = totals_json(t);
-            m.insert("account_id".into(), json!(id));
-            m.insert(
-                    "label".into(),
-                    json!(id.and_then(|id| accounts
-                        .iter()
-                        .find(|a| a.id == id)
-                        .map(AccountRow::label))),
-                );
-            Value::Object(m)
-        })
-        .collect();
-    Ok(Json(json!({
-        "object": "usage",
-        "filter": {
-            "since_ms": filter.since_ms,
-            "until_ms": filter.until_ms,
-            "key_id": filter.key_id,
-            "account_id": filter.account_id,
-        },
-        "totals": totals_json(&sum.totals),
-        "by_key": by_key,
-        "by_account": by_account,
-    }))
-    .into_response())
-}
-
-fn models_view(core: &Core) -> Value {
-    let cat = core.models.catalog.load();
-    let mut slugs: Vec<&str> = cat.models.keys().map(String::as_str).collect();
-    slugs.sort_unstable();
-    let aliases: serde_json::Map<String, Value> = cat
-        .aliases
-        .iter()
-        .map(|(k, a)| (k.clone(), json!({"target": a.target, "effort": a.effort})))
-        .collect();
-    let st = core.models.status();
-    json!({
-        "object": "model_catalog",
-        "source": match cat.source {
-            shared_state::catalog::CatalogSource::Embedded => "embedded",
-            shared_state::catalog::CatalogSource::Upstream => "upstream",
-        },
-        "slugs": slugs,
-        "aliases": aliases,
-        "plans": st.plans,
-        "last_attempt_at": st.last_attempt_at,
-        "last_published_at": st.last_published_at,
-        "refresh_interval_s": core.models.interval.as_secs(),
-        "url": core.models.client.url(),
-    })
-}
-
-async fn get_models(State(core): State<AppState>) -> ApiResult {
-    Ok(Json(models_view(&core)).into_response())
-}
-
-async fn refresh_models(State(core): State<AppState>) -> ApiResult {
-    let outcome = crate::sidecar::models::refresh(&core).await;
-    let mut v = models_view(&core);
-    v["outcome"] = json!(outcome);
-    Ok(Json(v).into_response())
 }

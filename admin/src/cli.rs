@@ -276,6 +276,17 @@ pub fn settings_unset(db: &DbTarget, key: &str) -> Result<bool, AdminError> {
     }))
 }
 
+/// Sets a new random admin password (stored as an Argon2id hash), ends every admin session,
+/// and returns the password to print once (`codex-gateway admin reset-password`).
+pub fn admin_reset_password(db: &DbTarget) -> Result<shared_state::Secret, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        crate::auth::reset_password(s).await.map_err(|e| match e {
+            crate::auth::AuthError::Storage(e) => AdminError::Storage(e),
+            other => AdminError::Invalid(other.to_string()),
+        })
+    }))
+}
+
 /// Creates a client key and returns its plain text (shown once; only the hash is stored).
 pub fn keys_create(db: &DbTarget, name: &str) -> Result<String, AdminError> {
     let name = name.trim();

@@ -105,6 +105,10 @@ pub enum SidecarError {
     /// The runtime or the thread could not be created.
     #[error("cannot start the sidecar thread: {0}")]
     Thread(#[source] std::io::Error),
+    /// The admin credential could not be set up, or the admin listener would be exposed
+    /// without one.
+    #[error(transparent)]
+    AdminAuth(#[from] crate::auth::AuthError),
     /// The sidecar thread died before it reported readiness.
     #[error("the sidecar thread exited during startup")]
     StartupAborted,

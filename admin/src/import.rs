@@ -154,6 +154,19 @@ async fn import_file(
             return;
         }
     };
+    import_text(storage, oauth, &src, &text, sum).await;
+}
+
+/// Imports every credential in `text` (the content of one file named `src`: JSON, a JSON
+/// array, JSON lines, or one token per line), as [`import_paths`] does for a file.
+pub async fn import_text(
+    storage: &dyn Storage,
+    oauth: &OAuthClient,
+    src: &str,
+    text: &str,
+    sum: &mut ImportSummary,
+) {
+    let src = src.to_owned();
     let trimmed = text.trim_start_matches('\u{feff}').trim();
     if trimmed.is_empty() {
         sum.skipped.push((src, "empty file".into()));

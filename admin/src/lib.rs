@@ -17,6 +17,10 @@
 //! - [`models`]: the upstream `/models` client behind the model catalog refresher, which
 //!   publishes the merged per-plan catalog into [`SidecarShared::catalog`].
 //! - [`settings`]: runtime settings stored in the database over the configured defaults.
+//! - [`auth`]: the admin password (Argon2id; generated and printed once when nothing is
+//!   configured), sessions, admin API tokens and login rate limiting: the admin API is closed
+//!   by default. The API itself is one file per resource under `api/`; [`web`] serves the
+//!   embedded admin web app (`frontend/dist`) under `/` of the admin listener.
 //! - [`cli`]: blocking helpers for the `accounts` / `keys` / `settings` subcommands.
 //!
 //! # Usage
@@ -66,6 +70,7 @@ use shared_state::{
 use tokio::sync::watch;
 
 mod api;
+pub mod auth;
 pub mod cli;
 pub mod crypto;
 pub mod error;
@@ -78,6 +83,7 @@ pub mod quota;
 pub mod settings;
 mod sidecar;
 pub mod storage;
+pub mod web;
 
 pub use error::{AdminError, SidecarError, StorageError};
 pub use import::ImportSummary;
@@ -124,8 +130,20 @@ pub struct SidecarConfig {
     pub redis_url: Option<String>,
     /// Admin API bind address (port 0 allowed; see [`SidecarHandle::admin_addr`]).
     pub admin_listen: SocketAddr,
-    /// When set, `/api/admin/*` requires `Authorization: Bearer <token>`.
+    /// A static admin API token (`Authorization: Bearer <token>`), accepted besides sessions
+    /// and the admin tokens stored in the database.
     pub admin_token: Option<Secret>,
+    /// The admin password (`CODEX_GATEWAY_ADMIN_PASSWORD`): stored (by Argon2id hash) at start,
+    /// replacing a different one. With no password stored, none configured and no
+    /// `admin_token`, one is generated and printed once on stderr.
+    pub admin_password: Option<Secret>,
+    /// Host names (with or without a port) the admin listener also answers to besides
+    /// loopback names, e.g. the public name a reverse proxy forwards in `Host`
+    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`). Only consulted when the listener is on loopback.
+    pub admin_allowed_hosts: Vec<String>,
+    /// The data plane's Prometheus `/metrics` URL, scraped by the dashboard and the ops page
+    /// (`None`: those pages show no data-plane numbers).
+    pub metrics_url: Option<String>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Codex upstream base URL (the usage URL derives from it, see [`quota::usage_url`]).
@@ -166,6 +184,9 @@ impl SidecarConfig {
             redis_url: None,
             admin_listen,
             admin_token: None,
+            admin_password: None,
+            admin_allowed_hosts: Vec::new(),
+            metrics_url: None,
             oauth_token_url: DEFAULT_OAUTH_TOKEN_URL.to_owned(),
             upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),
             quota_usage_url: None,

@@ -131,6 +131,110 @@ impl OAuthClient {
     }
 }
 
+/// The redirect URI the Codex CLI registers (`localhost:1455`); the operator pastes the URL the
+/// browser lands on back into the admin app.
+pub const REDIRECT_URI: &str = "http://localhost:1455/auth/callback";
+
+/// The authorize endpoint next to a token endpoint (`.../oauth/token` -> `.../oauth/authorize`).
+pub fn authorize_url_base(token_url: &str) -> String {
+    match token_url.strip_suffix("/token") {
+        Some(base) => format!("{base}/authorize"),
+        None => "https://auth.openai.com/oauth/authorize".to_owned(),
+    }
+}
+
+/// A PKCE pair: `(verifier, S256 challenge)`.
+pub fn pkce_pair() -> (String, String) {
+    use base64::Engine;
+    use rand::RngCore;
+    use sha2::Digest;
+    let mut raw = [0u8; 48];
+    rand::rng().fill_bytes(&mut raw);
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let verifier = b64.encode(raw);
+    let challenge = b64.encode(sha2::Sha256::digest(verifier.as_bytes()));
+    (verifier, challenge)
+}
+
+/// The browser URL that starts a Codex login (codex-protocol.md: authorize).
+pub fn authorize_url(token_url: &str, challenge: &str, state: &str) -> String {
+    let q = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    format!(
+        "{}?response_type=code&client_id={CLIENT_ID}&redirect_uri={}&scope={}\
+         &code_challenge={challenge}&code_challenge_method=S256&id_token_add_organizations=true\
+         &codex_cli_simplified_flow=true&state={}",
+        authorize_url_base(token_url),
+        q(REDIRECT_URI),
+        q("openid profile email offline_access"),
+        q(state),
+    )
+}
+
+// === impl OAuthClient (authorization code) ===
+
+impl OAuthClient {
+    /// Exchanges an authorization code (PKCE) for tokens.
+    pub async fn exchange_code(
+        &self,
+        code: &str,
+        verifier: &str,
+    ) -> Result<TokenResponse, RefreshError> {
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("client_id", CLIENT_ID),
+            ("code", code),
+            ("redirect_uri", REDIRECT_URI),
+            ("code_verifier", verifier),
+        ];
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{k}={}", form_escape(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let resp = self
+            .http
+            .post(&self.token_url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| RefreshError::Transient(describe_reqwest(&e)))?;
+        let status = resp.status();
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| RefreshError::Transient(describe_reqwest(&e)))?;
+        if status.is_success() {
+            return parse_token_response(&bytes);
+        }
+        Err(classify_error(status.as_u16(), &bytes))
+    }
+}
+
+fn form_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 pub(crate) fn describe_reqwest(e: &reqwest::Error) -> String {
     // reqwest's Display includes the URL (no credentials in ours) and the cause chain.
     let mut s = e.to_string();

@@ -27,7 +27,7 @@ use std::{
     time::Duration,
 };
 
-use shared_state::{Health, Secret};
+use shared_state::Health;
 use tokio::sync::watch;
 
 use crate::{
@@ -63,7 +63,8 @@ pub(crate) struct Core {
     pub oauth: OAuthClient,
     pub leases: Option<RedisLeases>,
     pub refresh: refresh::RefreshBook,
-    pub admin_token: Option<Secret>,
+    /// The admin API's state (credentials, OAuth logins, ops sampler).
+    pub admin: crate::api::AdminState,
     /// The usage endpoint client (quota polling).
     pub usage: UsageClient,
     /// The model catalog refresher.
@@ -82,6 +83,30 @@ impl Core {
                 None
             }
         }
+    }
+
+    /// Starts a single-flight token refresh of `id`; false when no such account is published.
+    pub fn request_refresh(self: &Arc<Self>, id: i64) -> bool {
+        let snap = self.publisher.current();
+        if snap.account(id).is_none() {
+            return false;
+        }
+        refresh::request(self, id, snap.version);
+        true
+    }
+
+    /// Polls `id`'s usage now; false when no such account is published.
+    pub async fn poll_quota(self: &Arc<Self>, id: i64) -> bool {
+        if self.publisher.current().account(id).is_none() {
+            return false;
+        }
+        quota::poll_one(self, &self.usage, id).await;
+        true
+    }
+
+    /// Runs a model catalog refresh round now; its outcome as JSON.
+    pub async fn refresh_models(self: &Arc<Self>) -> serde_json::Value {
+        serde_json::json!(models::refresh(self).await)
     }
 }
 
@@ -109,6 +134,14 @@ pub(crate) async fn run(
         };
         let http =
             build_http_client(cfg.upstream_ca.as_deref()).map_err(SidecarError::HttpClient)?;
+        let boot = crate::auth::bootstrap(
+            storage.as_ref(),
+            cfg.admin_password.as_ref(),
+            cfg.admin_token.as_ref().is_some_and(|t| !t.is_empty()),
+            cfg.admin_listen,
+        )
+        .await
+        .map_err(SidecarError::AdminAuth)?;
         let publisher = Publisher::new(snapshot, mailboxes, cfg.settings.clone());
         publisher.reload(storage.as_ref(), true).await?;
         let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
@@ -135,10 +168,13 @@ pub(crate) async fn run(
             oauth: OAuthClient::new(http, cfg.oauth_token_url.clone()),
             leases,
             refresh: refresh::RefreshBook::default(),
-            admin_token: cfg.admin_token.clone().filter(|t| !t.is_empty()),
+            admin: crate::api::AdminState::new(&cfg),
             usage,
             models,
         });
+        if let crate::auth::Bootstrap::Generated(pw) = &boot {
+            crate::auth::announce_generated(pw, addr);
+        }
         Ok::<_, SidecarError>((core, listener, addr))
     };
     let (core, listener, addr) = match started.await {
@@ -156,20 +192,7 @@ pub(crate) async fn run(
         "sidecar ready"
     );
 
-    let server = tokio::spawn({
-        let app = crate::api::router(Arc::clone(&core));
-        let mut stop = stop.clone();
-        async move {
-            let res = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = res {
-                tracing::error!(error = %e, "admin server failed");
-            }
-        }
-    });
+    let server = tokio::spawn(crate::api::serve(listener, Arc::clone(&core), stop.clone()));
     let events_task = tokio::spawn(events::run(Arc::clone(&core), events, stop.clone()));
     let reload_task = tokio::spawn(reload_loop(
         Arc::clone(&core),

@@ -267,6 +267,69 @@ pub struct KeyRow {
     pub revoked_at: Option<i64>,
 }
 
+/// An admin API token as listed (the token itself is never stored).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AdminTokenRow {
+    /// Storage id.
+    pub id: i64,
+    /// Operator-given name.
+    pub name: String,
+    /// SHA-256 of the token, hex.
+    #[serde(skip)]
+    pub token_hash: String,
+    /// First characters of the token, for display.
+    pub token_prefix: String,
+    /// Creation time, Unix ms.
+    pub created_at: i64,
+    /// Last successful use, Unix ms (updated at most once a minute).
+    pub last_used_at: Option<i64>,
+    /// Revocation time, Unix ms.
+    pub revoked_at: Option<i64>,
+}
+
+/// Usage totals of one time bucket, client key, account and model
+/// ([`Storage::usage_buckets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageBucket {
+    /// Start of the bucket, Unix ms (a multiple of the bucket width).
+    pub bucket_ms: i64,
+    /// Client key id.
+    pub key_id: i64,
+    /// Account id (`None`: no account served it).
+    pub account_id: Option<i64>,
+    /// Model the client asked for.
+    pub model: String,
+    /// Sums.
+    pub totals: UsageTotals,
+}
+
+/// One stored usage record ([`Storage::recent_failures`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageEntry {
+    /// Storage id.
+    pub id: i64,
+    /// Client key id.
+    pub key_id: i64,
+    /// Account that served it.
+    pub account_id: Option<i64>,
+    /// Route.
+    pub route: String,
+    /// Model the client asked for.
+    pub model: String,
+    /// HTTP status the client got.
+    pub status: i64,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Upstream time to first byte, ms.
+    pub ttfb_ms: Option<i64>,
+    /// Total duration, ms.
+    pub latency_ms: i64,
+    /// Error code, when the request failed.
+    pub error_code: Option<String>,
+    /// Start, Unix ms.
+    pub started_at_ms: i64,
+}
+
 /// The durable store behind the sidecar, the admin API and the CLI.
 pub trait Storage: Send + Sync + 'static {
     /// The engine behind this store.
@@ -342,6 +405,55 @@ pub trait Storage: Send + Sync + 'static {
         &'a self,
         changes: &'a [(String, Option<String>)],
     ) -> StorageFuture<'a, ()>;
+
+    /// Usage totals per `(bucket, key, account, model)` over the records the filter matches;
+    /// buckets are `bucket_ms` wide, aligned on multiples of it. Ordered by bucket.
+    fn usage_buckets(
+        &self,
+        filter: UsageFilter,
+        bucket_ms: i64,
+    ) -> StorageFuture<'_, Vec<UsageBucket>>;
+    /// The newest failed usage records (status >= 400 or an error code), newest first.
+    fn recent_failures(&self, limit: u32) -> StorageFuture<'_, Vec<UsageEntry>>;
+
+    /// The admin password's Argon2id PHC string, when one is set.
+    fn admin_password_hash(&self) -> StorageFuture<'_, Option<String>>;
+    /// Stores the admin password hash; with `only_if_absent` nothing is replaced (returns
+    /// false when a hash already existed). Replacing a hash ends every admin session.
+    fn set_admin_password_hash<'a>(
+        &'a self,
+        hash: &'a str,
+        only_if_absent: bool,
+    ) -> StorageFuture<'a, bool>;
+    /// Records a new admin session by the hex SHA-256 of its cookie value.
+    fn create_admin_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        expires_at_ms: i64,
+    ) -> StorageFuture<'a, ()>;
+    /// True when this session exists and has not expired at `now_ms`.
+    fn admin_session_valid<'a>(&'a self, id_hash: &'a str, now_ms: i64) -> StorageFuture<'a, bool>;
+    /// Ends one session (`Some`) or every session (`None`); expired ones are purged too.
+    /// Returns how many rows went.
+    fn delete_admin_sessions<'a>(&'a self, id_hash: Option<&'a str>) -> StorageFuture<'a, u64>;
+    /// Stores a new admin API token by hash.
+    fn create_admin_token<'a>(
+        &'a self,
+        name: &'a str,
+        token_hash_hex: &'a str,
+        token_prefix: &'a str,
+    ) -> StorageFuture<'a, AdminTokenRow>;
+    /// Every admin token (revoked ones too), ordered by id.
+    fn list_admin_tokens(&self) -> StorageFuture<'_, Vec<AdminTokenRow>>;
+    /// An active (not revoked) admin token by the hex SHA-256 of its plain text.
+    fn find_admin_token<'a>(
+        &'a self,
+        token_hash_hex: &'a str,
+    ) -> StorageFuture<'a, Option<AdminTokenRow>>;
+    /// Stamps `last_used_at`.
+    fn touch_admin_token(&self, id: i64, now_ms: i64) -> StorageFuture<'_, ()>;
+    /// Revokes one admin token; false when no active token has this id.
+    fn revoke_admin_token(&self, id: i64) -> StorageFuture<'_, bool>;
 
     /// Closes the pool (waits for checked-out connections).
     fn close(&self) -> StorageFuture<'_, ()>;

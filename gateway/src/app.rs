@@ -155,6 +155,20 @@ impl App {
         );
         sc.redis_url = cfg.redis_url.clone();
         sc.admin_token = cfg.admin_token.clone();
+        sc.admin_password = cfg.admin_password.clone();
+        sc.admin_allowed_hosts = cfg.admin_allowed_hosts.clone();
+        // The dashboard and ops page read the workers' metrics from the data listener.
+        sc.metrics_url = Some(format!(
+            "http://{}/metrics",
+            SocketAddr::new(
+                if data_addr.ip().is_unspecified() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    data_addr.ip()
+                },
+                data_addr.port()
+            )
+        ));
         sc.oauth_token_url = cfg.oauth_token_url.clone();
         sc.upstream_base_url = cfg.upstream_base_url.clone();
         sc.upstream_ca = cfg.upstream.ca_file.clone();

@@ -336,8 +336,13 @@ pub struct GatewayConfig {
     pub database_url: Option<String>,
     /// Redis URL.
     pub redis_url: Option<String>,
-    /// Bearer token for the admin API.
+    /// Static bearer token for the admin API (besides sessions and stored admin tokens).
     pub admin_token: Option<Secret>,
+    /// Admin password (`CODEX_GATEWAY_ADMIN_PASSWORD`; stored as an Argon2id hash at start).
+    pub admin_password: Option<Secret>,
+    /// Extra `Host` names the loopback admin listener answers to, e.g. behind a reverse proxy
+    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`, comma-separated).
+    pub admin_allowed_hosts: Vec<String>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Upstream base URL as configured.
@@ -394,6 +399,8 @@ impl GatewayConfig {
             database_url: None,
             redis_url: None,
             admin_token: None,
+            admin_password: None,
+            admin_allowed_hosts: Vec::new(),
             oauth_token_url: DEFAULT_TOKEN_URL.to_owned(),
             upstream_base_url: base_url.to_owned(),
             upstream: UpstreamConfig::from_base_url(base_url)?,
@@ -473,6 +480,19 @@ impl GatewayConfig {
             .or(file.admin_token.clone())
             .filter(|t| !t.is_empty())
             .map(Secret::from);
+        c.admin_password = std::env::var("CODEX_GATEWAY_ADMIN_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .map(Secret::from);
+        c.admin_allowed_hosts = std::env::var("CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS")
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|h| !h.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
         c.oauth_token_url = args
             .oauth_token_url
             .clone()

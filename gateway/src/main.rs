@@ -37,6 +37,20 @@ enum Command {
         #[command(subcommand)]
         cmd: KeysCmd,
     },
+    /// Manage the admin web app / admin API credentials.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Set a new random admin password, print it once, and end every admin session.
+    ResetPassword {
+        #[command(flatten)]
+        db: DbArgs,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -202,6 +216,21 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("codex-gateway demo: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Admin {
+            cmd: AdminCmd::ResetPassword { db },
+        } => match admin::cli::admin_reset_password(&db.target()) {
+            Ok(pw) => {
+                println!("{}", pw.expose());
+                eprintln!(
+                    "codex-gateway: new admin password set (shown once); every admin session ended"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("codex-gateway: {e}");
                 ExitCode::from(1)
             }
         },

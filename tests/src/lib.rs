@@ -56,6 +56,41 @@ impl Stack {
         format!("http://{}", self.app.admin_addr)
     }
 
+    /// An admin API request authenticated with the stack's admin token (a configured static
+    /// admin token, [`ADMIN_TOKEN`]); `path` starts with `/api/admin/`. Mutations carry
+    /// `Content-Type: application/json` (the admin API refuses anything else).
+    pub fn admin_req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mutation = method != reqwest::Method::GET;
+        let r = client()
+            .request(method, format!("{}{path}", self.admin_url()))
+            .bearer_auth(ADMIN_TOKEN);
+        if mutation {
+            r.header("content-type", "application/json")
+        } else {
+            r
+        }
+    }
+
+    /// `GET` on the admin API (see [`Stack::admin_req`]).
+    pub fn admin_get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_req(reqwest::Method::GET, path)
+    }
+
+    /// `POST` on the admin API (see [`Stack::admin_req`]).
+    pub fn admin_post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_req(reqwest::Method::POST, path)
+    }
+
+    /// `PUT` on the admin API (see [`Stack::admin_req`]).
+    pub fn admin_put(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_req(reqwest::Method::PUT, path)
+    }
+
+    /// `PATCH` on the admin API (see [`Stack::admin_req`]).
+    pub fn admin_patch(&self, path: &str) -> reqwest::RequestBuilder {
+        self.admin_req(reqwest::Method::PATCH, path)
+    }
+
     /// POST JSON to a data-plane path with the stack's key.
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
         client()
@@ -75,6 +110,9 @@ impl Stack {
             .map_or(0, |a| a.live.in_flight())
     }
 }
+
+/// The static admin API token every [`Stack`] is started with.
+pub const ADMIN_TOKEN: &str = "cg-test-admin-token";
 
 /// A reqwest client without proxies.
 pub fn client() -> reqwest::Client {
@@ -105,6 +143,9 @@ pub struct StackBuilder {
     pub upstream_ca: Option<PathBuf>,
     /// Tweak the config before start.
     pub tweak: Option<Box<dyn FnOnce(&mut GatewayConfig)>>,
+    /// Admin password to configure (as `CODEX_GATEWAY_ADMIN_PASSWORD` would); the admin API
+    /// token [`ADMIN_TOKEN`] is always configured.
+    pub admin_password: Option<String>,
 }
 
 impl Default for StackBuilder {
@@ -119,6 +160,7 @@ impl Default for StackBuilder {
             upstream_host: None,
             upstream_ca: None,
             tweak: None,
+            admin_password: None,
         }
     }
 }
@@ -180,6 +222,8 @@ impl StackBuilder {
         cfg.upstream.plain_http = self.plain_http;
         cfg.upstream.ca_file = self.upstream_ca;
         cfg.shutdown_grace = Duration::from_secs(5);
+        cfg.admin_token = Some(shared_state::Secret::new(ADMIN_TOKEN));
+        cfg.admin_password = self.admin_password.map(shared_state::Secret::from);
         if let Some(t) = self.tweak {
             t(&mut cfg);
         }

@@ -474,9 +474,8 @@ async fn concurrency_limit_is_never_exceeded() {
             ..StackBuilder::default()
         }
         .start();
-        let c = integration_tests::client();
-        let accounts: Value = c
-            .get(format!("{}/api/admin/accounts", s.admin_url()))
+        let accounts: Value = s
+            .admin_get("/api/admin/accounts")
             .send()
             .await
             .unwrap()
@@ -484,8 +483,8 @@ async fn concurrency_limit_is_never_exceeded() {
             .await
             .unwrap();
         for a in accounts["data"].as_array().unwrap() {
-            let r = c
-                .patch(format!("{}/api/admin/accounts/{}", s.admin_url(), a["id"]))
+            let r = s
+                .admin_patch(&format!("/api/admin/accounts/{}", a["id"]))
                 .json(&json!({"max_concurrency": 2}))
                 .send()
                 .await

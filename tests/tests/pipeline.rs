@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use benches::Behaviour;
 use futures_util::StreamExt;
-use integration_tests::{client, parse_sse, Stack, StackBuilder};
+use integration_tests::{parse_sse, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 async fn usage_totals(s: &Stack) -> Value {
-    client()
-        .get(format!("{}/api/admin/usage", s.admin_url()))
+    s.admin_get("/api/admin/usage")
         .send()
         .await
         .unwrap()

@@ -25,8 +25,8 @@ fn stack(accounts: usize) -> Stack {
 
 /// `PUT /api/admin/settings` with `body`; returns the effective settings it answers.
 async fn put_settings(s: &Stack, body: Value) -> Value {
-    let r = client()
-        .put(format!("{}/api/admin/settings", s.admin_url()))
+    let r = s
+        .admin_put("/api/admin/settings")
         .json(&body)
         .send()
         .await
@@ -294,8 +294,8 @@ async fn chat_cache_key(s: &Stack, key: &str, messages: Value) -> Option<String>
 }
 
 async fn new_key(s: &Stack, name: &str) -> String {
-    let v: Value = client()
-        .post(format!("{}/api/admin/keys", s.admin_url()))
+    let v: Value = s
+        .admin_post("/api/admin/keys")
         .json(&json!({"name": name}))
         .send()
         .await

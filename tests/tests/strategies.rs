@@ -3,7 +3,7 @@
 //! and the accounts mock-codex saw show the order the gateway tried them in.
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{Stack, StackBuilder};
 use serde_json::{json, Value};
 use shared_state::{AccountEffect, AccountStatus};
 
@@ -19,8 +19,8 @@ fn stack(accounts: usize) -> Stack {
 
 /// `PUT /api/admin/settings {"strategy": name}`, then waits until the data plane has it.
 async fn set_strategy(s: &Stack, name: &str) {
-    let r = client()
-        .put(format!("{}/api/admin/settings", s.admin_url()))
+    let r = s
+        .admin_put("/api/admin/settings")
         .json(&json!({ "strategy": name }))
         .send()
         .await

@@ -77,6 +77,29 @@ pub(super) const UPSERT_SETTING: &str = "INSERT INTO settings (key, value, updat
      VALUES ($1, $2, $3) \
      ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at";
 
+/// Columns of [`super::AdminTokenRow`], in select order.
+pub(super) const ADMIN_TOKEN_COLS: &str =
+    "id, name, token_hash, token_prefix, created_at, last_used_at, revoked_at";
+
+/// Usage totals per `(bucket, key, account, model)`; `$5` is the bucket width in ms.
+pub(super) const USAGE_BUCKETS: &str = "SELECT (started_at_ms / $5) * $5 AS bucket, key_id, \
+     account_id, model, COUNT(*) AS requests, \
+     CAST(COALESCE(SUM(input_tokens), 0) AS BIGINT) AS input_tokens, \
+     CAST(COALESCE(SUM(cached_tokens), 0) AS BIGINT) AS cached_tokens, \
+     CAST(COALESCE(SUM(output_tokens), 0) AS BIGINT) AS output_tokens, \
+     CAST(COALESCE(SUM(reasoning_tokens), 0) AS BIGINT) AS reasoning_tokens, \
+     CAST(COALESCE(SUM(CASE WHEN status >= 400 OR error_code IS NOT NULL THEN 1 ELSE 0 END), 0) \
+         AS BIGINT) AS errors \
+     FROM usage_records \
+     WHERE ($1 IS NULL OR started_at_ms >= $1) AND ($2 IS NULL OR started_at_ms < $2) \
+       AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
+     GROUP BY bucket, key_id, account_id, model ORDER BY bucket";
+
+pub(super) const RECENT_FAILURES: &str = "SELECT id, key_id, account_id, route, model, status, \
+     stream, ttfb_ms, latency_ms, error_code, started_at_ms FROM usage_records \
+     WHERE status >= 400 OR error_code IS NOT NULL \
+     ORDER BY started_at_ms DESC, id DESC LIMIT $1";
+
 /// Implements [`super::Storage`] for `$ty { pool: sqlx::Pool<$db>, cipher: Cipher }`.
 macro_rules! impl_storage {
     ($ty:ty, $db:ty, $backend:expr) => {
@@ -145,6 +168,21 @@ macro_rules! impl_storage {
                         decrypt_failed: failed,
                     },
                 ))
+            }
+
+            fn admin_token_row(
+                r: &<$db as sqlx::Database>::Row,
+            ) -> Result<$crate::storage::AdminTokenRow, $crate::error::StorageError> {
+                use sqlx::Row;
+                Ok($crate::storage::AdminTokenRow {
+                    id: r.try_get("id")?,
+                    name: r.try_get("name")?,
+                    token_hash: r.try_get("token_hash")?,
+                    token_prefix: r.try_get("token_prefix")?,
+                    created_at: r.try_get("created_at")?,
+                    last_used_at: r.try_get("last_used_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
             }
 
             fn key_row(
@@ -611,6 +649,249 @@ macro_rules! impl_storage {
                     }
                     tx.commit().await?;
                     Ok(())
+                })
+            }
+
+            fn usage_buckets(
+                &self,
+                filter: $crate::storage::UsageFilter,
+                bucket_ms: i64,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::UsageBucket>> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::USAGE_BUCKETS)
+                        .bind(filter.since_ms)
+                        .bind(filter.until_ms)
+                        .bind(filter.key_id)
+                        .bind(filter.account_id)
+                        .bind(bucket_ms.max(1))
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let n = |r: &<$db as sqlx::Database>::Row, c: &str| -> Result<u64, sqlx::Error> {
+                        Ok(u64::try_from(r.try_get::<i64, _>(c)?).unwrap_or(0))
+                    };
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        out.push($crate::storage::UsageBucket {
+                            bucket_ms: r.try_get("bucket")?,
+                            key_id: r.try_get("key_id")?,
+                            account_id: r.try_get("account_id")?,
+                            model: r.try_get("model")?,
+                            totals: $crate::storage::UsageTotals {
+                                requests: n(r, "requests")?,
+                                input_tokens: n(r, "input_tokens")?,
+                                cached_tokens: n(r, "cached_tokens")?,
+                                output_tokens: n(r, "output_tokens")?,
+                                reasoning_tokens: n(r, "reasoning_tokens")?,
+                                errors: n(r, "errors")?,
+                            },
+                        });
+                    }
+                    Ok(out)
+                })
+            }
+
+            fn recent_failures(
+                &self,
+                limit: u32,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::UsageEntry>> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::RECENT_FAILURES)
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        out.push($crate::storage::UsageEntry {
+                            id: r.try_get("id")?,
+                            key_id: r.try_get("key_id")?,
+                            account_id: r.try_get("account_id")?,
+                            route: r.try_get("route")?,
+                            model: r.try_get("model")?,
+                            status: r.try_get("status")?,
+                            stream: r.try_get("stream")?,
+                            ttfb_ms: r.try_get("ttfb_ms")?,
+                            latency_ms: r.try_get("latency_ms")?,
+                            error_code: r.try_get("error_code")?,
+                            started_at_ms: r.try_get("started_at_ms")?,
+                        });
+                    }
+                    Ok(out)
+                })
+            }
+
+            fn admin_password_hash(&self) -> $crate::storage::StorageFuture<'_, Option<String>> {
+                Box::pin(async move {
+                    let row: Option<(String,)> =
+                        sqlx::query_as("SELECT password_hash FROM admin_password WHERE id = 1")
+                            .fetch_optional(&self.pool)
+                            .await?;
+                    Ok(row.map(|r| r.0))
+                })
+            }
+
+            fn set_admin_password_hash<'a>(
+                &'a self,
+                hash: &'a str,
+                only_if_absent: bool,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let now = $crate::storage::now_ms_i64();
+                    let mut tx = self.pool.begin().await?;
+                    let sql = if only_if_absent {
+                        "INSERT INTO admin_password (id, password_hash, updated_at) \
+                         VALUES (1, $1, $2) ON CONFLICT (id) DO NOTHING"
+                    } else {
+                        "INSERT INTO admin_password (id, password_hash, updated_at) \
+                         VALUES (1, $1, $2) ON CONFLICT (id) DO UPDATE SET \
+                         password_hash = excluded.password_hash, updated_at = excluded.updated_at"
+                    };
+                    let res = sqlx::query(sql)
+                        .bind(hash)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    if !only_if_absent {
+                        sqlx::query("DELETE FROM admin_sessions")
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn create_admin_session<'a>(
+                &'a self,
+                id_hash: &'a str,
+                expires_at_ms: i64,
+            ) -> $crate::storage::StorageFuture<'a, ()> {
+                Box::pin(async move {
+                    sqlx::query(
+                        "INSERT INTO admin_sessions (id_hash, created_at, expires_at) \
+                         VALUES ($1, $2, $3)",
+                    )
+                    .bind(id_hash)
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(expires_at_ms)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
+                })
+            }
+
+            fn admin_session_valid<'a>(
+                &'a self,
+                id_hash: &'a str,
+                now_ms: i64,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let row: Option<(i64,)> = sqlx::query_as(
+                        "SELECT expires_at FROM admin_sessions WHERE id_hash = $1 AND expires_at > $2",
+                    )
+                    .bind(id_hash)
+                    .bind(now_ms)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    Ok(row.is_some())
+                })
+            }
+
+            fn delete_admin_sessions<'a>(
+                &'a self,
+                id_hash: Option<&'a str>,
+            ) -> $crate::storage::StorageFuture<'a, u64> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "DELETE FROM admin_sessions WHERE $1 IS NULL OR id_hash = $1 OR expires_at <= $2",
+                    )
+                    .bind(id_hash)
+                    .bind($crate::storage::now_ms_i64())
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected())
+                })
+            }
+
+            fn create_admin_token<'a>(
+                &'a self,
+                name: &'a str,
+                token_hash_hex: &'a str,
+                token_prefix: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, $crate::storage::AdminTokenRow> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "INSERT INTO admin_tokens (name, token_hash, token_prefix, created_at) \
+                         VALUES ($1, $2, $3, $4) RETURNING {}",
+                        $crate::storage::sql::ADMIN_TOKEN_COLS
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(name)
+                        .bind(token_hash_hex)
+                        .bind(token_prefix)
+                        .bind($crate::storage::now_ms_i64())
+                        .fetch_one(&self.pool)
+                        .await?;
+                    Self::admin_token_row(&row)
+                })
+            }
+
+            fn list_admin_tokens(
+                &self,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::AdminTokenRow>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {} FROM admin_tokens ORDER BY id",
+                        $crate::storage::sql::ADMIN_TOKEN_COLS
+                    );
+                    let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                    rows.iter().map(Self::admin_token_row).collect()
+                })
+            }
+
+            fn find_admin_token<'a>(
+                &'a self,
+                token_hash_hex: &'a str,
+            ) -> $crate::storage::StorageFuture<'a, Option<$crate::storage::AdminTokenRow>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {} FROM admin_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+                        $crate::storage::sql::ADMIN_TOKEN_COLS
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(token_hash_hex)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    row.as_ref().map(Self::admin_token_row).transpose()
+                })
+            }
+
+            fn touch_admin_token(
+                &self,
+                id: i64,
+                now_ms: i64,
+            ) -> $crate::storage::StorageFuture<'_, ()> {
+                Box::pin(async move {
+                    sqlx::query("UPDATE admin_tokens SET last_used_at = $1 WHERE id = $2")
+                        .bind(now_ms)
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(())
+                })
+            }
+
+            fn revoke_admin_token(&self, id: i64) -> $crate::storage::StorageFuture<'_, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE admin_tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL",
+                    )
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
                 })
             }
 

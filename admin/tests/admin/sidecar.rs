@@ -28,7 +28,12 @@ pub struct Running {
     pub boxes: Vec<WorkerMailbox>,
     pub base: String,
     http: reqwest::Client,
+    /// The configured static admin token, sent by [`Running::req`] when it is given none.
+    token: Option<String>,
 }
+
+/// The static admin token [`config`] configures.
+pub const TEST_ADMIN_TOKEN: &str = "test-admin-token";
 
 impl Running {
     pub fn start(cfg: SidecarConfig) -> Self {
@@ -36,6 +41,7 @@ impl Running {
     }
 
     pub fn try_start(cfg: SidecarConfig) -> Result<Self, SidecarError> {
+        let token = cfg.admin_token.as_ref().map(|t| t.expose().to_owned());
         let snapshot = Snapshot::shared();
         let health = Arc::new(Health::default());
         let (tx, events) = channels::events();
@@ -61,6 +67,7 @@ impl Running {
             boxes,
             base,
             http: reqwest::Client::new(),
+            token,
         })
     }
 
@@ -70,6 +77,8 @@ impl Running {
         }
     }
 
+    /// An admin API request with `token` (the configured static admin token when `None`);
+    /// mutations always carry `Content-Type: application/json`.
     pub async fn req(
         &self,
         method: reqwest::Method,
@@ -77,12 +86,36 @@ impl Running {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
+        let token = token.or(self.token.as_deref());
+        self.http_req(method, path, token, body).await
+    }
+
+    /// An admin API request without credentials.
+    pub async fn req_anon(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.http_req(method, path, None, body).await
+    }
+
+    async fn http_req(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mutation = method != reqwest::Method::GET;
         let mut r = self.http.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             r = r.bearer_auth(t);
         }
         if let Some(b) = body {
             r = r.json(&b);
+        } else if mutation {
+            r = r.header("content-type", "application/json");
         }
         let resp = r.send().await.unwrap();
         let status = resp.status().as_u16();
@@ -111,6 +144,7 @@ pub fn config(db: &TestDb) -> SidecarConfig {
     cfg.oauth_token_url = "http://127.0.0.1:9/oauth/token".into();
     cfg.quota_poll_interval = Duration::ZERO;
     cfg.catalog_refresh_interval = Duration::ZERO;
+    cfg.admin_token = Some(Secret::new(TEST_ADMIN_TOKEN));
     cfg
 }
 
@@ -173,7 +207,12 @@ async fn spawn_publishes_snapshot_and_serves_healthz(db: &TestDb) {
 
     let (st, body) = run.req(reqwest::Method::GET, "/healthz", None, None).await;
     assert_eq!((st, body), (200, json!({"status": "ok"})));
-    // No admin token configured: the API is open.
+    // The admin API is closed: anonymous requests are refused.
+    let (st, body) = run
+        .req_anon(reqwest::Method::GET, "/api/admin/accounts", None)
+        .await;
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(body["error"]["type"], "authentication_error");
     let (st, body) = run
         .req(reqwest::Method::GET, "/api/admin/accounts", None, None)
         .await;
@@ -248,7 +287,7 @@ async fn admin_api_auth_and_mutations(db: &TestDb) {
     use reqwest::Method as M;
 
     // Auth.
-    let (st, body) = run.req(M::GET, "/api/admin/accounts", None, None).await;
+    let (st, body) = run.req_anon(M::GET, "/api/admin/accounts", None).await;
     assert_eq!(st, 401);
     assert_eq!(body["error"]["type"], "authentication_error");
     assert!(body["error"]["message"].is_string() && body["error"]["code"].is_string());
@@ -256,7 +295,7 @@ async fn admin_api_auth_and_mutations(db: &TestDb) {
         .req(M::GET, "/api/admin/accounts", Some("wrong"), None)
         .await;
     assert_eq!(st, 401);
-    let (st, _) = run.req(M::GET, "/healthz", None, None).await;
+    let (st, _) = run.req_anon(M::GET, "/healthz", None).await;
     assert_eq!(st, 200, "healthz is never behind the admin token");
 
     // Accounts.
@@ -587,7 +626,87 @@ both_backends!(
     events_are_persisted_and_flushed_on_shutdown,
     admin_api_auth_and_mutations,
     reload_picks_up_changes_from_other_processes,
+    admin_credential_bootstrap,
 );
+
+/// No credential at all: a password is generated and stored (by Argon2id hash only) and the
+/// API stays closed; a configured password replaces it; a non-loopback admin listener is
+/// refused while the operator set no credential.
+async fn admin_credential_bootstrap(db: &TestDb) {
+    use reqwest::Method as M;
+    let mut cfg = config(db);
+    cfg.admin_token = None;
+    // Refused before anything listens: 0.0.0.0 without a credential.
+    let mut open = cfg.clone();
+    open.admin_listen = "0.0.0.0:0".parse().unwrap();
+    match Running::try_start(open) {
+        Err(SidecarError::AdminAuth(e)) => {
+            assert!(
+                e.to_string().contains("CODEX_GATEWAY_ADMIN_PASSWORD"),
+                "{e}"
+            )
+        }
+        Err(e) => panic!("unexpected error: {e}"),
+        Ok(_) => panic!("a non-loopback admin listener without a credential must be refused"),
+    }
+    let s = db.open().await;
+    assert_eq!(s.admin_password_hash().await.unwrap(), None);
+
+    // Loopback, no credential: generated, stored hashed, API closed.
+    let mut run = Running::start(cfg.clone());
+    let hash = s
+        .admin_password_hash()
+        .await
+        .unwrap()
+        .expect("a generated password");
+    assert!(hash.starts_with("$argon2id$"), "{hash}");
+    let (st, _) = run.req_anon(M::GET, "/api/admin/accounts", None).await;
+    assert_eq!(st, 401);
+    let (st, body) = run
+        .req_anon(
+            M::POST,
+            "/api/admin/login",
+            Some(json!({"password": "guess"})),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"]["code"].as_str()),
+        (401, Some("invalid_password"))
+    );
+    run.stop();
+    // A restart keeps the stored password (nothing new generated).
+    let mut run = Running::start(cfg.clone());
+    assert_eq!(
+        s.admin_password_hash().await.unwrap().as_deref(),
+        Some(hash.as_str())
+    );
+    run.stop();
+
+    // A configured password replaces it and logs in.
+    let mut with_pw = cfg.clone();
+    with_pw.admin_password = Some(Secret::new("hunter2-but-longer"));
+    let mut run = Running::start(with_pw.clone());
+    let (st, body) = run
+        .req_anon(
+            M::POST,
+            "/api/admin/login",
+            Some(json!({"password": "hunter2-but-longer"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    run.stop();
+    assert_ne!(
+        s.admin_password_hash().await.unwrap().as_deref(),
+        Some(hash.as_str())
+    );
+
+    // Once the operator set a credential, a non-loopback listener is allowed.
+    let mut open = with_pw;
+    open.admin_listen = "0.0.0.0:0".parse().unwrap();
+    let mut run = Running::try_start(open).expect("allowed with a credential");
+    run.stop();
+    s.close().await.unwrap();
+}
 
 #[tokio::test]
 async fn refresh_request_rotates_tokens_single_flight() {

@@ -1,0 +1,425 @@
+//! Admin authentication: the admin password (Argon2id), browser sessions, admin API tokens,
+//! login rate limiting, and the start-up bootstrap that keeps the admin API closed by default.
+//!
+//! # Key Components
+//! - [`bootstrap`]: at start, makes sure a credential exists. `admin_password` (from
+//!   `CODEX_GATEWAY_ADMIN_PASSWORD`) is stored as an Argon2id hash (replacing a different
+//!   one); with no credential at all a random password is generated, stored by hash and
+//!   printed **once** on stderr. A non-loopback admin listener is refused unless the operator
+//!   set a credential (a password set by env or by `admin reset-password`, or a configured
+//!   admin token).
+//! - [`reset_password`]: the `codex-gateway admin reset-password` helper: a new random password,
+//!   stored by hash, every session ended.
+//! - [`AdminAuth`]: what the admin API's guard checks on each request: the
+//!   `cg_admin_session` cookie (HttpOnly, SameSite=Strict, hashed in storage), an admin API token
+//!   (`Authorization: Bearer cgadm-...`, hashed in storage) or the configured static token
+//!   (`admin_token`), all compared by SHA-256 digest in constant time.
+//! - [`LoginLimiter`]: failed logins per client IP (10 per 5 minutes) and overall (100 per 5
+//!   minutes); over the limit, `POST /api/admin/login` answers 429 with `Retry-After` without
+//!   checking the password.
+//!
+//! # Error handling
+//! Hashing failures are [`AuthError`]; nothing here logs a password, a token or a cookie.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
+    sync::Mutex,
+    time::Duration,
+};
+
+use argon2::{
+    password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString},
+    Argon2,
+};
+use base64::Engine;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use shared_state::Secret;
+use subtle::ConstantTimeEq;
+
+use crate::{error::StorageError, storage::Storage};
+
+/// Name of the session cookie.
+pub const SESSION_COOKIE: &str = "cg_admin_session";
+/// How long a session lasts.
+pub const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
+/// Prefix of admin API tokens (tells them from client keys at a glance).
+pub const ADMIN_TOKEN_PREFIX: &str = "cgadm-";
+/// Failed logins allowed per client IP per [`LOGIN_WINDOW`].
+pub const LOGIN_FAILURES_PER_IP: u32 = 10;
+/// Failed logins allowed overall per [`LOGIN_WINDOW`].
+pub const LOGIN_FAILURES_TOTAL: u32 = 100;
+/// The rate-limit window.
+pub const LOGIN_WINDOW: Duration = Duration::from_secs(300);
+
+/// Hashing the password failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// Argon2 refused the input.
+    #[error("cannot hash the admin password: {0}")]
+    Hash(String),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The admin listener is not on loopback and the operator set no credential.
+    #[error(
+        "refusing to serve the admin API on {0} without an admin credential: set \
+         CODEX_GATEWAY_ADMIN_PASSWORD (or admin_token), or run `codex-gateway admin \
+         reset-password`, or keep admin_listen on 127.0.0.1"
+    )]
+    NoCredential(SocketAddr),
+}
+
+/// Argon2id PHC string of `password` with a random salt (the crate's default cost: 19 MiB,
+/// 2 passes).
+pub fn hash_password(password: &str) -> Result<String, AuthError> {
+    let mut raw = [0u8; 16];
+    rand::rng().fill_bytes(&mut raw);
+    let salt = SaltString::encode_b64(&raw).map_err(|e| AuthError::Hash(e.to_string()))?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| AuthError::Hash(e.to_string()))
+}
+
+/// True when `password` matches the PHC string (constant time inside Argon2).
+pub fn verify_password(password: &str, phc: &str) -> bool {
+    match PasswordHash::new(phc) {
+        Ok(h) => Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+fn random_b64(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(buf)
+}
+
+/// A new random admin password (24 URL-safe characters, 144 bits).
+pub fn generate_password() -> String {
+    random_b64(18)
+}
+
+/// A new session cookie value (256 bits).
+pub fn generate_session_id() -> String {
+    random_b64(32)
+}
+
+/// A new admin API token: [`ADMIN_TOKEN_PREFIX`] + 43 URL-safe characters (256 bits).
+pub fn generate_admin_token() -> String {
+    format!("{ADMIN_TOKEN_PREFIX}{}", random_b64(32))
+}
+
+/// Hex SHA-256: how sessions and tokens are stored and looked up.
+pub fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// Constant-time equality of two secrets (by digest, so lengths do not leak either).
+pub fn secret_eq(a: &str, b: &str) -> bool {
+    Sha256::digest(a.as_bytes())
+        .as_slice()
+        .ct_eq(Sha256::digest(b.as_bytes()).as_slice())
+        .into()
+}
+
+/// What [`bootstrap`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// A password (or token) the operator set is in force.
+    Configured,
+    /// A password was generated; the caller prints it once.
+    Generated(Secret),
+}
+
+/// Makes sure the admin API has a credential before it listens (see the module docs).
+pub async fn bootstrap(
+    storage: &dyn Storage,
+    password: Option<&Secret>,
+    static_token: bool,
+    listen: SocketAddr,
+) -> Result<Bootstrap, AuthError> {
+    let stored = storage.admin_password_hash().await?;
+    if let Some(pw) = password.filter(|p| !p.is_empty()) {
+        let same = stored
+            .as_deref()
+            .is_some_and(|h| verify_password(pw.expose(), h));
+        if !same {
+            let hash = hash_password(pw.expose())?;
+            storage.set_admin_password_hash(&hash, false).await?;
+        }
+        return Ok(Bootstrap::Configured);
+    }
+    if stored.is_some() || static_token {
+        return Ok(Bootstrap::Configured);
+    }
+    if !listen.ip().is_loopback() {
+        return Err(AuthError::NoCredential(listen));
+    }
+    let plain = generate_password();
+    let hash = hash_password(&plain)?;
+    if storage.set_admin_password_hash(&hash, true).await? {
+        Ok(Bootstrap::Generated(Secret::from(plain)))
+    } else {
+        // Another instance sharing the database generated one first: it printed it.
+        Ok(Bootstrap::Configured)
+    }
+}
+
+/// Sets a new random admin password, ends every session, and returns the password.
+pub async fn reset_password(storage: &dyn Storage) -> Result<Secret, AuthError> {
+    let plain = generate_password();
+    let hash = hash_password(&plain)?;
+    storage.set_admin_password_hash(&hash, false).await?;
+    Ok(Secret::from(plain))
+}
+
+/// Prints a generated password once, on stderr, where the operator starting the process sees
+/// it (the log only says that it happened).
+#[allow(clippy::print_stderr)]
+pub fn announce_generated(password: &Secret, admin_addr: SocketAddr) {
+    tracing::warn!(
+        admin = %admin_addr,
+        "no admin credential was configured: generated an admin password (printed once on stderr)"
+    );
+    eprintln!(
+        "\n================================================================\n\
+         codex-gateway admin password (shown once): {}\n\
+         admin web app: http://{admin_addr}/\n\
+         change it with `codex-gateway admin reset-password` or\n\
+         CODEX_GATEWAY_ADMIN_PASSWORD\n\
+         ================================================================\n",
+        password.expose()
+    );
+}
+
+/// Who made an authenticated admin request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// A browser session (the cookie).
+    Session,
+    /// An admin API token from storage.
+    Token {
+        /// Its id.
+        id: i64,
+    },
+    /// The configured static `admin_token`.
+    StaticToken,
+}
+
+/// Failed-login bookkeeping.
+#[derive(Debug, Default)]
+pub struct LoginLimiter {
+    inner: Mutex<LimiterState>,
+}
+
+#[derive(Debug, Default)]
+struct LimiterState {
+    per_ip: HashMap<IpAddr, (u64, u32)>,
+    total: (u64, u32),
+}
+
+// === impl LoginLimiter ===
+
+impl LoginLimiter {
+    fn window_ms() -> u64 {
+        u64::try_from(LOGIN_WINDOW.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `Err(seconds)` when `ip` must wait before trying again.
+    pub fn check(&self, ip: IpAddr, now_ms: u64) -> Result<(), u64> {
+        let w = Self::window_ms();
+        let Ok(st) = self.inner.lock() else {
+            return Ok(());
+        };
+        let retry = |start: u64| (start + w).saturating_sub(now_ms).div_ceil(1000).max(1);
+        if let Some((start, n)) = st.per_ip.get(&ip) {
+            if now_ms < start + w && *n >= LOGIN_FAILURES_PER_IP {
+                return Err(retry(*start));
+            }
+        }
+        let (start, n) = st.total;
+        if now_ms < start + w && n >= LOGIN_FAILURES_TOTAL {
+            return Err(retry(start));
+        }
+        Ok(())
+    }
+
+    /// Records a failed attempt.
+    pub fn failure(&self, ip: IpAddr, now_ms: u64) {
+        let w = Self::window_ms();
+        let Ok(mut st) = self.inner.lock() else {
+            return;
+        };
+        if st.per_ip.len() > 10_000 {
+            st.per_ip.retain(|_, (start, _)| now_ms < *start + w);
+        }
+        let e = st.per_ip.entry(ip).or_insert((now_ms, 0));
+        if now_ms >= e.0 + w {
+            *e = (now_ms, 0);
+        }
+        e.1 += 1;
+        if now_ms >= st.total.0 + w {
+            st.total = (now_ms, 0);
+        }
+        st.total.1 += 1;
+    }
+
+    /// A successful login forgets the IP's failures.
+    pub fn success(&self, ip: IpAddr) {
+        if let Ok(mut st) = self.inner.lock() {
+            st.per_ip.remove(&ip);
+        }
+    }
+}
+
+/// The admin API's authentication state (held by the sidecar core).
+#[derive(Debug)]
+pub struct AdminAuth {
+    static_token: Option<Secret>,
+    /// Failed logins.
+    pub limiter: LoginLimiter,
+    /// Whether the Host header must name loopback (the listener is bound to loopback).
+    pub loopback_only: bool,
+    /// Other host names accepted in `Host` (lowercase, without port).
+    pub allowed_hosts: Vec<String>,
+    last_touch: Mutex<HashMap<i64, u64>>,
+}
+
+// === impl AdminAuth ===
+
+impl AdminAuth {
+    /// Auth for a listener on `listen`, with the configured static token (if any) and the
+    /// extra host names it answers to.
+    pub fn new(static_token: Option<Secret>, listen: SocketAddr, allowed_hosts: &[String]) -> Self {
+        Self {
+            static_token: static_token.filter(|t| !t.is_empty()),
+            limiter: LoginLimiter::default(),
+            loopback_only: listen.ip().is_loopback(),
+            allowed_hosts: allowed_hosts
+                .iter()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .map(|h| match h.rsplit_once(':') {
+                    Some((name, port))
+                        if port.chars().all(|c| c.is_ascii_digit())
+                            && !name.ends_with(']')
+                            && !name.contains(':') =>
+                    {
+                        name.to_owned()
+                    }
+                    _ => h,
+                })
+                .filter(|h| !h.is_empty())
+                .collect(),
+            last_touch: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Who presents this bearer token and/or session cookie, if anyone.
+    pub async fn authenticate(
+        &self,
+        storage: &dyn Storage,
+        bearer: Option<&str>,
+        session: Option<&str>,
+    ) -> Result<Option<Principal>, StorageError> {
+        let now = crate::storage::now_ms_i64();
+        if let Some(b) = bearer.filter(|b| !b.is_empty()) {
+            if let Some(t) = &self.static_token {
+                if secret_eq(b, t.expose()) {
+                    return Ok(Some(Principal::StaticToken));
+                }
+            }
+            if b.starts_with(ADMIN_TOKEN_PREFIX) {
+                if let Some(row) = storage.find_admin_token(&sha256_hex(b)).await? {
+                    self.touch(storage, row.id, now).await;
+                    return Ok(Some(Principal::Token { id: row.id }));
+                }
+            }
+            // A wrong bearer is a failure even when a valid cookie rides along.
+            return Ok(None);
+        }
+        if let Some(s) = session.filter(|s| !s.is_empty()) {
+            if storage.admin_session_valid(&sha256_hex(s), now).await? {
+                return Ok(Some(Principal::Session));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn touch(&self, storage: &dyn Storage, id: i64, now: i64) {
+        let now_u = u64::try_from(now).unwrap_or(0);
+        let due = match self.last_touch.lock() {
+            Ok(mut m) => {
+                let last = m.get(&id).copied().unwrap_or(0);
+                if now_u.saturating_sub(last) >= 60_000 {
+                    m.insert(id, now_u);
+                    true
+                } else {
+                    false
+                }
+            }
+            Err(_) => false,
+        };
+        if due {
+            if let Err(e) = storage.touch_admin_token(id, now).await {
+                tracing::debug!(error = %e, "cannot stamp admin token use");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_hash_round_trip() {
+        let h = hash_password("correct horse").unwrap();
+        assert!(h.starts_with("$argon2id$"), "{h}");
+        assert!(!h.contains("correct horse"));
+        assert!(verify_password("correct horse", &h));
+        assert!(!verify_password("correct horsf", &h));
+        assert!(!verify_password("x", "not a phc string"));
+    }
+
+    #[test]
+    fn generated_secrets_are_random_and_long() {
+        let a = generate_password();
+        assert_eq!(a.len(), 24);
+        assert_ne!(a, generate_password());
+        let t = generate_admin_token();
+        assert!(t.starts_with(ADMIN_TOKEN_PREFIX));
+        assert_eq!(t.len(), ADMIN_TOKEN_PREFIX.len() + 43);
+        assert!(secret_eq(&t, &t.clone()));
+        assert!(!secret_eq(&t, &generate_admin_token()));
+    }
+
+    #[test]
+    fn limiter_blocks_after_failures_and_expires() {
+        let l = LoginLimiter::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let other: IpAddr = "127.0.0.2".parse().unwrap();
+        for _ in 0..LOGIN_FAILURES_PER_IP {
+            assert!(l.check(ip, 1_000).is_ok());
+            l.failure(ip, 1_000);
+        }
+        let wait = l.check(ip, 2_000).unwrap_err();
+        assert!(wait > 290 && wait <= 300, "{wait}");
+        assert!(l.check(other, 2_000).is_ok(), "per IP");
+        assert!(l.check(ip, 1_000 + 300_000).is_ok(), "window over");
+        l.success(ip);
+        assert!(l.check(ip, 2_000).is_ok());
+        for i in 0..LOGIN_FAILURES_TOTAL {
+            l.failure(
+                IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]),
+                5_000,
+            );
+        }
+        assert!(l.check(other, 6_000).is_err(), "overall limit");
+    }
+}
