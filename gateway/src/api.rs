@@ -124,6 +124,9 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
         Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
     };
     if let Err(e) = conn.read_body(req, ctx.cfg.max_body_bytes).await {
+        if matches!(e, ReadError::Reject { status: 408, .. }) {
+            ctx.metrics.guard(crate::metrics::Guard::BodyTimeout);
+        }
         return Err(Ok(write_read_error(ctx, conn, route, e).await));
     }
     if let Err(e) = decode_body(ctx, req) {

@@ -185,6 +185,10 @@ impl App {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let registry = Registry::new(n);
+        let conns = Arc::new(crate::server::admission::ConnGate::new(
+            cfg.max_connections,
+            cfg.max_connections_per_ip,
+        ));
         let mut workers = Vec::with_capacity(n);
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
@@ -199,6 +203,7 @@ impl App {
                 registry: registry.clone(),
                 catalog: Arc::clone(&catalog),
                 transcripts: Arc::clone(&transcripts),
+                conns: Arc::clone(&conns),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()

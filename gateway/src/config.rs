@@ -79,6 +79,14 @@ pub struct FileConfig {
     max_attempts: Option<u32>,
     max_body_bytes: Option<usize>,
     force_legacy_driver: Option<bool>,
+    client_idle_timeout_secs: Option<u64>,
+    client_header_timeout_secs: Option<u64>,
+    client_body_timeout_secs: Option<u64>,
+    client_body_min_rate: Option<u64>,
+    client_write_timeout_secs: Option<u64>,
+    max_stream_output_bytes: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     #[serde(default)]
     upstream: FileUpstream,
     #[serde(default)]
@@ -333,8 +341,23 @@ pub struct GatewayConfig {
     pub max_attempts: u32,
     /// Drain budget on shutdown.
     pub shutdown_grace: Duration,
-    /// Idle keep-alive budget for client connections.
+    /// Idle keep-alive budget for client connections (wait for a request's first byte).
     pub client_idle_timeout: Duration,
+    /// A request head must be complete this long after its first byte (total, not per read).
+    pub client_header_timeout: Duration,
+    /// A request body must be complete this long after it was asked for...
+    pub client_body_timeout: Duration,
+    /// ...plus one second per this many bytes received (0: no extension).
+    pub client_body_min_rate: u64,
+    /// A response write making no progress for this long ends the response (slow reader).
+    pub client_write_timeout: Duration,
+    /// Most bytes of upstream events one response forwards; past it the response ends with
+    /// an error and the account's slot is released (0: no cap).
+    pub max_stream_output_bytes: u64,
+    /// Most open client connections of the process (0: no cap); past it: 503.
+    pub max_connections: usize,
+    /// Most open client connections per client IP (0: no cap); past it: 429.
+    pub max_connections_per_ip: usize,
     /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
     pub ws_idle_timeout: Duration,
     /// Memory for HTTP response transcripts (`previous_response_id` over HTTP), bytes.
@@ -383,6 +406,13 @@ impl GatewayConfig {
             max_attempts: 3,
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
+            client_header_timeout: Duration::from_secs(20),
+            client_body_timeout: Duration::from_secs(60),
+            client_body_min_rate: 64 * 1024,
+            client_write_timeout: Duration::from_secs(30),
+            max_stream_output_bytes: 256 << 20,
+            max_connections: 0,
+            max_connections_per_ip: 0,
             ws_idle_timeout: Duration::from_secs(900),
             transcript_cache_bytes: 256 << 20,
             transcript_ttl: Duration::from_secs(3600),
@@ -437,7 +467,8 @@ impl GatewayConfig {
                 || u.starts_with("sqlite:"))
             {
                 return Err(ConfigError(format!(
-                    "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{u}`)"
+                    "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{}`)",
+                    admin::error::redact_url(u)
                 )));
             }
         }
@@ -445,7 +476,8 @@ impl GatewayConfig {
         if let Some(u) = &c.redis_url {
             if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
                 return Err(ConfigError(format!(
-                    "`redis_url` must start with redis:// or rediss:// (got `{u}`)"
+                    "`redis_url` must start with redis:// or rediss:// (got `{}`)",
+                    admin::error::redact_url(u)
                 )));
             }
         }
@@ -541,6 +573,37 @@ impl GatewayConfig {
         }
         if let Some(v) = file.max_body_bytes {
             c.max_body_bytes = v;
+        }
+        let secs = |key: &str, v: u64| {
+            if v == 0 {
+                Err(ConfigError(format!("`{key}` must be at least 1")))
+            } else {
+                Ok(Duration::from_secs(v))
+            }
+        };
+        if let Some(v) = file.client_idle_timeout_secs {
+            c.client_idle_timeout = secs("client_idle_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_header_timeout_secs {
+            c.client_header_timeout = secs("client_header_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_body_timeout_secs {
+            c.client_body_timeout = secs("client_body_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_body_min_rate {
+            c.client_body_min_rate = v;
+        }
+        if let Some(v) = file.client_write_timeout_secs {
+            c.client_write_timeout = secs("client_write_timeout_secs", v)?;
+        }
+        if let Some(v) = file.max_stream_output_bytes {
+            c.max_stream_output_bytes = v;
+        }
+        if let Some(v) = file.max_connections {
+            c.max_connections = v;
+        }
+        if let Some(v) = file.max_connections_per_ip {
+            c.max_connections_per_ip = v;
         }
         if let Some(st) = &file.pool.strategy {
             c.pool.strategy = st.parse().map_err(|_| {
@@ -644,6 +707,17 @@ mod tests {
         assert_eq!(c.workers, 3);
         assert_eq!(c.upstream.plain_http, PlainHttp::H2c);
         assert_eq!(c.wire.originator, "codex-tui");
+        // A URL in an error never shows its password.
+        std::fs::write(
+            &p,
+            "database_url = \"mysql://u:hunter2@db/x?password=hunter2\"\n",
+        )
+        .unwrap();
+        let e = GatewayConfig::load(&args).unwrap_err().to_string();
+        assert!(e.contains("database_url") && !e.contains("hunter2"), "{e}");
+        std::fs::write(&p, "redis_url = \"http://:hunter2@r:1\"\n").unwrap();
+        let e = GatewayConfig::load(&args).unwrap_err().to_string();
+        assert!(e.contains("redis_url") && !e.contains("hunter2"), "{e}");
         std::fs::write(&p, "bogus_key = 1\n").unwrap();
         let e = GatewayConfig::load(&args).unwrap_err();
         assert!(e.to_string().contains("bogus_key"), "{e}");

@@ -17,6 +17,15 @@ use gateway::{
     about = "Pools ChatGPT Codex accounts behind OpenAI-compatible APIs"
 )]
 struct Cli {
+    /// Log format on stderr: text (colours only on a terminal) or json (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "CODEX_GATEWAY_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: gateway::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -166,14 +175,8 @@ fn toggle(r: Result<bool, admin::AdminError>, id: i64, what: &str) -> ExitCode {
 
 #[allow(clippy::print_stdout)]
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    gateway::logging::init(cli.log_format);
     match cli.command {
         Command::Serve(args) => {
             let cfg = match GatewayConfig::load(&args) {

@@ -22,7 +22,14 @@ use monoio::net::TcpStream;
 use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerMailbox};
 
 use crate::{
-    api, config::GatewayConfig, ctx::WorkerCtx, metrics::Registry, server::h1::Conn,
+    api,
+    config::GatewayConfig,
+    ctx::WorkerCtx,
+    metrics::{Guard, Registry},
+    server::{
+        admission::{Admitted, ConnGate, Refusal},
+        h1::{Conn, Limits, ReadError},
+    },
     upstream::Upstream,
 };
 
@@ -50,6 +57,8 @@ pub struct WorkerSeed {
     pub catalog: shared_state::SharedCatalog,
     /// HTTP response transcripts (`previous_response_id`), shared by the workers.
     pub transcripts: Arc<shared_state::TranscriptStore>,
+    /// Open-connection caps, shared by the workers.
+    pub conns: Arc<ConnGate>,
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -130,6 +139,7 @@ async fn worker_main(
         registry,
         catalog,
         transcripts,
+        conns,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -197,10 +207,17 @@ async fn worker_main(
         monoio::select! {
             _ = drain.notified() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let ctx = Rc::clone(&ctx);
-                    monoio::spawn(serve_connection_caught(ctx, stream));
+                    match conns.admit(peer.ip()) {
+                        Ok(place) => {
+                            monoio::spawn(serve_connection_caught(ctx, stream, place));
+                        }
+                        Err(refusal) => {
+                            monoio::spawn(refuse_connection(ctx, stream, refusal));
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(worker = id, error = %e, "accept failed");
@@ -221,12 +238,15 @@ async fn worker_main(
 /// Serves one connection inside a panic boundary: a panic in its task is logged and counted,
 /// and dropping the task's state closes the socket and releases every slot it held (RAII
 /// guards), so the client sees the connection end instead of a hang and the worker goes on.
-async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream) {
+async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream, place: Admitted) {
     let metrics = Arc::clone(&ctx.metrics);
     let id = ctx.id;
+    metrics.connection_delta(1);
     let served = AssertUnwindSafe(serve_connection(ctx, stream))
         .catch_unwind()
         .await;
+    metrics.connection_delta(-1);
+    drop(place);
     if let Err(panic) = served {
         let what = panic
             .downcast_ref::<&str>()
@@ -238,14 +258,60 @@ async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream) {
     }
 }
 
+/// The time budgets of a client connection, from the configuration.
+pub(crate) fn client_limits(cfg: &GatewayConfig) -> Limits {
+    Limits {
+        head: cfg.client_header_timeout,
+        body: cfg.client_body_timeout,
+        body_min_rate: cfg.client_body_min_rate,
+        write: cfg.client_write_timeout,
+    }
+}
+
+/// Answers a connection over a cap (503 global, 429 per IP, OpenAI error shape) and closes
+/// it after a short linger, so the client reads the answer rather than a reset.
+async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refusal) {
+    ctx.metrics.guard(match refusal {
+        Refusal::Global => Guard::RefusedGlobal,
+        Refusal::PerIp => Guard::RefusedPerIp,
+    });
+    let mut conn = Conn::with_limits(
+        stream,
+        Limits {
+            write: Duration::from_secs(1),
+            ..client_limits(&ctx.cfg)
+        },
+    );
+    let (status, body) = refusal.response();
+    let headers = [api::JSON, ("retry-after", "1")];
+    if conn
+        .write_response(status, &headers, &body, false)
+        .await
+        .is_ok()
+    {
+        conn.linger(Duration::from_millis(500), 64 * 1024).await;
+    }
+}
+
 async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
-    let mut conn = Conn::new(stream);
+    let mut conn = Conn::with_limits(stream, client_limits(&ctx.cfg));
     loop {
         if ctx.is_draining() {
             break;
         }
         let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
         let _guard = ctx.request_started();
+        // A malformed head (smuggling attempts included) is answered and the connection
+        // closed; linger first so the client reads the answer rather than a reset. A timed
+        // out head is not waited for any longer.
+        let mut linger = false;
+        if let Err(ReadError::Reject { status, .. }) = &req {
+            if *status == 408 {
+                ctx.metrics.guard(Guard::HeadTimeout);
+            } else {
+                linger = true;
+            }
+        }
         let keep = match req {
             Ok(req) if api::ws::wants_upgrade(&req) => {
                 // The connection becomes a WebSocket and never serves HTTP again.
@@ -255,7 +321,7 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
             Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
             Err(e) => api::write_read_error(&ctx, &mut conn, "other", e).await,
         };
-        if conn.body_unread() {
+        if conn.body_unread() || linger {
             // Answered without reading the body (rejected before authentication, or a
             // framing error): drain briefly so the client reads the answer, not a reset.
             conn.linger(Duration::from_secs(2), 64 * 1024 * 1024).await;
