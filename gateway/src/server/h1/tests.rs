@@ -498,11 +498,11 @@ async fn a_steady_body_is_not_cut_by_the_base_budget() {
 async fn a_client_that_stops_reading_hits_the_write_deadline() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let peer = std::net::TcpStream::connect(addr).unwrap();
-    {
-        let s = socket2::SockRef::from(&peer);
-        s.set_recv_buffer_size(4096).unwrap();
-    }
+    // A small receive buffer, set before connecting (so the window agrees with it).
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let peer: std::net::TcpStream = sock.into();
     let (server, _) = listener.accept().unwrap();
     server.set_nonblocking(true).unwrap();
     let mut conn = Conn::with_limits(
@@ -522,5 +522,35 @@ async fn a_client_that_stops_reading_hits_the_write_deadline() {
         );
     };
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
-    drop(peer);
+    // Closing the connection really closes the socket (the abandoned write does not pin it):
+    // the peer reads what was buffered, then EOF.
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut peer = peer;
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut tmp = vec![0u8; 65536];
+        let mut got = 0usize;
+        loop {
+            match peer.read(&mut tmp) {
+                Ok(0) => return Ok(()),
+                Ok(n) => got += n,
+                Err(e) => {
+                    eprintln!("peer read error after {got} bytes: {e}");
+                    return Err(e);
+                }
+            }
+        }
+    });
+    // Keep the runtime turning while the peer drains (io_uring completes the close here).
+    while !reader.is_finished() {
+        monoio::time::sleep(Duration::from_millis(20)).await;
+        assert!(t0.elapsed() < Duration::from_secs(15));
+    }
+    reader
+        .join()
+        .unwrap()
+        .expect("EOF after the buffered bytes");
 }
