@@ -230,3 +230,36 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
     // JWT payloads carry the e-mail and ids, not secrets; but a whole JWT must not appear.
     assert!(!log.contains("eyJ"), "a JWT-shaped string reached the logs");
 }
+
+/// The gateway refuses to start when its secret key was replaced or lost (before: a new key
+/// was written, every account became unusable and `/healthz` said 200), and starts again with
+/// the original key.
+#[test]
+fn a_replaced_or_missing_secret_key_refuses_start_up() {
+    let mut s = StackBuilder::default().start();
+    s.app.shutdown();
+    let key_path = s.dir.path().join("secret.key");
+    let original = std::fs::read(&key_path).unwrap();
+    let mut cfg = s.cfg.clone();
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
+    std::fs::write(&key_path, "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\n").unwrap();
+    let err = gateway::app::App::spawn(cfg.clone())
+        .err()
+        .expect("a replaced key refuses start-up")
+        .to_string();
+    assert!(err.contains("do not open with the secret key"), "{err}");
+    std::fs::remove_file(&key_path).unwrap();
+    let err = gateway::app::App::spawn(cfg.clone())
+        .err()
+        .expect("a missing key refuses start-up")
+        .to_string();
+    assert!(err.contains("missing"), "{err}");
+    assert!(
+        !key_path.exists(),
+        "no new key was written over encrypted tokens"
+    );
+    std::fs::write(&key_path, original).unwrap();
+    let mut app = gateway::app::App::spawn(cfg).expect("the original key starts");
+    app.shutdown();
+}
