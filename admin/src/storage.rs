@@ -360,6 +360,11 @@ pub trait Storage: Send + Sync + 'static {
     /// before associated data (v1) are re-sealed bound to their row, in one transaction; when
     /// any does not open, nothing is written. Run by [`open`] before anything else.
     fn check_secrets(&self) -> StorageFuture<'_, SecretCheck>;
+
+    /// Re-encrypts every token column with `new` (each still bound to its row and column),
+    /// in one transaction; every column must open with the current key first, else nothing
+    /// is written. Returns the number of columns rewritten.
+    fn rotate_secrets<'a>(&'a self, new: &'a Cipher) -> StorageFuture<'a, usize>;
 }
 
 /// What [`Storage::check_secrets`] found.
@@ -413,6 +418,17 @@ pub async fn open(db: &DbTarget) -> Result<Arc<dyn Storage>, StorageError> {
                 db.data_dir.join(crate::crypto::SECRET_KEY_FILE).display(),
                 crate::crypto::SECRET_KEY_ENV
             ),
+        };
+        let staged = db
+            .data_dir
+            .join(format!("{}.new", crate::crypto::SECRET_KEY_FILE));
+        let key = if staged.exists() {
+            format!(
+                "{key}; {} exists: an interrupted `secrets rotate` may have committed with it",
+                staged.display()
+            )
+        } else {
+            key
         };
         return Err(StorageError::KeyMismatch {
             failed: check.failed,

@@ -72,6 +72,7 @@ pub struct FileConfig {
     database_url: Option<String>,
     redis_url: Option<String>,
     admin_token: Option<String>,
+    metrics_token: Option<String>,
     shutdown_grace_secs: Option<u64>,
     ws_idle_timeout_secs: Option<u64>,
     transcript_cache_bytes: Option<usize>,
@@ -327,6 +328,8 @@ pub struct GatewayConfig {
     pub redis_url: Option<String>,
     /// Bearer token for the admin API.
     pub admin_token: Option<Secret>,
+    /// Bearer token for the data plane's `/metrics` (None: open).
+    pub metrics_token: Option<Secret>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Upstream base URL as configured.
@@ -398,6 +401,7 @@ impl GatewayConfig {
             database_url: None,
             redis_url: None,
             admin_token: None,
+            metrics_token: None,
             oauth_token_url: DEFAULT_TOKEN_URL.to_owned(),
             upstream_base_url: base_url.to_owned(),
             upstream: UpstreamConfig::from_base_url(base_url)?,
@@ -484,6 +488,11 @@ impl GatewayConfig {
         c.admin_token = std::env::var("CODEX_GATEWAY_ADMIN_TOKEN")
             .ok()
             .or(file.admin_token.clone())
+            .filter(|t| !t.is_empty())
+            .map(Secret::from);
+        c.metrics_token = std::env::var("CODEX_GATEWAY_METRICS_TOKEN")
+            .ok()
+            .or(file.metrics_token.clone())
             .filter(|t| !t.is_empty())
             .map(Secret::from);
         c.oauth_token_url = args

@@ -46,6 +46,25 @@ enum Command {
         #[command(subcommand)]
         cmd: KeysCmd,
     },
+    /// Manage the storage secret key.
+    Secrets {
+        #[command(subcommand)]
+        cmd: SecretsCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretsCmd {
+    /// Re-encrypt every stored token with a new key in one transaction and install the key
+    /// (secret.key is replaced; with CODEX_GATEWAY_SECRET_KEY the new key is printed once).
+    /// Stop every gateway using the database first.
+    Rotate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The new key (base64 of 32 bytes); a random one when omitted.
+        #[arg(long, env = "CODEX_GATEWAY_NEW_SECRET_KEY", hide_env_values = true)]
+        new_key: Option<String>,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -303,6 +322,31 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             },
+        },
+        Command::Secrets {
+            cmd: SecretsCmd::Rotate { db, new_key },
+        } => match admin::cli::secrets_rotate(&db.target(), new_key.as_deref()) {
+            Ok(r) => {
+                match &r.key_file {
+                    Some(p) => println!(
+                        "re-encrypted {} token columns; the new key is in {}",
+                        r.columns,
+                        p.display()
+                    ),
+                    None => {
+                        eprintln!(
+                            "re-encrypted {} token columns; set CODEX_GATEWAY_SECRET_KEY to the new key below on every instance",
+                            r.columns
+                        );
+                        println!("{}", r.new_key_base64.expose());
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("codex-gateway: {e}");
+                ExitCode::from(1)
+            }
         },
         Command::Keys { cmd } => match cmd {
             KeysCmd::Create { name, db } => match admin::cli::keys_create(&db.target(), &name) {

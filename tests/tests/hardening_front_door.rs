@@ -453,3 +453,34 @@ fn metrics_on(c: &mut TcpStream) -> String {
         .unwrap();
     String::from_utf8(read_response(c).2).unwrap()
 }
+
+/// `metrics_token`: `/metrics` answers 401 (OpenAI error shape) without the bearer token or
+/// with a wrong one, 200 with it.
+#[test]
+fn metrics_can_be_put_behind_a_token() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| {
+            c.metrics_token = Some(shared_state::Secret::new("m-token-1"));
+        })),
+        ..Default::default()
+    }
+    .start();
+    for (auth, status) in [
+        ("", 401),
+        ("authorization: Bearer m-token-2\r\n", 401),
+        ("authorization: Bearer m-token-1\r\n", 200),
+    ] {
+        let mut c = connect(&s);
+        c.write_all(format!("GET /metrics HTTP/1.1\r\nhost: gw\r\n{auth}\r\n").as_bytes())
+            .unwrap();
+        let (st, _, body) = read_response(&mut c);
+        assert_eq!(st, status, "{auth:?}");
+        let text = String::from_utf8_lossy(&body);
+        if status == 200 {
+            assert!(text.contains("codex_gateway_client_connections"), "{text}");
+        } else {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+    }
+}

@@ -264,6 +264,45 @@ macro_rules! impl_storage {
                 })
             }
 
+            fn rotate_secrets<'a>(
+                &'a self,
+                new: &'a $crate::crypto::Cipher,
+            ) -> $crate::storage::StorageFuture<'a, usize> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    const COLS: [&str; 3] = ["access_token_enc", "refresh_token_enc", "id_token_enc"];
+                    let mut tx = self.pool.begin().await?;
+                    let rows = sqlx::query(
+                        "SELECT id, chatgpt_account_id, user_id, access_token_enc, \
+                         refresh_token_enc, id_token_enc FROM accounts ORDER BY id",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut rewritten: Vec<(i64, &'static str, String)> = Vec::new();
+                    for r in &rows {
+                        let id: i64 = r.try_get("id")?;
+                        let acct: String = r.try_get("chatgpt_account_id")?;
+                        let user: String = r.try_get("user_id")?;
+                        for col in COLS {
+                            let enc: String = r.try_get(col)?;
+                            if enc.is_empty() {
+                                continue;
+                            }
+                            let at = $crate::crypto::Binding::account(col, &acct, &user);
+                            // Any column that does not open aborts the whole rotation.
+                            let plain = self.cipher.open(&enc, &at)?;
+                            rewritten.push((id, col, new.seal(&plain, &at)?));
+                        }
+                    }
+                    for (id, col, enc) in &rewritten {
+                        let sql = format!("UPDATE accounts SET {col} = $1 WHERE id = $2");
+                        sqlx::query(&sql).bind(enc).bind(id).execute(&mut *tx).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(rewritten.len())
+                })
+            }
+
             fn list_accounts(
                 &self,
             ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::AccountRow>> {

@@ -645,7 +645,69 @@ async fn secret_key_checked_and_ciphertexts_bound(db: &TestDb) {
     }
 }
 
+/// `secrets rotate`: every token column is re-encrypted with the new key in one transaction,
+/// the key file is replaced, the tokens still open, and the old key no longer opens them.
+async fn secrets_rotate_reencrypts_and_installs_the_key(db: &TestDb) {
+    let s = db.open().await;
+    let id = s
+        .upsert_account(&upsert("acc-r", "u", None, "at-r", "rt-r"))
+        .await
+        .unwrap()
+        .id;
+    s.close().await.unwrap();
+    let key_path = db.target().data_dir.join("secret.key");
+    let old_key = std::fs::read_to_string(&key_path).unwrap();
+    let (before, _, _) = db.raw_token_columns(id).await;
+    let target = db.target();
+    let rotated = tokio::task::spawn_blocking(move || admin::cli::secrets_rotate(&target, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rotated.columns, 2);
+    assert_eq!(rotated.key_file.as_deref(), Some(key_path.as_path()));
+    let new_key = std::fs::read_to_string(&key_path).unwrap();
+    assert_ne!(new_key, old_key);
+    assert_eq!(new_key.trim(), rotated.new_key_base64.expose());
+    assert!(!db.target().data_dir.join("secret.key.new").exists());
+    let (after, _, _) = db.raw_token_columns(id).await;
+    assert_ne!(before, after);
+    let s = db.open().await;
+    let (_, sec) = s.get_account(id).await.unwrap().unwrap();
+    assert_eq!(sec.access_token.expose(), "at-r");
+    assert_eq!(sec.refresh_token.expose(), "rt-r");
+    s.close().await.unwrap();
+    // The old key is refused now.
+    std::fs::write(&key_path, &old_key).unwrap();
+    assert!(matches!(
+        admin::storage::open(&db.target()).await,
+        Err(admin::StorageError::KeyMismatch { .. })
+    ));
+    std::fs::write(&key_path, &new_key).unwrap();
+    // A given key (base64) is used as it is.
+    let target = db.target();
+    let given = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [4u8; 32]);
+    let g = given.clone();
+    let r = tokio::task::spawn_blocking(move || admin::cli::secrets_rotate(&target, Some(&g)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.new_key_base64.expose(), given);
+    let s = db.open().await;
+    assert_eq!(
+        s.get_account(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .1
+            .refresh_token
+            .expose(),
+        "rt-r"
+    );
+    s.close().await.unwrap();
+}
+
 both_backends!(
+    secrets_rotate_reencrypts_and_installs_the_key,
     secret_key_checked_and_ciphertexts_bound,
     settings_rows_and_plan_type,
     usage_summary_groups_and_filters,
