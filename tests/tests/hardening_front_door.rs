@@ -4,6 +4,9 @@
 //! connection caps. Real sockets; deadlines are short configured values, never performance
 //! figures.
 
+// Test helpers fail by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     io::{Read, Write},
     net::TcpStream,

@@ -3,7 +3,11 @@
 //! never shows an access token, refresh token, id token, client key or admin password in a
 //! log line, in `/metrics` or in an admin API response (the one answer that creates a key
 //! carries that new key, once, by design). Also: a missing or replaced secret key refuses
-//! start-up when stored tokens do not open with it, and the data files are private.
+//! start-up when stored tokens do not open with it (storage-level cases and file modes:
+//! `admin/tests/admin/storage.rs`).
+
+// Test helpers fail by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     io::Write,

@@ -554,3 +554,68 @@ async fn a_client_that_stops_reading_hits_the_write_deadline() {
         .unwrap()
         .expect("EOF after the buffered bytes");
 }
+
+/// The write loop under partial writes: a peer with a 4 KiB receive buffer reading in small
+/// pieces makes every large write partial; the bytes arrive intact and in order, and a reader
+/// that keeps making progress is never cut by the write deadline (each write progresses).
+#[monoio::test_all(timer_enabled = true)]
+async fn partial_writes_deliver_every_byte_in_order() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let peer: std::net::TcpStream = sock.into();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let payload = body(600 * 1024);
+    let want = {
+        let mut w = Vec::new();
+        for part in payload.chunks(100 * 1024) {
+            push_hex(&mut w, part.len());
+            w.extend_from_slice(b"\r\n");
+            w.extend_from_slice(part);
+            w.extend_from_slice(b"\r\n");
+        }
+        w.extend_from_slice(b"0\r\n\r\n");
+        w
+    };
+    let total = want.len();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut peer = peer;
+        let mut got = Vec::with_capacity(total);
+        let mut tmp = [0u8; 1500];
+        let mut reads = 0u32;
+        while got.len() < total {
+            let n = peer.read(&mut tmp).unwrap();
+            assert!(n > 0, "EOF after {} bytes", got.len());
+            got.extend_from_slice(&tmp[..n]);
+            reads += 1;
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        got
+    });
+    let mut conn = Conn::with_limits(
+        monoio::net::TcpStream::from_std(server).unwrap(),
+        short_limits(),
+    );
+    for part in payload.chunks(100 * 1024) {
+        conn.write_chunk(part, false)
+            .await
+            .expect("a progressing reader is never cut");
+    }
+    conn.finish_stream(false).await.expect("end");
+    while !reader.is_finished() {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = reader.join().unwrap();
+    assert!(
+        got == want,
+        "bytes differ ({} vs {})",
+        got.len(),
+        want.len()
+    );
+}
