@@ -487,3 +487,66 @@ fn metrics_can_be_put_behind_a_token() {
         }
     }
 }
+
+/// The client WebSocket too: a client that stops reading while a large turn streams ends
+/// its session at the write deadline, releasing the account's slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_websocket_client_that_stops_reading_releases_its_slot() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let s = StackBuilder {
+        workers: 1,
+        tweak: Some(Box::new(|c| {
+            c.client_write_timeout = Duration::from_secs(1);
+        })),
+        ..Default::default()
+    }
+    .start();
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(5_000_000),
+            ..Default::default()
+        },
+    );
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.app.data_addr.into()).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let tcp = tokio::net::TcpStream::from_std(sock.into()).unwrap();
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let create =
+        serde_json::json!({"type":"response.create","model":"gpt-5.5","input":"write a lot"});
+    ws.send(Message::text(create.to_string())).await.unwrap();
+    // The first event: the turn is running and holds the slot; then stop reading.
+    let first = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(first, Message::Text(_)));
+    assert_eq!(s.in_flight(&acct), 1, "the turn holds the slot");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.in_flight(&acct) != 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.in_flight(&acct),
+        0,
+        "the stalled session released its slot"
+    );
+    drop(ws);
+    s.mock.clear_behaviour(&acct);
+    let s2 = &s;
+    let status = tokio::task::block_in_place(|| ok_request(s2));
+    assert_eq!(status, 200);
+}
