@@ -268,6 +268,14 @@ pub(crate) fn client_limits(cfg: &GatewayConfig) -> Limits {
     }
 }
 
+/// Most refusals a worker answers at once; past it (a flood) a refused connection is closed
+/// without an answer, so refusing never holds more than this many sockets per worker.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+
+thread_local! {
+    static REFUSALS_IN_FLIGHT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Answers a connection over a cap (503 global, 429 per IP, OpenAI error shape) and closes
 /// it after a short linger, so the client reads the answer rather than a reset.
 async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refusal) {
@@ -275,6 +283,17 @@ async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refus
         Refusal::Global => Guard::RefusedGlobal,
         Refusal::PerIp => Guard::RefusedPerIp,
     });
+    if REFUSALS_IN_FLIGHT.get() >= MAX_REFUSALS_IN_FLIGHT {
+        return; // dropping the stream closes it
+    }
+    REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get() + 1);
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get().saturating_sub(1));
+        }
+    }
+    let _done = Done;
     let mut conn = Conn::with_limits(
         stream,
         Limits {
