@@ -311,8 +311,9 @@ impl Default for WireProfile {
     }
 }
 
-/// Validated configuration of a gateway process.
-#[derive(Debug, Clone)]
+/// Validated configuration of a gateway process. Its `Debug` redacts the credentials that
+/// database and Redis URLs may carry (tokens are [`Secret`]s).
+#[derive(Clone)]
 pub struct GatewayConfig {
     /// Data-plane listen address.
     pub listen: SocketAddr,
@@ -379,6 +380,30 @@ pub struct GatewayConfig {
     /// Reject models missing from the catalog even while only the embedded catalog is known
     /// (a catalog fetched from the upstream is always enforced).
     pub strict_models: bool,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |u: &Option<String>| u.as_deref().map(admin::error::redact_url);
+        f.debug_struct("GatewayConfig")
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("data_dir", &self.data_dir)
+            .field("workers", &self.workers)
+            .field("database_url", &redact(&self.database_url))
+            .field("redis_url", &redact(&self.redis_url))
+            .field("admin_token", &self.admin_token)
+            .field("metrics_token", &self.metrics_token)
+            .field("upstream_base_url", &self.upstream_base_url)
+            .field("upstream", &self.upstream)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("client_header_timeout", &self.client_header_timeout)
+            .field("client_body_timeout", &self.client_body_timeout)
+            .field("client_write_timeout", &self.client_write_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .finish_non_exhaustive()
+    }
 }
 
 fn addr(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
@@ -727,6 +752,16 @@ mod tests {
         std::fs::write(&p, "redis_url = \"http://:hunter2@r:1\"\n").unwrap();
         let e = GatewayConfig::load(&args).unwrap_err().to_string();
         assert!(e.contains("redis_url") && !e.contains("hunter2"), "{e}");
+        // Nor does the configuration's Debug.
+        let mut c = GatewayConfig::with_upstream("http://127.0.0.1:1/x").unwrap();
+        c.database_url = Some("postgres://u:hunter2@db/x?password=hunter2".into());
+        c.redis_url = Some("redis://:hunter2@r:1".into());
+        c.admin_token = Some(Secret::new("hunter2"));
+        let d = format!("{c:?}");
+        assert!(
+            d.contains("postgres://***@db/x") && !d.contains("hunter2"),
+            "{d}"
+        );
         std::fs::write(&p, "bogus_key = 1\n").unwrap();
         let e = GatewayConfig::load(&args).unwrap_err();
         assert!(e.to_string().contains("bogus_key"), "{e}");
