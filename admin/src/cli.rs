@@ -45,6 +45,76 @@ use crate::{
     DbTarget,
 };
 
+/// What [`secrets_rotate`] did.
+#[derive(Debug)]
+pub struct Rotated {
+    /// Token columns re-encrypted.
+    pub columns: usize,
+    /// The key file replaced (`None`: the key comes from the environment, which the operator
+    /// must now set to [`Rotated::new_key_base64`]).
+    pub key_file: Option<PathBuf>,
+    /// The new key, base64 (print it only when the key lives in the environment).
+    pub new_key_base64: shared_state::Secret,
+}
+
+/// Re-encrypts every stored token with a new storage key, in one transaction, and installs the
+/// key: `new_key` (base64 of 32 bytes) or a random one. Stop every gateway sharing the
+/// database first (a running one still holds the old key).
+///
+/// With `secret.key`: the new key is first written to `secret.key.new` (0600, synced), then
+/// the transaction commits, then the file is renamed over `secret.key`; a crash in between
+/// leaves both keys on disk and start-up refuses the wrong one by name, never losing data.
+/// With `CODEX_GATEWAY_SECRET_KEY`: nothing is written; set the variable to the new key.
+pub fn secrets_rotate(db: &DbTarget, new_key: Option<&str>) -> Result<Rotated, AdminError> {
+    use base64::Engine;
+    use rand::RngCore;
+    let key: [u8; 32] = match new_key {
+        Some(text) => crate::crypto::decode_key_text(text)?,
+        None => {
+            let mut k = [0u8; 32];
+            rand::rng().fill_bytes(&mut k);
+            k
+        }
+    };
+    let b64 = base64::engine::general_purpose::STANDARD.encode(key);
+    let new = crate::crypto::Cipher::new(&key);
+    block_on(async {
+        let (_, source) = crate::crypto::load_key(&db.data_dir)?;
+        let storage = crate::storage::open(db).await?;
+        let key_file = db.data_dir.join(crate::crypto::SECRET_KEY_FILE);
+        let staged = db
+            .data_dir
+            .join(format!("{}.new", crate::crypto::SECRET_KEY_FILE));
+        let file_based = source != crate::crypto::KeySource::Env;
+        if file_based {
+            crate::crypto::write_key_file(&staged, &key, true)?;
+        }
+        let columns = match storage.rotate_secrets(&new).await {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = storage.close().await;
+                if file_based {
+                    let _ = std::fs::remove_file(&staged);
+                }
+                return Err(e.into());
+            }
+        };
+        let _ = storage.close().await;
+        if file_based {
+            std::fs::rename(&staged, &key_file).map_err(|source| StorageError::Io {
+                what: "cannot install the new key file (the database already uses it: rename it by hand)",
+                path: staged.clone(),
+                source,
+            })?;
+        }
+        Ok(Rotated {
+            columns,
+            key_file: file_based.then_some(key_file),
+            new_key_base64: shared_state::Secret::new(b64),
+        })
+    })
+}
+
 /// One outcome per account: `(account id, Ok(value) | Err(printable reason))`.
 pub type PerAccount<T> = Vec<(i64, Result<T, String>)>;
 

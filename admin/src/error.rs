@@ -53,6 +53,20 @@ pub enum StorageError {
     /// A stored value has an unexpected shape.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// Stored tokens do not open with the configured key: refusing to start (a lost or
+    /// replaced key would otherwise make every account unusable while health says 200).
+    #[error(
+        "{failed} of {columns} stored token columns do not open with the secret key ({key}); \
+         restore the original secret.key or CODEX_GATEWAY_SECRET_KEY. Refusing to start"
+    )]
+    KeyMismatch {
+        /// Columns that did not open.
+        failed: usize,
+        /// Non-empty token columns.
+        columns: usize,
+        /// Which key was tried (never the key itself).
+        key: String,
+    },
 }
 
 // === impl StorageError ===
@@ -139,17 +153,54 @@ pub enum AdminError {
 
 /// Removes `user:password@` from a URL so it can be logged; non-URLs are returned unchanged.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+    // The query first: `?password=...` (libpq and sqlx accept it) and its kin.
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
     };
-    let (authority, tail) = match rest.find(['/', '?', '#']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    let mut out = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '#']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://***@{host}{tail}"),
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
     };
-    match authority.rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://***@{host}{tail}"),
-        None => url.to_owned(),
+    if let Some(q) = query {
+        out.push('?');
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out.push_str(&parts.join("&"));
     }
+    out
+}
+
+/// Query parameters that carry credentials.
+fn is_secret_param(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    [
+        "password",
+        "passwd",
+        "pwd",
+        "pass",
+        "secret",
+        "token",
+        "auth",
+        "sslpassword",
+        "key",
+    ]
+    .iter()
+    .any(|s| n == *s || n.ends_with(&format!("_{s}")) || n.ends_with(s))
 }
 
 #[cfg(test)]
@@ -169,5 +220,23 @@ mod tests {
         );
         assert_eq!(redact_url("sqlite://a.db"), "sqlite://a.db");
         assert_eq!(redact_url("/tmp/x"), "/tmp/x");
+        assert_eq!(
+            redact_url("postgres://db/x?user=u&password=hunter2&sslmode=require"),
+            "postgres://db/x?user=u&password=***&sslmode=require"
+        );
+        assert_eq!(
+            redact_url("rediss://:pw@cache:6380/0?sslpassword=s3&x=1"),
+            "rediss://***@cache:6380/0?sslpassword=***&x=1"
+        );
+        assert_eq!(
+            redact_url("sqlite:a.db?PASSWORD=p"),
+            "sqlite:a.db?PASSWORD=***"
+        );
+        for u in [
+            "postgres://u:hunter2@db/x?password=hunter2",
+            "redis://default:hunter2@h:1?auth_token=hunter2",
+        ] {
+            assert!(!redact_url(u).contains("hunter2"), "{u}");
+        }
     }
 }

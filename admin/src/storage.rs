@@ -457,29 +457,97 @@ pub trait Storage: Send + Sync + 'static {
 
     /// Closes the pool (waits for checked-out connections).
     fn close(&self) -> StorageFuture<'_, ()>;
+
+    /// Opens every stored token column with the current key. When all open, columns written
+    /// before associated data (v1) are re-sealed bound to their row, in one transaction; when
+    /// any does not open, nothing is written. Run by [`open`] before anything else.
+    fn check_secrets(&self) -> StorageFuture<'_, SecretCheck>;
+
+    /// Re-encrypts every token column with `new` (each still bound to its row and column),
+    /// in one transaction; every column must open with the current key first, else nothing
+    /// is written. Returns the number of columns rewritten.
+    fn rotate_secrets<'a>(&'a self, new: &'a Cipher) -> StorageFuture<'a, usize>;
+}
+
+/// What [`Storage::check_secrets`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SecretCheck {
+    /// Non-empty token columns.
+    pub columns: usize,
+    /// Columns that do not open with the key.
+    pub failed: usize,
+    /// Legacy columns re-sealed with their row binding.
+    pub resealed: usize,
 }
 
 /// Opens (creating if needed) and migrates the store a [`DbTarget`] names.
 ///
 /// `database_url: None` is the SQLite file `<data_dir>/codex-gateway.db`; `sqlite://...` and
 /// `postgres://...` / `postgresql://...` URLs pick the engine. The secret key comes from
-/// [`crate::crypto::load_or_create_key`].
+/// [`crate::crypto::load_key`]; before the store is handed out every stored token must open
+/// with it ([`Storage::check_secrets`]): a missing, replaced or wrong key is a start-up error
+/// ([`StorageError::KeyMismatch`]), never accounts that silently stop working. A new key is
+/// written to `secret.key` only when the store holds no ciphertext.
 pub async fn open(db: &DbTarget) -> Result<Arc<dyn Storage>, StorageError> {
-    let key = crate::crypto::load_or_create_key(&db.data_dir)?;
+    use crate::crypto::KeySource;
+    let (key, source) = crate::crypto::load_key(&db.data_dir)?;
     let cipher = Cipher::new(&key);
-    match db.database_url.as_deref().map(str::trim) {
+    let storage: Arc<dyn Storage> = match db.database_url.as_deref().map(str::trim) {
         None | Some("") => {
             let path = db.data_dir.join(crate::DEFAULT_DB_FILE);
-            Ok(Arc::new(SqliteStorage::open_file(&path, cipher).await?))
+            Arc::new(SqliteStorage::open_file(&path, cipher).await?)
         }
         Some(url) if url.starts_with("sqlite:") => {
-            Ok(Arc::new(SqliteStorage::open_url(url, cipher).await?))
+            Arc::new(SqliteStorage::open_url(url, cipher).await?)
         }
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Ok(Arc::new(PgStorage::connect(url, cipher).await?))
+            Arc::new(PgStorage::connect(url, cipher).await?)
         }
-        Some(url) => Err(StorageError::BadUrl(crate::error::redact_url(url))),
+        Some(url) => return Err(StorageError::BadUrl(crate::error::redact_url(url))),
+    };
+    let check = storage.check_secrets().await?;
+    if check.failed > 0 {
+        storage.close().await?;
+        let key = match source {
+            KeySource::Env => format!("{} (environment)", crate::crypto::SECRET_KEY_ENV),
+            KeySource::File => db
+                .data_dir
+                .join(crate::crypto::SECRET_KEY_FILE)
+                .display()
+                .to_string(),
+            KeySource::New => format!(
+                "a new key: {} is missing and {} is not set",
+                db.data_dir.join(crate::crypto::SECRET_KEY_FILE).display(),
+                crate::crypto::SECRET_KEY_ENV
+            ),
+        };
+        let staged = db
+            .data_dir
+            .join(format!("{}.new", crate::crypto::SECRET_KEY_FILE));
+        let key = if staged.exists() {
+            format!(
+                "{key}; {} exists: an interrupted `secrets rotate` may have committed with it",
+                staged.display()
+            )
+        } else {
+            key
+        };
+        return Err(StorageError::KeyMismatch {
+            failed: check.failed,
+            columns: check.columns,
+            key,
+        });
     }
+    if source == KeySource::New {
+        crate::crypto::persist_new_key(&db.data_dir, &key)?;
+    }
+    if check.resealed > 0 {
+        tracing::info!(
+            columns = check.resealed,
+            "re-sealed stored tokens bound to their rows (v1 -> v2)"
+        );
+    }
+    Ok(storage)
 }
 
 /// `u64` to a SQL `BIGINT`, saturating.

@@ -46,7 +46,18 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     let path = if path.is_empty() { "/" } else { path };
     match (req.method.as_str(), path) {
         ("GET" | "HEAD", "/healthz") => ops::healthz(ctx, conn, keep).await,
-        ("GET", "/metrics") => ops::metrics(ctx, conn, keep).await,
+        ("GET", "/metrics") => {
+            if !metrics_allowed(ctx, &req) {
+                let e = Error::new(
+                    ErrorKind::Unauthorized {
+                        key_present: req.header("authorization").is_some(),
+                    },
+                    Side::Downstream,
+                );
+                return write_error(ctx, conn, "metrics", &e, keep).await;
+            }
+            ops::metrics(ctx, conn, keep).await
+        }
         ("POST", "/v1/responses" | "/responses") => {
             let key = match read_authenticated(ctx, conn, &mut req, "responses", keep).await {
                 Ok(k) => k,
@@ -124,12 +135,33 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
         Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
     };
     if let Err(e) = conn.read_body(req, ctx.cfg.max_body_bytes).await {
+        if matches!(e, ReadError::Reject { status: 408, .. }) {
+            ctx.metrics.guard(crate::metrics::Guard::BodyTimeout);
+        }
         return Err(Ok(write_read_error(ctx, conn, route, e).await));
     }
     if let Err(e) = decode_body(ctx, req) {
         return Err(write_error(ctx, conn, route, &e, keep).await);
     }
     Ok(key)
+}
+
+/// `/metrics` is open unless `metrics_token` is set; then it needs `Authorization: Bearer
+/// <token>` (compared in constant time).
+fn metrics_allowed(ctx: &WorkerCtx, req: &Request) -> bool {
+    let Some(token) = &ctx.cfg.metrics_token else {
+        return true;
+    };
+    let presented = req
+        .header("authorization")
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .unwrap_or("");
+    let (a, b) = (presented.as_bytes(), token.expose().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Client authentication: `Authorization: Bearer sk-...` or `x-api-key`.

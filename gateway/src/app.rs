@@ -208,6 +208,10 @@ impl App {
                 })
                 .ok()
         });
+        let conns = Arc::new(crate::server::admission::ConnGate::new(
+            cfg.max_connections,
+            cfg.max_connections_per_ip,
+        ));
         let mut workers = Vec::with_capacity(n);
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
@@ -223,6 +227,7 @@ impl App {
                 catalog: Arc::clone(&catalog),
                 transcripts: Arc::clone(&transcripts),
                 redis: redis.clone(),
+                conns: Arc::clone(&conns),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()

@@ -72,6 +72,7 @@ pub struct FileConfig {
     database_url: Option<String>,
     redis_url: Option<String>,
     admin_token: Option<String>,
+    metrics_token: Option<String>,
     shutdown_grace_secs: Option<u64>,
     ws_idle_timeout_secs: Option<u64>,
     transcript_cache_bytes: Option<usize>,
@@ -79,6 +80,14 @@ pub struct FileConfig {
     max_attempts: Option<u32>,
     max_body_bytes: Option<usize>,
     force_legacy_driver: Option<bool>,
+    client_idle_timeout_secs: Option<u64>,
+    client_header_timeout_secs: Option<u64>,
+    client_body_timeout_secs: Option<u64>,
+    client_body_min_rate: Option<u64>,
+    client_write_timeout_secs: Option<u64>,
+    max_stream_output_bytes: Option<u64>,
+    max_connections: Option<usize>,
+    max_connections_per_ip: Option<usize>,
     #[serde(default)]
     upstream: FileUpstream,
     #[serde(default)]
@@ -321,8 +330,9 @@ impl Default for WireProfile {
     }
 }
 
-/// Validated configuration of a gateway process.
-#[derive(Debug, Clone)]
+/// Validated configuration of a gateway process. Its `Debug` redacts the credentials that
+/// database and Redis URLs may carry (tokens are [`Secret`]s).
+#[derive(Clone)]
 pub struct GatewayConfig {
     /// Data-plane listen address.
     pub listen: SocketAddr,
@@ -343,6 +353,8 @@ pub struct GatewayConfig {
     /// Extra `Host` names the loopback admin listener answers to, e.g. behind a reverse proxy
     /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`, comma-separated).
     pub admin_allowed_hosts: Vec<String>,
+    /// Bearer token for the data plane's `/metrics` (None: open).
+    pub metrics_token: Option<Secret>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Upstream base URL as configured.
@@ -357,8 +369,23 @@ pub struct GatewayConfig {
     pub max_attempts: u32,
     /// Drain budget on shutdown.
     pub shutdown_grace: Duration,
-    /// Idle keep-alive budget for client connections.
+    /// Idle keep-alive budget for client connections (wait for a request's first byte).
     pub client_idle_timeout: Duration,
+    /// A request head must be complete this long after its first byte (total, not per read).
+    pub client_header_timeout: Duration,
+    /// A request body must be complete this long after it was asked for...
+    pub client_body_timeout: Duration,
+    /// ...plus one second per this many bytes received (0: no extension).
+    pub client_body_min_rate: u64,
+    /// A response write making no progress for this long ends the response (slow reader).
+    pub client_write_timeout: Duration,
+    /// Most bytes of upstream events one response forwards; past it the response ends with
+    /// an error and the account's slot is released (0: no cap).
+    pub max_stream_output_bytes: u64,
+    /// Most open client connections of the process (0: no cap); past it: 503.
+    pub max_connections: usize,
+    /// Most open client connections per client IP (0: no cap); past it: 429.
+    pub max_connections_per_ip: usize,
     /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
     pub ws_idle_timeout: Duration,
     /// Memory for HTTP response transcripts (`previous_response_id` over HTTP), bytes.
@@ -377,6 +404,30 @@ pub struct GatewayConfig {
     /// Reject models missing from the catalog even while only the embedded catalog is known
     /// (a catalog fetched from the upstream is always enforced).
     pub strict_models: bool,
+}
+
+impl std::fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |u: &Option<String>| u.as_deref().map(admin::error::redact_url);
+        f.debug_struct("GatewayConfig")
+            .field("listen", &self.listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("data_dir", &self.data_dir)
+            .field("workers", &self.workers)
+            .field("database_url", &redact(&self.database_url))
+            .field("redis_url", &redact(&self.redis_url))
+            .field("admin_token", &self.admin_token)
+            .field("metrics_token", &self.metrics_token)
+            .field("upstream_base_url", &self.upstream_base_url)
+            .field("upstream", &self.upstream)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("client_header_timeout", &self.client_header_timeout)
+            .field("client_body_timeout", &self.client_body_timeout)
+            .field("client_write_timeout", &self.client_write_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .finish_non_exhaustive()
+    }
 }
 
 fn addr(key: &str, s: &str) -> Result<SocketAddr, ConfigError> {
@@ -401,6 +452,7 @@ impl GatewayConfig {
             admin_token: None,
             admin_password: None,
             admin_allowed_hosts: Vec::new(),
+            metrics_token: None,
             oauth_token_url: DEFAULT_TOKEN_URL.to_owned(),
             upstream_base_url: base_url.to_owned(),
             upstream: UpstreamConfig::from_base_url(base_url)?,
@@ -409,6 +461,13 @@ impl GatewayConfig {
             max_attempts: 3,
             shutdown_grace: Duration::from_secs(30),
             client_idle_timeout: Duration::from_secs(75),
+            client_header_timeout: Duration::from_secs(20),
+            client_body_timeout: Duration::from_secs(60),
+            client_body_min_rate: 64 * 1024,
+            client_write_timeout: Duration::from_secs(30),
+            max_stream_output_bytes: 256 << 20,
+            max_connections: 0,
+            max_connections_per_ip: 0,
             ws_idle_timeout: Duration::from_secs(900),
             transcript_cache_bytes: 256 << 20,
             transcript_ttl: Duration::from_secs(3600),
@@ -463,7 +522,8 @@ impl GatewayConfig {
                 || u.starts_with("sqlite:"))
             {
                 return Err(ConfigError(format!(
-                    "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{u}`)"
+                    "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{}`)",
+                    admin::error::redact_url(u)
                 )));
             }
         }
@@ -471,7 +531,8 @@ impl GatewayConfig {
         if let Some(u) = &c.redis_url {
             if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
                 return Err(ConfigError(format!(
-                    "`redis_url` must start with redis:// or rediss:// (got `{u}`)"
+                    "`redis_url` must start with redis:// or rediss:// (got `{}`)",
+                    admin::error::redact_url(u)
                 )));
             }
         }
@@ -493,6 +554,11 @@ impl GatewayConfig {
                     .collect()
             })
             .unwrap_or_default();
+        c.metrics_token = std::env::var("CODEX_GATEWAY_METRICS_TOKEN")
+            .ok()
+            .or(file.metrics_token.clone())
+            .filter(|t| !t.is_empty())
+            .map(Secret::from);
         c.oauth_token_url = args
             .oauth_token_url
             .clone()
@@ -592,6 +658,37 @@ impl GatewayConfig {
         }
         if let Some(v) = file.max_body_bytes {
             c.max_body_bytes = v;
+        }
+        let secs = |key: &str, v: u64| {
+            if v == 0 {
+                Err(ConfigError(format!("`{key}` must be at least 1")))
+            } else {
+                Ok(Duration::from_secs(v))
+            }
+        };
+        if let Some(v) = file.client_idle_timeout_secs {
+            c.client_idle_timeout = secs("client_idle_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_header_timeout_secs {
+            c.client_header_timeout = secs("client_header_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_body_timeout_secs {
+            c.client_body_timeout = secs("client_body_timeout_secs", v)?;
+        }
+        if let Some(v) = file.client_body_min_rate {
+            c.client_body_min_rate = v;
+        }
+        if let Some(v) = file.client_write_timeout_secs {
+            c.client_write_timeout = secs("client_write_timeout_secs", v)?;
+        }
+        if let Some(v) = file.max_stream_output_bytes {
+            c.max_stream_output_bytes = v;
+        }
+        if let Some(v) = file.max_connections {
+            c.max_connections = v;
+        }
+        if let Some(v) = file.max_connections_per_ip {
+            c.max_connections_per_ip = v;
         }
         if let Some(st) = &file.pool.strategy {
             c.pool.strategy = st.parse().map_err(|_| {
@@ -695,6 +792,27 @@ mod tests {
         assert_eq!(c.workers, 3);
         assert_eq!(c.upstream.plain_http, PlainHttp::H2c);
         assert_eq!(c.wire.originator, "codex-tui");
+        // A URL in an error never shows its password.
+        std::fs::write(
+            &p,
+            "database_url = \"mysql://u:hunter2@db/x?password=hunter2\"\n",
+        )
+        .unwrap();
+        let e = GatewayConfig::load(&args).unwrap_err().to_string();
+        assert!(e.contains("database_url") && !e.contains("hunter2"), "{e}");
+        std::fs::write(&p, "redis_url = \"http://:hunter2@r:1\"\n").unwrap();
+        let e = GatewayConfig::load(&args).unwrap_err().to_string();
+        assert!(e.contains("redis_url") && !e.contains("hunter2"), "{e}");
+        // Nor does the configuration's Debug.
+        let mut c = GatewayConfig::with_upstream("http://127.0.0.1:1/x").unwrap();
+        c.database_url = Some("postgres://u:hunter2@db/x?password=hunter2".into());
+        c.redis_url = Some("redis://:hunter2@r:1".into());
+        c.admin_token = Some(Secret::new("hunter2"));
+        let d = format!("{c:?}");
+        assert!(
+            d.contains("postgres://***@db/x") && !d.contains("hunter2"),
+            "{d}"
+        );
         std::fs::write(&p, "bogus_key = 1\n").unwrap();
         let e = GatewayConfig::load(&args).unwrap_err();
         assert!(e.to_string().contains("bogus_key"), "{e}");

@@ -75,6 +75,11 @@ pub enum ErrorKind {
     Unavailable,
     /// Something of ours broke.
     Internal,
+    /// The response passed `max_stream_output_bytes` (a runaway stream): it was ended.
+    OutputLimit {
+        /// The limit in bytes.
+        limit: u64,
+    },
 }
 
 /// A data-plane error.
@@ -388,6 +393,15 @@ impl Error {
                 ErrorBody::new("Internal gateway error.", "server_error", Some("internal_error")),
                 None,
             ),
+            ErrorKind::OutputLimit { limit } => r(
+                502,
+                ErrorBody::new(
+                    format!("The response exceeded the gateway's limit of {limit} bytes and was ended."),
+                    "server_error",
+                    Some("stream_output_limit"),
+                ),
+                None,
+            ),
         }
     }
 }
@@ -514,6 +528,7 @@ mod tests {
             ),
             (ErrorKind::NoAccountAvailable, 503),
             (ErrorKind::Internal, 500),
+            (ErrorKind::OutputLimit { limit: 1 }, 502),
         ];
         for (k, status) in cases {
             let r = Error::new(k, Side::Internal).to_openai();

@@ -18,7 +18,7 @@
 //!   chunk framing).
 //! - [`ws`]: the WebSocket protocol, sans IO (handshake, framing, permessage-deflate).
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
-//! - [`config`], [`metrics`], [`models`], [`demo`].
+//! - [`config`], [`metrics`], [`models`], [`demo`], [`logging`].
 //!
 //! See `docs/architecture.md` for the request lifecycle chart.
 
@@ -29,6 +29,7 @@ pub mod ctx;
 pub mod demo;
 pub mod error;
 pub mod lifecycle;
+pub mod logging;
 pub mod metrics;
 pub mod models;
 pub mod pipeline;

@@ -17,6 +17,15 @@ use gateway::{
     about = "Pools ChatGPT Codex accounts behind OpenAI-compatible APIs"
 )]
 struct Cli {
+    /// Log format on stderr: text (colours only on a terminal) or json (one object per line).
+    #[arg(
+        long,
+        global = true,
+        env = "CODEX_GATEWAY_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: gateway::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -42,6 +51,11 @@ enum Command {
         #[command(subcommand)]
         cmd: AdminCmd,
     },
+    /// Manage the storage secret key.
+    Secrets {
+        #[command(subcommand)]
+        cmd: SecretsCmd,
+    },
 }
 
 #[derive(Subcommand)]
@@ -50,6 +64,20 @@ enum AdminCmd {
     ResetPassword {
         #[command(flatten)]
         db: DbArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretsCmd {
+    /// Re-encrypt every stored token with a new key in one transaction and install the key
+    /// (secret.key is replaced; with CODEX_GATEWAY_SECRET_KEY the new key is printed once).
+    /// Stop every gateway using the database first.
+    Rotate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The new key (base64 of 32 bytes); a random one when omitted.
+        #[arg(long, env = "CODEX_GATEWAY_NEW_SECRET_KEY", hide_env_values = true)]
+        new_key: Option<String>,
     },
 }
 
@@ -180,14 +208,8 @@ fn toggle(r: Result<bool, admin::AdminError>, id: i64, what: &str) -> ExitCode {
 
 #[allow(clippy::print_stdout)]
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    gateway::logging::init(cli.log_format);
     match cli.command {
         Command::Serve(args) => {
             let cfg = match GatewayConfig::load(&args) {
@@ -329,6 +351,31 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             },
+        },
+        Command::Secrets {
+            cmd: SecretsCmd::Rotate { db, new_key },
+        } => match admin::cli::secrets_rotate(&db.target(), new_key.as_deref()) {
+            Ok(r) => {
+                match &r.key_file {
+                    Some(p) => println!(
+                        "re-encrypted {} token columns; the new key is in {}",
+                        r.columns,
+                        p.display()
+                    ),
+                    None => {
+                        eprintln!(
+                            "re-encrypted {} token columns; set CODEX_GATEWAY_SECRET_KEY to the new key below on every instance",
+                            r.columns
+                        );
+                        println!("{}", r.new_key_base64.expose());
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("codex-gateway: {e}");
+                ExitCode::from(1)
+            }
         },
         Command::Keys { cmd } => match cmd {
             KeysCmd::Create { name, db } => match admin::cli::keys_create(&db.target(), &name) {

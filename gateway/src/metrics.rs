@@ -66,6 +66,54 @@ pub struct WorkerMetrics {
     h2_streams: AtomicI64,
     h2_retired: AtomicU64,
     h2_saturated: AtomicU64,
+    connections: AtomicI64,
+    guards: [AtomicU64; Guard::ALL.len()],
+}
+
+/// A hostile-client guard that fired (issue 15): each is a counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// A connection refused at `max_connections` (503).
+    RefusedGlobal,
+    /// A connection refused at `max_connections_per_ip` (429).
+    RefusedPerIp,
+    /// A request head past `client_header_timeout` (408).
+    HeadTimeout,
+    /// A request body past its deadline (408).
+    BodyTimeout,
+    /// A response write without progress for `client_write_timeout` (stream closed).
+    WriteTimeout,
+    /// A response past `max_stream_output_bytes` (ended with an error).
+    OutputCap,
+}
+
+impl Guard {
+    /// Every guard, in rendering order.
+    pub const ALL: [Guard; 6] = [
+        Guard::RefusedGlobal,
+        Guard::RefusedPerIp,
+        Guard::HeadTimeout,
+        Guard::BodyTimeout,
+        Guard::WriteTimeout,
+        Guard::OutputCap,
+    ];
+
+    fn metric(self) -> (&'static str, &'static str) {
+        match self {
+            Guard::RefusedGlobal => (
+                "codex_gateway_connections_refused_total",
+                "reason=\"global\"",
+            ),
+            Guard::RefusedPerIp => (
+                "codex_gateway_connections_refused_total",
+                "reason=\"per_ip\"",
+            ),
+            Guard::HeadTimeout => ("codex_gateway_client_timeouts_total", "phase=\"head\""),
+            Guard::BodyTimeout => ("codex_gateway_client_timeouts_total", "phase=\"body\""),
+            Guard::WriteTimeout => ("codex_gateway_client_timeouts_total", "phase=\"write\""),
+            Guard::OutputCap => ("codex_gateway_stream_output_capped_total", ""),
+        }
+    }
 }
 
 // === impl WorkerMetrics ===
@@ -99,7 +147,19 @@ impl WorkerMetrics {
             h2_streams: AtomicI64::new(0),
             h2_retired: AtomicU64::new(0),
             h2_saturated: AtomicU64::new(0),
+            connections: AtomicI64::new(0),
+            guards: Default::default(),
         }
+    }
+
+    /// A client connection opened (+1) or closed (-1) on this worker.
+    pub fn connection_delta(&self, d: i64) {
+        self.connections.fetch_add(d, Ordering::Relaxed);
+    }
+
+    /// Counts a hostile-client guard that fired.
+    pub fn guard(&self, g: Guard) {
+        self.guards[g as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the I/O driver this worker runs on.
@@ -360,6 +420,35 @@ impl Registry {
             .map(|w| w.panics.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_connection_panics_total {p}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_client_connections Open client connections."
+        );
+        let _ = writeln!(o, "# TYPE codex_gateway_client_connections gauge");
+        let c: i64 = self
+            .workers
+            .iter()
+            .map(|w| w.connections.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_client_connections {c}");
+        let mut typed = Vec::new();
+        for g in Guard::ALL {
+            let (name, labels) = g.metric();
+            if !typed.contains(&name) {
+                typed.push(name);
+                let _ = writeln!(o, "# TYPE {name} counter");
+            }
+            let n: u64 = self
+                .workers
+                .iter()
+                .map(|w| w.guards[g as usize].load(Ordering::Relaxed))
+                .sum();
+            if labels.is_empty() {
+                let _ = writeln!(o, "{name} {n}");
+            } else {
+                let _ = writeln!(o, "{name}{{{labels}}} {n}");
+            }
+        }
         let _ = writeln!(
             o,
             "# HELP codex_gateway_ws_sessions Client Responses WebSocket sessions open."

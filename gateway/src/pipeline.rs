@@ -144,8 +144,14 @@ pub async fn forward<E: Encoder, S: Sink>(
     let streaming = enc.streaming();
     let _gauge = streaming.then(|| StreamGauge::open(ctx));
     if streaming {
-        sink.begin(&c.headers).await?;
+        sink.begin(&c.headers)
+            .await
+            .map_err(|e| client_failed(ctx, usage, e))?;
     }
+    // The per-stream output cap (bytes of upstream frames forwarded; 0: none).
+    let cap = ctx.cfg.max_stream_output_bytes;
+    let mut forwarded = 0u64;
+    let mut over_cap = false;
     let model = usage.model.clone();
     let mut seen = Observed::default();
     let mut broken: Option<Error> = None;
@@ -159,6 +165,11 @@ pub async fn forward<E: Encoder, S: Sink>(
                 break;
             }
             if seen.observe(ctx, &c, &model, &ev, held) {
+                forwarded += ev.frame.len() as u64;
+                if cap > 0 && forwarded > cap && !seen.finished {
+                    over_cap = true;
+                    break;
+                }
                 enc.event(&ev, &mut out);
             }
         }
@@ -166,11 +177,22 @@ pub async fn forward<E: Encoder, S: Sink>(
             usage.tokens(seen.usage);
         }
         if streaming && !out.is_empty() {
-            // Client gone: dropping `c` resets the upstream stream and frees the slot; the
-            // guard records the request as 499.
-            sink.send(&out).await?;
+            // Client gone (or not reading: the write deadline): dropping `c` resets the
+            // upstream stream and frees the slot; the guard records the request as 499.
+            sink.send(&out)
+                .await
+                .map_err(|e| client_failed(ctx, usage, e))?;
         }
         if seen.finished {
+            break;
+        }
+        if over_cap {
+            // A runaway stream: end it in the dialect, release the upstream and the slot.
+            ctx.metrics.guard(crate::metrics::Guard::OutputCap);
+            broken = Some(Error::new(
+                ErrorKind::OutputLimit { limit: cap },
+                Side::Internal,
+            ));
             break;
         }
         held = false;
@@ -212,9 +234,11 @@ pub async fn forward<E: Encoder, S: Sink>(
         // A streamed response was a 200 whatever happened inside it.
         usage.status(200);
         if !out.is_empty() {
-            sink.send(&out).await?;
+            sink.send(&out)
+                .await
+                .map_err(|e| client_failed(ctx, usage, e))?;
         }
-        sink.end().await
+        sink.end().await.map_err(|e| client_failed(ctx, usage, e))
     } else {
         match done {
             Ok(()) => {
@@ -233,6 +257,18 @@ pub async fn forward<E: Encoder, S: Sink>(
         monoio::spawn(async move { tail.finish().await });
     }
     answered
+}
+
+/// A write to the client failed: the client left, or stopped reading past the write deadline
+/// (`TimedOut`, counted). The request stays a 499 with a code saying which.
+fn client_failed(ctx: &WorkerCtx, usage: &mut UsageGuard<'_>, e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::TimedOut {
+        ctx.metrics.guard(crate::metrics::Guard::WriteTimeout);
+        usage.error_code = Some("client_write_timeout".to_owned());
+    } else {
+        usage.error_code = Some("client_gone".to_owned());
+    }
+    e
 }
 
 /// Decrements the open-stream gauge however the stream ends.

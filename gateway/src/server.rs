@@ -6,6 +6,8 @@
 //!   [`h1::Conn::write_chunk`] is one socket write (SSE events are never batched, unlike the
 //!   monoio-http encoder, monoio-notes.md §2.1).
 //! - [`h1::Request`]: a parsed request with lower-cased header names.
+//! - [`h1::Limits`]: the total time budgets of a connection (head, body, each write).
+//! - [`admission::ConnGate`]: the global and per-client-IP caps on open connections.
 //! - [`encoding::decode`]: request body content codings (zstd, gzip, deflate) with a cap on
 //!   the decoded size.
 //!
@@ -14,5 +16,6 @@
 //! before the connection is closed. A timeout while waiting for a request closes the
 //! connection: a read is never cancelled and then continued (monoio-notes.md §5.4).
 
+pub mod admission;
 pub mod encoding;
 pub mod h1;

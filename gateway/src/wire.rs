@@ -95,21 +95,73 @@ pub fn parse_chunk_size(line: &[u8]) -> Result<u64, &'static str> {
     if rest.is_empty() {
         return Ok(size);
     }
-    // Only BWS followed by a chunk extension may follow the size.
-    let ext = rest.iter().position(|&b| b != b' ' && b != b'\t');
-    match ext {
-        Some(i) if rest[i] == b';' => {
-            if rest[i..]
-                .iter()
-                .any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f)
-            {
-                Err("malformed chunk extension")
+    chunk_ext(rest)?;
+    Ok(size)
+}
+
+/// RFC 9112 §7.1.1: `chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] )`,
+/// a name is a `token`, a value a `token` or a `quoted-string`. Anything else (a bare `;`, a
+/// space inside a token, a control character, an unterminated quote) is malformed: a parser
+/// that skipped to the end of the line instead would agree with no other.
+fn chunk_ext(mut rest: &[u8]) -> Result<(), &'static str> {
+    const BAD: &str = "malformed chunk extension";
+    let bws = |r: &mut &[u8]| {
+        while let [b' ' | b'\t', tail @ ..] = *r {
+            *r = tail;
+        }
+    };
+    let token = |r: &mut &[u8]| -> Result<(), &'static str> {
+        let n = r.iter().take_while(|&&b| is_tchar(b)).count();
+        if n == 0 {
+            return Err(BAD);
+        }
+        *r = &r[n..];
+        Ok(())
+    };
+    let mut first = true;
+    while !rest.is_empty() {
+        bws(&mut rest);
+        let [b';', tail @ ..] = rest else {
+            // `5 ` or `5x`: not a size followed by an extension.
+            return Err(if first { "malformed chunk size" } else { BAD });
+        };
+        first = false;
+        rest = tail;
+        bws(&mut rest);
+        token(&mut rest)?;
+        let mut probe = rest;
+        bws(&mut probe);
+        if let [b'=', tail @ ..] = probe {
+            rest = tail;
+            bws(&mut rest);
+            if let [b'"', tail @ ..] = rest {
+                rest = quoted_string(tail)?;
             } else {
-                Ok(size)
+                token(&mut rest)?;
             }
         }
-        _ => Err("malformed chunk size"),
     }
+    Ok(())
+}
+
+/// After the opening quote: `*( qdtext / quoted-pair ) DQUOTE`; returns what follows.
+fn quoted_string(mut rest: &[u8]) -> Result<&[u8], &'static str> {
+    const BAD: &str = "malformed chunk extension";
+    loop {
+        match rest {
+            [b'"', tail @ ..] => return Ok(tail),
+            [b'\\', c, tail @ ..] if *c == b'\t' || (*c >= 0x20 && *c != 0x7f) => rest = tail,
+            [c, tail @ ..] if *c == b'\t' || (*c >= 0x20 && *c != 0x7f && *c != b'\\') => {
+                rest = tail
+            }
+            _ => return Err(BAD),
+        }
+    }
+}
+
+/// `tchar` of RFC 9110 §5.6.2.
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -123,6 +175,8 @@ mod tests {
         assert_eq!(parse_chunk_size(b"FF"), Ok(255));
         assert_eq!(parse_chunk_size(b"5;name=value"), Ok(5));
         assert_eq!(parse_chunk_size(b"5 ;name"), Ok(5));
+        assert_eq!(parse_chunk_size(b"5;a=b;c;d = \"x y\\\"z\""), Ok(5));
+        assert_eq!(parse_chunk_size(b"5 ; a ; b=c"), Ok(5));
         assert_eq!(parse_chunk_size(b"ffffffffffffffff"), Ok(u64::MAX));
         for bad in [
             &b""[..],
@@ -135,6 +189,17 @@ mod tests {
             b"5x",
             b"1ffffffffffffffff",
             b"5;\x01",
+            b"5;",
+            b"5;;a",
+            b"5;a=",
+            b"5;a=b c",
+            b"5;a=\"unterminated",
+            b"5;\"q\"",
+            b"5;a=b\x7f",
+            b"5;a;",
+            b"5g",
+            b"g",
+            b"-5",
         ] {
             assert!(
                 parse_chunk_size(bad).is_err(),

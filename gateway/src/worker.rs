@@ -22,7 +22,14 @@ use monoio::net::TcpStream;
 use shared_state::{snapshot::Health, EventSender, SharedSnapshot, WorkerCommand, WorkerMailbox};
 
 use crate::{
-    api, config::GatewayConfig, ctx::WorkerCtx, metrics::Registry, server::h1::Conn,
+    api,
+    config::GatewayConfig,
+    ctx::WorkerCtx,
+    metrics::{Guard, Registry},
+    server::{
+        admission::{Admitted, ConnGate, Refusal},
+        h1::{Conn, Limits, ReadError},
+    },
     upstream::Upstream,
 };
 
@@ -52,6 +59,8 @@ pub struct WorkerSeed {
     pub transcripts: Arc<shared_state::TranscriptStore>,
     /// The workers' Redis (shared transcripts), when configured and reachable by name.
     pub redis: Option<crate::redis::RedisTarget>,
+    /// Open-connection caps, shared by the workers.
+    pub conns: Arc<ConnGate>,
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -133,6 +142,7 @@ async fn worker_main(
         catalog,
         transcripts,
         redis,
+        conns,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -209,10 +219,17 @@ async fn worker_main(
         monoio::select! {
             _ = drain.notified() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let ctx = Rc::clone(&ctx);
-                    monoio::spawn(serve_connection_caught(ctx, stream));
+                    match conns.admit(peer.ip()) {
+                        Ok(place) => {
+                            monoio::spawn(serve_connection_caught(ctx, stream, place));
+                        }
+                        Err(refusal) => {
+                            monoio::spawn(refuse_connection(ctx, stream, refusal));
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(worker = id, error = %e, "accept failed");
@@ -243,12 +260,15 @@ async fn worker_main(
 /// Serves one connection inside a panic boundary: a panic in its task is logged and counted,
 /// and dropping the task's state closes the socket and releases every slot it held (RAII
 /// guards), so the client sees the connection end instead of a hang and the worker goes on.
-async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream) {
+async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream, place: Admitted) {
     let metrics = Arc::clone(&ctx.metrics);
     let id = ctx.id;
+    metrics.connection_delta(1);
     let served = AssertUnwindSafe(serve_connection(ctx, stream))
         .catch_unwind()
         .await;
+    metrics.connection_delta(-1);
+    drop(place);
     if let Err(panic) = served {
         let what = panic
             .downcast_ref::<&str>()
@@ -260,14 +280,79 @@ async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream) {
     }
 }
 
+/// The time budgets of a client connection, from the configuration.
+pub(crate) fn client_limits(cfg: &GatewayConfig) -> Limits {
+    Limits {
+        head: cfg.client_header_timeout,
+        body: cfg.client_body_timeout,
+        body_min_rate: cfg.client_body_min_rate,
+        write: cfg.client_write_timeout,
+    }
+}
+
+/// Most refusals a worker answers at once; past it (a flood) a refused connection is closed
+/// without an answer, so refusing never holds more than this many sockets per worker.
+const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+
+thread_local! {
+    static REFUSALS_IN_FLIGHT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Answers a connection over a cap (503 global, 429 per IP, OpenAI error shape) and closes
+/// it after a short linger, so the client reads the answer rather than a reset.
+async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refusal) {
+    ctx.metrics.guard(match refusal {
+        Refusal::Global => Guard::RefusedGlobal,
+        Refusal::PerIp => Guard::RefusedPerIp,
+    });
+    if REFUSALS_IN_FLIGHT.get() >= MAX_REFUSALS_IN_FLIGHT {
+        return; // dropping the stream closes it
+    }
+    REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get() + 1);
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get().saturating_sub(1));
+        }
+    }
+    let _done = Done;
+    let mut conn = Conn::with_limits(
+        stream,
+        Limits {
+            write: Duration::from_secs(1),
+            ..client_limits(&ctx.cfg)
+        },
+    );
+    let (status, body) = refusal.response();
+    let headers = [api::JSON, ("retry-after", "1")];
+    if conn
+        .write_response(status, &headers, &body, false)
+        .await
+        .is_ok()
+    {
+        conn.linger(Duration::from_millis(500), 64 * 1024).await;
+    }
+}
+
 async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
-    let mut conn = Conn::new(stream);
+    let mut conn = Conn::with_limits(stream, client_limits(&ctx.cfg));
     loop {
         if ctx.is_draining() {
             break;
         }
         let req = conn.read_head(ctx.cfg.client_idle_timeout).await;
         let _guard = ctx.request_started();
+        // A malformed head (smuggling attempts included) is answered and the connection
+        // closed; linger first so the client reads the answer rather than a reset. A timed
+        // out head is not waited for any longer.
+        let mut linger = false;
+        if let Err(ReadError::Reject { status, .. }) = &req {
+            if *status == 408 {
+                ctx.metrics.guard(Guard::HeadTimeout);
+            } else {
+                linger = true;
+            }
+        }
         let keep = match req {
             Ok(req) if api::ws::wants_upgrade(&req) => {
                 // The connection becomes a WebSocket and never serves HTTP again.
@@ -277,7 +362,7 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
             Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
             Err(e) => api::write_read_error(&ctx, &mut conn, "other", e).await,
         };
-        if conn.body_unread() {
+        if conn.body_unread() || linger {
             // Answered without reading the body (rejected before authentication, or a
             // framing error): drain briefly so the client reads the answer, not a reset.
             conn.linger(Duration::from_secs(2), 64 * 1024 * 1024).await;

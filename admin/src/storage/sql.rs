@@ -149,9 +149,10 @@ macro_rules! impl_storage {
                 use sqlx::Row;
                 let row = Self::account_row(r)?;
                 let mut failed = false;
-                let mut open = |col: &str| -> Result<shared_state::Secret, $crate::error::StorageError> {
+                let mut open = |col: &'static str| -> Result<shared_state::Secret, $crate::error::StorageError> {
                     let enc: String = r.try_get(col)?;
-                    Ok(self.cipher.open(&enc).unwrap_or_else(|_| {
+                    let at = $crate::crypto::Binding::account(col, &row.chatgpt_account_id, &row.user_id);
+                    Ok(self.cipher.open(&enc, &at).unwrap_or_else(|_| {
                         failed = true;
                         shared_state::Secret::new("")
                     }))
@@ -225,9 +226,12 @@ macro_rules! impl_storage {
                     .bind(&acc.user_id)
                     .fetch_optional(&self.pool)
                     .await?;
-                    let at = self.cipher.seal(&acc.access_token)?;
-                    let rt = self.cipher.seal(&acc.refresh_token)?;
-                    let it = self.cipher.seal(&acc.id_token)?;
+                    let bind = |col| {
+                        $crate::crypto::Binding::account(col, &acc.chatgpt_account_id, &acc.user_id)
+                    };
+                    let at = self.cipher.seal(&acc.access_token, &bind("access_token_enc"))?;
+                    let rt = self.cipher.seal(&acc.refresh_token, &bind("refresh_token_enc"))?;
+                    let it = self.cipher.seal(&acc.id_token, &bind("id_token_enc"))?;
                     let row = sqlx::query($crate::storage::sql::UPSERT_ACCOUNT)
                         .bind(&acc.chatgpt_account_id)
                         .bind(&acc.user_id)
@@ -245,6 +249,95 @@ macro_rules! impl_storage {
                         id: row.try_get("id")?,
                         created: existing.is_none(),
                     })
+                })
+            }
+
+            fn check_secrets(
+                &self,
+            ) -> $crate::storage::StorageFuture<'_, $crate::storage::SecretCheck> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    const COLS: [&str; 3] = ["access_token_enc", "refresh_token_enc", "id_token_enc"];
+                    let mut tx = self.pool.begin().await?;
+                    let rows = sqlx::query(
+                        "SELECT id, chatgpt_account_id, user_id, access_token_enc, \
+                         refresh_token_enc, id_token_enc FROM accounts ORDER BY id",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut check = $crate::storage::SecretCheck::default();
+                    let mut reseal: Vec<(i64, &'static str, String)> = Vec::new();
+                    for r in &rows {
+                        let id: i64 = r.try_get("id")?;
+                        let acct: String = r.try_get("chatgpt_account_id")?;
+                        let user: String = r.try_get("user_id")?;
+                        for col in COLS {
+                            let enc: String = r.try_get(col)?;
+                            if enc.is_empty() {
+                                continue;
+                            }
+                            check.columns += 1;
+                            let at = $crate::crypto::Binding::account(col, &acct, &user);
+                            match self.cipher.open(&enc, &at) {
+                                Ok(plain) if $crate::crypto::Cipher::is_legacy(&enc) => {
+                                    reseal.push((id, col, self.cipher.seal(&plain, &at)?));
+                                }
+                                Ok(_) => {}
+                                Err(_) => check.failed += 1,
+                            }
+                        }
+                    }
+                    if check.failed > 0 {
+                        // Nothing is rewritten with a key that does not open everything.
+                        tx.rollback().await?;
+                        return Ok(check);
+                    }
+                    for (id, col, enc) in &reseal {
+                        let sql = format!("UPDATE accounts SET {col} = $1 WHERE id = $2");
+                        sqlx::query(&sql).bind(enc).bind(id).execute(&mut *tx).await?;
+                        check.resealed += 1;
+                    }
+                    tx.commit().await?;
+                    Ok(check)
+                })
+            }
+
+            fn rotate_secrets<'a>(
+                &'a self,
+                new: &'a $crate::crypto::Cipher,
+            ) -> $crate::storage::StorageFuture<'a, usize> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    const COLS: [&str; 3] = ["access_token_enc", "refresh_token_enc", "id_token_enc"];
+                    let mut tx = self.pool.begin().await?;
+                    let rows = sqlx::query(
+                        "SELECT id, chatgpt_account_id, user_id, access_token_enc, \
+                         refresh_token_enc, id_token_enc FROM accounts ORDER BY id",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut rewritten: Vec<(i64, &'static str, String)> = Vec::new();
+                    for r in &rows {
+                        let id: i64 = r.try_get("id")?;
+                        let acct: String = r.try_get("chatgpt_account_id")?;
+                        let user: String = r.try_get("user_id")?;
+                        for col in COLS {
+                            let enc: String = r.try_get(col)?;
+                            if enc.is_empty() {
+                                continue;
+                            }
+                            let at = $crate::crypto::Binding::account(col, &acct, &user);
+                            // Any column that does not open aborts the whole rotation.
+                            let plain = self.cipher.open(&enc, &at)?;
+                            rewritten.push((id, col, new.seal(&plain, &at)?));
+                        }
+                    }
+                    for (id, col, enc) in &rewritten {
+                        let sql = format!("UPDATE accounts SET {col} = $1 WHERE id = $2");
+                        sqlx::query(&sql).bind(enc).bind(id).execute(&mut *tx).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(rewritten.len())
                 })
             }
 
@@ -381,16 +474,33 @@ macro_rules! impl_storage {
                 t: &'a $crate::storage::TokenUpdate,
             ) -> $crate::storage::StorageFuture<'a, bool> {
                 Box::pin(async move {
-                    let at = self.cipher.seal(&t.access_token)?;
+                    use sqlx::Row;
+                    let mut tx = self.pool.begin().await?;
+                    // Each column is sealed for its row (the AEAD associated data).
+                    let Some(key) = sqlx::query(
+                        "SELECT chatgpt_account_id, user_id FROM accounts WHERE id = $1",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    else {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    };
+                    let acct: String = key.try_get("chatgpt_account_id")?;
+                    let user: String = key.try_get("user_id")?;
+                    let bind = |col| $crate::crypto::Binding::account(col, &acct, &user);
+                    let at = self.cipher.seal(&t.access_token, &bind("access_token_enc"))?;
                     let rt = match &t.refresh_token {
-                        Some(s) if !s.is_empty() => Some(self.cipher.seal(s)?),
+                        Some(s) if !s.is_empty() => {
+                            Some(self.cipher.seal(s, &bind("refresh_token_enc"))?)
+                        }
                         _ => None,
                     };
                     let it = match &t.id_token {
-                        Some(s) if !s.is_empty() => Some(self.cipher.seal(s)?),
+                        Some(s) if !s.is_empty() => Some(self.cipher.seal(s, &bind("id_token_enc"))?),
                         _ => None,
                     };
-                    let mut tx = self.pool.begin().await?;
                     let res = sqlx::query($crate::storage::sql::UPDATE_TOKENS)
                         .bind(at)
                         .bind(rt)

@@ -33,12 +33,9 @@ impl SqliteStorage {
     /// Opens (creating the file and its directory if missing) and migrates.
     pub async fn open_file(path: &Path, cipher: Cipher) -> Result<Self, StorageError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
-                what: "cannot create data directory",
-                path: dir.to_path_buf(),
-                source,
-            })?;
+            crate::crypto::create_private_dir(dir)?;
         }
+        private_db_file(path)?;
         let opts = SqliteConnectOptions::new().filename(path);
         Self::open_with(opts, path.display().to_string(), false, cipher).await
     }
@@ -53,12 +50,9 @@ impl SqliteStorage {
         if !memory {
             let file = opts.get_filename();
             if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
-                    what: "cannot create database directory",
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
+                crate::crypto::create_private_dir(dir)?;
             }
+            private_db_file(file)?;
         }
         Self::open_with(opts, url.to_owned(), memory, cipher).await
     }
@@ -105,6 +99,34 @@ impl SqliteStorage {
     /// The underlying pool (for tests and diagnostics).
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+/// Creates the database file with mode 0600 before SQLite does (SQLite gives its WAL and
+/// shared-memory files the database file's mode), or tightens an existing one.
+fn private_db_file(path: &Path) -> Result<(), StorageError> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    match opts.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = path.as_os_str().to_owned();
+                p.push(suffix);
+                crate::crypto::restrict_file(Path::new(&p));
+            }
+            Ok(())
+        }
+        Err(source) => Err(StorageError::Io {
+            what: "cannot create database file",
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 

@@ -173,7 +173,7 @@ async fn tokens_encrypted_at_rest(db: &TestDb) {
         (&r, "rt-plain-secret"),
         (&i, "id-plain-secret"),
     ] {
-        assert!(col.starts_with("v1:"), "stored form is versioned: {col}");
+        assert!(col.starts_with("v2:"), "stored form is versioned: {col}");
         assert!(!col.contains(plain), "plaintext must not be stored");
     }
     let (_, sec) = s.get_account(id).await.unwrap().unwrap();
@@ -214,7 +214,7 @@ async fn tokens_encrypted_at_rest(db: &TestDb) {
     assert_eq!(sec.id_token.expose(), "id-3");
     assert!(!s.update_tokens(id + 1000, &upd).await.unwrap());
     let (_, r, _) = db.raw_token_columns(id).await;
-    assert!(r.starts_with("v1:") && !r.contains("rt-3"));
+    assert!(r.starts_with("v2:") && !r.contains("rt-3"));
 }
 
 async fn status_cooldown_quota_limits(db: &TestDb) {
@@ -542,7 +542,173 @@ async fn usage_summary_groups_and_filters(db: &TestDb) {
     assert!(none.by_key.is_empty() && none.by_account.is_empty());
 }
 
+/// A ciphertext only opens in its own row and column; a missing or replaced secret key
+/// refuses to open the store (never a new key over encrypted tokens); legacy v1 columns
+/// (no associated data) are re-sealed bound to their row at open.
+async fn secret_key_checked_and_ciphertexts_bound(db: &TestDb) {
+    use base64::Engine;
+    use chacha20poly1305::{aead::Aead, KeyInit};
+    let s = db.open().await;
+    let a = s
+        .upsert_account(&upsert("acc-a", "u", None, "at-a", "rt-a"))
+        .await
+        .unwrap()
+        .id;
+    let b = s
+        .upsert_account(&upsert("acc-b", "u", None, "at-b", "rt-b"))
+        .await
+        .unwrap()
+        .id;
+    s.close().await.unwrap();
+    let key_path = db.target().data_dir.join("secret.key");
+    let key_text = std::fs::read_to_string(&key_path).unwrap();
+    let refused = |r: Result<std::sync::Arc<dyn admin::Storage>, admin::StorageError>| match r {
+        Err(e @ admin::StorageError::KeyMismatch { .. }) => e.to_string(),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("opened with a key that does not open the tokens"),
+    };
+
+    // Another row's ciphertext pasted into B's column does not open there.
+    let (a_at, _, _) = db.raw_token_columns(a).await;
+    let (b_at, _, _) = db.raw_token_columns(b).await;
+    db.raw_exec(
+        &format!("UPDATE accounts SET access_token_enc = $1 WHERE id = {b}"),
+        &[&a_at],
+    )
+    .await;
+    let msg = refused(admin::storage::open(&db.target()).await);
+    assert!(msg.contains("1 of 4"), "{msg}");
+    db.raw_exec(
+        &format!("UPDATE accounts SET access_token_enc = $1 WHERE id = {b}"),
+        &[&b_at],
+    )
+    .await;
+
+    // A replaced key, then a missing one: refused, and no key is written over the tokens.
+    std::fs::write(
+        &key_path,
+        base64::engine::general_purpose::STANDARD.encode([9u8; 32]),
+    )
+    .unwrap();
+    let msg = refused(admin::storage::open(&db.target()).await);
+    assert!(
+        msg.contains("4 of 4") && msg.contains("secret.key"),
+        "{msg}"
+    );
+    std::fs::remove_file(&key_path).unwrap();
+    let msg = refused(admin::storage::open(&db.target()).await);
+    assert!(msg.contains("missing"), "{msg}");
+    assert!(!key_path.exists(), "no new key next to encrypted tokens");
+    std::fs::write(&key_path, &key_text).unwrap();
+
+    // A legacy v1 column (no associated data) opens and is re-sealed as v2 at open.
+    let key: [u8; 32] = base64::engine::general_purpose::STANDARD
+        .decode(key_text.trim())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let aead = chacha20poly1305::ChaCha20Poly1305::new((&key).into());
+    let nonce = [5u8; 12];
+    let ct = aead.encrypt((&nonce).into(), &b"rt-legacy"[..]).unwrap();
+    let v1 = format!(
+        "v1:{}",
+        base64::engine::general_purpose::STANDARD.encode([&nonce[..], &ct[..]].concat())
+    );
+    db.raw_exec(
+        &format!("UPDATE accounts SET refresh_token_enc = $1 WHERE id = {a}"),
+        &[&v1],
+    )
+    .await;
+    let s = db.open().await;
+    let (_, rt, _) = db.raw_token_columns(a).await;
+    assert!(rt.starts_with("v2:"), "re-sealed: {rt}");
+    let (_, sec) = s.get_account(a).await.unwrap().unwrap();
+    assert_eq!(sec.refresh_token.expose(), "rt-legacy");
+    assert!(!sec.decrypt_failed);
+    s.close().await.unwrap();
+    #[cfg(unix)]
+    if !db.is_pg() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = db.target().data_dir;
+        assert_eq!(mode(&dir), 0o700, "data directory");
+        assert_eq!(
+            mode(&dir.join(admin::DEFAULT_DB_FILE)),
+            0o600,
+            "database file"
+        );
+        assert_eq!(mode(&key_path), 0o600, "key file");
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let p = f.unwrap().path();
+            assert_eq!(mode(&p) & 0o077, 0, "{} is private", p.display());
+        }
+    }
+}
+
+/// `secrets rotate`: every token column is re-encrypted with the new key in one transaction,
+/// the key file is replaced, the tokens still open, and the old key no longer opens them.
+async fn secrets_rotate_reencrypts_and_installs_the_key(db: &TestDb) {
+    let s = db.open().await;
+    let id = s
+        .upsert_account(&upsert("acc-r", "u", None, "at-r", "rt-r"))
+        .await
+        .unwrap()
+        .id;
+    s.close().await.unwrap();
+    let key_path = db.target().data_dir.join("secret.key");
+    let old_key = std::fs::read_to_string(&key_path).unwrap();
+    let (before, _, _) = db.raw_token_columns(id).await;
+    let target = db.target();
+    let rotated = tokio::task::spawn_blocking(move || admin::cli::secrets_rotate(&target, None))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rotated.columns, 2);
+    assert_eq!(rotated.key_file.as_deref(), Some(key_path.as_path()));
+    let new_key = std::fs::read_to_string(&key_path).unwrap();
+    assert_ne!(new_key, old_key);
+    assert_eq!(new_key.trim(), rotated.new_key_base64.expose());
+    assert!(!db.target().data_dir.join("secret.key.new").exists());
+    let (after, _, _) = db.raw_token_columns(id).await;
+    assert_ne!(before, after);
+    let s = db.open().await;
+    let (_, sec) = s.get_account(id).await.unwrap().unwrap();
+    assert_eq!(sec.access_token.expose(), "at-r");
+    assert_eq!(sec.refresh_token.expose(), "rt-r");
+    s.close().await.unwrap();
+    // The old key is refused now.
+    std::fs::write(&key_path, &old_key).unwrap();
+    assert!(matches!(
+        admin::storage::open(&db.target()).await,
+        Err(admin::StorageError::KeyMismatch { .. })
+    ));
+    std::fs::write(&key_path, &new_key).unwrap();
+    // A given key (base64) is used as it is.
+    let target = db.target();
+    let given = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [4u8; 32]);
+    let g = given.clone();
+    let r = tokio::task::spawn_blocking(move || admin::cli::secrets_rotate(&target, Some(&g)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.new_key_base64.expose(), given);
+    let s = db.open().await;
+    assert_eq!(
+        s.get_account(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .1
+            .refresh_token
+            .expose(),
+        "rt-r"
+    );
+    s.close().await.unwrap();
+}
+
 both_backends!(
+    secrets_rotate_reencrypts_and_installs_the_key,
+    secret_key_checked_and_ciphertexts_bound,
     settings_rows_and_plan_type,
     usage_summary_groups_and_filters,
     migrations_apply_and_ping,

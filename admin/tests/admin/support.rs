@@ -126,6 +126,36 @@ impl TestDb {
         self.pg.is_some()
     }
 
+    /// Runs one statement with text binds, bypassing the storage layer.
+    pub async fn raw_exec(&self, sql: &str, binds: &[&str]) {
+        match &self.pg {
+            Some(pg) => {
+                let mut c = sqlx::PgConnection::connect(&pg.url)
+                    .await
+                    .expect("pg connect");
+                let mut q = sqlx::query(sql);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                q.execute(&mut c).await.expect("raw exec");
+                let _ = c.close().await;
+            }
+            None => {
+                let path = self.target().data_dir.join(admin::DEFAULT_DB_FILE);
+                let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+                let mut c = sqlx::SqliteConnection::connect_with(&opts)
+                    .await
+                    .expect("sqlite connect");
+                let mut q = sqlx::query(sql);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                q.execute(&mut c).await.expect("raw exec");
+                let _ = c.close().await;
+            }
+        }
+    }
+
     /// The three raw token columns of an account, bypassing the storage layer.
     pub async fn raw_token_columns(&self, id: i64) -> (String, String, String) {
         let sql =

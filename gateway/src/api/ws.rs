@@ -135,9 +135,14 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
         max_message: ctx.cfg.max_body_bytes,
     };
     monoio::spawn(
-        AssertUnwindSafe(writer(wr, from_session, Rc::clone(&shared)))
-            .catch_unwind()
-            .map(|_| ()),
+        AssertUnwindSafe(writer(
+            wr,
+            from_session,
+            Rc::clone(&shared),
+            ctx.cfg.client_write_timeout,
+        ))
+        .catch_unwind()
+        .map(|_| ()),
     );
     monoio::spawn(
         AssertUnwindSafe(reader(
@@ -510,14 +515,20 @@ impl WsShared {
 }
 
 /// Writes queued frames in order; ends when the queue closes, then half-closes the socket.
+/// A frame not written within `write_timeout` (the client stopped reading) ends the session
+/// as if the peer had gone: its turn's upstream stream and account slot are released.
 async fn writer(
     mut wr: OwnedWriteHalf<TcpStream>,
     mut frames: mpsc::UnboundedReceiver<Vec<u8>>,
     shared: Rc<WsShared>,
+    write_timeout: Duration,
 ) {
     while let Some(frame) = frames.recv().await {
         let n = frame.len();
-        let (res, _) = wr.write_all(frame).await;
+        let res = match monoio::time::timeout(write_timeout, wr.write_all(frame)).await {
+            Ok((res, _)) => res.map(|_| ()),
+            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        };
         shared.queued.set(shared.queued.get().saturating_sub(n));
         shared.drained.notify_waiters();
         if res.is_err() {

@@ -1,8 +1,11 @@
 //! HTTP/1.1 server codec and connection I/O. See the parent module for the overview.
 
-use std::{io, time::Duration};
+use std::{
+    io,
+    time::{Duration, Instant},
+};
 
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::{buf::IoBuf, io::AsyncReadRent};
 
 use crate::wire::{parse_chunk_size, take_line, Line};
 
@@ -16,6 +19,43 @@ const INITIAL_BUF: usize = 4 * 1024;
 const MAX_BODY_STEP: usize = 1024 * 1024;
 /// Longest chunk-size line (size plus extensions) accepted.
 const MAX_CHUNK_LINE: usize = 4096;
+/// Most chunk-extension bytes in one body (extensions are ignored; without a cap a client
+/// could send gigabytes of them around a small body).
+const MAX_CHUNK_EXT_TOTAL: usize = 16 * 1024;
+
+/// Time limits of one client connection (`client_*` keys of the configuration). Each one is a
+/// *total* budget, not a per-read one: a byte every few seconds never keeps a request open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A request head must be complete this long after its first byte arrived (408).
+    pub head: Duration,
+    /// A request body must be complete this long after the handler asked for it (408)...
+    pub body: Duration,
+    /// ...extended by one second per this many bytes received (0: no extension), so a large
+    /// upload at a reasonable rate finishes while a trickle does not.
+    pub body_min_rate: u64,
+    /// A response write that makes no progress (the client does not read) for this long
+    /// fails with `TimedOut`: the stream ends and its upstream stream and slot are released.
+    pub write: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            head: Duration::from_secs(20),
+            body: Duration::from_secs(60),
+            body_min_rate: 64 * 1024,
+            write: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The deadline of the body being read: `started + body + received / rate`.
+#[derive(Debug, Clone, Copy)]
+struct BodyClock {
+    started: Instant,
+    received: u64,
+}
 
 /// How the request body is delimited (RFC 9112 §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +132,8 @@ pub struct Conn<S> {
     body_unread: bool,
     /// The current request is `HEAD`: responses carry no body bytes.
     head_request: bool,
+    limits: Limits,
+    body_clock: Option<BodyClock>,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -111,12 +153,19 @@ fn bad_chunk(what: &'static str) -> ReadError {
 impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     /// Wraps an accepted stream.
     pub fn new(io: S) -> Self {
+        Self::with_limits(io, Limits::default())
+    }
+
+    /// Wraps an accepted stream with these time limits.
+    pub fn with_limits(io: S, limits: Limits) -> Self {
         Self {
             io,
             buf: Vec::new(),
             wbuf: Vec::new(),
             body_unread: false,
             head_request: false,
+            limits,
+            body_clock: None,
         }
     }
 
@@ -134,6 +183,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     /// Reads the next request head (the body stays on the wire: see [`Conn::read_body`]).
     /// `idle` bounds the wait for its first byte (a timeout closes the connection).
     pub async fn read_head(&mut self, idle: Duration) -> Result<Request, ReadError> {
+        // When the head's first byte arrived (a pipelined head already buffered: now).
+        let mut head_started = (!self.buf.is_empty()).then(Instant::now);
         let (head_len, req) = loop {
             if !self.buf.is_empty() {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -161,11 +212,18 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                     Err(_) => return Err(ReadError::Closed),
                 }
             } else {
-                match monoio::time::timeout(Duration::from_secs(30), self.fill(INITIAL_BUF)).await {
+                // The whole head within `limits.head` of its first byte: one total deadline,
+                // so a byte every few seconds (slowloris) does not keep the connection.
+                let deadline = *head_started.get_or_insert_with(Instant::now) + self.limits.head;
+                let left = deadline.saturating_duration_since(Instant::now());
+                match monoio::time::timeout(left, self.fill(INITIAL_BUF)).await {
                     Ok(r) => r.map_err(ReadError::Io)?,
                     Err(_) => return Err(reject(408, "Timed out reading the request head.")),
                 }
             };
+            if n > 0 && head_started.is_none() {
+                head_started = Some(Instant::now());
+            }
             if n == 0 {
                 return Err(if self.buf.is_empty() {
                     ReadError::Closed
@@ -186,6 +244,10 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         if !self.body_unread {
             return Ok(());
         }
+        self.body_clock = Some(BodyClock {
+            started: Instant::now(),
+            received: 0,
+        });
         match req.framing {
             Framing::None => {}
             Framing::Length(len) => {
@@ -221,10 +283,28 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         Ok(())
     }
 
+    /// What is left of the body's total budget.
+    fn body_time_left(&self) -> Duration {
+        let Some(clock) = self.body_clock else {
+            return self.limits.body;
+        };
+        let extra = match self.limits.body_min_rate {
+            0 => Duration::ZERO,
+            rate => Duration::from_secs_f64(clock.received as f64 / rate as f64),
+        };
+        (clock.started + self.limits.body + extra).saturating_duration_since(Instant::now())
+    }
+
     async fn read_body_bytes(&mut self, min_spare: usize) -> Result<(), ReadError> {
-        match monoio::time::timeout(Duration::from_secs(60), self.fill(min_spare)).await {
+        let left = self.body_time_left();
+        match monoio::time::timeout(left, self.fill(min_spare)).await {
             Ok(Ok(0)) => Err(reject(400, "Connection closed inside the request body.")),
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(n)) => {
+                if let Some(c) = &mut self.body_clock {
+                    c.received += n as u64;
+                }
+                Ok(())
+            }
             Ok(Err(e)) => Err(ReadError::Io(e)),
             Err(_) => Err(reject(408, "Timed out reading the request body.")),
         }
@@ -248,15 +328,27 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
 
     async fn read_chunked(&mut self, max_body: usize) -> Result<Vec<u8>, ReadError> {
         let mut body = Vec::new();
+        let mut ext_bytes = 0usize;
         loop {
             let (len, consumed) = self.chunk_line().await?;
             let size = parse_chunk_size(&self.buf[..len]).map_err(bad_chunk)?;
+            let digits = self.buf[..len]
+                .iter()
+                .take_while(|b| b.is_ascii_hexdigit())
+                .count();
+            ext_bytes += len - digits;
+            if ext_bytes > MAX_CHUNK_EXT_TOTAL {
+                return Err(bad_chunk("chunk extensions too large"));
+            }
             self.buf.drain(..consumed);
             if size == 0 {
                 // Trailer fields until the empty line (ignored, but framed strictly).
                 let mut trailers = 0usize;
                 loop {
                     let (len, consumed) = self.chunk_line().await?;
+                    if len > 0 && !is_field_line(&self.buf[..len]) {
+                        return Err(bad_chunk("malformed trailer field"));
+                    }
                     self.buf.drain(..consumed);
                     if len == 0 {
                         return Ok(body);
@@ -340,8 +432,43 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
 
     /// Writes all bytes in one call (one `write` per call unless the kernel takes less).
     pub async fn write_all(&mut self, data: Vec<u8>) -> io::Result<()> {
-        let (res, _) = self.io.write_all(data).await;
-        res.map(|_| ())
+        self.write_owned(data).await.0
+    }
+
+    /// Writes all of `data`; each `write` must make progress within `limits.write` (a client
+    /// that stops reading fills the socket buffers, and the write then waits forever). On a
+    /// timeout the write is abandoned, never resumed: the caller closes the connection. The
+    /// buffer comes back for reuse (a fresh one after a timeout).
+    async fn write_owned(&mut self, data: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        let total = data.len();
+        let mut buf = data;
+        let mut done = 0;
+        while done < total {
+            let slice = buf.slice(done..);
+            match monoio::time::timeout(self.limits.write, self.io.write(slice)).await {
+                Ok((Ok(0), slice)) => {
+                    return (
+                        Err(io::Error::new(io::ErrorKind::WriteZero, "client closed")),
+                        slice.into_inner(),
+                    )
+                }
+                Ok((Ok(n), slice)) => {
+                    done += n;
+                    buf = slice.into_inner();
+                }
+                Ok((Err(e), slice)) => return (Err(e), slice.into_inner()),
+                Err(_) => {
+                    return (
+                        Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "client did not read the response in time",
+                        )),
+                        Vec::new(),
+                    )
+                }
+            }
+        }
+        (Ok(()), buf)
     }
 
     /// Writes a complete response with a fixed body.
@@ -392,13 +519,13 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         if !http10 {
             w.extend_from_slice(b"\r\n");
         }
-        let (res, mut w) = self.io.write_all(w).await;
+        let (res, mut w) = self.write_owned(w).await;
         // Keep a small buffer for the next event; give back what a large one grew.
         if w.capacity() > 64 * 1024 {
             w = Vec::new();
         }
         self.wbuf = w;
-        res.map(|_| ())
+        res
     }
 
     /// Ends a chunked response.
@@ -408,6 +535,20 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         }
         self.write_all(b"0\r\n\r\n".to_vec()).await
     }
+}
+
+/// `field-name ":" OWS field-value OWS` (RFC 9112 §5): a token name right at the start (a
+/// leading space is an obs-fold, refused), then a colon, then no control characters.
+fn is_field_line(line: &[u8]) -> bool {
+    let name = line
+        .iter()
+        .take_while(|&&b| crate::wire::is_tchar(b))
+        .count();
+    name > 0
+        && line.get(name) == Some(&b':')
+        && line[name + 1..]
+            .iter()
+            .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 /// Appends `n` in lower-case hex (chunk sizes) without formatting machinery.
@@ -443,23 +584,31 @@ fn parse_head(p: &httparse::Request<'_, '_>) -> Result<Request, ReadError> {
     let mut codings: Vec<String> = Vec::new();
     let mut expect_continue = false;
     let mut keep_alive = !http10;
+    let mut te_seen = false;
+    let mut hosts = 0usize;
     for h in p.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         let value = String::from_utf8_lossy(h.value).trim().to_owned();
         match name.as_str() {
             "content-length" => {
                 let len = parse_content_length(&value)?;
-                if content_length.is_some_and(|l| l != len) {
-                    return Err(reject(400, "Conflicting Content-Length headers."));
+                // Duplicates are refused even when equal (RFC 9110 §8.6 allows either): an
+                // intermediary that kept another one would frame the body differently.
+                if content_length.is_some() {
+                    return Err(reject(400, "Duplicate Content-Length headers."));
                 }
                 content_length = Some(len);
             }
-            "transfer-encoding" => codings.extend(
-                value
-                    .split(',')
-                    .map(|c| c.trim().to_ascii_lowercase())
-                    .filter(|c| !c.is_empty()),
-            ),
+            "host" => hosts += 1,
+            "transfer-encoding" => {
+                te_seen = true;
+                codings.extend(
+                    value
+                        .split(',')
+                        .map(|c| c.trim().to_ascii_lowercase())
+                        .filter(|c| !c.is_empty()),
+                )
+            }
             "expect" if value.eq_ignore_ascii_case("100-continue") => expect_continue = true,
             "connection" => {
                 let v = value.to_ascii_lowercase();
@@ -472,6 +621,13 @@ fn parse_head(p: &httparse::Request<'_, '_>) -> Result<Request, ReadError> {
             _ => {}
         }
         headers.push((name, value));
+    }
+    // RFC 9112 §3.2: exactly one Host on HTTP/1.1 (at most one on 1.0).
+    if hosts > 1 || (hosts == 0 && !http10) {
+        return Err(reject(400, "A request needs exactly one Host header."));
+    }
+    if te_seen && codings.is_empty() {
+        return Err(reject(400, "Empty Transfer-Encoding header."));
     }
     let framing = if codings.is_empty() {
         match content_length {
@@ -493,6 +649,13 @@ fn parse_head(p: &httparse::Request<'_, '_>) -> Result<Request, ReadError> {
         }
         if codings.last().map(String::as_str) != Some("chunked") {
             return Err(reject(400, "Transfer-Encoding must end with chunked."));
+        }
+        // RFC 9112 §7: chunked is never applied twice.
+        if codings.iter().filter(|c| *c == "chunked").count() > 1 {
+            return Err(reject(
+                400,
+                "Transfer-Encoding applies chunked more than once.",
+            ));
         }
         if codings.len() > 1 {
             return Err(reject(

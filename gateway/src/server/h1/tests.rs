@@ -274,3 +274,348 @@ async fn huge_chunk_sizes_are_too_large_not_a_panic() {
         }
     }
 }
+
+/// Request smuggling vectors (issue 15): ambiguous framing is refused with 400 (501 for a
+/// coding we do not implement), at once, whatever the segmentation, and never read as two
+/// requests. `hold_open`: a reader that waited for more bytes would time out instead.
+#[monoio::test_all(timer_enabled = true)]
+async fn smuggling_vectors_are_refused_at_every_split() {
+    const H: &str = "POST /v1/responses HTTP/1.1\r\nhost: x\r\n";
+    let te = |te: &str, rest: &str| format!("{H}transfer-encoding: {te}\r\n\r\n{rest}");
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("CL then TE", format!("{H}content-length: 5\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nhost: x\r\n\r\n"), 400),
+        ("TE then CL", format!("{H}transfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n"), 400),
+        ("duplicate equal CL", format!("{H}content-length: 5\r\ncontent-length: 5\r\n\r\nhello"), 400),
+        ("conflicting CL", format!("{H}content-length: 5\r\ncontent-length: 50\r\n\r\nhello"), 400),
+        ("CL list", format!("{H}content-length: 5,5\r\n\r\nhello"), 400),
+        ("negative CL", format!("{H}content-length: -1\r\n\r\n"), 400),
+        ("empty CL", format!("{H}content-length: \r\n\r\n"), 400),
+        ("CL with inner space", format!("{H}content-length: 1 0\r\n\r\n0123456789"), 400),
+        ("CL overflow", format!("{H}content-length: 18446744073709551616\r\n\r\n"), 400),
+        ("space before colon", format!("{H}content-length : 5\r\n\r\nhello"), 400),
+        ("obs-fold", format!("{H}x-folded: a\r\n b\r\ncontent-length: 0\r\n\r\n"), 400),
+        ("obs-fold TE", format!("{H}transfer-encoding:\r\n chunked\r\n\r\n0\r\n\r\n"), 400),
+        ("empty TE", format!("{H}transfer-encoding: \r\ncontent-length: 5\r\n\r\nhello"), 400),
+        ("TE not final chunked", te("chunked, identity", "0\r\n\r\n"), 400),
+        ("TE identity", te("identity", "0\r\n\r\n"), 400),
+        ("TE chunked twice", te("chunked, chunked", "0\r\n\r\n"), 400),
+        ("TE chunked in two headers", format!("{H}transfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"), 400),
+        ("TE with parameters", te("chunked;q=1", "0\r\n\r\n"), 400),
+        ("TE unknown coding before chunked", te("foo, chunked", "0\r\n\r\n"), 501),
+        ("no Host", "POST /v1/responses HTTP/1.1\r\ncontent-length: 0\r\n\r\n".into(), 400),
+        ("two Hosts", format!("{H}host: y\r\ncontent-length: 0\r\n\r\n"), 400),
+        ("negative chunk size", te("chunked", "-5\r\nhello\r\n0\r\n\r\n"), 400),
+        ("chunk size overflow", te("chunked", "10000000000000005\r\nhello\r\n0\r\n\r\n"), 400),
+        ("invalid hex chunk size", te("chunked", "5g\r\nhello\r\n0\r\n\r\n"), 400),
+        ("empty chunk size", te("chunked", "\r\nhello\r\n0\r\n\r\n"), 400),
+        ("bare ; extension", te("chunked", "5;\r\nhello\r\n0\r\n\r\n"), 400),
+        ("extension value with a space", te("chunked", "5;a=b c\r\nhello\r\n0\r\n\r\n"), 400),
+        ("unterminated quoted extension", te("chunked", "5;a=\"b\r\nhello\r\n0\r\n\r\n"), 400),
+        ("extension with a control char", te("chunked", "5;a=\x01\r\nhello\r\n0\r\n\r\n"), 400),
+        ("chunk data longer than its size", te("chunked", "3\r\nhello\r\n0\r\n\r\n"), 400),
+        ("obs-fold in a trailer", te("chunked", "5\r\nhello\r\n0\r\nx-t: 1\r\n folded\r\n\r\n"), 400),
+        ("trailer without a colon", te("chunked", "5\r\nhello\r\n0\r\nnot-a-field\r\n\r\n"), 400),
+    ];
+    for (what, wire, status) in &cases {
+        for plan in Plan::standard(3, true) {
+            let mut conn = Conn::new(SegmentedIo::new(wire.as_bytes(), plan).hold_open());
+            let res = monoio::time::timeout(Duration::from_secs(3), read_one(&mut conn)).await;
+            match res {
+                Ok(Err(ReadError::Reject { status: s, .. })) if s == *status => {}
+                Ok(other) => panic!(
+                    "{what} ({wire:?}) {plan:?}: expected {status}, got {:?}",
+                    other.map(|r| r.body.len()).map_err(|e| describe(&e))
+                ),
+                Err(_) => panic!("{what} {plan:?}: waited instead of refusing"),
+            }
+        }
+    }
+}
+
+/// Valid extensions and quoted strings are accepted (RFC 9112 §7.1.1), at every split.
+#[monoio::test_all(timer_enabled = true)]
+async fn valid_chunk_extensions_and_trailers_are_accepted() {
+    let wire = "POST /v1/responses HTTP/1.1\r\nhost: x\r\ntransfer-encoding: Chunked\r\n\r\n\
+                5;a=b\r\nhello\r\n6 ; name ; q=\"x \\\"y\\\"\"\r\n world\r\n0\r\nx-t: 1\r\n\r\n";
+    for plan in Plan::standard(4, true) {
+        let mut conn = Conn::new(SegmentedIo::new(wire.as_bytes(), plan));
+        let req = read_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("{plan:?}: {}", describe(&e)));
+        assert_eq!(req.body, b"hello world", "{plan:?}");
+    }
+}
+
+/// Many tiny chunks each with a long extension: refused once the extensions pass their cap
+/// (they are ignored; without a cap they would cost unbounded reading).
+#[monoio::test_all(timer_enabled = true)]
+async fn chunk_extension_bytes_are_capped() {
+    let mut wire =
+        b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    let ext = format!(";e={}", "x".repeat(1000));
+    for _ in 0..40 {
+        wire.extend_from_slice(format!("1{ext}\r\na\r\n").as_bytes());
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    for plan in [Plan::Whole, Plan::Random { seed: 3, max: 700 }] {
+        let mut conn = Conn::new(SegmentedIo::new(&wire, plan).hold_open());
+        match read_one(&mut conn).await {
+            Err(ReadError::Reject { status: 400, .. }) => {}
+            other => panic!(
+                "{plan:?}: {:?}",
+                other.map(|r| r.body.len()).map_err(|e| describe(&e))
+            ),
+        }
+    }
+}
+
+/// A loopback connection whose peer thread writes `data` one byte every `every`, then holds
+/// the connection open; returns the server side and a flag the peer clears when it stops.
+fn dribbling_peer(data: Vec<u8>, every: Duration) -> monoio::net::TcpStream {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut peer = std::net::TcpStream::connect(addr).unwrap();
+        peer.set_nodelay(true).unwrap();
+        for b in data {
+            if peer.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(every);
+        }
+        // Hold the connection open (the server must not wait for more).
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    monoio::net::TcpStream::from_std(server).unwrap()
+}
+
+fn short_limits() -> super::Limits {
+    super::Limits {
+        head: Duration::from_millis(800),
+        body: Duration::from_millis(800),
+        body_min_rate: 1024,
+        write: Duration::from_millis(500),
+    }
+}
+
+/// Slowloris: a head arriving one byte every 100 ms (each read well inside any per-read
+/// timeout) is refused with 408 once the total head budget is spent.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_dribbled_head_hits_the_total_head_deadline() {
+    let head = cli_head("content-length: 0\r\n").into_bytes();
+    let io = dribbling_peer(head, Duration::from_millis(100));
+    let mut conn = Conn::with_limits(io, short_limits());
+    let t0 = std::time::Instant::now();
+    match conn.read_head(IDLE).await {
+        Err(ReadError::Reject { status: 408, .. }) => {}
+        other => panic!("{:?}", other.map(|r| r.path).map_err(|e| describe(&e))),
+    }
+    // Bounded by the budget, not by the (1 KB x 100 ms) head.
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
+/// The same for a body trickling at 10 bytes/s (below the configured minimum rate).
+#[monoio::test_all(timer_enabled = true)]
+async fn a_dribbled_body_hits_the_total_body_deadline() {
+    for chunked in [false, true] {
+        let mut wire = if chunked {
+            cli_head("transfer-encoding: chunked\r\n").into_bytes()
+        } else {
+            cli_head("content-length: 1000\r\n").into_bytes()
+        };
+        let head_len = wire.len();
+        if chunked {
+            wire.extend_from_slice(b"3e8\r\n");
+        }
+        wire.extend_from_slice(&body(1000));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut peer = std::net::TcpStream::connect(addr).unwrap();
+            peer.set_nodelay(true).unwrap();
+            let _ = peer.write_all(&wire[..head_len]);
+            for b in &wire[head_len..] {
+                if peer.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let io = monoio::net::TcpStream::from_std(server).unwrap();
+        let mut conn = Conn::with_limits(io, short_limits());
+        let mut req = conn.read_head(IDLE).await.expect("head");
+        let t0 = std::time::Instant::now();
+        match conn.read_body(&mut req, MAX_BODY).await {
+            Err(ReadError::Reject { status: 408, .. }) => {}
+            other => panic!("chunked={chunked}: {:?}", other.map_err(|e| describe(&e))),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    }
+}
+
+/// A body at a healthy rate outlives the base budget: the deadline grows with what arrived.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_steady_body_is_not_cut_by_the_base_budget() {
+    let b = body(200 * 1024);
+    let wire = with_length("", &b);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut peer = std::net::TcpStream::connect(addr).unwrap();
+        // 200 KB over ~1.6 s: far above 1 KiB/s, longer than the 0.8 s base.
+        for part in wire.chunks(8 * 1024) {
+            if peer.write_all(part).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(60));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let mut conn = Conn::with_limits(
+        monoio::net::TcpStream::from_std(server).unwrap(),
+        short_limits(),
+    );
+    let mut req = conn.read_head(IDLE).await.expect("head");
+    conn.read_body(&mut req, MAX_BODY)
+        .await
+        .map_err(|e| describe(&e))
+        .expect("body");
+    assert_eq!(req.body, b);
+}
+
+/// Slow reader: a client that stops reading makes a write stall; past the write deadline it
+/// fails with `TimedOut` instead of waiting forever.
+#[monoio::test_all(timer_enabled = true)]
+async fn a_client_that_stops_reading_hits_the_write_deadline() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A small receive buffer, set before connecting (so the window agrees with it).
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let peer: std::net::TcpStream = sock.into();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let mut conn = Conn::with_limits(
+        monoio::net::TcpStream::from_std(server).unwrap(),
+        short_limits(),
+    );
+    conn.start_stream(200, &[], false).await.expect("head");
+    let chunk = vec![b'x'; 16 * 1024];
+    let t0 = std::time::Instant::now();
+    let err = loop {
+        if let Err(e) = conn.write_chunk(&chunk, false).await {
+            break e;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the write never stalled"
+        );
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    // Closing the connection really closes the socket (the abandoned write does not pin it):
+    // the peer reads what was buffered, then EOF.
+    drop(conn);
+    let t0 = std::time::Instant::now();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut peer = peer;
+        peer.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut tmp = vec![0u8; 65536];
+        let mut got = 0usize;
+        loop {
+            match peer.read(&mut tmp) {
+                Ok(0) => return Ok(()),
+                Ok(n) => got += n,
+                Err(e) => {
+                    eprintln!("peer read error after {got} bytes: {e}");
+                    return Err(e);
+                }
+            }
+        }
+    });
+    // Keep the runtime turning while the peer drains (io_uring completes the close here).
+    while !reader.is_finished() {
+        monoio::time::sleep(Duration::from_millis(20)).await;
+        assert!(t0.elapsed() < Duration::from_secs(15));
+    }
+    reader
+        .join()
+        .unwrap()
+        .expect("EOF after the buffered bytes");
+}
+
+/// The write loop under partial writes: a peer with a 4 KiB receive buffer reading in small
+/// pieces makes every large write partial; the bytes arrive intact and in order, and a reader
+/// that keeps making progress is never cut by the write deadline (each write progresses).
+#[monoio::test_all(timer_enabled = true)]
+async fn partial_writes_deliver_every_byte_in_order() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let peer: std::net::TcpStream = sock.into();
+    let (server, _) = listener.accept().unwrap();
+    server.set_nonblocking(true).unwrap();
+    let payload = body(600 * 1024);
+    let want = {
+        let mut w = Vec::new();
+        for part in payload.chunks(100 * 1024) {
+            push_hex(&mut w, part.len());
+            w.extend_from_slice(b"\r\n");
+            w.extend_from_slice(part);
+            w.extend_from_slice(b"\r\n");
+        }
+        w.extend_from_slice(b"0\r\n\r\n");
+        w
+    };
+    let total = want.len();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut peer = peer;
+        let mut got = Vec::with_capacity(total);
+        let mut tmp = [0u8; 1500];
+        let mut reads = 0u32;
+        while got.len() < total {
+            let n = peer.read(&mut tmp).unwrap();
+            assert!(n > 0, "EOF after {} bytes", got.len());
+            got.extend_from_slice(&tmp[..n]);
+            reads += 1;
+            if reads % 64 == 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        got
+    });
+    let mut conn = Conn::with_limits(
+        monoio::net::TcpStream::from_std(server).unwrap(),
+        short_limits(),
+    );
+    for part in payload.chunks(100 * 1024) {
+        conn.write_chunk(part, false)
+            .await
+            .expect("a progressing reader is never cut");
+    }
+    conn.finish_stream(false).await.expect("end");
+    while !reader.is_finished() {
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = reader.join().unwrap();
+    assert!(
+        got == want,
+        "bytes differ ({} vs {})",
+        got.len(),
+        want.len()
+    );
+}

@@ -1,0 +1,552 @@
+//! Hostile clients against the real front door (issue 15): request smuggling refused with 400
+//! and a closed connection, total head and body deadlines (slowloris), slow readers that stop
+//! reading a stream (the account's slot is released), the per-stream output cap, and the
+//! connection caps. Real sockets; deadlines are short configured values, never performance
+//! figures.
+
+// Test helpers fail by panicking.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+use integration_tests::{Stack, StackBuilder};
+
+fn connect(s: &Stack) -> TcpStream {
+    let c = TcpStream::connect(s.app.data_addr).expect("connect");
+    c.set_nodelay(true).expect("nodelay");
+    c.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    c
+}
+
+/// Status, lower-cased head and body (by content-length) of one response.
+fn read_response(c: &mut TcpStream) -> (u16, String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 65536];
+    let head_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        let n = c.read(&mut tmp).expect("read head");
+        assert!(n > 0, "closed before a response head");
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let status: u16 = head[9..12].parse().expect("status");
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |v| v.trim().parse().expect("length"));
+    buf.drain(..head_end);
+    while buf.len() < len {
+        let n = c.read(&mut tmp).expect("read body");
+        assert!(n > 0, "closed inside a body");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+    buf.truncate(len);
+    (status, head, buf)
+}
+
+/// True when the server closes (EOF or reset) within the read timeout; bytes are skipped.
+fn closed(c: &mut TcpStream) -> bool {
+    let mut tmp = [0u8; 4096];
+    loop {
+        match c.read(&mut tmp) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                )
+            }
+        }
+    }
+}
+
+fn upstream_requests(s: &Stack) -> usize {
+    s.mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .count()
+}
+
+fn ok_request(s: &Stack) -> u16 {
+    let body = br#"{"model":"gpt-5.5","input":"hi"}"#;
+    let mut c = connect(s);
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        s.key,
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body).unwrap();
+    read_response(&mut c).0
+}
+
+/// Each smuggling vector, written whole and then one byte per write: 400 in OpenAI's error
+/// shape, `connection: close`, the connection really closes, and the request hidden behind
+/// it is never served (nothing reaches the upstream).
+#[test]
+fn smuggling_vectors_get_400_and_a_closed_connection() {
+    let s = StackBuilder::default().start();
+    let smuggled = "GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n";
+    let auth = format!("authorization: Bearer {}\r\n", s.key);
+    let h = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: gw\r\n{auth}content-type: application/json\r\n"
+    );
+    let vectors = [
+        format!("{h}content-length: 4\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"),
+        format!("{h}transfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n0\r\n\r\n{smuggled}"),
+        format!("{h}content-length: 2\r\ncontent-length: 2\r\n\r\n{{}}{smuggled}"),
+        format!("{h}content-length: 2\r\ncontent-length: 40\r\n\r\n{{}}{smuggled}"),
+        format!("{h}x-folded: a\r\n b\r\ncontent-length: 2\r\n\r\n{{}}{smuggled}"),
+        format!("{h}transfer-encoding: chunked, identity\r\n\r\n2\r\n{{}}\r\n0\r\n\r\n{smuggled}"),
+        format!("{h}transfer-encoding: chunked\r\n\r\n-2\r\n{{}}\r\n0\r\n\r\n{smuggled}"),
+        format!("{h}transfer-encoding: chunked\r\n\r\n2;a=b c\r\n{{}}\r\n0\r\n\r\n{smuggled}"),
+        format!(
+            "{h}transfer-encoding: chunked\r\n\r\n1ffffffffffffffff\r\n{{}}\r\n0\r\n\r\n{smuggled}"
+        ),
+        format!("{h}transfer-encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n{smuggled}"),
+    ];
+    for wire in &vectors {
+        for one_byte in [false, true] {
+            let mut c = connect(&s);
+            if one_byte {
+                for b in wire.as_bytes() {
+                    if c.write_all(&[*b]).is_err() {
+                        break; // refused before the end: fine
+                    }
+                }
+            } else {
+                c.write_all(wire.as_bytes()).unwrap();
+            }
+            let (status, head, body) = read_response(&mut c);
+            assert_eq!(status, 400, "{wire:?} one_byte={one_byte}: {head}");
+            assert!(head.contains("connection: close"), "{head}");
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert!(v["error"]["message"].is_string(), "{v}");
+            assert!(closed(&mut c), "{wire:?}: the connection closes");
+        }
+    }
+    assert_eq!(upstream_requests(&s), 0, "nothing reached the upstream");
+}
+
+/// A head sent one byte at a time, slower than the head budget allows, is refused (408) and
+/// closed once the *total* budget is spent, though each byte arrives well within any per-read
+/// timeout. The same for a body trickling below the minimum rate.
+#[test]
+fn trickled_heads_and_bodies_hit_their_total_deadlines() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| {
+            c.client_header_timeout = Duration::from_secs(1);
+            c.client_body_timeout = Duration::from_secs(1);
+            c.client_body_min_rate = 1024;
+        })),
+        ..Default::default()
+    }
+    .start();
+    // Head: a byte every 300 ms (a per-read timeout of 1 s would never fire).
+    let mut c = connect(&s);
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-length: 2\r\n\r\n{{}}",
+        s.key
+    );
+    let t0 = Instant::now();
+    let mut refused = false;
+    for b in head.as_bytes() {
+        if c.write_all(&[*b]).is_err() {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if t0.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+    }
+    let _ = refused;
+    assert!(closed(&mut c), "the trickled head's connection closes");
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    // Body: the head at once, then 10 bytes per second of a 1000-byte body.
+    let mut c = connect(&s);
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-length: 1000\r\n\r\n",
+        s.key
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let t0 = Instant::now();
+    let writer = {
+        let mut c = c.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..1000 {
+                if c.write_all(b"x").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let (status, _, body) = read_response(&mut c);
+    assert_eq!(status, 408, "{}", String::from_utf8_lossy(&body));
+    assert!(closed(&mut c));
+    assert!(t0.elapsed() < Duration::from_secs(8), "{:?}", t0.elapsed());
+    drop(c);
+    writer.join().unwrap();
+    assert_eq!(upstream_requests(&s), 0);
+}
+
+/// Slowloris: 2,000 connections each sending one header byte per second are all closed
+/// within the head budget (plus slack), and normal requests are served meanwhile.
+/// (The benchmark runs 10,000; see docs/hardening.md.)
+#[test]
+fn slowloris_connections_are_closed_and_do_not_starve_others() {
+    const N: usize = 2000;
+    let budget = Duration::from_secs(3);
+    let s = StackBuilder {
+        tweak: Some(Box::new(move |c| c.client_header_timeout = budget)),
+        ..Default::default()
+    }
+    .start();
+    let prefix = b"POST /v1/responses HTTP/1.1\r\nhost: gw\r\nx-slow: ".to_vec();
+    let mut conns: Vec<(TcpStream, Instant, Option<Instant>)> = Vec::with_capacity(N);
+    for _ in 0..N {
+        let c = TcpStream::connect(s.app.data_addr).expect("connect");
+        c.set_nodelay(true).unwrap();
+        c.set_nonblocking(true).unwrap();
+        conns.push((c, Instant::now(), None));
+    }
+    let mut sent = 0usize;
+    let started = Instant::now();
+    let mut served = 0;
+    while conns.iter().any(|c| c.2.is_none()) && started.elapsed() < budget * 4 {
+        for (c, first, done) in conns.iter_mut() {
+            if done.is_some() {
+                continue;
+            }
+            let b = prefix.get(sent).copied().unwrap_or(b'a');
+            if sent == 0 {
+                *first = Instant::now();
+            }
+            let _ = c.write(&[b]);
+            let mut tmp = [0u8; 512];
+            match c.read(&mut tmp) {
+                Ok(0) => *done = Some(Instant::now()),
+                Ok(_) => {} // the 408; EOF follows
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => *done = Some(Instant::now()),
+            }
+        }
+        sent += 1;
+        // Normal clients are served while the slow ones hold their connections.
+        assert_eq!(ok_request(&s), 200, "a normal request during the attack");
+        served += 1;
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let open = conns.iter().filter(|c| c.2.is_none()).count();
+    assert_eq!(open, 0, "{open} of {N} slow connections still open");
+    let worst = conns
+        .iter()
+        .map(|(_, first, done)| done.map_or(Duration::MAX, |d| d - *first))
+        .max()
+        .unwrap();
+    // Closed within the budget (plus the 1 s polling step and scheduling slack).
+    assert!(worst < budget + Duration::from_secs(3), "worst {worst:?}");
+    assert!(served >= 3);
+    assert_eq!(ok_request(&s), 200);
+}
+
+/// A streaming client that stops reading (tiny receive buffer) while the upstream sends a
+/// large answer: past the write deadline the stream is closed, the upstream stream and the
+/// account's slot are released, and other requests are served by that account meanwhile.
+#[test]
+fn a_slow_reader_releases_its_account_slot() {
+    for legacy in [true, false] {
+        let s = StackBuilder {
+            legacy,
+            workers: 1,
+            tweak: Some(Box::new(|c| {
+                c.client_write_timeout = Duration::from_secs(1);
+            })),
+            ..Default::default()
+        }
+        .start();
+        let acct = s.accounts[0].account_id.clone();
+        s.mock.set_behaviour(
+            &acct,
+            benches::Behaviour {
+                tokens: Some(5_000_000),
+                ..Default::default()
+            },
+        );
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&s.app.data_addr.into()).unwrap();
+        let mut c: TcpStream = sock.into();
+        let body = br#"{"model":"gpt-5.5","input":"write a lot","stream":true}"#;
+        let head = format!(
+            "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            s.key,
+            body.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(body).unwrap();
+        // Read the first bytes (the stream is open and holds the slot), then stop reading.
+        let mut first = [0u8; 1024];
+        let n = c.read(&mut first).unwrap();
+        assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+        assert_eq!(
+            s.in_flight(&acct),
+            1,
+            "legacy={legacy}: the stream holds the slot"
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while s.in_flight(&acct) != 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            s.in_flight(&acct),
+            0,
+            "legacy={legacy}: the slow reader's slot was released"
+        );
+        // The connection was closed by the gateway: reading on eventually hits EOF/reset.
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = 0usize;
+        let mut tmp = vec![0u8; 65536];
+
+        let t0 = Instant::now();
+        let end = loop {
+            match c.read(&mut tmp) {
+                Ok(0) => break "eof".to_owned(),
+                Ok(n) => got += n,
+                Err(e) => break format!("{e:?}"),
+            }
+        };
+        assert!(
+            end == "eof" || end.contains("ConnectionReset"),
+            "legacy={legacy}: the stream is closed: {end} after {got} bytes in {:?}",
+            t0.elapsed()
+        );
+        s.mock.clear_behaviour(&acct);
+        assert_eq!(ok_request(&s), 200);
+        let m = metrics(&s);
+        assert!(
+            m.contains("codex_gateway_client_timeouts_total{phase=\"write\"} 1"),
+            "{m}"
+        );
+    }
+}
+
+fn metrics(s: &Stack) -> String {
+    let mut c = connect(s);
+    c.write_all(b"GET /metrics HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .unwrap();
+    String::from_utf8(read_response(&mut c).2).unwrap()
+}
+
+/// A runaway stream past `max_stream_output_bytes` ends with one `response.failed`
+/// (`stream_output_limit`) and releases its slot; non-streamed answers get a 502.
+#[test]
+fn the_stream_output_cap_ends_a_runaway_stream() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| c.max_stream_output_bytes = 64 * 1024)),
+        ..Default::default()
+    }
+    .start();
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(100_000),
+            ..Default::default()
+        },
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let r = s
+            .post("/v1/responses")
+            .body(r#"{"model":"gpt-5.5","input":"hi","stream":true}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let events = integration_tests::parse_sse(&text);
+        let (last, data) = events.last().unwrap();
+        assert_eq!(last, "response.failed", "{data}");
+        assert!(data.contains("stream_output_limit"), "{data}");
+        assert!(text.len() < 256 * 1024, "{}", text.len());
+        let r = s
+            .post("/v1/responses")
+            .body(r#"{"model":"gpt-5.5","input":"hi"}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 502);
+        let v: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "stream_output_limit", "{v}");
+    });
+    assert_eq!(s.in_flight(&acct), 0);
+    // Small answers are untouched.
+    s.mock.clear_behaviour(&acct);
+    assert_eq!(ok_request(&s), 200);
+}
+
+/// The global cap answers 503 and the per-IP cap 429, in OpenAI's error shape with
+/// `retry-after`; a freed place is usable again.
+#[test]
+fn connection_caps_refuse_with_openai_errors() {
+    for (global, per_ip, status, code) in [
+        (3, 0, 503, "too_many_connections"),
+        (0, 3, 429, "too_many_connections_per_ip"),
+    ] {
+        let s = StackBuilder {
+            tweak: Some(Box::new(move |c| {
+                c.max_connections = global;
+                c.max_connections_per_ip = per_ip;
+            })),
+            ..Default::default()
+        }
+        .start();
+        let mut held: Vec<TcpStream> = (0..3).map(|_| connect(&s)).collect();
+        // The held connections are admitted: each answers a request.
+        for c in held.iter_mut() {
+            c.write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+                .unwrap();
+            assert_eq!(read_response(c).0, 200);
+        }
+        let mut extra = connect(&s);
+        let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n");
+        let (st, head, body) = read_response(&mut extra);
+        assert_eq!(st, status, "{head}");
+        assert!(head.contains("retry-after: 1"), "{head}");
+        assert!(head.contains("connection: close"), "{head}");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["code"], code, "{v}");
+        assert!(closed(&mut extra));
+        drop(held.pop());
+        std::thread::sleep(Duration::from_millis(200));
+        let mut again = connect(&s);
+        again
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+            .unwrap();
+        assert_eq!(
+            read_response(&mut again).0,
+            200,
+            "a freed place is reusable"
+        );
+        let m = metrics_on(&mut held[0]);
+        let reason = if global > 0 { "global" } else { "per_ip" };
+        assert!(
+            m.contains(&format!(
+                "codex_gateway_connections_refused_total{{reason=\"{reason}\"}} 1"
+            )),
+            "{m}"
+        );
+    }
+}
+
+fn metrics_on(c: &mut TcpStream) -> String {
+    c.write_all(b"GET /metrics HTTP/1.1\r\nhost: gw\r\n\r\n")
+        .unwrap();
+    String::from_utf8(read_response(c).2).unwrap()
+}
+
+/// `metrics_token`: `/metrics` answers 401 (OpenAI error shape) without the bearer token or
+/// with a wrong one, 200 with it.
+#[test]
+fn metrics_can_be_put_behind_a_token() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| {
+            c.metrics_token = Some(shared_state::Secret::new("m-token-1"));
+        })),
+        ..Default::default()
+    }
+    .start();
+    for (auth, status) in [
+        ("", 401),
+        ("authorization: Bearer m-token-2\r\n", 401),
+        ("authorization: Bearer m-token-1\r\n", 200),
+    ] {
+        let mut c = connect(&s);
+        c.write_all(format!("GET /metrics HTTP/1.1\r\nhost: gw\r\n{auth}\r\n").as_bytes())
+            .unwrap();
+        let (st, _, body) = read_response(&mut c);
+        assert_eq!(st, status, "{auth:?}");
+        let text = String::from_utf8_lossy(&body);
+        if status == 200 {
+            assert!(text.contains("codex_gateway_client_connections"), "{text}");
+        } else {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+    }
+}
+
+/// The client WebSocket too: a client that stops reading while a large turn streams ends
+/// its session at the write deadline, releasing the account's slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_websocket_client_that_stops_reading_releases_its_slot() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let s = StackBuilder {
+        workers: 1,
+        tweak: Some(Box::new(|c| {
+            c.client_write_timeout = Duration::from_secs(1);
+        })),
+        ..Default::default()
+    }
+    .start();
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(5_000_000),
+            ..Default::default()
+        },
+    );
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&s.app.data_addr.into()).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let tcp = tokio::net::TcpStream::from_std(sock.into()).unwrap();
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let create =
+        serde_json::json!({"type":"response.create","model":"gpt-5.5","input":"write a lot"});
+    ws.send(Message::text(create.to_string())).await.unwrap();
+    // The first event: the turn is running and holds the slot; then stop reading.
+    let first = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(first, Message::Text(_)));
+    assert_eq!(s.in_flight(&acct), 1, "the turn holds the slot");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.in_flight(&acct) != 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        s.in_flight(&acct),
+        0,
+        "the stalled session released its slot"
+    );
+    drop(ws);
+    s.mock.clear_behaviour(&acct);
+    let s2 = &s;
+    let status = tokio::task::block_in_place(|| ok_request(s2));
+    assert_eq!(status, 200);
+}
