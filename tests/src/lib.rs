@@ -99,6 +99,25 @@ impl Stack {
             .header("content-type", "application/json")
     }
 
+    /// A metric from the data plane's `/metrics`, summed over its label sets (0 when absent).
+    pub async fn metric(&self, name: &str) -> i64 {
+        let text = client()
+            .get(format!("{}/metrics", self.url()))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        text.lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+            .sum()
+    }
+
     /// In-flight count of the account with this ChatGPT account id.
     pub fn in_flight(&self, chatgpt_account_id: &str) -> u32 {
         self.app

@@ -49,21 +49,6 @@ async fn run(s: &Stack, http: &reqwest::Client, body: &serde_json::Value) -> (u1
     (status, completed, text)
 }
 
-async fn metric(s: &Stack, name: &str) -> i64 {
-    let text = client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_thousand_streams_through_one_worker_at_100_streams_per_connection() {
     let s = stack(
@@ -93,7 +78,7 @@ async fn a_thousand_streams_through_one_worker_at_100_streams_per_connection() {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let conns = metric(&s, "codex_gateway_upstream_h2_connections").await;
+        let conns = s.metric("codex_gateway_upstream_h2_connections").await;
         (peak, conns)
     };
     let (results, (peak, conns)) = tokio::join!(all, watcher);
@@ -145,10 +130,10 @@ async fn goaway_mid_stream_loses_no_stream() {
     // request found it retired and opened a fresh connection.
     let (st, done, _) = run(&s, &http, &slow_stream(0)).await;
     assert!(st == 200 && done);
-    let retired = metric(&s, "codex_gateway_upstream_h2_retired_total").await;
+    let retired = s.metric("codex_gateway_upstream_h2_retired_total").await;
     assert!(retired >= 3, "connections retired after GOAWAY: {retired}");
     assert_eq!(
-        metric(&s, "codex_gateway_upstream_h2_streams").await,
+        s.metric("codex_gateway_upstream_h2_streams").await,
         0,
         "slots released"
     );
@@ -186,7 +171,7 @@ async fn a_full_pool_fails_fast_with_503() {
         "no silent wait"
     );
     assert_eq!(
-        metric(&s, "codex_gateway_upstream_h2_saturated_total").await,
+        s.metric("codex_gateway_upstream_h2_saturated_total").await,
         10
     );
     // The accounts were not blamed: all still serve.
@@ -220,8 +205,8 @@ async fn an_http1_origin_is_reached_over_pooled_keep_alive_connections() {
         let text = r.text().await.unwrap();
         assert!(text.contains("Hello from mock-codex"), "{i}: {text}");
     }
-    let connects = metric(&s, "codex_gateway_upstream_h1_connects_total").await;
-    let reused = metric(&s, "codex_gateway_upstream_h1_reused_total").await;
+    let connects = s.metric("codex_gateway_upstream_h1_connects_total").await;
+    let reused = s.metric("codex_gateway_upstream_h1_reused_total").await;
     // A finished stream's tail is read in a task of its own, so a request sent the moment
     // the previous answer ended may find that connection not back yet and open another one.
     assert_eq!(connects + reused, 12);
@@ -235,14 +220,14 @@ async fn an_http1_origin_is_reached_over_pooled_keep_alive_connections() {
     let out = join_all((0..5).map(|_| run(&s, &http, &slow))).await;
     assert!(out.iter().all(|(st, done, _)| *st == 200 && *done));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while metric(&s, "codex_gateway_upstream_h1_idle").await < 5 {
+    while s.metric("codex_gateway_upstream_h1_idle").await < 5 {
         assert!(
             std::time::Instant::now() < deadline,
             "the five connections were not pooled"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let idle = metric(&s, "codex_gateway_upstream_h1_idle").await;
+    let idle = s.metric("codex_gateway_upstream_h1_idle").await;
 
     // A stream the client leaves midway: its upstream connection is closed, not pooled.
     let r = http
@@ -257,5 +242,5 @@ async fn an_http1_origin_is_reached_over_pooled_keep_alive_connections() {
     // It took one idle connection; after the time the whole stream would have taken, that
     // connection is still not back.
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    assert_eq!(metric(&s, "codex_gateway_upstream_h1_idle").await, idle - 1);
+    assert_eq!(s.metric("codex_gateway_upstream_h1_idle").await, idle - 1);
 }

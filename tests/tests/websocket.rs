@@ -539,22 +539,6 @@ async fn a_sockets_turns_stay_on_one_upstream_socket_under_load() {
     );
 }
 
-/// Sum of a metric over its label sets, read from `/metrics`.
-async fn metric_sum(s: &Stack, name: &str) -> u64 {
-    let body = client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// Idle pooled upstream sockets are pinged: a healthy one answers and is reused for the exact
 /// continuation; one that went silent with its TCP connection open (no FIN, no RST) is found
 /// dead and closed, so the next turn replays on a fresh socket at once instead of waiting on
@@ -596,10 +580,7 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
             json!(id1),
             "exact continuation"
         );
-        assert_eq!(
-            metric_sum(&s, "codex_gateway_upstream_ws_dead_total").await,
-            0
-        );
+        assert_eq!(s.metric("codex_gateway_upstream_ws_dead_total").await, 0);
         let id2 = t2.last().unwrap()["response"]["id"]
             .as_str()
             .unwrap()
@@ -608,7 +589,7 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
         // The upstream socket goes silent: the ping finds it dead.
         assert_eq!(s.mock.ws_freeze_all(), 1);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while metric_sum(&s, "codex_gateway_upstream_ws_dead_total").await == 0 {
+        while s.metric("codex_gateway_upstream_ws_dead_total").await == 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "legacy={legacy}: never found dead"
@@ -667,10 +648,7 @@ async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
             .filter(|r| r.method == "POST" && r.path.ends_with("/responses"))
             .count();
         assert_eq!(http, 4, "legacy={legacy}: each big turn over HTTP");
-        assert_eq!(
-            metric_sum(&s, "codex_gateway_upstream_ws_too_big_total").await,
-            4
-        );
+        assert_eq!(s.metric("codex_gateway_upstream_ws_too_big_total").await, 4);
         // The origin is not taken for broken: a small turn still goes over WebSocket.
         send(
             &mut ws,
