@@ -59,6 +59,7 @@ pub struct WorkerMetrics {
     ws_upstream_reused: AtomicU64,
     ws_upstream_fallbacks: AtomicU64,
     ws_upstream_idle: AtomicI64,
+    events: AtomicU64,
     h1_idle: AtomicI64,
     h1_connects: AtomicU64,
     h1_reused: AtomicU64,
@@ -140,6 +141,7 @@ impl WorkerMetrics {
             ws_upstream_reused: AtomicU64::new(0),
             ws_upstream_fallbacks: AtomicU64::new(0),
             ws_upstream_idle: AtomicI64::new(0),
+            events: AtomicU64::new(0),
             h1_idle: AtomicI64::new(0),
             h1_connects: AtomicU64::new(0),
             h1_reused: AtomicU64::new(0),
@@ -150,6 +152,11 @@ impl WorkerMetrics {
             connections: AtomicI64::new(0),
             guards: Default::default(),
         }
+    }
+
+    /// Counts upstream events forwarded to clients (after the commit).
+    pub fn events(&self, n: u64) {
+        self.events.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A client connection opened (+1) or closed (-1) on this worker.
@@ -460,6 +467,52 @@ impl Registry {
             .map(|w| w.ws_sessions.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_ws_sessions {n}");
+        // Per-worker views of the data plane's load (the admin app's ops page).
+        for (name, kind, help, pick) in [
+            (
+                "codex_gateway_worker_client_connections",
+                "gauge",
+                "Open client connections, per worker.",
+                &(|w: &WorkerMetrics| w.connections.load(Ordering::Relaxed))
+                    as &dyn Fn(&WorkerMetrics) -> i64,
+            ),
+            (
+                "codex_gateway_worker_open_streams",
+                "gauge",
+                "Client streams open, per worker.",
+                &|w: &WorkerMetrics| w.open_streams.load(Ordering::Relaxed),
+            ),
+            (
+                "codex_gateway_worker_ws_sessions",
+                "gauge",
+                "Client Responses WebSocket sessions open, per worker.",
+                &|w: &WorkerMetrics| w.ws_sessions.load(Ordering::Relaxed),
+            ),
+            (
+                "codex_gateway_worker_requests_total",
+                "counter",
+                "Requests answered (every route), per worker.",
+                &|w: &WorkerMetrics| {
+                    w.requests
+                        .iter()
+                        .flatten()
+                        .map(|c| c.load(Ordering::Relaxed) as i64)
+                        .sum()
+                },
+            ),
+            (
+                "codex_gateway_worker_events_total",
+                "counter",
+                "Upstream events forwarded to clients, per worker.",
+                &|w: &WorkerMetrics| w.events.load(Ordering::Relaxed) as i64,
+            ),
+        ] {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} {kind}");
+            for w in self.workers.iter() {
+                let _ = writeln!(o, "{name}{{worker=\"{}\"}} {}", w.id, pick(w));
+            }
+        }
         let _ = writeln!(
             o,
             "# HELP codex_gateway_upstream_ws_idle Idle sockets in the upstream WebSocket pool, per worker."

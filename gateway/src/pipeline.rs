@@ -160,6 +160,7 @@ pub async fn forward<E: Encoder, S: Sink>(
     let mut held = true;
     loop {
         out.clear();
+        let mut events = 0;
         for ev in batch.drain(..) {
             if seen.finished {
                 break;
@@ -171,8 +172,10 @@ pub async fn forward<E: Encoder, S: Sink>(
                     break;
                 }
                 enc.event(&ev, &mut out);
+                events += 1;
             }
         }
+        ctx.metrics.events(events);
         if seen.finished {
             usage.tokens(seen.usage);
         }

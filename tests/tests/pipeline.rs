@@ -161,3 +161,47 @@ async fn a_quota_failure_after_the_commit_cools_the_account() {
         "no request to a cooling account"
     );
 }
+
+/// The per-worker load the admin app's ops page shows: every event the pipeline forwards is
+/// counted on its worker (exactly what the client received), requests per worker add up, and
+/// the open-stream and connection gauges per worker return to zero.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_worker_load_is_exported() {
+    let s = StackBuilder::default().start();
+    let mut received = 0;
+    for _ in 0..3 {
+        let text = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"hi","stream":true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        received += parse_sse(&text).len() as i64;
+    }
+    assert!(received > 3);
+    assert_eq!(
+        s.metric("codex_gateway_worker_events_total").await,
+        received
+    );
+    assert!(s.metric("codex_gateway_worker_requests_total").await >= 3);
+    assert_eq!(s.metric("codex_gateway_worker_open_streams").await, 0);
+    let text = integration_tests::client()
+        .get(format!("{}/metrics", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for w in 0..2 {
+        assert!(
+            text.contains(&format!(
+                "codex_gateway_worker_events_total{{worker=\"{w}\"}}"
+            )),
+            "worker {w} exported"
+        );
+    }
+}

@@ -110,12 +110,14 @@ pub(crate) fn parse_metrics(text: &str) -> Scrape {
     s
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct RateSample {
     at_ms: u64,
     requests: f64,
     errors: f64,
     attempts: f64,
+    /// Per worker: its counters (`*_total` samples).
+    workers: BTreeMap<u32, BTreeMap<String, f64>>,
 }
 
 #[derive(Debug, Default)]
@@ -169,8 +171,9 @@ impl OpsSampler {
     }
 
     /// Records a scrape and returns `(requests/s, errors/s, attempts/s)` over the last few
-    /// seconds (zeros until two samples exist).
-    fn rates(&self, s: &Scrape, now: u64) -> (f64, f64, f64) {
+    /// seconds (zeros until two samples exist). Each worker's counters get their rate too,
+    /// added to its metrics as `<name>_per_s` (e.g. `worker_events_per_s`).
+    fn rates(&self, s: &mut Scrape, now: u64) -> (f64, f64, f64) {
         let Ok(mut st) = self.state.lock() else {
             return (0.0, 0.0, 0.0);
         };
@@ -179,6 +182,18 @@ impl OpsSampler {
             requests: s.requests,
             errors: s.errors,
             attempts: s.attempts,
+            workers: s
+                .workers
+                .iter()
+                .map(|(id, (_, m))| {
+                    let counters = m
+                        .iter()
+                        .filter(|(k, _)| k.ends_with("_total"))
+                        .map(|(k, v)| (k.clone(), *v))
+                        .collect();
+                    (*id, counters)
+                })
+                .collect(),
         };
         while st.rates.len() > 2 && st.rates[1].at_ms + RATE_WINDOW_MS <= now {
             st.rates.pop_front();
@@ -186,6 +201,18 @@ impl OpsSampler {
         let out = match st.rates.front() {
             Some(base) if now > base.at_ms && cur.requests >= base.requests => {
                 let dt = (now - base.at_ms) as f64 / 1000.0;
+                for (id, counters) in &cur.workers {
+                    let (Some(then), Some((_, m))) = (base.workers.get(id), s.workers.get_mut(id))
+                    else {
+                        continue;
+                    };
+                    for (k, v) in counters {
+                        if let Some(b) = then.get(k).filter(|b| v >= b) {
+                            let name = format!("{}_per_s", k.trim_end_matches("_total"));
+                            m.insert(name, (v - b) / dt);
+                        }
+                    }
+                }
                 (
                     (cur.requests - base.requests) / dt,
                     (cur.errors - base.errors).max(0.0) / dt,
@@ -241,8 +268,8 @@ pub(crate) struct DataPlaneView {
 
 async fn data_plane(core: &Core, now: u64) -> (DataPlaneView, Scrape) {
     match core.admin.ops.scrape().await {
-        Ok(s) => {
-            let (rps, eps, aps) = core.admin.ops.rates(&s, now);
+        Ok(mut s) => {
+            let (rps, eps, aps) = core.admin.ops.rates(&mut s, now);
             (
                 DataPlaneView {
                     reachable: true,
@@ -531,12 +558,22 @@ mod tests {
     #[test]
     fn rates_and_burn() {
         let o = OpsSampler::new(None);
-        let mut s = Scrape::default();
-        assert_eq!(o.rates(&s, 1_000), (0.0, 0.0, 0.0));
+        let mut s = parse_metrics(
+            "codex_gateway_worker_events_total{worker=\"0\"} 100\n\
+             codex_gateway_worker_open_streams{worker=\"0\"} 4\n",
+        );
+        assert_eq!(o.rates(&mut s, 1_000), (0.0, 0.0, 0.0));
+        let mut s = parse_metrics(
+            "codex_gateway_worker_events_total{worker=\"0\"} 700\n\
+             codex_gateway_worker_open_streams{worker=\"0\"} 4\n",
+        );
         s.requests = 10.0;
         s.errors = 2.0;
-        let (r, e, _) = o.rates(&s, 3_000);
+        let (r, e, _) = o.rates(&mut s, 3_000);
         assert!((r - 5.0).abs() < 1e-9 && (e - 1.0).abs() < 1e-9);
+        // Each worker's counters get a rate; gauges do not.
+        assert_eq!(s.workers[&0].1["worker_events_per_s"], 300.0);
+        assert!(!s.workers[&0].1.contains_key("worker_open_streams_per_s"));
         assert_eq!(o.burn(10.0, 0), None);
         let b = o.burn(20.0, 600_000).unwrap();
         assert!((b - 60.0).abs() < 1e-9, "{b}");
