@@ -77,6 +77,15 @@ impl RedisLeases {
         })
     }
 
+    /// Whether Redis answers `PING` (for `/healthz`).
+    pub async fn ping(&self) -> bool {
+        let mut conn = self.conn.clone();
+        matches!(
+            redis::cmd("PING").query_async::<String>(&mut conn).await,
+            Ok(p) if p == "PONG"
+        )
+    }
+
     /// This instance's lease owner id.
     pub fn instance(&self) -> &str {
         &self.instance

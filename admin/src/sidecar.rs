@@ -296,5 +296,19 @@ async fn health_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             }
         }
         core.health.set_storage_up(up);
+        if let Some(leases) = &core.leases {
+            let up = matches!(
+                tokio::time::timeout(HEALTH_INTERVAL, leases.ping()).await,
+                Ok(true)
+            );
+            if core.health.redis_up() != Some(up) {
+                if up {
+                    tracing::info!("Redis is reachable");
+                } else {
+                    tracing::error!("Redis is unreachable");
+                }
+            }
+            core.health.set_redis_up(up);
+        }
     }
 }

@@ -139,7 +139,7 @@ impl App {
         let snapshot = Snapshot::shared();
         // The embedded catalog until the sidecar fetches the upstream's.
         let catalog = shared_state::ModelCatalog::embedded(cfg.model_aliases.clone()).shared();
-        let health = Arc::new(Health::default());
+        let health = Arc::new(Health::with_workers(n));
         let transcripts = Arc::new(shared_state::TranscriptStore::new(
             cfg.transcript_cache_bytes,
             cfg.transcript_ttl,

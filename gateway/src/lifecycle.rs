@@ -533,7 +533,10 @@ async fn attempt(
         .send_routed(account.id, plan.upstream_ws.as_ref(), req)
         .await
     {
-        Ok(r) => r,
+        Ok(r) => {
+            ctx.health.upstream_ok();
+            r
+        }
         Err(UpstreamError::Saturated) => {
             // This worker's upstream capacity, not the account's fault: fail fast, no
             // penalty, no failover (every account shares the pool).
@@ -542,6 +545,9 @@ async fn attempt(
             )));
         }
         Err(e) => {
+            if matches!(e, UpstreamError::Connect(_)) {
+                ctx.health.upstream_failed(shared_state::now_ms());
+            }
             let kind = match &e {
                 UpstreamError::Connect(_)
                 | UpstreamError::Saturated

@@ -182,6 +182,7 @@ async fn worker_main(
         transcripts,
     ));
     ctx.upstream.start_background();
+    ctx.health.beat(id, shared_state::now_ms());
     tracing::info!(worker = id, driver, "worker ready");
     let _ = ready.send(Ok(driver));
 
@@ -209,8 +210,10 @@ async fn worker_main(
         let ctx = Rc::clone(&ctx);
         monoio::spawn(async move {
             loop {
-                monoio::time::sleep(Duration::from_millis(250)).await;
+                // The heartbeat `/healthz` reads: a worker whose loop is stuck stops beating.
+                ctx.health.beat(ctx.id, shared_state::now_ms());
                 ctx.flush_spool();
+                monoio::time::sleep(Duration::from_millis(250)).await;
             }
         });
     }

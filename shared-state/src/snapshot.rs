@@ -14,7 +14,7 @@ use std::{
     fmt,
     str::FromStr,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
 };
@@ -208,23 +208,38 @@ impl fmt::Display for Strategy {
     }
 }
 
-/// Process-wide health flags.
+/// What `/healthz` reports, written by whoever observes it: the sidecar (storage and Redis
+/// probes), each worker (a heartbeat every 250 ms), the lifecycle (upstream connects).
 #[derive(Debug)]
 pub struct Health {
     storage_up: AtomicBool,
+    /// 0: Redis not configured, 1: up, 2: down.
+    redis: std::sync::atomic::AtomicU8,
+    /// Per worker: its last heartbeat (ms since epoch; 0: not started).
+    beats: Box<[AtomicU64]>,
+    /// Since when connecting to the upstream fails (ms since epoch; 0: it does not).
+    upstream_failing_since_ms: AtomicU64,
 }
 
 // === impl Health ===
 
 impl Default for Health {
     fn default() -> Self {
-        Self {
-            storage_up: AtomicBool::new(true),
-        }
+        Self::with_workers(0)
     }
 }
 
 impl Health {
+    /// Health of a process with `workers` data-plane workers.
+    pub fn with_workers(workers: usize) -> Self {
+        Self {
+            storage_up: AtomicBool::new(true),
+            redis: std::sync::atomic::AtomicU8::new(0),
+            beats: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            upstream_failing_since_ms: AtomicU64::new(0),
+        }
+    }
+
     /// Whether the last storage probe succeeded.
     pub fn storage_up(&self) -> bool {
         self.storage_up.load(Ordering::Acquire)
@@ -233,6 +248,62 @@ impl Health {
     /// Records the result of a storage probe.
     pub fn set_storage_up(&self, up: bool) {
         self.storage_up.store(up, Ordering::Release);
+    }
+
+    /// Redis: `None` when not configured, else whether the last probe succeeded.
+    pub fn redis_up(&self) -> Option<bool> {
+        match self.redis.load(Ordering::Acquire) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Records the result of a Redis probe.
+    pub fn set_redis_up(&self, up: bool) {
+        self.redis.store(if up { 1 } else { 2 }, Ordering::Release);
+    }
+
+    /// Worker `id` is alive at `now_ms`.
+    pub fn beat(&self, id: usize, now_ms: u64) {
+        if let Some(b) = self.beats.get(id) {
+            b.store(now_ms, Ordering::Release);
+        }
+    }
+
+    /// (workers whose last heartbeat is at most `max_age_ms` old, all workers).
+    pub fn workers_alive(&self, now_ms: u64, max_age_ms: u64) -> (usize, usize) {
+        let alive = self
+            .beats
+            .iter()
+            .filter(|b| {
+                let t = b.load(Ordering::Acquire);
+                t != 0 && now_ms.saturating_sub(t) <= max_age_ms
+            })
+            .count();
+        (alive, self.beats.len())
+    }
+
+    /// A connection to the upstream failed at `now_ms`.
+    pub fn upstream_failed(&self, now_ms: u64) {
+        let _ = self.upstream_failing_since_ms.compare_exchange(
+            0,
+            now_ms.max(1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// The upstream answered.
+    pub fn upstream_ok(&self) {
+        if self.upstream_failing_since_ms.load(Ordering::Relaxed) != 0 {
+            self.upstream_failing_since_ms.store(0, Ordering::Release);
+        }
+    }
+
+    /// Since when connecting to the upstream fails (ms since epoch), if it does.
+    pub fn upstream_failing_since(&self) -> Option<u64> {
+        Some(self.upstream_failing_since_ms.load(Ordering::Acquire)).filter(|&t| t != 0)
     }
 }
 

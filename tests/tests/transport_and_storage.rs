@@ -1,5 +1,5 @@
 //! Upstream over TLS + HTTP/2 with a private CA, and the gateway on PostgreSQL (usage persisted,
-//! `/healthz` 503 while storage is down).
+//! `/healthz` degraded while storage is down).
 
 use std::time::{Duration, Instant};
 
@@ -109,8 +109,11 @@ async fn count_usage(url: &str) -> i64 {
     n
 }
 
+/// While storage is down the data plane keeps serving from its last snapshot: its `/healthz`
+/// stays 200 and says `degraded` / `storage: down`, and a request is still answered; the
+/// admin listener, which needs storage, says 503. Both recover when storage is back.
 #[tokio::test(flavor = "multi_thread")]
-async fn healthz_is_503_while_storage_is_down() {
+async fn healthz_reports_storage_down_while_the_data_plane_serves() {
     let s = StackBuilder {
         postgres: true,
         ..StackBuilder::default()
@@ -123,29 +126,88 @@ async fn healthz_is_503_while_storage_is_down() {
     std::thread::spawn(move || pg_exec(&a2, &down))
         .join()
         .unwrap();
-    let wait_for = |want: u16| {
+    let wait_for = |want_admin: u16, want_storage: &'static str| {
         let data = format!("{}/healthz", s.url());
         let adm = format!("{}/healthz", s.admin_url());
         async move {
             let deadline = Instant::now() + Duration::from_secs(15);
             loop {
-                let a = client().get(&data).send().await.unwrap().status().as_u16();
+                let r = client().get(&data).send().await.unwrap();
+                let a = r.status().as_u16();
+                let body: serde_json::Value = r.json().await.unwrap();
                 let b = client().get(&adm).send().await.unwrap().status().as_u16();
-                if a == want && b == want {
-                    return;
+                if a == 200 && body["storage"] == want_storage && b == want_admin {
+                    return body;
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "healthz stayed {a}/{b}, wanted {want}"
+                    "healthz stayed {a} {body} / admin {b}, wanted storage {want_storage}"
                 );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
     };
-    wait_for(503).await;
+    let body = wait_for(503, "down").await;
+    assert_eq!(body["status"], "degraded", "{body}");
+    assert_eq!(body["workers"]["alive"], body["workers"]["total"], "{body}");
+    // Still serving from the snapshot.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
     let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
     std::thread::spawn(move || pg_exec(&admin, &up))
         .join()
         .unwrap();
-    wait_for(200).await;
+    let body = wait_for(200, "up").await;
+    assert_eq!(body["status"], "ok", "{body}");
+}
+
+/// `/healthz` says what is degraded: an unreachable upstream (connect refused) and Redis
+/// (configured and up).
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_reports_the_upstream_and_redis() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| {
+            c.redis_url = Some("redis://127.0.0.1:6379/0".into());
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let health = || async {
+        let r = client()
+            .get(format!("{}/healthz", s.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<serde_json::Value>().await.unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let h = health().await;
+        if h["redis"] == "up" {
+            assert_eq!(h["status"], "ok", "{h}");
+            assert_eq!(h["upstream"], "ok", "{h}");
+            assert_eq!(h["accounts"]["schedulable"], 1, "{h}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "redis never reported up: {h}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The upstream goes away: a request fails to connect, and health says so.
+    s.mock.shutdown();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
+    let h = health().await;
+    assert_eq!(h["upstream"], "unreachable", "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
 }

@@ -11,31 +11,79 @@ use crate::{
     server::h1::{Conn, Request},
 };
 
-/// `GET|HEAD /healthz`: 200 while storage is up and the worker is not draining.
+/// A worker whose heartbeat is older than this is reported stalled.
+const STALL_MS: u64 = 3_000;
+
+/// `GET|HEAD /healthz`: whether this instance serves, and what is degraded. 503 only when it
+/// cannot serve as it should: draining, or a worker stalled (its share of the listener's
+/// connections would hang). Storage or Redis down, an unreachable upstream or accounts whose
+/// tokens do not decrypt are reported (`"status":"degraded"`) with 200: the data plane still
+/// serves from its last snapshot.
 pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     keep: bool,
 ) -> io::Result<bool> {
-    let up = ctx.health.storage_up();
-    ctx.metrics.request("healthz", if up { 200 } else { 503 });
-    if up && !ctx.is_draining() {
-        conn.write_response(200, &[JSON], br#"{"status":"ok"}"#, keep)
-            .await?;
-    } else {
-        let st = if ctx.is_draining() {
-            "draining"
-        } else {
-            "storage_down"
-        };
-        conn.write_response(
-            503,
-            &[JSON],
-            format!("{{\"status\":\"{st}\"}}").as_bytes(),
-            keep,
-        )
-        .await?;
+    let now = shared_state::now_ms();
+    let h = &ctx.health;
+    let (alive, workers) = h.workers_alive(now, STALL_MS);
+    let storage = h.storage_up();
+    let redis = h.redis_up();
+    let upstream_failing = h.upstream_failing_since();
+    let snap = ctx.snapshot.load();
+    let active = snap
+        .accounts
+        .iter()
+        .filter(|a| a.effective_status() == shared_state::AccountStatus::Active);
+    let (mut schedulable, mut no_token) = (0usize, 0usize);
+    for a in active {
+        if a.access_token.is_empty() {
+            no_token += 1;
+        } else if a.is_schedulable(now) {
+            schedulable += 1;
+        }
     }
+    drop(snap);
+    let status = if ctx.is_draining() {
+        "draining"
+    } else if alive < workers {
+        "worker_stalled"
+    } else if !storage || redis == Some(false) || upstream_failing.is_some() || no_token > 0 {
+        "degraded"
+    } else {
+        "ok"
+    };
+    let code = if matches!(status, "draining" | "worker_stalled") {
+        503
+    } else {
+        200
+    };
+    ctx.metrics.request("healthz", code);
+    let body = format!(
+        concat!(
+            r#"{{"status":"{}","storage":"{}","redis":"{}","#,
+            r#""workers":{{"alive":{},"total":{}}},"upstream":"{}","#,
+            r#""accounts":{{"schedulable":{},"undecryptable":{}}}}}"#
+        ),
+        status,
+        if storage { "up" } else { "down" },
+        match redis {
+            None => "off",
+            Some(true) => "up",
+            Some(false) => "down",
+        },
+        alive,
+        workers,
+        if upstream_failing.is_some() {
+            "unreachable"
+        } else {
+            "ok"
+        },
+        schedulable,
+        no_token,
+    );
+    conn.write_response(code, &[JSON], body.as_bytes(), keep)
+        .await?;
     Ok(keep)
 }
 
