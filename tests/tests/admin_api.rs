@@ -485,6 +485,12 @@ async fn resources_answer_what_the_data_plane_did() {
         "published at once"
     );
 
+    // Key names are bounded and printable.
+    for bad in [json!({"name": "x".repeat(129)}), json!({"name": "a\u{0}b"})] {
+        let (st, _, e) = call(&s, "POST", "/api/admin/keys", t, None, Some(bad)).await;
+        assert_eq!(st, 400, "{e}");
+        assert_eq!(e["error"]["param"], "name", "{e}");
+    }
     // A key created through the API serves data-plane requests.
     let (_, _, key) = call(
         &s,

@@ -21,6 +21,9 @@ use serde::{Deserialize, Serialize};
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::storage::{KeyRow, UsageFilter, UsageTotals};
 
+/// Longest key name accepted (characters).
+pub const MAX_KEY_NAME: usize = 128;
+
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/keys", get(list_keys).post(create_key))
@@ -103,6 +106,12 @@ async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult<KeyV
     let name = req.name.trim();
     if name.is_empty() {
         return Err(ApiError::bad_request("\"name\" is required").with_param("name"));
+    }
+    if name.chars().count() > MAX_KEY_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(format!(
+            "\"name\" must be at most {MAX_KEY_NAME} characters, without control characters"
+        ))
+        .with_param("name"));
     }
     let (plain, row) = crate::cli::create_key(core.storage.as_ref(), name).await?;
     core.publisher.reload(core.storage.as_ref(), false).await?;
