@@ -33,6 +33,21 @@ pub const USAGE_SPOOL_CAP: usize = 200_000;
 pub const USAGE_BATCH: usize = 1_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// Makes a record's client-supplied text storable everywhere: PostgreSQL refuses NUL in
+/// `text`, and one such record would fail its whole batch, again and again, stalling every
+/// usage record behind it.
+fn storable(u: &mut UsageRecord) {
+    let clean = |s: &mut String| {
+        if s.contains('\0') {
+            *s = s.replace('\0', "\u{FFFD}");
+        }
+    };
+    clean(&mut u.model);
+    if let Some(c) = u.error_code.as_mut() {
+        clean(c);
+    }
+}
+
 #[derive(Default)]
 struct Pending {
     usage: VecDeque<UsageRecord>,
@@ -52,7 +67,10 @@ impl Pending {
 
     fn take(&mut self, core: &Arc<Core>, ev: WorkerEvent) {
         match ev {
-            WorkerEvent::Usage(u) => self.usage.push_back(u),
+            WorkerEvent::Usage(mut u) => {
+                storable(&mut u);
+                self.usage.push_back(u)
+            }
             WorkerEvent::Account {
                 account_id,
                 effect: AccountEffect::Quota(u),

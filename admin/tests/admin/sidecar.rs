@@ -620,7 +620,24 @@ async fn settings_and_usage_api(db: &TestDb) {
     assert_eq!(snap.settings.default_max_concurrency, 3);
 }
 
+/// A record with text PostgreSQL cannot store (a NUL in a client-chosen model name) does not
+/// stall usage: it is stored (the NUL replaced) with the records around it.
+async fn unstorable_text_does_not_stall_usage(db: &TestDb) {
+    let s = db.open().await;
+    let mut run = Running::start(config(db));
+    let mut bad = usage(1);
+    bad.model = "gpt\0-5".into();
+    bad.error_code = Some("x\0y".into());
+    run.send(WorkerEvent::Usage(bad));
+    for i in 0..10 {
+        run.send(WorkerEvent::Usage(usage(i)));
+    }
+    assert!(wait_until(WAIT, || async { s.usage_count().await.unwrap() == 11 }).await);
+    run.stop();
+}
+
 both_backends!(
+    unstorable_text_does_not_stall_usage,
     settings_and_usage_api,
     spawn_publishes_snapshot_and_serves_healthz,
     events_are_persisted_and_flushed_on_shutdown,
