@@ -61,7 +61,10 @@ pub(crate) struct Core {
     pub publisher: Publisher,
     pub health: Arc<Health>,
     pub oauth: OAuthClient,
-    pub leases: Option<RedisLeases>,
+    /// Redis refresh leases: set at start, or later by a background retry when Redis was
+    /// down at start-up (never fatal; refreshes run under the in-process single-flight until
+    /// then).
+    pub leases: std::sync::OnceLock<RedisLeases>,
     pub refresh: refresh::RefreshBook,
     /// The admin API's state (credentials, OAuth logins, ops sampler).
     pub admin: crate::api::AdminState,
@@ -128,10 +131,22 @@ pub(crate) async fn run(
     let started = async {
         let storage = crate::storage::open(&cfg.db).await?;
         health.set_storage_up(true);
-        let leases = match cfg.redis_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            Some(url) => Some(RedisLeases::connect(url, crate::lease::new_instance_id()).await?),
-            None => None,
-        };
+        let leases = std::sync::OnceLock::new();
+        let instance = crate::lease::new_instance_id();
+        if let Some(url) = cfg.redis_url.as_deref().filter(|u| !u.trim().is_empty()) {
+            match RedisLeases::connect(url, instance).await {
+                Ok(l) => {
+                    health.set_redis_up(true);
+                    let _ = leases.set(l);
+                }
+                Err(e) => {
+                    // Not fatal: the data plane and refreshes work without Redis; the health
+                    // loop keeps trying and says so in /healthz meanwhile.
+                    tracing::error!(error = %e, "Redis is unreachable at start-up; starting without it and retrying");
+                    health.set_redis_up(false);
+                }
+            }
+        }
         let http =
             build_http_client(cfg.upstream_ca.as_deref()).map_err(SidecarError::HttpClient)?;
         let boot = crate::auth::bootstrap(
@@ -187,7 +202,7 @@ pub(crate) async fn run(
     tracing::info!(
         admin = %addr,
         backend = ?core.storage.backend(),
-        redis = core.leases.is_some(),
+        redis = core.leases.get().is_some(),
         version = core.publisher.current().version,
         "sidecar ready"
     );
@@ -199,7 +214,11 @@ pub(crate) async fn run(
         cfg.reload_interval,
         stop.clone(),
     ));
-    let health_task = tokio::spawn(health_loop(Arc::clone(&core), stop.clone()));
+    let health_task = tokio::spawn(health_loop(
+        Arc::clone(&core),
+        cfg.redis_url.clone().filter(|u| !u.trim().is_empty()),
+        stop.clone(),
+    ));
     let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
         tokio::spawn(quota::run(
             Arc::clone(&core),
@@ -276,7 +295,7 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
     }
 }
 
-async fn health_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+async fn health_loop(core: Arc<Core>, redis_url: Option<String>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -296,7 +315,27 @@ async fn health_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             }
         }
         core.health.set_storage_up(up);
-        if let Some(leases) = &core.leases {
+        if core.leases.get().is_none() {
+            if let Some(url) = redis_url.as_deref() {
+                // Redis was down at start-up: connect now that it may be back.
+                let connect = RedisLeases::connect(url, crate::lease::new_instance_id());
+                match tokio::time::timeout(HEALTH_INTERVAL, connect)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(crate::error::SidecarError::Redis {
+                            url: String::new(),
+                            reason: "timed out".into(),
+                        })
+                    }) {
+                    Ok(l) => {
+                        tracing::info!("Redis is reachable; refresh leases are fleet-wide again");
+                        let _ = core.leases.set(l);
+                    }
+                    Err(_) => core.health.set_redis_up(false),
+                }
+            }
+        }
+        if let Some(leases) = core.leases.get() {
             let up = matches!(
                 tokio::time::timeout(HEALTH_INTERVAL, leases.ping()).await,
                 Ok(true)

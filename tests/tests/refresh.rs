@@ -252,3 +252,42 @@ async fn a_refresh_survives_a_locked_database() {
     assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
     assert_eq!(s.mock.token_calls(), 2);
 }
+
+/// Redis down (here: from start-up) is not fatal, and a rejected token is still refreshed,
+/// under the in-process single-flight alone; `/healthz` says Redis is down.
+#[tokio::test(flavor = "multi_thread")]
+async fn refreshes_go_on_while_redis_is_down() {
+    let s = StackBuilder {
+        mock: MockConfig {
+            strict_tokens: true,
+            ..MockConfig::default()
+        },
+        tweak: Some(Box::new(|c| {
+            c.redis_url = Some("redis://127.0.0.1:1".into())
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model":"gpt-5.5","input":"x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(s.mock.token_calls(), 1, "refreshed without the Redis lease");
+    let h: serde_json::Value = integration_tests::client()
+        .get(format!("{}/healthz", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(h["redis"], "down", "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+}

@@ -158,7 +158,7 @@ async fn run(guard: InFlight, reason: Reason) {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1u64 << attempt.min(5))).await;
         }
-        let leased = match &core.leases {
+        let leased = match core.leases.get() {
             None => false,
             Some(l) => match l.try_acquire(id).await {
                 Ok(true) => true,
@@ -173,14 +173,16 @@ async fn run(guard: InFlight, reason: Reason) {
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(account = id, error = %e, "cannot take the refresh lease; will retry");
-                    continue;
+                    // Redis is down: refresh under the in-process single-flight alone rather
+                    // than not at all (a rotating token left unrefreshed fails every request).
+                    tracing::warn!(account = id, error = %e, "cannot take the refresh lease (Redis unreachable); refreshing without it");
+                    false
                 }
             },
         };
         let step = attempt_once(core, id, reason).await;
         if leased {
-            if let Some(l) = &core.leases {
+            if let Some(l) = core.leases.get() {
                 if let Err(e) = l.release(id).await {
                     tracing::warn!(account = id, error = %e, "cannot release the refresh lease (it expires by itself)");
                 }
