@@ -57,6 +57,51 @@ pub trait Encoder {
     fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error>;
 }
 
+/// A dialect's whole-answer translator: folds the upstream events, then renders one body.
+pub trait Aggregate {
+    /// One client-visible upstream event.
+    fn on_event(&mut self, event_type: &str, data: &[u8]);
+    /// The dialect's body, or the error to answer with instead.
+    fn render(self) -> Result<Vec<u8>, Error>;
+}
+
+/// The buffered encoder of any [`Aggregate`] dialect (Chat JSON, Messages JSON): one answer at
+/// the end, or the stream's failure as the dialect's error.
+pub struct AggregateJson<A>(Option<A>);
+
+impl<A> AggregateJson<A> {
+    /// Answers with what `agg` renders.
+    pub fn new(agg: A) -> Self {
+        Self(Some(agg))
+    }
+}
+
+impl<A: Aggregate> Encoder for AggregateJson<A> {
+    fn streaming(&self) -> bool {
+        false
+    }
+
+    fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
+        if let Some(agg) = &mut self.0 {
+            agg.on_event(ev.event_type(), &ev.data);
+        }
+    }
+
+    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {}
+
+    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
+        if let Some(e) = failed {
+            return Err(e.clone());
+        }
+        let agg = self
+            .0
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
+        out.extend_from_slice(&agg.render()?);
+        Ok(())
+    }
+}
+
 /// A downstream transport.
 #[allow(async_fn_in_trait)]
 pub trait Sink {

@@ -110,7 +110,7 @@ impl Transcripts {
             out.push(items);
             next = parent;
         }
-        if let Some(redis) = &self.redis {
+        if let Some(redis) = self.redis.as_ref().filter(|_| !from_memory.is_empty()) {
             // Links served from memory: their Redis copies live as long as the memory ones.
             let redis = Rc::clone(redis);
             let ttl = self.ttl;

@@ -334,7 +334,7 @@ impl Upstream {
             let mut req = req;
             for _ in 0..3 {
                 let Some((sender, slot)) = self.h2_slot().await? else {
-                    return self.send_h1_tls(req).await;
+                    return self.send_h1(req).await;
                 };
                 match self.send_h2(sender, slot, req).await {
                     Ok(resp) => return Ok(resp),
@@ -378,10 +378,6 @@ impl Upstream {
                 Err(h1::SendError::Failed(e)) => return Err(e),
             }
         }
-    }
-
-    async fn send_h1_tls(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
-        self.send_h1(req).await
     }
 
     /// Idle keep-alive connections in this worker's HTTP/1.1 pool.

@@ -22,7 +22,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     lifecycle::RequestPlan,
     models,
-    pipeline::{Encoder, UsageGuard},
+    pipeline::{Aggregate, AggregateJson, Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
 
@@ -107,7 +107,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         )
         .await
     } else {
-        let mut enc = ChatJson(Some(ChatAggregator::for_request(&creq, now_s())));
+        let mut enc = AggregateJson::new(ChatAggregator::for_request(&creq, now_s()));
         open_and_forward(
             ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
         )
@@ -177,32 +177,14 @@ impl Encoder for ChatSse {
     }
 }
 
-/// One `chat.completion` object.
-pub struct ChatJson(Option<ChatAggregator>);
-
-impl Encoder for ChatJson {
-    fn streaming(&self) -> bool {
-        false
+impl Aggregate for ChatAggregator {
+    fn on_event(&mut self, event_type: &str, data: &[u8]) {
+        ChatAggregator::on_event(self, event_type, data);
     }
 
-    fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
-        if let Some(agg) = &mut self.0 {
-            agg.on_event(ev.event_type(), &ev.data);
-        }
-    }
-
-    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {}
-
-    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
-        if let Some(e) = failed {
-            return Err(e.clone());
-        }
-        let agg = self
-            .0
-            .take()
-            .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
-        out.extend_from_slice(&agg.finish().map_err(failure_error)?);
-        Ok(())
+    /// One `chat.completion` object.
+    fn render(self) -> Result<Vec<u8>, Error> {
+        self.finish().map_err(failure_error)
     }
 }
 

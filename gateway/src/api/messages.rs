@@ -25,7 +25,7 @@ use crate::{
     error::{Error, ErrorKind, Side},
     lifecycle::RequestPlan,
     models,
-    pipeline::{Encoder, UsageGuard},
+    pipeline::{Aggregate, AggregateJson, Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
 
@@ -147,7 +147,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         )
         .await
     } else {
-        let mut enc = MessagesJson(Some(MessagesAggregator::for_request(&mreq, now_s())));
+        let mut enc = AggregateJson::new(MessagesAggregator::for_request(&mreq, now_s()));
         open_and_forward(
             ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
         )
@@ -207,35 +207,16 @@ impl Encoder for MessagesSse {
     }
 }
 
-/// One Anthropic `message` object.
-pub struct MessagesJson(Option<MessagesAggregator>);
-
-impl Encoder for MessagesJson {
-    fn streaming(&self) -> bool {
-        false
+impl Aggregate for MessagesAggregator {
+    fn on_event(&mut self, event_type: &str, data: &[u8]) {
+        MessagesAggregator::on_event(self, event_type, data);
     }
 
-    fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
-        if let Some(agg) = &mut self.0 {
-            agg.on_event(ev.event_type(), &ev.data);
-        }
-    }
-
-    fn broken(&mut self, _e: &Error, _response_id: Option<&str>, _out: &mut Vec<u8>) {}
-
-    fn finish(&mut self, failed: Option<&Error>, out: &mut Vec<u8>) -> Result<(), Error> {
-        if let Some(e) = failed {
-            return Err(e.clone());
-        }
-        let agg = self
-            .0
-            .take()
-            .ok_or_else(|| Error::new(ErrorKind::Internal, Side::Internal))?;
-        let body = agg.finish().ok_or_else(|| {
+    /// One Anthropic `message` object.
+    fn render(self) -> Result<Vec<u8>, Error> {
+        self.finish().ok_or_else(|| {
             Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
                 .with_cause("upstream closed the stream before a terminal event")
-        })?;
-        out.extend_from_slice(&body);
-        Ok(())
+        })
     }
 }
