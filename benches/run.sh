@@ -44,8 +44,12 @@ GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
 GATEWAY_UPSTREAM_WS=${GATEWAY_UPSTREAM_WS:-}
 NGINX_WORKERS=${NGINX_WORKERS:-$GATEWAY_WORKERS}
 MOCK_WORKERS=${MOCK_WORKERS:-2}
-# SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise a few hundred).
-MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-100000}
+# SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise 100-256), and what the
+# gateway puts on one upstream connection before it opens another (GATEWAY_H2_STREAMS) and how
+# many it opens per worker (GATEWAY_H2_CONNECTIONS; empty: the gateway's default).
+MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-128}
+GATEWAY_H2_STREAMS=${GATEWAY_H2_STREAMS:-$MOCK_H2_MAX_STREAMS}
+GATEWAY_H2_CONNECTIONS=${GATEWAY_H2_CONNECTIONS:-}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 # CPU lists (taskset -c) to pin each process to, e.g. on a many-core host CPUS_GATEWAY=0-3
 # CPUS_MOCK=8-11 CPUS_LOADGEN=12-15; empty: not pinned.
@@ -113,6 +117,13 @@ pinned() {
   shift
   if [[ -n $cpus ]]; then taskset -c "$cpus" "$@"; else "$@"; fi
 }
+# pinned_exec CPUS CMD...: the same for a background process (`pinned_exec ... &`): the
+# subshell is replaced by CMD, so $! is CMD's pid (the one loadgen samples).
+pinned_exec() {
+  local cpus=$1
+  shift
+  if [[ -n $cpus ]]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
+}
 
 free_port() {
   if command -v python3 >/dev/null; then
@@ -158,7 +169,7 @@ machine() {
 start_mock() {
   local accounts=() i
   for i in $(seq 1 "$ACCOUNTS"); do accounts+=(--account "acct-bench-$i"); done
-  RUST_LOG=warn pinned "$CPUS_MOCK" "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
+  RUST_LOG=warn pinned_exec "$CPUS_MOCK" "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
     --max-recorded 0 --h2-max-concurrent-streams "$MOCK_H2_MAX_STREAMS" \
     --write-auth-json "$WORK/auth" "${accounts[@]}" >"$OUT/mock.log" 2>&1 &
   MOCK_PID=$!
@@ -183,12 +194,14 @@ workers = $GATEWAY_WORKERS
 base_url = "$MOCK_ORIGIN/backend-api/codex"
 oauth_token_url = "$MOCK_ORIGIN/oauth/token"
 plain_http = "h2c"
+h2_max_streams_per_connection = $GATEWAY_H2_STREAMS
 EOF
   if [[ $GATEWAY_UPSTREAM_WS == 0 ]]; then echo "websockets = false" >>"$WORK/gateway.toml"; fi
+  if [[ -n $GATEWAY_H2_CONNECTIONS ]]; then echo "h2_max_connections = $GATEWAY_H2_CONNECTIONS" >>"$WORK/gateway.toml"; fi
   RUST_LOG=warn "$BIN/codex-gateway" accounts import --data-dir "$data" \
     --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$OUT/gateway.log" 2>&1
   GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$OUT/gateway.log" | tail -1)
-  RUST_LOG=warn pinned "$CPUS_GATEWAY" "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
+  RUST_LOG=warn pinned_exec "$CPUS_GATEWAY" "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
   GATEWAY_PID=$!
   PIDS+=("$GATEWAY_PID")
   GATEWAY_ORIGIN=$(wait_line "$OUT/gateway.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
@@ -215,7 +228,7 @@ start_nginx() {
   sed -e "s|@PREFIX@|$prefix|g" -e "s|@WORKERS@|$NGINX_WORKERS|g" \
     -e "s|@UPSTREAM@|$MOCK_HOSTPORT|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
     "$ROOT/benches/nginx.conf.template" >"$prefix/nginx.conf"
-  pinned "$CPUS_NGINX" "$NGINX" -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+  pinned_exec "$CPUS_NGINX" "$NGINX" -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
   NGINX_PID=$!
   PIDS+=("$NGINX_PID")
   local i
@@ -315,6 +328,7 @@ run_one() {
     case $workload in
       sse) profile_gateway sse "$SSE_RAMP" "$@" ;;
       json) profile_gateway json 1 "$@" ;;
+      short) profile_gateway short 1 "$@" ;;
     esac
   fi
   local line

@@ -387,6 +387,8 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
     let mut attempts = 0u32;
     let mut saw_usage_limit = false;
     let mut saw_other = false;
+    // An earlier attempt of this request was refused as overloaded (see `policy::Prior`).
+    let mut overloaded_elsewhere = false;
     let mut last_err: Option<Error> = None;
 
     let queue_deadline = Instant::now() + QUEUE_WAIT;
@@ -425,7 +427,11 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                 all_full = false;
                 ctx.metrics.attempt(attempts);
                 attempts += 1;
-                match attempt(ctx, plan, &account, lease, refreshed).await {
+                let prior = policy::Prior {
+                    after_refresh: refreshed,
+                    overloaded_elsewhere,
+                };
+                match attempt(ctx, plan, &account, lease, prior).await {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
@@ -448,6 +454,9 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                         }
                     }
                     Err(AttemptError::Failover { error, class }) => {
+                        if matches!(class, Some(FailureClass::Overloaded { .. })) {
+                            overloaded_elsewhere = true;
+                        }
                         if matches!(class, Some(FailureClass::UsageLimit { .. })) {
                             saw_usage_limit = true;
                         } else {
@@ -532,9 +541,9 @@ fn rejected(
     plan: &RequestPlan,
     account: &AccountEntry,
     failure: codex_protocol::classify::Failure,
-    after_refresh: bool,
+    prior: policy::Prior,
 ) -> AttemptError {
-    let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
+    let failover = policy::apply(ctx, account, &failure.class, &plan.model, prior);
     let class = failure.class.clone();
     let error = Error::upstream(failure);
     if failover {
@@ -552,7 +561,7 @@ async fn attempt(
     plan: &RequestPlan,
     account: &Arc<AccountEntry>,
     lease: Lease,
-    after_refresh: bool,
+    prior: policy::Prior,
 ) -> Result<Committed, AttemptError> {
     let up = &ctx.upstream;
     let req = UpstreamRequest {
@@ -612,7 +621,7 @@ async fn attempt(
         let retry_after = resp.header("retry-after").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), retry_after.as_deref(), &body);
-        return Err(rejected(ctx, plan, account, failure, after_refresh));
+        return Err(rejected(ctx, plan, account, failure, prior));
     }
 
     let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
@@ -661,7 +670,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    return Err(rejected(ctx, plan, account, failure, after_refresh));
+                    return Err(rejected(ctx, plan, account, failure, prior));
                 }
                 EventClass::Output | EventClass::Completed | EventClass::Incomplete => {
                     let finished = class != EventClass::Output;

@@ -170,7 +170,13 @@ impl Observed {
                 let failure = classify_stream_error(err_json.as_bytes());
                 // Committed: forwarded as it is, but the account still bears the effect
                 // (cooldown, refresh) so the next request avoids it.
-                policy::apply(ctx, &c.account, &failure.class, model, false);
+                policy::apply(
+                    ctx,
+                    &c.account,
+                    &failure.class,
+                    model,
+                    policy::Prior::default(),
+                );
                 self.usage = events::usage_of_terminal(&ev.data);
                 self.failed = Some(Error::upstream(failure));
                 self.finished = true;
