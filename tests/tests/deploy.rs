@@ -587,12 +587,12 @@ fn env_map(svc: &Value) -> BTreeMap<String, String> {
     }
 }
 
-/// `scheme://user:pass@host:port/db` -> `host`.
+/// `scheme://user:pass@host:port/db` -> `host` (the password may be a `${VAR:?message}`
+/// holding any character).
 fn url_host(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
-    let authority = rest.split('/').next()?;
-    let hostport = authority.rsplit('@').next()?;
-    hostport.split(':').next()
+    let after_user = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    after_user.split(['/', ':']).next()
 }
 
 fn depends_healthy(svc: &Value, on: &str) -> bool {
@@ -604,7 +604,7 @@ fn compose_problems(doc: &Value, nginx: &str, env_example: &str) -> Vec<String> 
     let mut p = Vec::new();
     let read_vars = env_vars_read();
     let services = doc["services"].as_object().cloned().unwrap_or_default();
-    let image_of = |name: &str| services[name]["image"].as_str().unwrap_or("").to_owned();
+    let image_of = |name: &str| services.get(name).and_then(|s| s["image"].as_str()).unwrap_or("").to_owned();
     let gateways: Vec<&String> = services
         .iter()
         .filter(|(_, s)| s["build"]["dockerfile"] == "deploy/Dockerfile")
@@ -737,7 +737,11 @@ fn compose_problems(doc: &Value, nginx: &str, env_example: &str) -> Vec<String> 
 
     // deploy/env.example defines exactly the ${VAR:?...} the compose file requires (and what
     // else it names is read by the gateway or interpolated).
-    let compose_text = read(COMPOSE);
+    let compose_text: String = read(COMPOSE)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let example: BTreeSet<String> = env_example
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))
@@ -848,11 +852,10 @@ fn compose_matches_schema_and_gateway() {
         compose_validate(&bad_key).is_err(),
         "schema missed a bad key"
     );
-    let bad_type = yaml.replace("retries: 3", "retries: often");
-    assert!(
-        compose_validate(&bad_type).is_err(),
-        "schema missed a bad type"
-    );
+    let bad_enum = yaml.replace("condition: service_healthy", "condition: service_happy");
+    assert!(compose_validate(&bad_enum).is_err(), "schema missed a bad value");
+    let bad_type = yaml.replace("- gateway-1-data:/data", "gateway-1-data: /data");
+    assert!(compose_validate(&bad_type).is_err(), "schema missed a bad type");
     let mut split_db = doc.clone();
     split_db["services"]["gateway-2"]["environment"]["CODEX_GATEWAY_DATABASE_URL"] =
         "postgres://codex:x@postgres:5432/other".into();
