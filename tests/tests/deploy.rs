@@ -12,6 +12,9 @@
 //! Each checker is also run once on a copy with a planted fault and must report it, so a
 //! checker that stopped checking fails the test.
 
+// A panic is the failure report here, helpers included.
+#![allow(clippy::expect_used)]
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -604,7 +607,13 @@ fn compose_problems(doc: &Value, nginx: &str, env_example: &str) -> Vec<String> 
     let mut p = Vec::new();
     let read_vars = env_vars_read();
     let services = doc["services"].as_object().cloned().unwrap_or_default();
-    let image_of = |name: &str| services.get(name).and_then(|s| s["image"].as_str()).unwrap_or("").to_owned();
+    let image_of = |name: &str| {
+        services
+            .get(name)
+            .and_then(|s| s["image"].as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
     let gateways: Vec<&String> = services
         .iter()
         .filter(|(_, s)| s["build"]["dockerfile"] == "deploy/Dockerfile")
@@ -829,7 +838,7 @@ fn nginx_problems(nginx: &str, gateways: &[&String]) -> Vec<String> {
         .iter()
         .find_map(|d| d.strip_prefix("proxy_read_timeout "))
         .and_then(duration_secs);
-    if !read_timeout.is_some_and(|t| t > ws_idle) {
+    if read_timeout.is_none_or(|t| t <= ws_idle) {
         p.push(format!(
             "nginx.conf: proxy_read_timeout {read_timeout:?} must exceed ws_idle_timeout_secs ({ws_idle} s)"
         ));
@@ -853,9 +862,15 @@ fn compose_matches_schema_and_gateway() {
         "schema missed a bad key"
     );
     let bad_enum = yaml.replace("condition: service_healthy", "condition: service_happy");
-    assert!(compose_validate(&bad_enum).is_err(), "schema missed a bad value");
+    assert!(
+        compose_validate(&bad_enum).is_err(),
+        "schema missed a bad value"
+    );
     let bad_type = yaml.replace("- gateway-1-data:/data", "gateway-1-data: /data");
-    assert!(compose_validate(&bad_type).is_err(), "schema missed a bad type");
+    assert!(
+        compose_validate(&bad_type).is_err(),
+        "schema missed a bad type"
+    );
     let mut split_db = doc.clone();
     split_db["services"]["gateway-2"]["environment"]["CODEX_GATEWAY_DATABASE_URL"] =
         "postgres://codex:x@postgres:5432/other".into();
