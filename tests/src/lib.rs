@@ -133,6 +133,15 @@ impl Stack {
 /// The static admin API token every [`Stack`] is started with.
 pub const ADMIN_TOKEN: &str = "cg-test-admin-token";
 
+/// The message of a panic caught from a task (`JoinError::into_panic`), for re-raising it with
+/// context.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
+
 /// A reqwest client without proxies.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

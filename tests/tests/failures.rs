@@ -29,12 +29,7 @@ where
             for (legacy, run) in runs {
                 if let Err(e) = run.await {
                     let driver = if legacy { "legacy" } else { "io_uring" };
-                    let p = e.into_panic();
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                        .unwrap_or_default();
+                    let msg = integration_tests::panic_message(&*e.into_panic());
                     panic!("[{driver} driver] {msg}");
                 }
             }

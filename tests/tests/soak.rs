@@ -440,12 +440,7 @@ async fn fault_soak_every_answer_is_whole_or_one_clean_error_and_nothing_leaks()
                         );
                     }
                     Err(e) => {
-                        let p = e.into_panic();
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                            .unwrap_or_default();
+                        let msg = integration_tests::panic_message(&*e.into_panic());
                         panic!("[{driver} driver] {msg}");
                     }
                 }
