@@ -86,6 +86,8 @@ pub struct AccountEntry {
     pub max_concurrency: u32,
     /// Live state, shared across snapshots.
     pub live: Arc<AccountLive>,
+    /// The egress proxy its upstream connections go through (`None`: direct).
+    pub egress: Option<Arc<crate::ProxyEntry>>,
 }
 
 // === impl AccountEntry ===
@@ -324,6 +326,7 @@ mod tests {
             weight: 1,
             max_concurrency: 0,
             live: Arc::default(),
+            egress: None,
         })
     }
 

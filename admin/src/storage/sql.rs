@@ -206,6 +206,10 @@ macro_rules! impl_storage {
                 $backend
             }
 
+            fn proxies(&self) -> &dyn $crate::storage::proxies::ProxyStore {
+                self
+            }
+
             fn ping(&self) -> $crate::storage::StorageFuture<'_, ()> {
                 Box::pin(async move {
                     sqlx::query("SELECT 1").execute(&self.pool).await?;
