@@ -257,8 +257,8 @@ impl EgressClients {
     }
 }
 
-/// Connects through `url` to `origin` (`GET`, any HTTP answer counts: the origin was reached)
-/// and reports the outcome.
+/// Connects through `url` to `origin` (`GET`; any HTTP answer but the proxy's 407 counts: the
+/// origin was reached) and reports the outcome.
 pub async fn test_proxy(url: &ProxyUrl, ca: Option<&std::path::Path>, origin: &str) -> ProxyCheck {
     let started = Instant::now();
     let res = async {
@@ -269,6 +269,10 @@ pub async fn test_proxy(url: &ProxyUrl, ca: Option<&std::path::Path>, origin: &s
             .send()
             .await
             .map_err(|e| crate::oauth::describe_reqwest(&e))?;
+        // A forward proxy answers an `http://` origin's request itself when it refuses us.
+        if resp.status() == reqwest::StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+            return Err("the proxy refused the credentials (407)".to_owned());
+        }
         Ok::<u16, String>(resp.status().as_u16())
     }
     .await;

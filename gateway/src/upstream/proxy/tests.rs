@@ -145,7 +145,7 @@ async fn socks5_without_auth_resolves_locally() {
         (vec![1u8, 10, 0, 0, 1, 0, 80], EXTRA),
         ([vec![4u8], vec![0; 16], vec![0, 80]].concat(), &b""[..]),
     ] {
-        let reply = [&[5u8, 0][..], &[5, 0, 0], &bound, extra].concat();
+        let reply = [&[5u8, 0][..], &[5, 0, 0], bound.as_slice(), extra].concat();
         for plan in plans() {
             let (r, mut io) = run("socks5://p:1080", &reply, plan).await;
             assert_eq!(r, Ok(()), "{plan:?}");
@@ -206,7 +206,7 @@ async fn replies_complete_without_eof() {
                 handshake(&mut io, &url, target()),
             )
             .await;
-            assert_eq!(r, Ok(Ok(())), "{plan:?}");
+            assert!(matches!(r, Ok(Ok(()))), "{plan:?}: {r:?}");
             assert_eq!(io.pending_segments(), 0, "{plan:?}");
         }
     }
