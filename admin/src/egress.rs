@@ -143,10 +143,7 @@ impl EgressBook {
             };
             let mut e = ProxyEntry::new(row.id, row.name.clone(), url, addrs, self.live(row.id));
             e.usable = usable;
-            entries.insert(
-                row.id,
-                (Arc::new(e), row.pool.clone().filter(|_| usable)),
-            );
+            entries.insert(row.id, (Arc::new(e), row.pool.clone().filter(|_| usable)));
         }
         let now = shared_state::now_ms();
         let mut out = HashMap::with_capacity(input.assignments.len());
@@ -168,7 +165,11 @@ impl EgressBook {
                         .copied()
                         .filter(|e| e.live.allows(now))
                         .collect();
-                    let from = if healthy.is_empty() { &members } else { &healthy };
+                    let from = if healthy.is_empty() {
+                        &members
+                    } else {
+                        &healthy
+                    };
                     match from.iter().max_by_key(|e| rendezvous(*account, e.id)) {
                         Some(e) => Arc::clone(e),
                         None => unusable(&format!("pool `{name}`")),

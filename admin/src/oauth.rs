@@ -352,8 +352,12 @@ pub fn build_http_client_via(
     }
     if let Some(p) = proxy {
         // The error never carries the URL (it holds the password).
-        let proxy = reqwest::Proxy::all(p.expose())
-            .map_err(|_| format!("egress proxy {} is not usable by the HTTP client", p.redacted()))?;
+        let proxy = reqwest::Proxy::all(p.expose()).map_err(|_| {
+            format!(
+                "egress proxy {} is not usable by the HTTP client",
+                p.redacted()
+            )
+        })?;
         b = b.proxy(proxy);
     }
     b.build().map_err(|e| e.to_string())

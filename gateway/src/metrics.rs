@@ -677,7 +677,10 @@ impl Registry {
             o,
             "# HELP codex_gateway_upstream_proxy_tunnels_total Upstream connections opened through an egress proxy."
         );
-        let _ = writeln!(o, "# TYPE codex_gateway_upstream_proxy_tunnels_total counter");
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_upstream_proxy_tunnels_total counter"
+        );
         let n: u64 = self
             .workers
             .iter()
@@ -688,7 +691,10 @@ impl Registry {
             o,
             "# HELP codex_gateway_upstream_proxy_failures_total Egress proxy failures by kind (the proxy's fault, never the account's)."
         );
-        let _ = writeln!(o, "# TYPE codex_gateway_upstream_proxy_failures_total counter");
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_upstream_proxy_failures_total counter"
+        );
         for (i, kind) in ProxyFailureKind::ALL.iter().enumerate() {
             let n: u64 = self
                 .workers

@@ -103,7 +103,11 @@ impl ProxyUrl {
             "http" => ProxyScheme::Http,
             "socks5" => ProxyScheme::Socks5,
             "socks5h" => ProxyScheme::Socks5h,
-            "https" => return Err(bad("https:// proxies are not supported (use http:// CONNECT)")),
+            "https" => {
+                return Err(bad(
+                    "https:// proxies are not supported (use http:// CONNECT)",
+                ))
+            }
             other => return Err(ProxyUrlError(format!("unsupported scheme `{other}`"))),
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -461,9 +465,15 @@ mod tests {
         assert_eq!(ProxyUrl::parse(&u.expose()).unwrap(), u);
 
         let s = ProxyUrl::parse("socks5://127.0.0.1").unwrap();
-        assert_eq!((s.scheme, s.port, s.username.is_none()), (ProxyScheme::Socks5, 1080, true));
+        assert_eq!(
+            (s.scheme, s.port, s.username.is_none()),
+            (ProxyScheme::Socks5, 1080, true)
+        );
         let h = ProxyUrl::parse("SOCKS5H://[::1]:9050/").unwrap();
-        assert_eq!((h.scheme, h.host.as_str(), h.port), (ProxyScheme::Socks5h, "::1", 9050));
+        assert_eq!(
+            (h.scheme, h.host.as_str(), h.port),
+            (ProxyScheme::Socks5h, "::1", 9050)
+        );
         assert_eq!(h.authority(), "[::1]:9050");
     }
 
@@ -499,7 +509,9 @@ mod tests {
     fn egress_keys_differ_by_id_url_and_credentials() {
         let a = ProxyUrl::parse("http://u:a@h:1").unwrap();
         let b = ProxyUrl::parse("http://u:b@h:1").unwrap();
-        let k = |id, u: &ProxyUrl| ProxyEntry::new(id, "p".into(), u.clone(), vec![], Arc::default()).key;
+        let k = |id, u: &ProxyUrl| {
+            ProxyEntry::new(id, "p".into(), u.clone(), vec![], Arc::default()).key
+        };
         assert_ne!(k(1, &a), DIRECT);
         assert_eq!(k(1, &a), k(1, &a));
         assert_ne!(k(1, &a), k(2, &a));
@@ -515,7 +527,10 @@ mod tests {
         assert!(!l.allows(1_001));
         assert!(l.allows(1_000 + BREAKER_OPEN_MS));
         let h = l.health(1_001);
-        assert_eq!((h.state, h.failures, h.last_error.as_deref()), ("failing", 1, Some("407")));
+        assert_eq!(
+            (h.state, h.failures, h.last_error.as_deref()),
+            ("failing", 1, Some("407"))
+        );
         l.succeeded(2_000);
         assert!(l.allows(2_000));
         assert_eq!(l.health(2_001).state, "ok");

@@ -134,7 +134,11 @@ impl Drop for TestProxy {
 
 type Creds = (String, String);
 
-async fn serve(mut sock: TcpStream, st: &Arc<ProxyStats>, auth: Option<&Creds>) -> std::io::Result<()> {
+async fn serve(
+    mut sock: TcpStream,
+    st: &Arc<ProxyStats>,
+    auth: Option<&Creds>,
+) -> std::io::Result<()> {
     let mut first = [0u8; 1];
     sock.read_exact(&mut first).await?;
     if first[0] == 5 {
@@ -212,7 +216,11 @@ async fn serve(mut sock: TcpStream, st: &Arc<ProxyStats>, auth: Option<&Creds>) 
     pipe(sock, up, buf, st).await
 }
 
-async fn socks5(mut sock: TcpStream, st: &Arc<ProxyStats>, auth: Option<&Creds>) -> std::io::Result<()> {
+async fn socks5(
+    mut sock: TcpStream,
+    st: &Arc<ProxyStats>,
+    auth: Option<&Creds>,
+) -> std::io::Result<()> {
     let n = sock.read_u8().await?;
     let mut methods = vec![0u8; usize::from(n)];
     sock.read_exact(&mut methods).await?;

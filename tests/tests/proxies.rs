@@ -105,7 +105,13 @@ async fn proxies(s: &Stack) -> Value {
 async fn proxied_and_direct(plain_http: PlainHttp, scheme: &str) {
     let p = TestProxy::start(Some(("alice", "s3cret")));
     let s = stack(plain_http, 2);
-    proxy_for(&s, "p1", &p.url(scheme, Some(("alice", "s3cret"))), "acct-0").await;
+    proxy_for(
+        &s,
+        "p1",
+        &p.url(scheme, Some(("alice", "s3cret"))),
+        "acct-0",
+    )
+    .await;
     for stream in [true, false, true] {
         let (st, body) = ask(&s, stream).await;
         assert_eq!(st, 200, "{body}");
@@ -123,7 +129,10 @@ async fn proxied_and_direct(plain_http: PlainHttp, scheme: &str) {
     let (st, body) = ask(&s, true).await;
     assert_eq!(st, 200, "{body}");
     assert_eq!(s.served_by().last().map(String::as_str), Some("acct-1"));
-    assert!(!p.saw("acct-1"), "a direct account never goes through the proxy");
+    assert!(
+        !p.saw("acct-1"),
+        "a direct account never goes through the proxy"
+    );
     assert_eq!(p.tunnels(), 1);
     assert!(s.metric("codex_gateway_upstream_proxy_tunnels_total").await >= 1);
 }
@@ -174,9 +183,15 @@ async fn tls_h2_through_http_connect() {
     assert_eq!(p.tunnels(), 1);
     let targets = p.stats.targets.lock().unwrap().clone();
     assert_eq!(targets, vec![format!("localhost:{port}")]);
-    assert!(!p.saw("acct-0"), "TLS inside the tunnel: the proxy sees no plaintext");
+    assert!(
+        !p.saw("acct-0"),
+        "TLS inside the tunnel: the proxy sees no plaintext"
+    );
     let reqs = s.mock.requests();
-    assert!(reqs.iter().all(|r| r.version == "HTTP/2.0"), "h2 through the tunnel");
+    assert!(
+        reqs.iter().all(|r| r.version == "HTTP/2.0"),
+        "h2 through the tunnel"
+    );
 }
 
 /// Wrong credentials: the proxy marks itself (health failing, metric, breaker), the account
@@ -184,15 +199,28 @@ async fn tls_h2_through_http_connect() {
 async fn wrong_credentials(scheme: &str) {
     let p = TestProxy::start(Some(("alice", "right")));
     let s = stack(PlainHttp::H1, 2);
-    let id = proxy_for(&s, "bad", &p.url(scheme, Some(("alice", "wrong"))), "acct-0").await;
+    let id = proxy_for(
+        &s,
+        "bad",
+        &p.url(scheme, Some(("alice", "wrong"))),
+        "acct-0",
+    )
+    .await;
     let (st, body) = ask(&s, true).await;
     assert_eq!(st, 200, "{body}");
-    assert_eq!(s.served_by(), vec!["acct-1"], "acct-0 never reached the upstream");
+    assert_eq!(
+        s.served_by(),
+        vec!["acct-1"],
+        "acct-0 never reached the upstream"
+    );
     assert!(p.auth_failures() >= 1);
     assert_eq!(p.tunnels(), 0);
     let a = s.account("acct-0");
     assert_eq!(a.status, "active");
-    assert_eq!(a.cooling_ms, 0, "the account is not cooled for its proxy's fault");
+    assert_eq!(
+        a.cooling_ms, 0,
+        "the account is not cooled for its proxy's fault"
+    );
     let v = proxies(&s).await;
     let pv = v["data"]
         .as_array()
@@ -209,8 +237,15 @@ async fn wrong_credentials(scheme: &str) {
             .is_some_and(|e| e.contains("credentials")),
         "{pv}"
     );
-    assert!(!v.to_string().contains("wrong"), "no password in the API: {v}");
-    assert!(s.metric("codex_gateway_upstream_proxy_failures_total").await >= 1);
+    assert!(
+        !v.to_string().contains("wrong"),
+        "no password in the API: {v}"
+    );
+    assert!(
+        s.metric("codex_gateway_upstream_proxy_failures_total")
+            .await
+            >= 1
+    );
     // While its breaker is open the proxy is not even tried: acct-1 serves at once.
     let before = p.auth_failures();
     let (st, _) = ask(&s, false).await;
@@ -267,7 +302,11 @@ async fn refresh_and_quota_go_through_the_proxy() {
         while s.mock.token_calls() == calls && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(s.mock.token_calls(), calls + 1, "{scheme}: the refresh happened");
+        assert_eq!(
+            s.mock.token_calls(),
+            calls + 1,
+            "{scheme}: the refresh happened"
+        );
         assert!(
             p.forwarded() + p.tunnels() >= 1 && p.saw("refresh_token"),
             "{scheme}: the refresh went through the proxy"
@@ -278,10 +317,15 @@ async fn refresh_and_quota_go_through_the_proxy() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
-        assert!(p.saw("/wham/usage") || p.saw("usage"), "{scheme}: quota via the proxy");
+        assert!(
+            p.saw("/wham/usage") || p.saw("usage"),
+            "{scheme}: quota via the proxy"
+        );
         let targets = p.stats.targets.lock().unwrap().clone();
         assert!(
-            targets.iter().all(|t| t.ends_with(&s.mock.addr().port().to_string())),
+            targets
+                .iter()
+                .all(|t| t.ends_with(&s.mock.addr().port().to_string())),
             "{targets:?}"
         );
     }
@@ -298,7 +342,12 @@ async fn admin_crud_and_test_action() {
         json!({"name":"","url":"http://h:1"}),
         json!({"name":"x","url":"http://h:1","bogus":1}),
     ] {
-        let r = s.admin_post("/api/admin/proxies").json(&bad).send().await.unwrap();
+        let r = s
+            .admin_post("/api/admin/proxies")
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 400, "{bad}");
         let v: Value = r.json().await.unwrap();
         assert!(v["error"]["message"].is_string(), "{v}");
@@ -312,7 +361,10 @@ async fn admin_crud_and_test_action() {
     let v: Value = r.json().await.unwrap();
     let id = v["id"].as_i64().unwrap();
     assert_eq!(v["url"], format!("http://u@{}", p.addr));
-    assert_eq!((v["has_password"].as_bool(), v["pool"].as_str()), (Some(true), Some("eu")));
+    assert_eq!(
+        (v["has_password"].as_bool(), v["pool"].as_str()),
+        (Some(true), Some("eu"))
+    );
     assert!(!v.to_string().contains("pw-123"), "{v}");
     // duplicate name
     let r = s
@@ -389,7 +441,10 @@ async fn admin_crud_and_test_action() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(proxies(&s).await["data"][0]["serving_account_ids"], json!([acc]));
+    assert_eq!(
+        proxies(&s).await["data"][0]["serving_account_ids"],
+        json!([acc])
+    );
     // a disabled proxy: its accounts do not go direct, they fail
     let r = s
         .admin_patch(&format!("/api/admin/proxies/{id}"))
@@ -442,4 +497,47 @@ async fn password_is_encrypted_at_rest() {
     assert!(!found, "the password is stored in clear");
     let v = proxies(&s).await;
     assert_eq!(v["data"][0]["url"], "socks5://bob@127.0.0.1:1080");
+}
+
+/// Client WebSocket turns of a proxied account ride a pooled upstream WebSocket opened through
+/// the proxy (one tunnel, one upgrade, both turns on it).
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_websocket_through_socks5() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+    let p = TestProxy::start(Some(("w", "s")));
+    let s = stack(PlainHttp::H1, 1);
+    proxy_for(&s, "ws", &p.url("socks5", Some(("w", "s"))), "acct-0").await;
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("upgrade");
+    for q in ["first", "second"] {
+        let create = json!({"type":"response.create","model":"gpt-5.5","input":q,"stream":true});
+        ws.send(Message::text(create.to_string())).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+                .await
+                .expect("an event in time")
+                .expect("socket open")
+                .expect("frame");
+            let Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            let ty = v["type"].as_str().unwrap_or_default().to_owned();
+            assert!(ty != "error" && ty != "response.failed", "{v}");
+            if ty == "response.completed" {
+                break;
+            }
+        }
+    }
+    assert_eq!(s.mock.ws_handshakes(), 1, "one upstream WebSocket");
+    assert_eq!(p.tunnels(), 1, "opened through the proxy");
+    assert!(p.saw("Upgrade: websocket") || p.saw("upgrade: websocket"));
 }

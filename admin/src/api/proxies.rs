@@ -76,7 +76,11 @@ pub(crate) struct ProxyView {
     updated_at: i64,
 }
 
-fn view(core: &crate::sidecar::Core, row: &ProxyRow, assigned: &[(i64, ProxyAssignment)]) -> ProxyView {
+fn view(
+    core: &crate::sidecar::Core,
+    row: &ProxyRow,
+    assigned: &[(i64, ProxyAssignment)],
+) -> ProxyView {
     let snap = core.publisher.current();
     let serving = snap
         .accounts
@@ -209,7 +213,9 @@ struct UpdateProxy {
 mod double_option {
     use serde::{Deserialize, Deserializer};
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<String>>, D::Error> {
         Ok(Some(Option::deserialize(d)?))
     }
 }
@@ -375,12 +381,12 @@ struct AssignmentView {
 async fn validate(core: &AppState, a: &ProxyAssignment) -> Result<(), ApiError> {
     let rows = core.storage.proxies().list_proxies().await?;
     match a {
-        ProxyAssignment::Proxy(id) if !rows.iter().any(|r| r.id == *id) => Err(
-            ApiError::bad_request(format!("no proxy with id {id}")).with_param("proxy_id"),
-        ),
-        ProxyAssignment::Pool(p) if !rows.iter().any(|r| r.pool.as_deref() == Some(p)) => Err(
-            ApiError::bad_request(format!("no proxy is in pool {p:?}")).with_param("pool"),
-        ),
+        ProxyAssignment::Proxy(id) if !rows.iter().any(|r| r.id == *id) => {
+            Err(ApiError::bad_request(format!("no proxy with id {id}")).with_param("proxy_id"))
+        }
+        ProxyAssignment::Pool(p) if !rows.iter().any(|r| r.pool.as_deref() == Some(p)) => {
+            Err(ApiError::bad_request(format!("no proxy is in pool {p:?}")).with_param("pool"))
+        }
         _ => Ok(()),
     }
 }

@@ -110,7 +110,10 @@ async fn connect_inner(
     let name = &proxy.name;
     let mut last = err(
         ProxyFailureKind::Connect,
-        format!("egress proxy `{name}`: host `{}` not resolved", proxy.url.host),
+        format!(
+            "egress proxy `{name}`: host `{}` not resolved",
+            proxy.url.host
+        ),
     );
     for addr in &proxy.addrs {
         match monoio::time::timeout(budget, TcpStream::connect_addr(*addr)).await {
@@ -204,10 +207,7 @@ async fn read_exact<S: AsyncReadRent>(
 /// How many bytes of `\r\n\r\n` the end of `buf` already holds.
 fn terminator_matched(buf: &[u8]) -> usize {
     const T: &[u8] = b"\r\n\r\n";
-    (1..=3)
-        .rev()
-        .find(|&k| buf.ends_with(&T[..k]))
-        .unwrap_or(0)
+    (1..=3).rev().find(|&k| buf.ends_with(&T[..k])).unwrap_or(0)
 }
 
 async fn http_connect<S: AsyncReadRent + AsyncWriteRent>(
@@ -231,7 +231,10 @@ async fn http_connect<S: AsyncReadRent + AsyncWriteRent>(
     let mut buf = Vec::with_capacity(256);
     while !buf.ends_with(b"\r\n\r\n") {
         if buf.len() >= MAX_HEAD {
-            return Err(err(ProxyFailureKind::Protocol, "proxy reply head too large"));
+            return Err(err(
+                ProxyFailureKind::Protocol,
+                "proxy reply head too large",
+            ));
         }
         let want = 4 - terminator_matched(&buf);
         if read_at_most(io, &mut buf, want).await? == 0 {
@@ -289,7 +292,9 @@ async fn socks5<S: AsyncReadRent + AsyncWriteRent>(
     let creds = url.username.as_deref().map(|u| {
         (
             u.as_bytes(),
-            url.password.as_ref().map_or(&b""[..], |p| p.expose().as_bytes()),
+            url.password
+                .as_ref()
+                .map_or(&b""[..], |p| p.expose().as_bytes()),
         )
     });
     // Greeting: no authentication, plus username/password when we have credentials.
@@ -336,11 +341,11 @@ async fn socks5<S: AsyncReadRent + AsyncWriteRent>(
     }
 
     let mut req = vec![5, 1, 0];
-    let ip = target
-        .host
-        .parse::<IpAddr>()
-        .ok()
-        .or_else(|| (!remote_dns).then_some(target.addr.map(|a| a.ip())).flatten());
+    let ip = target.host.parse::<IpAddr>().ok().or_else(|| {
+        (!remote_dns)
+            .then_some(target.addr.map(|a| a.ip()))
+            .flatten()
+    });
     match ip {
         Some(IpAddr::V4(v4)) => {
             req.push(1);

@@ -176,11 +176,23 @@ async fn socks5_error_replies() {
             ProxyFailureKind::Refused,
         ),
         // not SOCKS5
-        ("socks5://p:1", b"HTTP/1.1 400".to_vec(), ProxyFailureKind::Protocol),
+        (
+            "socks5://p:1",
+            b"HTTP/1.1 400".to_vec(),
+            ProxyFailureKind::Protocol,
+        ),
         // unknown address type
-        ("socks5://p:1", vec![5, 0, 5, 0, 0, 9, 0, 0], ProxyFailureKind::Protocol),
+        (
+            "socks5://p:1",
+            vec![5, 0, 5, 0, 0, 9, 0, 0],
+            ProxyFailureKind::Protocol,
+        ),
         // closed inside the bound address
-        ("socks5://p:1", vec![5, 0, 5, 0, 0, 1, 10, 0], ProxyFailureKind::Protocol),
+        (
+            "socks5://p:1",
+            vec![5, 0, 5, 0, 0, 1, 10, 0],
+            ProxyFailureKind::Protocol,
+        ),
     ];
     for (url, reply, kind) in cases {
         for plan in plans() {
