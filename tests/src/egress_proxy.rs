@@ -117,6 +117,11 @@ impl TestProxy {
         self.stats.auth_failures.load(Ordering::SeqCst)
     }
 
+    /// How many bytes clients sent through the proxy so far.
+    pub fn seen_len(&self) -> usize {
+        self.stats.seen.lock().expect("seen").len()
+    }
+
     /// Whether clients sent `needle` through the proxy.
     pub fn saw(&self, needle: &str) -> bool {
         let seen = self.stats.seen.lock().expect("seen");

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use benches::{Behaviour, ErrorKind, MockConfig};
+use benches::MockConfig;
 use gateway::config::PlainHttp;
 use integration_tests::{egress_proxy::TestProxy, tls_material, Stack, StackBuilder};
 use serde_json::{json, Value};
@@ -80,9 +80,13 @@ async fn settle(s: &Stack, plain_http: PlainHttp) {
 }
 
 async fn ask(s: &Stack, stream: bool) -> (u16, String) {
+    ask_with(s, stream, "x").await
+}
+
+async fn ask_with(s: &Stack, stream: bool, input: &str) -> (u16, String) {
     let r = s
         .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":stream}))
+        .json(&json!({"model":"gpt-5.5","input":input,"stream":stream}))
         .send()
         .await
         .unwrap();
@@ -113,28 +117,40 @@ async fn proxied_and_direct(plain_http: PlainHttp, scheme: &str) {
     )
     .await;
     for stream in [true, false, true] {
-        let (st, body) = ask(&s, stream).await;
+        let (st, body) = ask_with(&s, stream, "proxied-marker").await;
         assert_eq!(st, 200, "{body}");
         assert!(body.contains("Hello from mock-codex"), "{body}");
         settle(&s, plain_http).await;
     }
     assert_eq!(s.served_by(), vec!["acct-0"; 3]);
     assert_eq!(p.tunnels(), 1, "one tunnel, pooled");
-    assert!(p.saw("acct-0"), "acct-0's requests went through the proxy");
-    assert_eq!(p.auth_failures(), 0);
-
-    // acct-0 now fails (429): the request goes to acct-1, which is direct.
-    s.mock
-        .set_behaviour("acct-0", Behaviour::error(ErrorKind::RateLimitExceeded));
-    let (st, body) = ask(&s, true).await;
-    assert_eq!(st, 200, "{body}");
-    assert_eq!(s.served_by().last().map(String::as_str), Some("acct-1"));
+    // (request bodies are plain in h1 and h2c DATA frames alike)
     assert!(
-        !p.saw("acct-1"),
+        p.saw("proxied-marker"),
+        "acct-0's requests went through the proxy"
+    );
+    assert_eq!(p.auth_failures(), 0);
+    assert!(s.metric("codex_gateway_upstream_proxy_tunnels_total").await >= 1);
+
+    // acct-0 disabled: acct-1 (direct) serves, and nothing more goes through the proxy, although
+    // a proxied connection idles in the pool.
+    let acc0 = account_id(&s, "acct-0").await;
+    let r = s
+        .admin_post(&format!("/api/admin/accounts/{acc0}/disable"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    for stream in [true, false] {
+        let (st, body) = ask_with(&s, stream, "direct-marker").await;
+        assert_eq!(st, 200, "{body}");
+    }
+    assert_eq!(s.served_by()[3..], ["acct-1", "acct-1"]);
+    assert!(
+        !p.saw("direct-marker"),
         "a direct account never goes through the proxy"
     );
     assert_eq!(p.tunnels(), 1);
-    assert!(s.metric("codex_gateway_upstream_proxy_tunnels_total").await >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
