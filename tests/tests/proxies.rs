@@ -237,6 +237,26 @@ async fn wrong_credentials(scheme: &str) {
         a.cooling_ms, 0,
         "the account is not cooled for its proxy's fault"
     );
+    let accounts: Value = s
+        .admin_get("/api/admin/accounts")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let a0 = accounts["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["chatgpt_account_id"] == "acct-0")
+        .unwrap();
+    assert_eq!(
+        a0["failures"], 0,
+        "no failure recorded on the account: {a0}"
+    );
+    assert_eq!(a0["health"]["consecutive_failures"], 0, "{a0}");
+    assert_eq!(a0["health"]["tier"], "healthy", "{a0}");
     let v = proxies(&s).await;
     let pv = v["data"]
         .as_array()
