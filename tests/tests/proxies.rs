@@ -13,9 +13,14 @@ use integration_tests::{egress_proxy::TestProxy, tls_material, Stack, StackBuild
 use serde_json::{json, Value};
 
 fn stack(plain_http: PlainHttp, accounts: usize) -> Stack {
+    stack_on(plain_http, accounts, false)
+}
+
+fn stack_on(plain_http: PlainHttp, accounts: usize, postgres: bool) -> Stack {
     // fill_first: acct-0 is always tried first.
     StackBuilder {
         accounts,
+        postgres,
         workers: 1,
         plain_http,
         tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
@@ -107,8 +112,12 @@ async fn proxies(s: &Stack) -> Value {
 /// acct-0 on the proxy: its requests go through it (one tunnel, reused by the keep-alive or
 /// h2 pool); acct-1 (direct) never goes through it, even while a proxied connection idles.
 async fn proxied_and_direct(plain_http: PlainHttp, scheme: &str) {
+    proxied_and_direct_on(plain_http, scheme, false).await;
+}
+
+async fn proxied_and_direct_on(plain_http: PlainHttp, scheme: &str, postgres: bool) {
     let p = TestProxy::start(Some(("alice", "s3cret")));
-    let s = stack(plain_http, 2);
+    let s = stack_on(plain_http, 2, postgres);
     proxy_for(
         &s,
         "p1",
@@ -156,6 +165,12 @@ async fn proxied_and_direct(plain_http: PlainHttp, scheme: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn h1_through_http_connect() {
     proxied_and_direct(PlainHttp::H1, "http").await;
+}
+
+/// The same on PostgreSQL (migration 0007, the sealed password, the assignment).
+#[tokio::test(flavor = "multi_thread")]
+async fn h1_through_http_connect_on_postgres() {
+    proxied_and_direct_on(PlainHttp::H1, "http", true).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
