@@ -8,6 +8,8 @@
 //! `let p = TestProxy::start(Some(("u", "p")));` then `p.url("socks5", Some(("u","p")))`.
 //! It runs on a thread of its own (its own Tokio runtime) and stops when dropped.
 
+#![allow(clippy::expect_used)] // a test harness: a poisoned lock or a failed bind is a test failure
+
 use std::{
     net::SocketAddr,
     sync::{
