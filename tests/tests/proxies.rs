@@ -374,6 +374,16 @@ async fn refresh_and_quota_go_through_the_proxy() {
             p.saw("/wham/usage") || p.saw("usage"),
             "{scheme}: quota via the proxy"
         );
+        let r = s
+            .admin_post("/api/admin/models/refresh")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert!(
+            p.saw("/models"),
+            "{scheme}: the catalog fetch as acct-0 via the proxy"
+        );
         let targets = p.stats.targets.lock().unwrap().clone();
         assert!(
             targets
