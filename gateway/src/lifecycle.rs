@@ -103,12 +103,19 @@ pub struct Committed {
     /// Upstream time to first byte.
     pub ttfb: Duration,
     idle: Duration,
+    /// The end (`Ok`) or break (`Err`) of the body, seen while draining chunks that were
+    /// already received: reported after the events before it.
+    ahead: Option<Result<(), UpstreamError>>,
 }
+
+/// Most bytes of already-received upstream chunks taken into one batch (one client write).
+const COALESCE_MAX: usize = 64 * 1024;
 
 /// What the committed stream produced next.
 pub enum Next {
-    /// More events (possibly empty when a chunk held no complete event).
-    Events(Vec<SseEvent>),
+    /// More events, in the caller's batch (possibly none when a chunk held no complete
+    /// event).
+    Events,
     /// The upstream body ended without a terminal event, or broke.
     Broken(Error),
     /// The upstream body ended cleanly.
@@ -131,15 +138,41 @@ impl Committed {
         }
     }
 
-    /// Reads the next chunk of events from the same account's stream.
-    pub async fn next_events(&mut self) -> Next {
+    /// Reads the next chunk of events from the same account's stream, together with every
+    /// further chunk that is already received (several h2 DATA frames, or several HTTP/1.1
+    /// chunks of one read), so that what arrived together leaves in one client write;
+    /// `batch` is cleared and refilled (its allocation is reused).
+    pub async fn next_events(&mut self, batch: &mut Vec<SseEvent>) -> Next {
+        batch.clear();
+        match self.ahead.take() {
+            Some(Ok(())) => return Next::End,
+            Some(Err(e)) => return Next::Broken(transport_error(&e)),
+            None => {}
+        }
         match self.body.chunk(self.idle).await {
             Ok(Some(b)) => {
                 self.splitter.push(&b);
-                let mut out = Vec::new();
+                let mut taken = b.len();
+                while taken < COALESCE_MAX {
+                    match self.body.try_chunk() {
+                        None => break,
+                        Some(Ok(Some(b))) => {
+                            taken += b.len();
+                            self.splitter.push(&b);
+                        }
+                        Some(Ok(None)) => {
+                            self.ahead = Some(Ok(()));
+                            break;
+                        }
+                        Some(Err(e)) => {
+                            self.ahead = Some(Err(e));
+                            break;
+                        }
+                    }
+                }
                 loop {
                     match self.splitter.next_event() {
-                        Ok(Some(ev)) => out.push(ev),
+                        Ok(Some(ev)) => batch.push(ev),
                         Ok(None) => break,
                         Err(e) => {
                             return Next::Broken(
@@ -149,7 +182,7 @@ impl Committed {
                         }
                     }
                 }
-                Next::Events(out)
+                Next::Events
             }
             Ok(None) => Next::End,
             Err(e) => Next::Broken(transport_error(&e)),
@@ -678,6 +711,7 @@ async fn attempt(
                         finished,
                         ttfb,
                         idle,
+                        ahead: None,
                     });
                 }
             }

@@ -132,6 +132,32 @@ impl UpstreamBody {
         }
     }
 
+    /// A chunk that is already received, without waiting: `None` when the next one needs a
+    /// wait (or this body cannot tell without one: WebSocket turns).
+    pub fn try_chunk(&mut self) -> Option<Result<Option<Bytes>, UpstreamError>> {
+        match self {
+            Self::H2(rs, _) => {
+                // A no-op waker: the caller always polls again with its own before waiting.
+                let cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match rs.poll_data(&cx) {
+                    std::task::Poll::Pending => None,
+                    std::task::Poll::Ready(None) => Some(Ok(None)),
+                    std::task::Poll::Ready(Some(Ok(b))) => {
+                        let _ = rs.flow_control().release_capacity(b.len());
+                        Some(Ok(Some(b)))
+                    }
+                    std::task::Poll::Ready(Some(Err(e))) => Some(Err(UpstreamError::Protocol {
+                        sent: true,
+                        message: format!("h2 stream error: {e}"),
+                    })),
+                }
+            }
+            Self::H1(b) => b.try_chunk(),
+            Self::Ws(_) => None,
+            Self::Full(b) => Some(Ok(b.take())),
+        }
+    }
+
     /// Reads the whole body (error bodies), up to `limit` bytes.
     pub async fn collect(&mut self, idle: Duration, limit: usize) -> Vec<u8> {
         let mut out = Vec::new();
