@@ -74,6 +74,7 @@ mod api;
 pub mod auth;
 pub mod cli;
 pub mod crypto;
+pub mod egress;
 pub mod error;
 pub mod import;
 pub mod lease;

@@ -69,6 +69,8 @@ pub struct Publisher {
     state: Mutex<PubState>,
     /// Rotated tokens not stored yet, by account id (see the module docs).
     held: SyncMutex<HashMap<i64, TokenUpdate>>,
+    /// Egress proxies' live health, by proxy id.
+    egress: crate::egress::EgressBook,
 }
 
 // === impl Publisher ===
@@ -82,6 +84,7 @@ impl Publisher {
             defaults,
             state: Mutex::new(PubState::default()),
             held: SyncMutex::new(HashMap::new()),
+            egress: crate::egress::EgressBook::default(),
         }
     }
 
@@ -176,6 +179,7 @@ impl Publisher {
             weight: old.weight,
             max_concurrency: old.max_concurrency,
             live: Arc::clone(&old.live),
+            egress: old.egress.clone(),
         });
         let accounts = cur
             .accounts
@@ -212,6 +216,11 @@ impl Publisher {
         self.snapshot.load_full()
     }
 
+    /// Egress proxies' live health.
+    pub fn egress(&self) -> &crate::egress::EgressBook {
+        &self.egress
+    }
+
     /// The mailboxes of the workers.
     pub fn mailboxes(&self) -> &WorkerMailboxes {
         &self.mailboxes
@@ -240,7 +249,9 @@ impl Publisher {
         let keys = storage.list_keys().await?;
         let stored_settings = storage.load_settings().await?;
         self.overlay_held(&mut accounts);
-        let fp = fingerprint(&accounts, &keys, &stored_settings);
+        let egress_input = crate::egress::EgressInput::load(storage).await?;
+        let fp = fingerprint(&accounts, &keys, &stored_settings)
+            ^ egress_input.fingerprint().rotate_left(17);
 
         // Cooldowns and quota persisted by other instances reach the live atomics even when
         // nothing else changed (they are not part of the snapshot content).
@@ -292,6 +303,7 @@ impl Publisher {
         for e in skipped {
             tracing::warn!(error = %e, "ignoring a stored setting; the configured value stays");
         }
+        let mut egress = self.egress.build(&egress_input).await;
         let mut entries = Vec::with_capacity(accounts.len());
         for (row, secrets) in accounts {
             let Some(slot) = st.live.get_mut(&row.id) else {
@@ -324,12 +336,10 @@ impl Publisher {
                 evict.push(row.id);
             }
             slot.published_status = Some(row.status);
-            entries.push(Arc::new(entry(
-                row,
-                secrets,
-                Arc::clone(&slot.live),
-                &settings,
-            )));
+            let proxy = egress.remove(&row.id);
+            let mut e = entry(row, secrets, Arc::clone(&slot.live), &settings);
+            e.egress = proxy;
+            entries.push(Arc::new(e));
         }
         entries.sort_by_key(|e| e.id);
 
@@ -402,6 +412,7 @@ fn entry(
             row.max_concurrency
         },
         live,
+        egress: None,
     }
 }
 

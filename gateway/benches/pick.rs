@@ -79,6 +79,7 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
                 weight: 1 + (rng.below(4) == 0) as u32,
                 max_concurrency: 4,
                 live,
+                egress: None,
             })
         })
         .collect();

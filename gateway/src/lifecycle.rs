@@ -192,7 +192,7 @@ impl Committed {
 
 fn transport_error(e: &UpstreamError) -> Error {
     let kind = match e {
-        UpstreamError::Connect(_) => ErrorKind::UpstreamConnect,
+        UpstreamError::Connect(_) | UpstreamError::Proxy { .. } => ErrorKind::UpstreamConnect,
         UpstreamError::Timeout { .. } => ErrorKind::UpstreamTimeout,
         UpstreamError::Protocol { .. } => ErrorKind::UpstreamProtocol,
         UpstreamError::WsUnavailable => ErrorKind::UpstreamConnect,
@@ -572,7 +572,12 @@ async fn attempt(
     };
     let started = Instant::now();
     let mut resp = match up
-        .send_routed(account.id, plan.upstream_ws.as_ref(), req)
+        .send_routed(
+            account.id,
+            account.egress.as_deref(),
+            plan.upstream_ws.as_ref(),
+            req,
+        )
         .await
     {
         Ok(r) => {
@@ -586,12 +591,22 @@ async fn attempt(
                 &UpstreamError::Saturated,
             )));
         }
+        Err(e @ UpstreamError::Proxy { .. }) => {
+            // The account's egress proxy failed (the proxy marked itself: breaker, health,
+            // metric): not the account's fault, so no penalty; nothing was sent, so another
+            // candidate may try.
+            return Err(AttemptError::Failover {
+                error: transport_error(&e),
+                class: None,
+            });
+        }
         Err(e) => {
             if matches!(e, UpstreamError::Connect(_)) {
                 ctx.health.upstream_failed(shared_state::now_ms());
             }
             let kind = match &e {
                 UpstreamError::Connect(_)
+                | UpstreamError::Proxy { .. }
                 | UpstreamError::Saturated
                 | UpstreamError::WsUnavailable => scheduler::FailureKind::Connect,
                 UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,

@@ -7,6 +7,8 @@
 //! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 
+pub mod egress_proxy;
+
 use std::{path::PathBuf, time::Duration};
 
 use benches::{IssuedTokens, MockAccount, MockCodex, MockConfig, MockHandle};

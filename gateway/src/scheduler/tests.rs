@@ -37,6 +37,7 @@ fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
         weight,
         max_concurrency,
         live: Arc::new(AccountLive::default()),
+        egress: None,
     }
 }
 

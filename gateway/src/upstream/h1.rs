@@ -15,7 +15,7 @@
 //! connection (the origin never read it).
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     rc::Rc,
     sync::Arc,
     time::{Duration, Instant},
@@ -50,6 +50,8 @@ pub struct H1Pool {
     max_idle: usize,
     idle_timeout: Duration,
     metrics: Arc<WorkerMetrics>,
+    /// Idle connections of every pool of the worker (one pool per egress), for the gauge.
+    total: Rc<Cell<usize>>,
 }
 
 // === impl H1Pool ===
@@ -57,17 +59,36 @@ pub struct H1Pool {
 impl H1Pool {
     /// A pool keeping at most `max_idle` connections, each for `idle_timeout`.
     pub fn new(max_idle: usize, idle_timeout: Duration, metrics: Arc<WorkerMetrics>) -> Rc<Self> {
+        Self::with_total(max_idle, idle_timeout, metrics, Rc::default())
+    }
+
+    /// A pool whose idle count adds into `total` (shared by a worker's pools, one per egress).
+    pub fn with_total(
+        max_idle: usize,
+        idle_timeout: Duration,
+        metrics: Arc<WorkerMetrics>,
+        total: Rc<Cell<usize>>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             idle: RefCell::new(Vec::new()),
             max_idle,
             idle_timeout,
             metrics,
+            total,
         })
+    }
+
+    /// Reports a change of this pool's idle count from `before` to `after`.
+    fn report(&self, before: usize, after: usize) {
+        let t = (self.total.get() + after).saturating_sub(before);
+        self.total.set(t);
+        self.metrics.set_h1_idle(t);
     }
 
     /// The most recently used idle connection that has not expired.
     pub fn take(&self) -> Option<BodyIo> {
         let mut idle = self.idle.borrow_mut();
+        let before = idle.len();
         // Expired ones are all at the front (oldest first).
         let fresh = idle
             .iter()
@@ -75,7 +96,7 @@ impl H1Pool {
             .unwrap_or(idle.len());
         idle.drain(..fresh);
         let io = idle.pop().map(|(io, _)| io);
-        self.metrics.set_h1_idle(idle.len());
+        self.report(before, idle.len());
         io
     }
 
@@ -84,11 +105,12 @@ impl H1Pool {
             return;
         }
         let mut idle = self.idle.borrow_mut();
+        let before = idle.len();
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
         idle.push((io, Instant::now()));
-        self.metrics.set_h1_idle(idle.len());
+        self.report(before, idle.len());
     }
 
     /// Idle connections held.
@@ -98,8 +120,8 @@ impl H1Pool {
 
     /// Closes every idle connection.
     pub fn clear(&self) {
-        self.idle.borrow_mut().clear();
-        self.metrics.set_h1_idle(0);
+        let before = std::mem::take(&mut *self.idle.borrow_mut()).len();
+        self.report(before, 0);
     }
 }
 
