@@ -15,6 +15,7 @@
 //!     the shared catalog shortly after start and every `catalog_refresh_interval` (off when
 //!     zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
+//!   - the quota forecast sampler ([`crate::forecast`]): every minute, publishing burn rates;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //! # Error handling
@@ -72,6 +73,8 @@ pub(crate) struct Core {
     pub usage: UsageClient,
     /// The model catalog refresher.
     pub models: models::CatalogRefresher,
+    /// The quota burn estimator (`crate::forecast`).
+    pub forecast: crate::forecast::Forecaster,
 }
 
 // === impl Core ===
@@ -186,6 +189,7 @@ pub(crate) async fn run(
             admin: crate::api::AdminState::new(&cfg),
             usage,
             models,
+            forecast: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);
@@ -228,6 +232,8 @@ pub(crate) async fn run(
         ))
     });
 
+    let forecast_task = tokio::spawn(forecast_loop(Arc::clone(&core), stop.clone()));
+
     let models_task = (!cfg.catalog_refresh_interval.is_zero())
         .then(|| tokio::spawn(models::run(Arc::clone(&core), stop.clone())));
 
@@ -242,6 +248,7 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
+    forecast_task.abort();
     if let Some(t) = quota_task {
         t.abort();
     }
@@ -292,6 +299,20 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             }
         }
         refresh::refresh_expiring(&core);
+    }
+}
+
+/// Samples the pool's quota for the forecast every [`crate::forecast::TICK`] (publishing
+/// the burn estimates the scheduler and `/metrics` read).
+async fn forecast_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::forecast::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        core.forecast.sample(&core.publisher.current());
     }
 }
 
