@@ -120,7 +120,7 @@ pub fn window_exhausts_at(w: &Window, now_ms: u64) -> Option<u64> {
     if used >= 100.0 {
         return Some(now_ms);
     }
-    if !(w.burn_pct_h > 0.0) {
+    if w.burn_pct_h.is_nan() || w.burn_pct_h <= 0.0 {
         return None;
     }
     let at = now_ms.saturating_add(((100.0 - used) / w.burn_pct_h * HOUR_MS) as u64);
@@ -293,7 +293,7 @@ pub fn pool(members: &[Member], now_ms: u64) -> PoolForecast {
             out.returns_at_ms = Some(backs.into_iter().filter(|&b| b != 0).min().unwrap_or(0));
             return out;
         }
-        if !(demand > 0.0) || t >= end {
+        if demand.is_nan() || demand <= 0.0 || t >= end {
             return out;
         }
         let wsum: f64 = avail.iter().map(|&i| sims[i].weight).sum();

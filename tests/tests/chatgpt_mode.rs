@@ -11,6 +11,8 @@
 //! a reverse proxy does in production. The CLI tests need `CODEX_GATEWAY_TEST_CODEX` (set by
 //! `tests/run.sh`); without it they print why they are skipped.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     net::SocketAddr,
     os::unix::process::CommandExt,

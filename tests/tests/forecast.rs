@@ -4,6 +4,8 @@
 //! slept on. `GET /api/admin/forecast` then reports burn, run-out and return instants; the
 //! data plane's `/metrics` exports the pool's figures.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{
     atomic::{AtomicU64, Ordering},
     Arc,
