@@ -13,6 +13,7 @@
 //! | [`ops`] | `GET /dashboard`, `GET /ops` (per-worker live view, scheduler board) |
 //! | [`settings`] | `GET/PUT /settings` (hot-applied; every invalid key reported in `error.errors`) |
 //! | [`models`] | `GET /models`, `POST /models/refresh` |
+//! | [`forecast`] | `GET /forecast` (quota forecast: accounts, plans, pool) |
 //!
 //! Every mutation republishes the snapshot before answering.
 //!
@@ -50,6 +51,7 @@ use tokio::sync::watch;
 use crate::{auth::Principal, error::StorageError, settings::SettingError, sidecar::Core};
 
 mod accounts;
+mod forecast;
 mod keys;
 mod models;
 mod ops;
@@ -105,6 +107,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .merge(settings::routes())
         .merge(models::routes())
         .merge(proxies::routes())
+        .merge(forecast::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),

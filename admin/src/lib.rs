@@ -76,6 +76,7 @@ pub mod cli;
 pub mod crypto;
 pub mod egress;
 pub mod error;
+pub mod forecast;
 pub mod import;
 pub mod lease;
 pub mod models;
@@ -174,6 +175,9 @@ pub struct SidecarConfig {
     pub client_version: String,
     /// Model aliases, applied to every catalog the sidecar publishes.
     pub model_aliases: HashMap<String, ModelAlias>,
+    /// The clock of the quota forecast's sampling (the system clock; tests inject simulated
+    /// time).
+    pub forecast_clock: shared_state::forecast::Clock,
 }
 
 // === impl SidecarConfig ===
@@ -201,6 +205,7 @@ impl SidecarConfig {
             catalog_refresh_interval: DEFAULT_CATALOG_REFRESH_INTERVAL,
             client_version: DEFAULT_CLIENT_VERSION.to_owned(),
             model_aliases: HashMap::new(),
+            forecast_clock: shared_state::forecast::Clock::system(),
         }
     }
 

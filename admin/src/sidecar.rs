@@ -15,6 +15,7 @@
 //!     the shared catalog shortly after start and every `catalog_refresh_interval` (off when
 //!     zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
+//!   - the quota forecast sampler ([`crate::forecast`]): every minute, publishing burn rates;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //! # Error handling
@@ -78,6 +79,8 @@ pub(crate) struct Core {
     pub upstream_ca: Option<std::path::PathBuf>,
     /// The upstream base URL (the origin the proxy test action reaches).
     pub upstream_base_url: String,
+    /// The quota burn estimator (`crate::forecast`).
+    pub forecast: crate::forecast::Forecaster,
 }
 
 // === impl Core ===
@@ -225,6 +228,7 @@ pub(crate) async fn run(
             egress: crate::egress::EgressClients::new(cfg.upstream_ca.clone()),
             upstream_ca: cfg.upstream_ca.clone(),
             upstream_base_url: cfg.upstream_base_url.clone(),
+            forecast: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);
@@ -267,6 +271,8 @@ pub(crate) async fn run(
         ))
     });
 
+    let forecast_task = tokio::spawn(forecast_loop(Arc::clone(&core), stop.clone()));
+
     let models_task = (!cfg.catalog_refresh_interval.is_zero())
         .then(|| tokio::spawn(models::run(Arc::clone(&core), stop.clone())));
 
@@ -281,6 +287,7 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
+    forecast_task.abort();
     if let Some(t) = quota_task {
         t.abort();
     }
@@ -331,6 +338,20 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             }
         }
         refresh::refresh_expiring(&core);
+    }
+}
+
+/// Samples the pool's quota for the forecast every [`crate::forecast::TICK`] (publishing
+/// the burn estimates the scheduler and `/metrics` read).
+async fn forecast_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(crate::forecast::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        core.forecast.sample(&core.publisher.current());
     }
 }
 

@@ -87,6 +87,23 @@ export interface DataPlane {
   ws_sessions: number; failovers_total: number
 }
 
+export interface ForecastWindow {
+  used_pct: number; reset_at_ms: number | null; burn_pct_per_hour: number
+  burn_source: 'account' | 'plan' | 'none'; exhausts_at_ms: number | null
+}
+export interface ForecastAccount {
+  id: number; label: string; plan: string; counted: boolean; schedulable: boolean
+  primary: ForecastWindow; secondary: ForecastWindow
+  exhausts_at_ms: number | null; binding: 'primary' | 'secondary' | null; capacity_returns_at_ms: number | null
+}
+export interface Forecast {
+  now_ms: number; lookback_s: number
+  pool: { accounts: number; available_now: number; demand_pct_per_hour: number
+    exhausts_at_ms: number | null; capacity_returns_at_ms: number | null }
+  plans: { plan: string; accounts: number; observed: number; burn_primary_pct_per_hour: number; burn_secondary_pct_per_hour: number }[]
+  accounts: ForecastAccount[]
+}
+
 export interface Dashboard {
   now_ms: number; storage_up: boolean; snapshot_version: number; strategy: string
   data_plane: DataPlane; usage_5m: Totals; usage_1h: Totals; usage_24h: Totals

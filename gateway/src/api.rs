@@ -6,6 +6,8 @@
 //! # Key Components
 //! - [`handle`]: dispatches one request head; routes that take a body authenticate the head
 //!   first, then read and decode the body.
+//! - [`chatgpt`]: the Codex CLI's ChatGPT-mode routes (`/backend-api/codex/responses` through
+//!   [`responses`], the catalog, `/wham/usage`, `/wham/accounts/check`, cheap side calls).
 //! - [`responses`] (`/v1/responses`), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`]
 //!   (Anthropic `/v1/messages`, `/v1/messages/count_tokens`), [`ops`] (`/healthz`,
 //!   `/metrics`, `/v1/models`).
@@ -15,6 +17,7 @@
 //!   SSE and WebSocket renderings live next to the error type, [`crate::error`].
 
 pub mod chat;
+pub mod chatgpt;
 pub mod messages;
 pub mod ops;
 pub mod responses;
@@ -44,6 +47,7 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     let keep = req.keep_alive && !ctx.is_draining();
     let path = req.path.trim_end_matches('/');
     let path = if path.is_empty() { "/" } else { path };
+    let chatgpt_route = chatgpt::route(path);
     match (req.method.as_str(), path) {
         ("GET" | "HEAD", "/healthz") => ops::healthz(ctx, conn, keep).await,
         ("GET", "/metrics") => {
@@ -110,14 +114,29 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             Ok(false)
         }
         ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,
+        // ChatGPT-mode inference: the very same handler as `/v1/responses`.
+        ("POST", _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
+            let key = match read_authenticated(ctx, conn, &mut req, "responses", keep).await {
+                Ok(k) => k,
+                Err(done) => return done,
+            };
+            responses::serve(ctx, conn, req, key, keep).await
+        }
+        (_, _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
+            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
+            write_error(ctx, conn, "responses", &e, keep).await
+        }
         (_, "/healthz" | "/metrics" | "/v1/responses" | "/v1/models" | "/v1/chat/completions") => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
             write_error(ctx, conn, "other", &e, keep).await
         }
-        _ => {
-            let e = Error::new(ErrorKind::NotFound, Side::Downstream);
-            write_error(ctx, conn, "other", &e, keep).await
-        }
+        _ => match chatgpt_route {
+            Some(which) => Box::pin(chatgpt::serve(ctx, conn, req, which, keep)).await,
+            None => {
+                let e = Error::new(ErrorKind::NotFound, Side::Downstream);
+                write_error(ctx, conn, "other", &e, keep).await
+            }
+        },
     }
 }
 

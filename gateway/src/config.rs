@@ -73,6 +73,7 @@ pub struct FileConfig {
     redis_url: Option<String>,
     admin_token: Option<String>,
     metrics_token: Option<String>,
+    chatgpt_origin: Option<String>,
     shutdown_grace_secs: Option<u64>,
     ws_idle_timeout_secs: Option<u64>,
     transcript_cache_bytes: Option<usize>,
@@ -404,6 +405,13 @@ pub struct GatewayConfig {
     /// Reject models missing from the catalog even while only the embedded catalog is known
     /// (a catalog fetched from the upstream is always enforced).
     pub strict_models: bool,
+    /// The public `https://host[:port]` origin the Codex CLI in ChatGPT mode reaches the
+    /// gateway at (answered by `/backend-api/wham/accounts/check`); `None`: `https://` + the
+    /// request's `Host` (`chatgpt_origin`, `CODEX_GATEWAY_CHATGPT_ORIGIN`).
+    pub chatgpt_origin: Option<String>,
+    /// The clock of the quota forecast's sampling in the sidecar (the system clock; tests
+    /// inject simulated time).
+    pub forecast_clock: shared_state::forecast::Clock,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -427,6 +435,24 @@ impl std::fmt::Debug for GatewayConfig {
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)
             .finish_non_exhaustive()
+    }
+}
+
+/// A `chatgpt_origin`: `https://host[:port]`, nothing after it (the Codex CLI accepts only
+/// an https origin without a path).
+fn check_origin(o: &str) -> Result<String, ConfigError> {
+    let o = o.trim_end_matches('/');
+    let ok = o.strip_prefix("https://").is_some_and(|rest| {
+        !rest.is_empty()
+            && !rest.contains(['/', '?', '#', '@'])
+            && !rest.chars().any(|c| c.is_whitespace() || c.is_control())
+    });
+    if ok {
+        Ok(o.to_owned())
+    } else {
+        Err(ConfigError(format!(
+            "`chatgpt_origin` = `{o}` must be an https origin such as https://gateway.example:8443 (no path)"
+        )))
     }
 }
 
@@ -475,6 +501,8 @@ impl GatewayConfig {
             pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
             strict_models: false,
+            chatgpt_origin: None,
+            forecast_clock: shared_state::forecast::Clock::system(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -559,6 +587,13 @@ impl GatewayConfig {
             .or(file.metrics_token.clone())
             .filter(|t| !t.is_empty())
             .map(Secret::from);
+        if let Some(o) = std::env::var("CODEX_GATEWAY_CHATGPT_ORIGIN")
+            .ok()
+            .or(file.chatgpt_origin.clone())
+            .filter(|o| !o.is_empty())
+        {
+            c.chatgpt_origin = Some(check_origin(&o)?);
+        }
         c.oauth_token_url = args
             .oauth_token_url
             .clone()

@@ -17,7 +17,7 @@ use std::{
 use shared_state::egress::ProxyFailureKind;
 
 /// Routes we count.
-pub const ROUTES: [&str; 8] = [
+pub const ROUTES: [&str; 9] = [
     "responses",
     "chat_completions",
     "messages",
@@ -25,6 +25,7 @@ pub const ROUTES: [&str; 8] = [
     "models",
     "healthz",
     "metrics",
+    "chatgpt",
     "other",
 ];
 const STATUSES: [u16; 17] = [
@@ -708,4 +709,44 @@ impl Registry {
             );
         }
     }
+}
+
+/// The quota forecast's gauges (`shared_state::forecast` over the snapshot's live state and
+/// the burns the sidecar publishes): the pool's demand, accounts that can serve now, and in
+/// how many seconds the pool runs out and capacity returns (`+Inf`: not forecast).
+pub fn render_forecast(snap: &shared_state::Snapshot, now_ms: u64) -> String {
+    use std::fmt::Write as _;
+    let f = shared_state::forecast::pool_of(snap, now_ms);
+    let secs = |at: Option<u64>| match at {
+        Some(at) if at != 0 => format!("{}", at.saturating_sub(now_ms) as f64 / 1000.0),
+        _ => "+Inf".to_owned(),
+    };
+    let mut o = String::with_capacity(1024);
+    for (name, help, value) in [
+        (
+            "codex_gateway_pool_quota_demand_percent_per_hour",
+            "Observed quota burn of the pool (sum of the accounts' 5-hour window burns, percent per hour).",
+            format!("{}", f.demand_pct_h),
+        ),
+        (
+            "codex_gateway_pool_accounts_available",
+            "Accounts that can serve now by their quota and cooldown.",
+            f.available_now.to_string(),
+        ),
+        (
+            "codex_gateway_pool_quota_exhausts_in_seconds",
+            "Forecast: seconds until no account can serve at the observed burn (+Inf: not within 8 days).",
+            secs(f.exhausts_at_ms),
+        ),
+        (
+            "codex_gateway_pool_capacity_returns_in_seconds",
+            "Forecast: seconds until the first account serves again after the pool runs out (+Inf: not forecast).",
+            secs(f.exhausts_at_ms.and(f.returns_at_ms)),
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} gauge");
+        let _ = writeln!(o, "{name} {value}");
+    }
+    o
 }

@@ -21,7 +21,11 @@
 //!     key over schedulable accounts; deterministic across workers and instances, and a
 //!     session moves only when its account stops being schedulable. No key: `smart`.
 //!   - `quota_reset_priority`: accounts with quota left whose primary (then secondary)
-//!     window resets soonest first; unhealthy or exhausted accounts last.
+//!     window resets soonest first; unhealthy or exhausted accounts last. Accounts the quota
+//!     forecast (`shared_state::forecast`, over the burn the sidecar observes) sees using up
+//!     their quota before their reset anyway come after those that would lose quota at
+//!     their reset (use it or lose it); the forecast changes the order only, never
+//!     eligibility.
 //! - Eligibility ([`is_eligible`]): active status (with the data plane's override), a token,
 //!   no cooldown, usage below [`shared_state::Settings::pause_threshold_pct`] in both windows,
 //!   the model not excluded for the account ([`exclude_model`]), and
@@ -88,6 +92,7 @@ use std::{
     time::Duration,
 };
 
+pub(crate) use health::quota_pcts;
 pub use health::{
     assess, base_limit, decayed_penalty, effective_limit, record_failure, record_success,
     record_success_at, reset_feedback, Assessment, FailureKind, Tier, BASE_SCORE, ERROR_RATE_ALPHA,
@@ -598,7 +603,7 @@ impl Pick<'_> {
         for i in 0..self.accounts.len() {
             let live = &self.accounts[i].live;
             let resets =
-                (reset(live.primary_reset_at()) << 93) | (reset(live.secondary_reset_at()) << 61);
+                (reset(live.primary_reset_at()) << 92) | (reset(live.secondary_reset_at()) << 60);
             // The reset instants alone are a lower bound of the key: skip the rest early.
             if !sel.admits(resets) {
                 continue;
@@ -609,16 +614,31 @@ impl Pick<'_> {
             let saturated = u128::from(a.deferred());
             let unhealthy = u128::from(a.tier >= Tier::Risky);
             let exhausted = u128::from(a.quota_exhausted());
-            let rand = u128::from(random_key(index.inv_weight(i), &mut rng) >> 19);
+            let covered = u128::from(covered_before_reset(&self.accounts[i], self.req.now_ms));
+            let rand = u128::from(random_key(index.inv_weight(i), &mut rng) >> 20);
             let key = (saturated << 127)
                 | (unhealthy << 126)
                 | (exhausted << 125)
+                | (covered << 124)
                 | resets
-                | (u128::from(score_bucket(a.score).min(0xffff)) << 45)
+                | (u128::from(score_bucket(a.score).min(0xffff)) << 44)
                 | rand;
             sel.offer(key, i as u32);
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
+    }
+}
+
+/// Whether the quota forecast says the account's remaining quota is used up before its
+/// primary window resets at its observed burn (`shared_state::forecast`). Such an account
+/// needs no priority to avoid losing quota at the reset, so `quota_reset_priority` puts the
+/// accounts that would otherwise lose quota first. Order only: it stays eligible.
+fn covered_before_reset(entry: &AccountEntry, now_ms: u64) -> bool {
+    let f = shared_state::forecast::account_of(entry, now_ms);
+    let reset_ms = entry.live.primary_reset_at().saturating_mul(1000);
+    match f.exhausts_at_ms {
+        Some(at) => at > now_ms && (reset_ms <= now_ms || at < reset_ms),
+        None => false,
     }
 }
 

@@ -395,6 +395,12 @@ pub struct SchedulerLive {
     pub last_request_ms: AtomicU64,
     /// Models this account must not serve for a while ("model not supported").
     pub excluded_models: ModelExclusions,
+    /// Observed primary-window burn, percent per hour (0: none observed), published by the
+    /// sidecar's quota burn estimator (`admin::forecast`); read through
+    /// [`crate::forecast`].
+    pub burn_primary_pct_h: AtomicF64,
+    /// Observed secondary-window burn, percent per hour (0: none observed).
+    pub burn_secondary_pct_h: AtomicF64,
 }
 
 /// An `f64` in an [`AtomicU64`] (its bit pattern), updated with a CAS loop.

@@ -94,7 +94,11 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
     keep: bool,
 ) -> io::Result<bool> {
     ctx.metrics.request("metrics", 200);
-    let body = ctx.registry.render();
+    let mut body = ctx.registry.render();
+    body.push_str(&crate::metrics::render_forecast(
+        &ctx.snapshot.load(),
+        shared_state::now_ms(),
+    ));
     conn.write_response(
         200,
         &[("content-type", "text/plain; version=0.0.4")],

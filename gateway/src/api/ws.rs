@@ -76,7 +76,7 @@ pub fn wants_upgrade(req: &Request) -> bool {
     req.method == "GET"
         && matches!(
             req.path.trim_end_matches('/'),
-            "/v1/responses" | "/responses"
+            "/v1/responses" | "/responses" | "/backend-api/codex/responses"
         )
         && handshake::is_upgrade_request(&req.headers)
 }

@@ -488,6 +488,37 @@ fn quota_reset_priority_prefers_soonest_reset_with_quota_left() {
     assert_eq!(pick(&s, &req(5, 2)), vec![3, 2]);
 }
 
+#[test]
+fn quota_reset_priority_puts_accounts_that_would_lose_quota_first() {
+    let accs = pool(3);
+    let q = |i: usize, p: f64, pr: u64| {
+        accs[i].live.apply(&AccountEffect::quota(
+            Some(p),
+            Some(pr),
+            Some(10.0),
+            Some(NOW_S + 500_000),
+        ));
+    };
+    q(0, 70.0, NOW_S + 1_800); // resets in 30 min
+    q(1, 10.0, NOW_S + 3_600); // resets in 60 min
+    q(2, 10.0, NOW_S + 7_200); // resets in 2 h
+    let s = snap(accs.clone(), Strategy::QuotaResetPriority);
+    // No burn observed: soonest reset first.
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+    // At 120%/h account 1's 30% are used up in 15 min, before its reset in 30: the forecast
+    // covers it, so the account that would lose quota at its reset (2) goes first.
+    accs[0].live.scheduler().burn_primary_pct_h.store(120.0);
+    assert_eq!(pick(&s, &req(0, 0)), vec![2, 3, 1]);
+    // At 30%/h it lasts to its reset (would lose 15%): first again.
+    accs[0].live.scheduler().burn_primary_pct_h.store(30.0);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+    // The forecast never makes an account ineligible: a covered account is still offered.
+    accs[0].live.scheduler().burn_primary_pct_h.store(1_000.0);
+    accs[1].live.scheduler().burn_primary_pct_h.store(1_000.0);
+    accs[2].live.scheduler().burn_primary_pct_h.store(1_000.0);
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3]);
+}
+
 // === smart ===
 
 #[test]
