@@ -50,7 +50,7 @@ use tokio::sync::watch;
 use crate::{auth::Principal, error::StorageError, settings::SettingError, sidecar::Core};
 
 mod accounts;
-mod keys;
+pub(crate) mod keys;
 mod models;
 mod ops;
 mod session;
@@ -161,6 +161,11 @@ struct ErrorExtra {
 // === impl ApiError ===
 
 impl ApiError {
+    /// The human message.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     fn new(
         status: StatusCode,
         kind: &'static str,

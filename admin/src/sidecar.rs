@@ -15,6 +15,8 @@
 //!     the shared catalog shortly after start and every `catalog_refresh_interval` (off when
 //!     zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
+//!   - the per-key counter reconciliation ([`key_limits`]): every 500 ms with Redis, and
+//!     `last_used_at` of the keys;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //! # Error handling
@@ -42,6 +44,7 @@ use crate::{
 };
 
 pub(crate) mod events;
+pub(crate) mod key_limits;
 pub(crate) mod models;
 pub(crate) mod quota;
 pub(crate) mod refresh;
@@ -219,6 +222,7 @@ pub(crate) async fn run(
         cfg.redis_url.clone().filter(|u| !u.trim().is_empty()),
         stop.clone(),
     ));
+    let limits_task = tokio::spawn(key_limits::run(Arc::clone(&core), stop.clone()));
     let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
         tokio::spawn(quota::run(
             Arc::clone(&core),
@@ -242,6 +246,7 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
+    limits_task.abort();
     if let Some(t) = quota_task {
         t.abort();
     }

@@ -96,6 +96,18 @@ pub struct FileConfig {
     models: FileModels,
     #[serde(default)]
     pool: FilePool,
+    /// USD per 1M tokens by model slug (`default` prices every other model).
+    #[serde(default)]
+    prices: std::collections::HashMap<String, FilePrice>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePrice {
+    input: f64,
+    #[serde(default)]
+    cached_input: Option<f64>,
+    output: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -404,6 +416,8 @@ pub struct GatewayConfig {
     /// Reject models missing from the catalog even while only the embedded catalog is known
     /// (a catalog fetched from the upstream is always enforced).
     pub strict_models: bool,
+    /// Prices per model slug, for the cost of each request (`cost_micros`) and cost budgets.
+    pub prices: shared_state::keys::PriceTable,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -475,6 +489,7 @@ impl GatewayConfig {
             pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
             strict_models: false,
+            prices: shared_state::keys::PriceTable::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -722,6 +737,26 @@ impl GatewayConfig {
             }
             c.model_aliases
                 .insert(alias.clone(), shared_state::catalog::parse_alias(target));
+        }
+        for (model, p) in &file.prices {
+            let price = shared_state::keys::Price {
+                input: p.input,
+                cached_input: p.cached_input.unwrap_or(p.input),
+                output: p.output,
+            };
+            if [price.input, price.cached_input, price.output]
+                .iter()
+                .any(|v| !v.is_finite() || *v < 0.0)
+            {
+                return Err(ConfigError(format!(
+                    "`prices.\"{model}\"`: prices must be finite and >= 0 (USD per 1M tokens)"
+                )));
+            }
+            if model == "default" {
+                c.prices.default = price;
+            } else {
+                c.prices.models.insert(model.clone(), price);
+            }
         }
         let w = &file.wire;
         if let Some(v) = &w.originator {

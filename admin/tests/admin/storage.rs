@@ -49,6 +49,7 @@ fn usage(i: u64) -> UsageRecord {
             _ => None,
         },
         started_at_ms: 1_700_000_000_000 + i,
+        cost_micros: 10 * i,
     }
 }
 
