@@ -392,11 +392,7 @@ pub fn keys_create_with(
 /// Changes the limits of key `id` (`limits`: the JSON object of `PATCH
 /// /api/admin/keys/{id}`; present fields replace, `null` removes). Running gateways pick the
 /// change up at their next reload.
-pub fn keys_set(
-    db: &DbTarget,
-    id: i64,
-    limits: &serde_json::Value,
-) -> Result<KeyRow, AdminError> {
+pub fn keys_set(db: &DbTarget, id: i64, limits: &serde_json::Value) -> Result<KeyRow, AdminError> {
     let patch = parse_limits(limits)?;
     block_on(with_storage(db, async |s: &dyn Storage| {
         let Some(mut row) = s

@@ -449,8 +449,7 @@ pub trait Storage: Send + Sync + 'static {
     /// `since_ms` (the budgets' stored base after a restart).
     fn key_spend(&self, since_ms: i64) -> StorageFuture<'_, Vec<KeySpend>>;
     /// Sets an account's group (`None`: the shared pool); false when no such account.
-    fn set_account_group<'a>(&'a self, id: i64, group: Option<&'a str>)
-        -> StorageFuture<'a, bool>;
+    fn set_account_group<'a>(&'a self, id: i64, group: Option<&'a str>) -> StorageFuture<'a, bool>;
 
     /// Inserts usage records in one transaction; returns how many.
     fn insert_usage<'a>(&'a self, records: &'a [UsageRecord]) -> StorageFuture<'a, usize>;

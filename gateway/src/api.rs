@@ -119,7 +119,11 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
         },
         (
             _,
-            "/healthz" | "/metrics" | "/v1/responses" | "/v1/models" | "/v1/chat/completions"
+            "/healthz"
+            | "/metrics"
+            | "/v1/responses"
+            | "/v1/models"
+            | "/v1/chat/completions"
             | "/v1/usage",
         ) => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);

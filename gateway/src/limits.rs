@@ -156,7 +156,10 @@ pub fn render_metrics(health: &Health, out: &mut String) {
         out,
         "# HELP codex_gateway_key_limit_rejections_total Requests refused by a client key's limits."
     );
-    let _ = writeln!(out, "# TYPE codex_gateway_key_limit_rejections_total counter");
+    let _ = writeln!(
+        out,
+        "# TYPE codex_gateway_key_limit_rejections_total counter"
+    );
     for (i, name) in REJECTION_NAMES.iter().enumerate() {
         let _ = writeln!(
             out,

@@ -138,7 +138,8 @@ pub struct PickRequest<'a> {
     pub cursor: usize,
     /// How many candidates to return (the attempt budget plus some headroom for leases
     /// lost to races); 0 = every schedulable account, fully ordered.
-    pub max_candidates: usize,    /// The client key's account group: only accounts of exactly this group (`None`: the
+    pub max_candidates: usize,
+    /// The client key's account group: only accounts of exactly this group (`None`: the
     /// shared pool, accounts without a group) are candidates.
     pub group: Option<&'a str>,
 }

@@ -85,10 +85,13 @@ impl KeyLimits {
     /// Whether `model` (the upstream slug) is allowed.
     pub fn allows_model(&self, model: &str) -> bool {
         self.allowed_models.is_empty()
-            || self.allowed_models.iter().any(|m| match m.strip_suffix('*') {
-                Some(prefix) => model.starts_with(prefix),
-                None => m == model,
-            })
+            || self
+                .allowed_models
+                .iter()
+                .any(|m| match m.strip_suffix('*') {
+                    Some(prefix) => model.starts_with(prefix),
+                    None => m == model,
+                })
     }
 }
 
@@ -433,7 +436,10 @@ mod tests {
         assert_eq!(month_of(month_start_ms(m + 1)), m + 1);
         assert_eq!(month_of(month_start_ms(m + 1) - 1), m);
         assert_eq!(month_of(0), 1970 * 12);
-        assert_eq!(month_start_ms(1971 * 12 + 1), 2_678_400_000 + 31_536_000_000);
+        assert_eq!(
+            month_start_ms(1971 * 12 + 1),
+            2_678_400_000 + 31_536_000_000
+        );
         assert_eq!(day_start_ms(day_of(t)), 1_795_996_800_000);
         assert_eq!(minute_end_ms(minute_of(t)), t + 60_000);
     }
@@ -501,7 +507,10 @@ mod tests {
         assert_eq!(t.cost_micros("gpt-5", 1_000_000, 0, 0), 1_250_000);
         assert_eq!(t.cost_micros("gpt-5", 1_000, 1_000, 100), 125 + 1_000);
         assert_eq!(t.cost_micros("gpt-5-mini", 0, 0, 1_000_000), 2_000_000);
-        assert_eq!(t.price("gpt-5.1-codex-mini-2"), t.price("gpt-5.1-codex-mini"));
+        assert_eq!(
+            t.price("gpt-5.1-codex-mini-2"),
+            t.price("gpt-5.1-codex-mini")
+        );
         assert_eq!(t.price("unknown-model"), t.default);
         assert_eq!(t.cost_micros("gpt-5", 10, 50, 0), 1); // cached capped at input
     }

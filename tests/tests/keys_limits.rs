@@ -17,10 +17,18 @@ const REDIS: &str = "redis://127.0.0.1:6379/0";
 async fn key_with(s: &Stack, name: &str, limits: Value) -> (i64, String) {
     let mut body = limits;
     body["name"] = json!(name);
-    let r = s.admin_post("/api/admin/keys").json(&body).send().await.unwrap();
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
-    (v["id"].as_i64().unwrap(), v["key"].as_str().unwrap().to_owned())
+    (
+        v["id"].as_i64().unwrap(),
+        v["key"].as_str().unwrap().to_owned(),
+    )
 }
 
 async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
@@ -84,7 +92,10 @@ async fn usage_until(base: &str, key: &str, done: impl Fn(&Value) -> bool) -> Va
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("usage never reached the expected state: {}", usage_at(base, key).await);
+    panic!(
+        "usage never reached the expected state: {}",
+        usage_at(base, key).await
+    );
 }
 
 /// Waits out the end of the current UTC minute when fewer than `secs` seconds are left, so a
@@ -187,7 +198,10 @@ async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
     assert_eq!(st, 200, "{v}");
     let used = v["usage"]["total_tokens"].as_u64().unwrap();
     assert!(used >= 5, "{v}");
-    usage_until(&s.url(), &key, |u| u["today"]["tokens"].as_u64() == Some(used)).await;
+    usage_until(&s.url(), &key, |u| {
+        u["today"]["tokens"].as_u64() == Some(used)
+    })
+    .await;
     let (st, retry, v) = respond(&s, &key).await;
     assert_eq!(st, 429, "{v}");
     assert_eq!(v["error"]["code"], "insufficient_quota", "{v}");
@@ -201,7 +215,14 @@ async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 429, "{v}");
     // Raising the budget lets it through again.
-    let keys: Value = s.admin_get("/api/admin/keys").send().await.unwrap().json().await.unwrap();
+    let keys: Value = s
+        .admin_get("/api/admin/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let k = keys["data"]
         .as_array()
         .unwrap()
@@ -211,7 +232,12 @@ async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
         .clone();
     assert_eq!(k["today"]["tokens"].as_u64(), Some(used), "{k}");
     assert_eq!(k["limits"]["tokens_per_day"], 5, "{k}");
-    patch_key(&s, k["id"].as_i64().unwrap(), json!({"tokens_per_day": null})).await;
+    patch_key(
+        &s,
+        k["id"].as_i64().unwrap(),
+        json!({"tokens_per_day": null}),
+    )
+    .await;
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 200, "{v}");
 }
@@ -233,7 +259,10 @@ async fn cost_budget_counts_the_priced_usage() {
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 429, "{v}");
     assert_eq!(v["error"]["code"], "insufficient_quota", "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("spend"), "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("spend"),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -401,7 +430,14 @@ async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
         .unwrap();
     assert_eq!(r.status(), 401);
     // The stored usage records carry the cost.
-    let keys: Value = s.admin_get("/api/admin/keys").send().await.unwrap().json().await.unwrap();
+    let keys: Value = s
+        .admin_get("/api/admin/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let k = keys["data"]
         .as_array()
         .unwrap()
@@ -578,7 +614,14 @@ async fn admin_api_validates_and_round_trips_limits() {
         .unwrap();
     assert_eq!(r.status(), 404);
     // The stored limits are what the data plane enforces: a fresh listing shows them.
-    let keys: Value = s.admin_get("/api/admin/keys").send().await.unwrap().json().await.unwrap();
+    let keys: Value = s
+        .admin_get("/api/admin/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let k = keys["data"]
         .as_array()
         .unwrap()

@@ -92,33 +92,51 @@ async fn round(
 ) -> bool {
     let snap = core.publisher.current();
     let now = shared_state::now_ms();
-    let (minute, day, month) = (
-        keys::minute_of(now),
-        keys::day_of(now),
-        keys::month_of(now),
-    );
+    let (minute, day, month) = (keys::minute_of(now), keys::day_of(now), keys::month_of(now));
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(snap.keys.len() * 7);
     for k in snap.keys.values() {
         let live = &*k.live;
-        let mut add = |kind: u8, name: &str, counter: &'_ Counter, period: u64, ttl: u64, seed| {
+        let (day_ttl, month_ttl) = (2 * 86_400, 33 * 86_400);
+        let windows: [(u8, &str, &Counter, u64, u64, bool); 7] = [
+            (0, "rpm", &live.minute, minute, 120, false),
+            (1, "day_requests", &live.day.requests, day, day_ttl, true),
+            (2, "day_tokens", &live.day.tokens, day, day_ttl, true),
+            (3, "day_cost", &live.day.cost_micros, day, day_ttl, true),
+            (
+                4,
+                "month_requests",
+                &live.month.requests,
+                month,
+                month_ttl,
+                true,
+            ),
+            (
+                5,
+                "month_tokens",
+                &live.month.tokens,
+                month,
+                month_ttl,
+                true,
+            ),
+            (
+                6,
+                "month_cost",
+                &live.month.cost_micros,
+                month,
+                month_ttl,
+                true,
+            ),
+        ];
+        for (kind, name, counter, period, ttl_secs, seed) in windows {
             slots.push(Slot {
                 redis_key: format!("codex-gateway:limits:{}:{name}:{period}", k.tag),
                 counter,
                 period,
-                ttl_secs: ttl,
+                ttl_secs,
                 seed: seed.then_some((k.id, kind)),
                 delta: 0,
             });
-        };
-        add(0, "rpm", &live.minute, minute, 120, false);
-        let day_ttl = 2 * 86_400;
-        add(1, "day_requests", &live.day.requests, day, day_ttl, true);
-        add(2, "day_tokens", &live.day.tokens, day, day_ttl, true);
-        add(3, "day_cost", &live.day.cost_micros, day, day_ttl, true);
-        let month_ttl = 33 * 86_400;
-        add(4, "month_requests", &live.month.requests, month, month_ttl, true);
-        add(5, "month_tokens", &live.month.tokens, month, month_ttl, true);
-        add(6, "month_cost", &live.month.cost_micros, month, month_ttl, true);
+        }
     }
     if slots.is_empty() {
         return true;
