@@ -663,3 +663,56 @@ async fn admin_api_validates_and_round_trips_limits() {
     assert_eq!(row.limits.rpm, Some(7));
     assert_eq!(row.limits.account_group, None);
 }
+
+/// Each Responses WebSocket turn is one request against the key's limits: over the RPM the
+/// turn gets an `error` event (429 `rate_limit_exceeded`) and the socket stays open.
+#[tokio::test(flavor = "multi_thread")]
+async fn websocket_turns_count_against_rpm() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let s = StackBuilder::default().start();
+    same_minute_for(20).await;
+    let (_, key) = key_with(&s, "ws", json!({"rpm": 1})).await;
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let mut last = Vec::new();
+    for i in 0..2 {
+        let create =
+            json!({"type": "response.create", "model": "gpt-5.5", "input": format!("turn {i}")});
+        ws.send(Message::text(create.to_string())).await.unwrap();
+        last.clear();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+                .await
+                .expect("an event in time")
+                .expect("socket open")
+                .expect("frame");
+            let Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            let ty = v["type"].as_str().unwrap_or_default().to_owned();
+            last.push(v);
+            if matches!(
+                ty.as_str(),
+                "response.completed" | "response.failed" | "error"
+            ) {
+                break;
+            }
+        }
+        if i == 0 {
+            assert_eq!(
+                last.last().unwrap()["type"],
+                "response.completed",
+                "{last:?}"
+            );
+        }
+    }
+    let e = last.last().unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["status"], 429, "{e}");
+    assert_eq!(e["error"]["code"], "rate_limit_exceeded", "{e}");
+}
