@@ -246,7 +246,8 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
-    limits_task.abort();
+    // It sees the stop signal, pushes its last counts and stores the keys' last use.
+    let _ = tokio::time::timeout(Duration::from_secs(3), limits_task).await;
     if let Some(t) = quota_task {
         t.abort();
     }

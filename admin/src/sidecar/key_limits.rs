@@ -57,9 +57,17 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     let mut ticks = 0u32;
     let mut was_fleet = None;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
+        let stopping = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        if stopping {
+            // Last push: what this instance counted reaches the fleet before it goes.
+            if let Some(l) = core.leases.get() {
+                let _ = round(l.connection(), &core, &mut seeded).await;
+            }
+            touch(&core, &mut flushed).await;
+            return;
         }
         ticks = ticks.wrapping_add(1);
         let fleet = match core.leases.get() {
