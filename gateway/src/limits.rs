@@ -98,6 +98,8 @@ fn refuse(limit: KeyLimit, retry_after_ms: u64) -> Error {
 /// Admits one request of `key` at `now_ms`, or refuses it (see the module docs). Budgets are
 /// checked against what was spent so far: a request admitted under its budget may overshoot
 /// it by its own usage.
+// The data plane's one error type, as every handler returns it.
+#[allow(clippy::result_large_err)]
 pub fn admit(key: &ClientKey, now_ms: u64) -> Result<KeySlot, Error> {
     let l = &*key.limits;
     let live = &key.live;
@@ -335,7 +337,7 @@ mod tests {
         // until 00:00 UTC
         assert_eq!(r.retry_after, Some(7 * 3600 - 30));
         // the next day admits; the monthly cost budget still counts
-        let tomorrow = NOW + 7 * 3600_000;
+        let tomorrow = NOW + 7 * 3_600_000;
         assert!(admit(&k, tomorrow).is_ok());
         k.live.record(tomorrow, 0, 5_000);
         assert!(matches!(

@@ -5,6 +5,8 @@
 //! and local enforcement while Redis is down. Limits are set through the admin API, as an
 //! operator would.
 
+#![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
+
 use std::time::Duration;
 
 use benches::MockConfig;

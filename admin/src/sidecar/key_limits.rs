@@ -86,7 +86,7 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             }
         }
         was_fleet = Some(fleet);
-        if ticks % TOUCH_EVERY == 0 {
+        if ticks.is_multiple_of(TOUCH_EVERY) {
             touch(&core, &mut flushed).await;
         }
     }
