@@ -783,6 +783,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn prices_override_the_defaults_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            GatewayConfig::load(&ServeArgs {
+                config: Some(p.clone()),
+                ..Default::default()
+            })
+        };
+        let c = load(
+            "[prices.\"gpt-5.5\"]\ninput = 2.0\noutput = 8.0\n[prices.default]\ninput = 1.0\ncached_input = 0.5\noutput = 3.0\n",
+        )
+        .unwrap();
+        let p55 = c.prices.price("gpt-5.5");
+        assert_eq!((p55.input, p55.cached_input, p55.output), (2.0, 2.0, 8.0));
+        assert_eq!(c.prices.price("no-such-model").output, 3.0);
+        assert_eq!(c.prices.cost_micros("gpt-5.5", 10, 0, 1), 28);
+        // untouched defaults stay
+        assert_eq!(c.prices.price("gpt-5-mini").output, 2.0);
+        assert!(load("[prices.x]\ninput = -1.0\noutput = 1.0\n").is_err());
+        assert!(
+            load("[prices.x]\ninput = 1.0\n").is_err(),
+            "output is required"
+        );
+    }
+
+    #[test]
     fn the_example_config_parses() {
         let p = PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
