@@ -11,6 +11,8 @@
 #   json     short non-stream JSON answers (closed loop, JSON_CLIENTS clients)
 #   sse      SSE_STREAMS concurrent streams at SSE_RATE events/s each
 #   slow     SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
+#   short    short streamed answers at full rate (closed loop, SHORT_CLIENTS clients, a
+#            12-event answer each: per-request costs of a stream)
 #   ws-idle  Responses WebSocket: for each N in WS_IDLE_SESSIONS, N sessions do one turn each,
 #            then stay open and silent for WS_IDLE_SECS (RSS per idle session)
 #   ws       WS_SESSIONS WebSocket sessions, chained turns back to back, WS_RATE events/s each
@@ -34,7 +36,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/target/release}
 OUT=${OUT:-$ROOT/target/bench-results/$(date +%Y%m%d-%H%M%S)}
 SCALE=${SCALE:-1}
-WORKLOADS=${WORKLOADS:-"json sse slow"}
+WORKLOADS=${WORKLOADS:-"json short sse slow"}
 VIA=${VIA:-"direct gateway nginx"}
 GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
 # 0: the gateway sends client WebSocket turns upstream over HTTP/2 + SSE ([upstream]
@@ -42,9 +44,21 @@ GATEWAY_WORKERS=${GATEWAY_WORKERS:-2}
 GATEWAY_UPSTREAM_WS=${GATEWAY_UPSTREAM_WS:-}
 NGINX_WORKERS=${NGINX_WORKERS:-$GATEWAY_WORKERS}
 MOCK_WORKERS=${MOCK_WORKERS:-2}
-# SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise a few hundred).
-MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-100000}
+# SETTINGS_MAX_CONCURRENT_STREAMS of the mock (real origins advertise 100-256), and what the
+# gateway puts on one upstream connection before it opens another (GATEWAY_H2_STREAMS) and how
+# many it opens per worker (GATEWAY_H2_CONNECTIONS; empty: the gateway's default).
+MOCK_H2_MAX_STREAMS=${MOCK_H2_MAX_STREAMS:-128}
+GATEWAY_H2_STREAMS=${GATEWAY_H2_STREAMS:-$MOCK_H2_MAX_STREAMS}
+GATEWAY_H2_CONNECTIONS=${GATEWAY_H2_CONNECTIONS:-}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
+# CPU lists (taskset -c) to pin each process to, e.g. on a many-core host CPUS_GATEWAY=0-3
+# CPUS_MOCK=8-11 CPUS_LOADGEN=12-15; empty: not pinned.
+CPUS_GATEWAY=${CPUS_GATEWAY:-}
+CPUS_NGINX=${CPUS_NGINX:-$CPUS_GATEWAY}
+CPUS_MOCK=${CPUS_MOCK:-}
+CPUS_LOADGEN=${CPUS_LOADGEN:-}
+# The nginx binary (a copy unpacked from a .deb works too).
+NGINX=${NGINX:-nginx}
 ACCOUNTS=${ACCOUNTS:-4}
 PROFILE=${PROFILE:-0}
 # A model the gateway's catalog knows (it answers 404 model_not_found otherwise).
@@ -53,6 +67,8 @@ MODEL=${MODEL:-gpt-5.5}
 scaled() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'; }
 JSON_CLIENTS=${JSON_CLIENTS:-$(scaled 64)}
 JSON_SECS=${JSON_SECS:-10}
+SHORT_CLIENTS=${SHORT_CLIENTS:-$(scaled 32)}
+SHORT_SECS=${SHORT_SECS:-10}
 SSE_STREAMS=${SSE_STREAMS:-$(scaled 1000)}
 SSE_RATE=${SSE_RATE:-20}
 SSE_TOKENS=${SSE_TOKENS:-200}
@@ -95,6 +111,20 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 log() { echo "[run.sh] $*" >&2; }
 
+# pinned CPUS CMD...: runs CMD under taskset when CPUS is set.
+pinned() {
+  local cpus=$1
+  shift
+  if [[ -n $cpus ]]; then taskset -c "$cpus" "$@"; else "$@"; fi
+}
+# pinned_exec CPUS CMD...: the same for a background process (`pinned_exec ... &`): the
+# subshell is replaced by CMD, so $! is CMD's pid (the one loadgen samples).
+pinned_exec() {
+  local cpus=$1
+  shift
+  if [[ -n $cpus ]]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
+}
+
 free_port() {
   if command -v python3 >/dev/null; then
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -125,10 +155,11 @@ machine() {
     echo "memory: $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)"
     echo "open files: $(ulimit -n)"
     echo "loadavg at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "nginx: $(nginx -v 2>&1 || echo absent)"
+    echo "nginx: $("$NGINX" -v 2>&1 || echo absent)"
     echo "git: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') $(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo '(dirty tree)')"
-    echo "scale: SCALE=$SCALE json=$JSON_CLIENTS clients x ${JSON_SECS}s; sse=$SSE_STREAMS streams x ${SSE_RATE} ev/s (${SSE_TOKENS} tokens per answer), ramp ${SSE_RAMP}s + ${SSE_SECS}s; slow=$SLOW_STREAMS streams x ${SLOW_RATE} ev/s, ramp ${SLOW_RAMP}s + ${SLOW_SECS}s; ws=$WS_SESSIONS sessions x ${WS_RATE} ev/s (${WS_TOKENS} tokens per turn, turns per socket ${WS_TURNS}, think ${WS_THINK_MS} ms, chain ${WS_CHAIN}), ramp ${WS_RAMP}s + ${WS_SECS}s; ws-idle=$WS_IDLE_SESSIONS sessions, ramp ${WS_IDLE_RAMP}s + hold ${WS_IDLE_SECS}s"
+    echo "scale: SCALE=$SCALE json=$JSON_CLIENTS clients x ${JSON_SECS}s; short=$SHORT_CLIENTS clients x ${SHORT_SECS}s; sse=$SSE_STREAMS streams x ${SSE_RATE} ev/s (${SSE_TOKENS} tokens per answer), ramp ${SSE_RAMP}s + ${SSE_SECS}s; slow=$SLOW_STREAMS streams x ${SLOW_RATE} ev/s, ramp ${SLOW_RAMP}s + ${SLOW_SECS}s; ws=$WS_SESSIONS sessions x ${WS_RATE} ev/s (${WS_TOKENS} tokens per turn, turns per socket ${WS_TURNS}, think ${WS_THINK_MS} ms, chain ${WS_CHAIN}), ramp ${WS_RAMP}s + ${WS_SECS}s; ws-idle=$WS_IDLE_SESSIONS sessions, ramp ${WS_IDLE_RAMP}s + hold ${WS_IDLE_SECS}s"
     echo "processes: gateway workers=$GATEWAY_WORKERS, nginx workers=$NGINX_WORKERS, mock workers=$MOCK_WORKERS, loadgen threads=$LOADGEN_THREADS, all on the same machine"
+    echo "pinning: gateway=${CPUS_GATEWAY:-none} nginx=${CPUS_NGINX:-none} mock=${CPUS_MOCK:-none} loadgen=${CPUS_LOADGEN:-none}"
     echo "workloads: $WORKLOADS; via: $VIA"
   } >"$OUT/machine.txt"
   cat "$OUT/machine.txt" >&2
@@ -138,7 +169,7 @@ machine() {
 start_mock() {
   local accounts=() i
   for i in $(seq 1 "$ACCOUNTS"); do accounts+=(--account "acct-bench-$i"); done
-  RUST_LOG=warn "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
+  RUST_LOG=warn pinned_exec "$CPUS_MOCK" "$BIN/mock-codex" --listen 127.0.0.1:0 --workers "$MOCK_WORKERS" \
     --max-recorded 0 --h2-max-concurrent-streams "$MOCK_H2_MAX_STREAMS" \
     --write-auth-json "$WORK/auth" "${accounts[@]}" >"$OUT/mock.log" 2>&1 &
   MOCK_PID=$!
@@ -163,12 +194,14 @@ workers = $GATEWAY_WORKERS
 base_url = "$MOCK_ORIGIN/backend-api/codex"
 oauth_token_url = "$MOCK_ORIGIN/oauth/token"
 plain_http = "h2c"
+h2_max_streams_per_connection = $GATEWAY_H2_STREAMS
 EOF
   if [[ $GATEWAY_UPSTREAM_WS == 0 ]]; then echo "websockets = false" >>"$WORK/gateway.toml"; fi
+  if [[ -n $GATEWAY_H2_CONNECTIONS ]]; then echo "h2_max_connections = $GATEWAY_H2_CONNECTIONS" >>"$WORK/gateway.toml"; fi
   RUST_LOG=warn "$BIN/codex-gateway" accounts import --data-dir "$data" \
     --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$OUT/gateway.log" 2>&1
   GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$OUT/gateway.log" | tail -1)
-  RUST_LOG=warn "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
+  RUST_LOG=warn pinned_exec "$CPUS_GATEWAY" "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
   GATEWAY_PID=$!
   PIDS+=("$GATEWAY_PID")
   GATEWAY_ORIGIN=$(wait_line "$OUT/gateway.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
@@ -177,14 +210,14 @@ EOF
 
 # --- nginx -----------------------------------------------------------------------------------
 start_nginx() {
-  if ! command -v nginx >/dev/null; then
+  if ! command -v "$NGINX" >/dev/null; then
     log "nginx not found; trying apt-get install -y nginx-light"
     if command -v apt-get >/dev/null; then
       apt-get install -y nginx-light >"$OUT/nginx-install.log" 2>&1 ||
         apt-get install -y nginx >>"$OUT/nginx-install.log" 2>&1 || true
     fi
   fi
-  if ! command -v nginx >/dev/null; then
+  if ! command -v "$NGINX" >/dev/null; then
     log "nginx is not available: the nginx baseline (c) is SKIPPED"
     echo "nginx: skipped (not installed)" >>"$OUT/machine.txt"
     return 1
@@ -195,7 +228,7 @@ start_nginx() {
   sed -e "s|@PREFIX@|$prefix|g" -e "s|@WORKERS@|$NGINX_WORKERS|g" \
     -e "s|@UPSTREAM@|$MOCK_HOSTPORT|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
     "$ROOT/benches/nginx.conf.template" >"$prefix/nginx.conf"
-  nginx -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+  pinned_exec "$CPUS_NGINX" "$NGINX" -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
   NGINX_PID=$!
   PIDS+=("$NGINX_PID")
   local i
@@ -260,7 +293,7 @@ lg() {
       auth=(--key mock-token -H chatgpt-account-id:acct-bench-1)
       ;;
   esac
-  "$BIN/loadgen" --url "$url" "${auth[@]}" --target-pid "$pids" --threads "$LOADGEN_THREADS" \
+  pinned "$CPUS_LOADGEN" "$BIN/loadgen" --url "$url" "${auth[@]}" --target-pid "$pids" --threads "$LOADGEN_THREADS" \
     --model "$MODEL" --label "$via/$workload" "$@"
 }
 
@@ -295,6 +328,7 @@ run_one() {
     case $workload in
       sse) profile_gateway sse "$SSE_RAMP" "$@" ;;
       json) profile_gateway json 1 "$@" ;;
+      short) profile_gateway short 1 "$@" ;;
     esac
   fi
   local line
@@ -316,6 +350,12 @@ workload() {
       [[ $via == gateway ]] && stream=--no-stream
       run_one "$via" json $stream --concurrency "$JSON_CLIENTS" --ramp-up-secs 1 \
         --duration-secs "$JSON_SECS"
+      ;;
+    short)
+      # Short streamed answers back to back: 4 deltas = 12 events per answer; per-request
+      # costs of a stream (head, first and last writes, upstream stream set-up).
+      run_one "$via" short --stream --concurrency "$SHORT_CLIENTS" --ramp-up-secs 1 \
+        --duration-secs "$SHORT_SECS" --client-metadata "x-mock-deltas=4"
       ;;
     sse)
       run_one "$via" sse --concurrency "$SSE_STREAMS" --ramp-up-secs "$SSE_RAMP" \

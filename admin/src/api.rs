@@ -53,6 +53,7 @@ mod accounts;
 pub(crate) mod keys;
 mod models;
 mod ops;
+mod proxies;
 mod session;
 mod settings;
 mod usage;
@@ -103,6 +104,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .merge(ops::routes())
         .merge(settings::routes())
         .merge(models::routes())
+        .merge(proxies::routes())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),

@@ -51,7 +51,8 @@
 //!
 //! # Error handling
 //! Startup failures are a [`SidecarError`] with one printable message (bad database URL,
-//! unreachable PostgreSQL/Redis, admin port in use). After startup nothing is fatal: storage
+//! unreachable PostgreSQL, admin port in use; an unreachable Redis is not one: the sidecar starts
+//! without it and reconnects). After startup nothing is fatal: storage
 //! outages flip [`Health::storage_up`], usage is spooled, and everything is retried.
 
 use std::{
@@ -73,6 +74,7 @@ mod api;
 pub mod auth;
 pub mod cli;
 pub mod crypto;
+pub mod egress;
 pub mod error;
 pub mod import;
 pub mod lease;

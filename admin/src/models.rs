@@ -92,6 +92,20 @@ impl ModelsClient {
         }
     }
 
+    /// The usage client whose HTTP client and identity headers it uses.
+    pub fn usage(&self) -> &UsageClient {
+        &self.usage
+    }
+
+    /// The same client over another usage client (an account's egress proxy).
+    pub fn with_usage(&self, usage: UsageClient) -> Self {
+        Self {
+            usage,
+            url: self.url.clone(),
+            client_version: self.client_version.clone(),
+        }
+    }
+
     /// The catalog URL.
     pub fn url(&self) -> &str {
         &self.url

@@ -325,6 +325,15 @@ impl Identity {
 /// Builds the sidecar's HTTP client: rustls with the webpki roots plus `extra_ca` (a PEM file
 /// that may hold several certificates).
 pub fn build_http_client(extra_ca: Option<&Path>) -> Result<reqwest::Client, String> {
+    build_http_client_via(extra_ca, None)
+}
+
+/// [`build_http_client`] leaving through an egress proxy (HTTP `CONNECT` / forward proxy, or
+/// SOCKS5 with the URL's credentials); `None`: as [`build_http_client`].
+pub fn build_http_client_via(
+    extra_ca: Option<&Path>,
+    proxy: Option<&shared_state::ProxyUrl>,
+) -> Result<reqwest::Client, String> {
     let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(30))
@@ -340,6 +349,16 @@ pub fn build_http_client(extra_ca: Option<&Path>) -> Result<reqwest::Client, Str
         for c in certs {
             b = b.add_root_certificate(c);
         }
+    }
+    if let Some(p) = proxy {
+        // The error never carries the URL (it holds the password).
+        let proxy = reqwest::Proxy::all(p.expose()).map_err(|_| {
+            format!(
+                "egress proxy {} is not usable by the HTTP client",
+                p.redacted()
+            )
+        })?;
+        b = b.proxy(proxy);
     }
     b.build().map_err(|e| e.to_string())
 }

@@ -72,6 +72,8 @@ pub struct Publisher {
     state: Mutex<PubState>,
     /// Rotated tokens not stored yet, by account id (see the module docs).
     held: SyncMutex<HashMap<i64, TokenUpdate>>,
+    /// Egress proxies' live health, by proxy id.
+    egress: crate::egress::EgressBook,
 }
 
 // === impl Publisher ===
@@ -85,6 +87,7 @@ impl Publisher {
             defaults,
             state: Mutex::new(PubState::default()),
             held: SyncMutex::new(HashMap::new()),
+            egress: crate::egress::EgressBook::default(),
         }
     }
 
@@ -180,6 +183,7 @@ impl Publisher {
             max_concurrency: old.max_concurrency,
             live: Arc::clone(&old.live),
             group: old.group.clone(),
+            egress: old.egress.clone(),
         });
         let accounts = cur
             .accounts
@@ -216,6 +220,11 @@ impl Publisher {
         self.snapshot.load_full()
     }
 
+    /// Egress proxies' live health.
+    pub fn egress(&self) -> &crate::egress::EgressBook {
+        &self.egress
+    }
+
     /// The mailboxes of the workers.
     pub fn mailboxes(&self) -> &WorkerMailboxes {
         &self.mailboxes
@@ -244,7 +253,9 @@ impl Publisher {
         let keys = storage.list_keys().await?;
         let stored_settings = storage.load_settings().await?;
         self.overlay_held(&mut accounts);
-        let fp = fingerprint(&accounts, &keys, &stored_settings);
+        let egress_input = crate::egress::EgressInput::load(storage).await?;
+        let fp = fingerprint(&accounts, &keys, &stored_settings)
+            ^ egress_input.fingerprint().rotate_left(17);
 
         // Cooldowns and quota persisted by other instances reach the live atomics even when
         // nothing else changed (they are not part of the snapshot content).
@@ -296,6 +307,7 @@ impl Publisher {
         for e in skipped {
             tracing::warn!(error = %e, "ignoring a stored setting; the configured value stays");
         }
+        let mut egress = self.egress.build(&egress_input).await;
         let mut entries = Vec::with_capacity(accounts.len());
         for (row, secrets) in accounts {
             let Some(slot) = st.live.get_mut(&row.id) else {
@@ -328,12 +340,10 @@ impl Publisher {
                 evict.push(row.id);
             }
             slot.published_status = Some(row.status);
-            entries.push(Arc::new(entry(
-                row,
-                secrets,
-                Arc::clone(&slot.live),
-                &settings,
-            )));
+            let proxy = egress.remove(&row.id);
+            let mut e = entry(row, secrets, Arc::clone(&slot.live), &settings);
+            e.egress = proxy;
+            entries.push(Arc::new(e));
         }
         entries.sort_by_key(|e| e.id);
 
@@ -423,6 +433,7 @@ fn entry(
         },
         live,
         group: row.account_group.filter(|g| !g.is_empty()).map(Arc::from),
+        egress: None,
     }
 }
 

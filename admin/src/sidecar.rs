@@ -75,6 +75,12 @@ pub(crate) struct Core {
     pub usage: UsageClient,
     /// The model catalog refresher.
     pub models: models::CatalogRefresher,
+    /// HTTP clients per egress proxy (an account's refresh and quota calls use its proxy).
+    pub egress: crate::egress::EgressClients,
+    /// Extra CA for the upstream (the proxy test action's client).
+    pub upstream_ca: Option<std::path::PathBuf>,
+    /// The upstream base URL (the origin the proxy test action reaches).
+    pub upstream_base_url: String,
 }
 
 // === impl Core ===
@@ -99,6 +105,36 @@ impl Core {
         }
         refresh::request(self, id, snap.version);
         true
+    }
+
+    /// The token endpoint client for account `id`: through its egress proxy when it has one.
+    /// An unusable proxy is an error (never direct instead).
+    pub fn oauth_for(&self, id: i64) -> Result<OAuthClient, String> {
+        match self.egress_of(id) {
+            None => Ok(self.oauth.clone()),
+            Some(p) => Ok(OAuthClient::new(
+                self.egress.client(&p)?,
+                self.oauth.token_url(),
+            )),
+        }
+    }
+
+    /// The usage endpoint client for account `id` (see [`Core::oauth_for`]).
+    pub fn usage_for(&self, id: i64, direct: &UsageClient) -> Result<UsageClient, String> {
+        match self.egress_of(id) {
+            None => Ok(direct.clone()),
+            Some(p) => Ok(UsageClient::new(
+                self.egress.client(&p)?,
+                direct.endpoint().clone(),
+            )),
+        }
+    }
+
+    fn egress_of(&self, id: i64) -> Option<Arc<shared_state::ProxyEntry>> {
+        self.publisher
+            .current()
+            .account(id)
+            .and_then(|a| a.egress.clone())
     }
 
     /// Polls `id`'s usage now; false when no such account is published.
@@ -189,6 +225,9 @@ pub(crate) async fn run(
             admin: crate::api::AdminState::new(&cfg),
             usage,
             models,
+            egress: crate::egress::EgressClients::new(cfg.upstream_ca.clone()),
+            upstream_ca: cfg.upstream_ca.clone(),
+            upstream_base_url: cfg.upstream_base_url.clone(),
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);

@@ -33,6 +33,7 @@ use shared_state::{AccountStatus, Secret, UsageRecord};
 use crate::{crypto::Cipher, error::StorageError, DbTarget};
 
 mod postgres;
+pub mod proxies;
 mod sql;
 mod sqlite;
 
@@ -421,6 +422,8 @@ pub trait Storage: Send + Sync + 'static {
     fn set_plan_type<'a>(&'a self, id: i64, plan_type: &'a str) -> StorageFuture<'a, bool>;
     /// Deletes an account; false when no such account.
     fn delete_account(&self, id: i64) -> StorageFuture<'_, bool>;
+    /// Egress proxies and account assignments (`storage/proxies.rs`).
+    fn proxies(&self) -> &dyn proxies::ProxyStore;
 
     /// Stores a new client key by hash.
     fn create_key<'a>(

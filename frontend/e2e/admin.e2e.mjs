@@ -177,6 +177,19 @@ try {
   await byTest('settings-msg').filter({ hasText: 'Saved' }).waitFor({ timeout: T })
   log('strategy set to round_robin')
 
+  // 6b. Proxies: a bad URL is refused inline; a good one is listed without its password.
+  await byTest('nav-proxies').click()
+  await byTest('proxy-name').fill('e2e-proxy')
+  await byTest('proxy-url').fill('ftp://nope')
+  await byTest('proxy-create').click()
+  await byTest('proxy-error').waitFor({ timeout: T })
+  await byTest('proxy-url').fill('socks5://e2e:hidden-pw@127.0.0.1:1')
+  await byTest('proxy-create').click()
+  await byTest('proxy-e2e-proxy').waitFor({ timeout: T })
+  result.proxy_row = await byTest('proxy-e2e-proxy').textContent()
+  await shot('proxies')
+  log('proxy added')
+
   // 7. Ops: every worker with its driver; the strategy is the new one.
   await byTest('nav-ops').click()
   await byTest('ops-strategy').filter({ hasText: 'round_robin' }).waitFor({ timeout: T })

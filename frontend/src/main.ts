@@ -7,6 +7,7 @@ import Keys from './pages/Keys.vue'
 import Usage from './pages/Usage.vue'
 import Ops from './pages/Ops.vue'
 import Settings from './pages/Settings.vue'
+import Proxies from './pages/Proxies.vue'
 import './style.css'
 
 const router = createRouter({
@@ -18,6 +19,7 @@ const router = createRouter({
     { path: '/usage', component: Usage, meta: { title: 'Usage' } },
     { path: '/ops', component: Ops, meta: { title: 'Ops' } },
     { path: '/settings', component: Settings, meta: { title: 'Settings' } },
+    { path: '/proxies', component: Proxies, meta: { title: 'Proxies' } },
     { path: '/:rest(.*)*', redirect: '/' },
   ],
 })

@@ -80,6 +80,7 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
                 max_concurrency: 4,
                 live,
                 group: None,
+                egress: None,
             })
         })
         .collect();

@@ -449,8 +449,8 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
         self.conn.write_chunk(bytes, self.http10).await
     }
 
-    async fn end(&mut self) -> io::Result<bool> {
-        self.conn.finish_stream(self.http10).await?;
+    async fn end(&mut self, last: &[u8]) -> io::Result<bool> {
+        self.conn.finish_stream(last, self.http10).await?;
         Ok(self.keep && !self.http10)
     }
 

@@ -197,8 +197,8 @@ pub struct UpstreamConfig {
     /// Streams a worker opens on one upstream h2 connection before it opens another (keep it
     /// at or below the origin's `SETTINGS_MAX_CONCURRENT_STREAMS`; real origins allow 100-256).
     pub h2_max_streams_per_connection: usize,
-    /// Upstream h2 connections per worker per origin; when all are full a request fails fast
-    /// with 503 instead of waiting.
+    /// Upstream h2 connections per worker per origin (64: 6,400 streams per worker at 100 per
+    /// connection); when all are full a request fails fast with 503 instead of waiting.
     pub h2_max_connections: usize,
     /// Client WebSocket turns go upstream over a pooled Responses WebSocket (else HTTP).
     pub websockets: bool,
@@ -258,7 +258,7 @@ impl UpstreamConfig {
             first_byte_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(300),
             h2_max_streams_per_connection: 100,
-            h2_max_connections: 16,
+            h2_max_connections: 64,
             websockets: true,
             ws_connect_timeout: Duration::from_millis(800),
             ws_ping_interval: Duration::from_secs(20),

@@ -105,12 +105,19 @@ pub struct Committed {
     /// Upstream time to first byte.
     pub ttfb: Duration,
     idle: Duration,
+    /// The end (`Ok`) or break (`Err`) of the body, seen while draining chunks that were
+    /// already received: reported after the events before it.
+    ahead: Option<Result<(), UpstreamError>>,
 }
+
+/// Most bytes of already-received upstream chunks taken into one batch (one client write).
+const COALESCE_MAX: usize = 64 * 1024;
 
 /// What the committed stream produced next.
 pub enum Next {
-    /// More events (possibly empty when a chunk held no complete event).
-    Events(Vec<SseEvent>),
+    /// More events, in the caller's batch (possibly none when a chunk held no complete
+    /// event).
+    Events,
     /// The upstream body ended without a terminal event, or broke.
     Broken(Error),
     /// The upstream body ended cleanly.
@@ -133,15 +140,41 @@ impl Committed {
         }
     }
 
-    /// Reads the next chunk of events from the same account's stream.
-    pub async fn next_events(&mut self) -> Next {
+    /// Reads the next chunk of events from the same account's stream, together with every
+    /// further chunk that is already received (several h2 DATA frames, or several HTTP/1.1
+    /// chunks of one read), so that what arrived together leaves in one client write;
+    /// `batch` is cleared and refilled (its allocation is reused).
+    pub async fn next_events(&mut self, batch: &mut Vec<SseEvent>) -> Next {
+        batch.clear();
+        match self.ahead.take() {
+            Some(Ok(())) => return Next::End,
+            Some(Err(e)) => return Next::Broken(transport_error(&e)),
+            None => {}
+        }
         match self.body.chunk(self.idle).await {
             Ok(Some(b)) => {
                 self.splitter.push(&b);
-                let mut out = Vec::new();
+                let mut taken = b.len();
+                while taken < COALESCE_MAX {
+                    match self.body.try_chunk() {
+                        None => break,
+                        Some(Ok(Some(b))) => {
+                            taken += b.len();
+                            self.splitter.push(&b);
+                        }
+                        Some(Ok(None)) => {
+                            self.ahead = Some(Ok(()));
+                            break;
+                        }
+                        Some(Err(e)) => {
+                            self.ahead = Some(Err(e));
+                            break;
+                        }
+                    }
+                }
                 loop {
                     match self.splitter.next_event() {
-                        Ok(Some(ev)) => out.push(ev),
+                        Ok(Some(ev)) => batch.push(ev),
                         Ok(None) => break,
                         Err(e) => {
                             return Next::Broken(
@@ -151,7 +184,7 @@ impl Committed {
                         }
                     }
                 }
-                Next::Events(out)
+                Next::Events
             }
             Ok(None) => Next::End,
             Err(e) => Next::Broken(transport_error(&e)),
@@ -161,7 +194,7 @@ impl Committed {
 
 fn transport_error(e: &UpstreamError) -> Error {
     let kind = match e {
-        UpstreamError::Connect(_) => ErrorKind::UpstreamConnect,
+        UpstreamError::Connect(_) | UpstreamError::Proxy { .. } => ErrorKind::UpstreamConnect,
         UpstreamError::Timeout { .. } => ErrorKind::UpstreamTimeout,
         UpstreamError::Protocol { .. } => ErrorKind::UpstreamProtocol,
         UpstreamError::WsUnavailable => ErrorKind::UpstreamConnect,
@@ -375,6 +408,8 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
     let mut attempts = 0u32;
     let mut saw_usage_limit = false;
     let mut saw_other = false;
+    // An earlier attempt of this request was refused as overloaded (see `policy::Prior`).
+    let mut overloaded_elsewhere = false;
     let mut last_err: Option<Error> = None;
 
     let queue_deadline = Instant::now() + QUEUE_WAIT;
@@ -413,7 +448,11 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                 all_full = false;
                 ctx.metrics.attempt(attempts);
                 attempts += 1;
-                match attempt(ctx, plan, &account, lease, refreshed).await {
+                let prior = policy::Prior {
+                    after_refresh: refreshed,
+                    overloaded_elsewhere,
+                };
+                match attempt(ctx, plan, &account, lease, prior).await {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
@@ -436,6 +475,9 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                         }
                     }
                     Err(AttemptError::Failover { error, class }) => {
+                        if matches!(class, Some(FailureClass::Overloaded { .. })) {
+                            overloaded_elsewhere = true;
+                        }
                         if matches!(class, Some(FailureClass::UsageLimit { .. })) {
                             saw_usage_limit = true;
                         } else {
@@ -520,9 +562,9 @@ fn rejected(
     plan: &RequestPlan,
     account: &AccountEntry,
     failure: codex_protocol::classify::Failure,
-    after_refresh: bool,
+    prior: policy::Prior,
 ) -> AttemptError {
-    let failover = policy::apply(ctx, account, &failure.class, &plan.model, after_refresh);
+    let failover = policy::apply(ctx, account, &failure.class, &plan.model, prior);
     let class = failure.class.clone();
     let error = Error::upstream(failure);
     if failover {
@@ -540,7 +582,7 @@ async fn attempt(
     plan: &RequestPlan,
     account: &Arc<AccountEntry>,
     lease: Lease,
-    after_refresh: bool,
+    prior: policy::Prior,
 ) -> Result<Committed, AttemptError> {
     let up = &ctx.upstream;
     let req = UpstreamRequest {
@@ -551,7 +593,12 @@ async fn attempt(
     };
     let started = Instant::now();
     let mut resp = match up
-        .send_routed(account.id, plan.upstream_ws.as_ref(), req)
+        .send_routed(
+            account.id,
+            account.egress.as_deref(),
+            plan.upstream_ws.as_ref(),
+            req,
+        )
         .await
     {
         Ok(r) => {
@@ -565,12 +612,22 @@ async fn attempt(
                 &UpstreamError::Saturated,
             )));
         }
+        Err(e @ UpstreamError::Proxy { .. }) => {
+            // The account's egress proxy failed (the proxy marked itself: breaker, health,
+            // metric): not the account's fault, so no penalty; nothing was sent, so another
+            // candidate may try.
+            return Err(AttemptError::Failover {
+                error: transport_error(&e),
+                class: None,
+            });
+        }
         Err(e) => {
             if matches!(e, UpstreamError::Connect(_)) {
                 ctx.health.upstream_failed(shared_state::now_ms());
             }
             let kind = match &e {
                 UpstreamError::Connect(_)
+                | UpstreamError::Proxy { .. }
                 | UpstreamError::Saturated
                 | UpstreamError::WsUnavailable => scheduler::FailureKind::Connect,
                 UpstreamError::Timeout { .. } => scheduler::FailureKind::Timeout,
@@ -600,7 +657,7 @@ async fn attempt(
         let retry_after = resp.header("retry-after").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), retry_after.as_deref(), &body);
-        return Err(rejected(ctx, plan, account, failure, after_refresh));
+        return Err(rejected(ctx, plan, account, failure, prior));
     }
 
     let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
@@ -649,7 +706,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    return Err(rejected(ctx, plan, account, failure, after_refresh));
+                    return Err(rejected(ctx, plan, account, failure, prior));
                 }
                 EventClass::Output | EventClass::Completed | EventClass::Incomplete => {
                     let finished = class != EventClass::Output;
@@ -684,6 +741,7 @@ async fn attempt(
                         finished,
                         ttfb,
                         idle,
+                        ahead: None,
                     });
                 }
             }

@@ -14,6 +14,8 @@ use std::{
     },
 };
 
+use shared_state::egress::ProxyFailureKind;
+
 /// Routes we count.
 pub const ROUTES: [&str; 8] = [
     "responses",
@@ -69,6 +71,10 @@ pub struct WorkerMetrics {
     h2_saturated: AtomicU64,
     connections: AtomicI64,
     guards: [AtomicU64; Guard::ALL.len()],
+    /// Tunnels opened through egress proxies.
+    proxy_tunnels: AtomicU64,
+    /// Egress proxy failures by [`ProxyFailureKind`].
+    proxy_failures: [AtomicU64; ProxyFailureKind::ALL.len()],
 }
 
 /// A hostile-client guard that fired (issue 15): each is a counter.
@@ -151,7 +157,23 @@ impl WorkerMetrics {
             h2_saturated: AtomicU64::new(0),
             connections: AtomicI64::new(0),
             guards: Default::default(),
+            proxy_tunnels: AtomicU64::new(0),
+            proxy_failures: Default::default(),
         }
+    }
+
+    /// A tunnel through an egress proxy opened.
+    pub fn proxy_tunnel(&self) {
+        self.proxy_tunnels.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connect through an egress proxy failed.
+    pub fn proxy_failure(&self, kind: ProxyFailureKind) {
+        let i = ProxyFailureKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or(0);
+        self.proxy_failures[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts upstream events forwarded to clients (after the commit).
@@ -646,6 +668,44 @@ impl Registry {
                 w.driver()
             );
         }
+        self.render_proxies(&mut o);
         o
+    }
+
+    fn render_proxies(&self, o: &mut String) {
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_proxy_tunnels_total Upstream connections opened through an egress proxy."
+        );
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_upstream_proxy_tunnels_total counter"
+        );
+        let n: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.proxy_tunnels.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_upstream_proxy_tunnels_total {n}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_upstream_proxy_failures_total Egress proxy failures by kind (the proxy's fault, never the account's)."
+        );
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_upstream_proxy_failures_total counter"
+        );
+        for (i, kind) in ProxyFailureKind::ALL.iter().enumerate() {
+            let n: u64 = self
+                .workers
+                .iter()
+                .map(|w| w.proxy_failures[i].load(Ordering::Relaxed))
+                .sum();
+            let _ = writeln!(
+                o,
+                "codex_gateway_upstream_proxy_failures_total{{kind=\"{}\"}} {n}",
+                kind.as_str()
+            );
+        }
     }
 }

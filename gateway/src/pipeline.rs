@@ -5,8 +5,10 @@
 //! - [`forward`]: the one owned forward loop. It takes the [`Committed`] stream from the
 //!   lifecycle, observes every event once (quota frames, the response id, usage, the terminal,
 //!   a post-commit failure and its account effect), hands client-visible events to an
-//!   [`Encoder`] and writes what it produced to a [`Sink`], one write per upstream read (SSE
-//!   events are never batched beyond what arrived together).
+//!   [`Encoder`] and writes what it produced to a [`Sink`]: one write per batch of events
+//!   that arrived together (what the upstream connection had already received when the
+//!   stream was polled; never waiting for more), the head with the first batch and the last
+//!   batch with the end of the response.
 //! - [`Encoder`]: a dialect (Responses SSE/JSON/WebSocket frames, Chat SSE/JSON). It only
 //!   translates; it decides nothing about accounts and classifies nothing.
 //! - [`Sink`]: a transport (our HTTP/1.1 stream or fixed response, WebSocket frames).
@@ -105,12 +107,15 @@ impl<A: Aggregate> Encoder for AggregateJson<A> {
 /// A downstream transport.
 #[allow(async_fn_in_trait)]
 pub trait Sink {
-    /// Starts a streamed response with these client-visible upstream headers.
+    /// Starts a streamed response with these client-visible upstream headers (a transport
+    /// may hold the head back until the first [`Sink::send`], which always follows).
     async fn begin(&mut self, headers: &[(&'static str, String)]) -> io::Result<()>;
-    /// Writes encoded bytes (one socket write).
+    /// Writes encoded bytes, with anything held back, in one socket write (a transport with
+    /// a held-back head writes it even when `bytes` is empty).
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()>;
-    /// Ends a streamed response; returns whether the connection may be reused.
-    async fn end(&mut self) -> io::Result<bool>;
+    /// Writes the last encoded bytes and ends a streamed response, in one socket write where
+    /// the transport allows; returns whether the connection may be reused.
+    async fn end(&mut self, last: &[u8]) -> io::Result<bool>;
     /// A buffered response, whole.
     async fn whole(&mut self, headers: &[(&'static str, String)], body: &[u8]) -> io::Result<bool>;
     /// An error instead of a response (before anything was written).
@@ -165,7 +170,13 @@ impl Observed {
                 let failure = classify_stream_error(err_json.as_bytes());
                 // Committed: forwarded as it is, but the account still bears the effect
                 // (cooldown, refresh) so the next request avoids it.
-                policy::apply(ctx, &c.account, &failure.class, model, false);
+                policy::apply(
+                    ctx,
+                    &c.account,
+                    &failure.class,
+                    model,
+                    policy::Prior::default(),
+                );
                 self.usage = events::usage_of_terminal(&ev.data);
                 self.failed = Some(Error::upstream(failure));
                 self.finished = true;
@@ -200,11 +211,10 @@ pub async fn forward<E: Encoder, S: Sink>(
     let model = usage.model.clone();
     let mut seen = Observed::default();
     let mut broken: Option<Error> = None;
-    let mut out = Vec::with_capacity(if streaming { 4096 } else { 0 });
+    let mut out = Vec::new();
     let mut batch = std::mem::take(&mut c.held);
     let mut held = true;
     loop {
-        out.clear();
         let mut events = 0;
         for ev in batch.drain(..) {
             if seen.finished {
@@ -222,16 +232,8 @@ pub async fn forward<E: Encoder, S: Sink>(
         }
         ctx.metrics.events(events);
         if seen.finished {
+            // The last events leave with the end of the response, in one write (below).
             usage.tokens(seen.usage);
-        }
-        if streaming && !out.is_empty() {
-            // Client gone (or not reading: the write deadline): dropping `c` resets the
-            // upstream stream and frees the slot; the guard records the request as 499.
-            sink.send(&out)
-                .await
-                .map_err(|e| client_failed(ctx, usage, e))?;
-        }
-        if seen.finished {
             break;
         }
         if over_cap {
@@ -243,9 +245,18 @@ pub async fn forward<E: Encoder, S: Sink>(
             ));
             break;
         }
+        if streaming {
+            // One write per batch of events that arrived together (the first one carries
+            // the response head). Client gone (or not reading: the write deadline): dropping
+            // `c` resets the upstream stream and frees the slot; the guard records a 499.
+            sink.send(&out)
+                .await
+                .map_err(|e| client_failed(ctx, usage, e))?;
+        }
+        out.clear();
         held = false;
-        match c.next_events().await {
-            Next::Events(evs) => batch = evs,
+        match c.next_events(&mut batch).await {
+            Next::Events => {}
             Next::End => {
                 broken = Some(
                     Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
@@ -267,9 +278,12 @@ pub async fn forward<E: Encoder, S: Sink>(
     } else {
         None
     };
-    drop(c); // the account's slot is free before the tail is written
+    drop(c); // the account's slot is free before the last bytes are written
     usage.tokens(seen.usage);
-    out.clear();
+    if !streaming {
+        // Buffered encoders answer from `finish` alone.
+        out.clear();
+    }
     if let Some(e) = &broken {
         enc.broken(e, seen.response_id.as_deref(), &mut out);
     }
@@ -281,12 +295,9 @@ pub async fn forward<E: Encoder, S: Sink>(
     let answered = if streaming {
         // A streamed response was a 200 whatever happened inside it.
         usage.status(200);
-        if !out.is_empty() {
-            sink.send(&out)
-                .await
-                .map_err(|e| client_failed(ctx, usage, e))?;
-        }
-        sink.end().await.map_err(|e| client_failed(ctx, usage, e))
+        sink.end(&out)
+            .await
+            .map_err(|e| client_failed(ctx, usage, e))
     } else {
         match done {
             Ok(()) => {

@@ -29,16 +29,34 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Cooldown after `usage_limit_reached` without `resets_at`.
 pub const USAGE_LIMIT_FALLBACK: Duration = Duration::from_secs(3600);
 
+/// What the request met before this failure.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Prior {
+    /// The account's token was refreshed for this very request, so a second rejection means
+    /// re-authentication.
+    pub after_refresh: bool,
+    /// Another account already refused this request as overloaded: a second overload is the
+    /// upstream's (or this request's) trouble, not this account's, so it neither cools the
+    /// account nor lowers its health. One request that every account refuses (an overloaded
+    /// upstream, a request the upstream always fails with a 5xx) thus cools one account, not
+    /// the pool.
+    pub overloaded_elsewhere: bool,
+}
+
 /// Applies the effect of `class` on `account` and reports it. Returns true when another
-/// account may succeed (the failure is account-scoped). `after_refresh`: the account's token
-/// was refreshed for this very request, so a second rejection means re-authentication.
+/// account may succeed (the failure is account-scoped).
 pub fn apply(
     ctx: &WorkerCtx,
     account: &AccountEntry,
     class: &FailureClass,
     model: &str,
-    after_refresh: bool,
+    prior: Prior,
 ) -> bool {
+    let after_refresh = prior.after_refresh;
+    if prior.overloaded_elsewhere && matches!(class, FailureClass::Overloaded { .. }) {
+        account.live.note_failure();
+        return class.scope() == FailureScope::Account;
+    }
     let now = shared_state::now_ms();
     // Applied here at once (the next pick already avoids the account), persisted by the
     // sidecar: the one vocabulary and apply function of `shared_state::account`.

@@ -3,7 +3,8 @@
 //! # Key Components
 //! - [`h1::Conn`]: reads requests (head, `Content-Length` or chunked body, `Expect:
 //!   100-continue`, limits) and writes responses: fixed bodies, or a chunked stream where every
-//!   [`h1::Conn::write_chunk`] is one socket write (SSE events are never batched, unlike the
+//!   [`h1::Conn::write_chunk`] is one socket write (the head leaves with the first chunk, the
+//!   last chunk with the end marker; events are never held back waiting for more, unlike the
 //!   monoio-http encoder, monoio-notes.md §2.1).
 //! - [`h1::Request`]: a parsed request with lower-cased header names.
 //! - [`h1::Limits`]: the total time budgets of a connection (head, body, each write).

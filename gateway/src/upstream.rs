@@ -16,16 +16,24 @@
 //!   error) is retired: its streams in flight finish, new ones go elsewhere. Extra connections
 //!   idle for a minute are closed.
 //!
+//! - Egress: an account with a proxy ([`shared_state::ProxyEntry`]) reaches the origin through
+//!   an HTTP `CONNECT` or SOCKS5 tunnel ([`proxy`]) on every path (h2, h2c, HTTP/1.1 plain and
+//!   TLS, the WebSocket pool). Pools are keyed by egress ([`ProxyEntry::key`], 0 = direct): a
+//!   connection through one proxy never carries another egress's requests. A proxy failure is
+//!   [`UpstreamError::Proxy`]: nothing was sent, and it is the proxy's fault, not the account's.
+//!
 //! # Error handling
 //! A broken h2 connection is retired and the request (not sent yet) tries another. Timeouts
 //! close what they interrupt; nothing is resumed after a cancelled read.
 
 pub mod h1;
+pub mod proxy;
 pub mod tls;
 pub mod ws;
 
 use std::{
     cell::{Cell, RefCell},
+    collections::HashMap,
     net::SocketAddr,
     rc::Rc,
     sync::Arc,
@@ -35,6 +43,10 @@ use std::{
 use bytes::Bytes;
 use monoio::net::TcpStream;
 use monoio_http::h2::client::SendRequest;
+use shared_state::{
+    egress::{ProxyFailureKind, DIRECT},
+    ProxyEntry,
+};
 
 use crate::{
     config::{PlainHttp, UpstreamConfig},
@@ -120,6 +132,32 @@ impl UpstreamBody {
         }
     }
 
+    /// A chunk that is already received, without waiting: `None` when the next one needs a
+    /// wait (or this body cannot tell without one: WebSocket turns).
+    pub fn try_chunk(&mut self) -> Option<Result<Option<Bytes>, UpstreamError>> {
+        match self {
+            Self::H2(rs, _) => {
+                // A no-op waker: the caller always polls again with its own before waiting.
+                let cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match rs.poll_data(&cx) {
+                    std::task::Poll::Pending => None,
+                    std::task::Poll::Ready(None) => Some(Ok(None)),
+                    std::task::Poll::Ready(Some(Ok(b))) => {
+                        let _ = rs.flow_control().release_capacity(b.len());
+                        Some(Ok(Some(b)))
+                    }
+                    std::task::Poll::Ready(Some(Err(e))) => Some(Err(UpstreamError::Protocol {
+                        sent: true,
+                        message: format!("h2 stream error: {e}"),
+                    })),
+                }
+            }
+            Self::H1(b) => b.try_chunk(),
+            Self::Ws(_) => None,
+            Self::Full(b) => Some(Ok(b.take())),
+        }
+    }
+
     /// Reads the whole body (error bodies), up to `limit` bytes.
     pub async fn collect(&mut self, idle: Duration, limit: usize) -> Vec<u8> {
         let mut out = Vec::new();
@@ -153,6 +191,17 @@ pub enum UpstreamError {
     /// stale socket): nothing was sent; the request goes over HTTP instead.
     #[error("upstream websocket unavailable")]
     WsUnavailable,
+    /// The account's egress proxy failed (refused, auth rejected, timed out, breaker open):
+    /// nothing was sent; the proxy is marked, never the account.
+    #[error("{message}")]
+    Proxy {
+        /// Storage id of the proxy.
+        proxy_id: i64,
+        /// What failed.
+        kind: ProxyFailureKind,
+        /// What happened (never a credential).
+        message: String,
+    },
     /// Protocol or connection failure.
     #[error("{message}")]
     Protocol {
@@ -170,7 +219,7 @@ impl UpstreamError {
     /// payload must not be sent again).
     pub fn maybe_sent(&self) -> bool {
         match self {
-            Self::Connect(_) | Self::Saturated | Self::WsUnavailable => false,
+            Self::Connect(_) | Self::Saturated | Self::WsUnavailable | Self::Proxy { .. } => false,
             Self::Timeout { sent } | Self::Protocol { sent, .. } => *sent,
         }
     }
@@ -185,6 +234,14 @@ struct H2Conn {
     idle_since: Cell<Instant>,
     /// Takes no new streams (GOAWAY, connection error, idle close); open streams finish.
     retired: Cell<bool>,
+}
+
+/// The h2 connections of one egress (direct, or one proxy).
+#[derive(Default)]
+struct H2Pool {
+    conns: RefCell<Vec<Rc<H2Conn>>>,
+    /// Serializes connection establishment so concurrent first requests share one.
+    connecting: tokio::sync::Mutex<()>,
 }
 
 /// A stream's claim on its pooled h2 connection; dropping it frees the slot.
@@ -208,17 +265,18 @@ impl Drop for StreamSlot {
 pub struct Upstream {
     cfg: UpstreamConfig,
     tls: Option<monoio_rustls::TlsConnector>,
-    h2: RefCell<Vec<Rc<H2Conn>>>,
+    /// h2 connections by egress key.
+    h2: RefCell<HashMap<u64, Rc<H2Pool>>>,
     metrics: Arc<WorkerMetrics>,
     /// The upstream WebSocket pool and its breaker.
     ws: Rc<ws::WsPool>,
     /// Idle HTTP/1.1 keep-alive connections (plain-HTTP origins, or TLS origins that chose
-    /// HTTP/1.1).
-    h1: Rc<h1::H1Pool>,
+    /// HTTP/1.1), by egress key.
+    h1: RefCell<HashMap<u64, Rc<h1::H1Pool>>>,
+    /// Idle HTTP/1.1 connections over every egress (the gauge).
+    h1_total: Rc<Cell<usize>>,
     /// TLS for WebSocket upgrades (ALPN `http/1.1`).
     ws_tls: Option<monoio_rustls::TlsConnector>,
-    /// Serializes h2 connection establishment so concurrent first requests share one.
-    connecting: tokio::sync::Mutex<()>,
     /// Set when a TLS origin negotiated HTTP/1.1 instead of h2.
     tls_h1_only: RefCell<bool>,
     next_addr: RefCell<usize>,
@@ -238,16 +296,15 @@ impl Upstream {
             (None, None)
         };
         let ws_metrics = Arc::clone(&metrics);
-        let h1 = h1::H1Pool::new(cfg.h1_max_idle, cfg.h1_idle_timeout, Arc::clone(&metrics));
         Ok(Rc::new(Self {
-            h1,
+            h1: RefCell::new(HashMap::new()),
+            h1_total: Rc::new(Cell::new(0)),
             cfg,
             tls,
-            h2: RefCell::new(Vec::new()),
+            h2: RefCell::new(HashMap::new()),
             metrics,
             ws: Rc::new(ws::WsPool::new(ws_metrics)),
             ws_tls,
-            connecting: tokio::sync::Mutex::new(()),
             tls_h1_only: RefCell::new(false),
             next_addr: RefCell::new(0),
         }))
@@ -258,8 +315,54 @@ impl Upstream {
         &self.cfg
     }
 
+    /// The HTTP/1.1 keep-alive pool of an egress.
+    fn h1_pool(&self, egress: u64) -> Rc<h1::H1Pool> {
+        Rc::clone(self.h1.borrow_mut().entry(egress).or_insert_with(|| {
+            h1::H1Pool::with_total(
+                self.cfg.h1_max_idle,
+                self.cfg.h1_idle_timeout,
+                Arc::clone(&self.metrics),
+                Rc::clone(&self.h1_total),
+            )
+        }))
+    }
+
+    /// A TCP connection to the origin: through the account's egress proxy when it has one
+    /// (a tunnel, checked and marked by the proxy's breaker), else direct.
+    async fn tcp(&self, egress: Option<&ProxyEntry>) -> Result<TcpStream, UpstreamError> {
+        let Some(p) = egress else {
+            return self.tcp_direct().await;
+        };
+        let addrs = self.cfg.addrs.get();
+        let target = proxy::Target {
+            host: &self.cfg.host,
+            port: self.cfg.port,
+            addr: addrs.first().copied(),
+        };
+        match proxy::connect(p, target, self.cfg.connect_timeout).await {
+            Ok(s) => {
+                self.metrics.proxy_tunnel();
+                Ok(s)
+            }
+            Err(e) => {
+                self.metrics.proxy_failure(e.kind);
+                if !matches!(
+                    e.kind,
+                    ProxyFailureKind::BreakerOpen | ProxyFailureKind::Disabled
+                ) {
+                    tracing::warn!(proxy = p.id, name = %p.name, kind = e.kind.as_str(), error = %e.message, "egress proxy failed");
+                }
+                Err(UpstreamError::Proxy {
+                    proxy_id: p.id,
+                    kind: e.kind,
+                    message: e.message,
+                })
+            }
+        }
+    }
+
     /// Connects to the next resolved address, trying the others when one refuses.
-    async fn tcp(&self) -> Result<TcpStream, UpstreamError> {
+    async fn tcp_direct(&self) -> Result<TcpStream, UpstreamError> {
         let addrs = self.cfg.addrs.get();
         let mut last = format!("upstream host `{}` is not resolved (yet)", self.cfg.host);
         let n = addrs.len();
@@ -286,19 +389,24 @@ impl Upstream {
     /// Sends one request: over a pooled upstream WebSocket when `ws` asks for it (client
     /// WebSocket turns) and the origin allows it, else (or when the WebSocket is unavailable,
     /// nothing sent) over HTTP.
+    /// `egress`: the account's proxy (`None`: direct).
     pub async fn send_routed(
         &self,
         account_id: i64,
+        egress: Option<&ProxyEntry>,
         ws: Option<&ws::WsRoute>,
         req: UpstreamRequest,
     ) -> Result<UpstreamResponse, UpstreamError> {
         if let Some(route) = ws.filter(|_| self.cfg.websockets) {
-            match self.send_ws(account_id, route, &req, &self.metrics).await {
+            match self
+                .send_ws(account_id, egress, route, &req, &self.metrics)
+                .await
+            {
                 Err(UpstreamError::WsUnavailable) => self.metrics.ws_upstream_fallback(),
                 other => return other,
             }
         }
-        self.send(req).await
+        self.send(egress, req).await
     }
 
     /// Idle sockets in this worker's upstream WebSocket pool.
@@ -321,8 +429,12 @@ impl Upstream {
         self.reset_connection();
     }
 
-    /// Sends one request and waits for the response head.
-    pub async fn send(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+    /// Sends one request through `egress` (`None`: direct) and waits for the response head.
+    pub async fn send(
+        &self,
+        egress: Option<&ProxyEntry>,
+        req: UpstreamRequest,
+    ) -> Result<UpstreamResponse, UpstreamError> {
         let use_h2 = if self.cfg.tls {
             !*self.tls_h1_only.borrow()
         } else {
@@ -333,8 +445,8 @@ impl Upstream {
             // request, not sent yet, goes to another one.
             let mut req = req;
             for _ in 0..3 {
-                let Some((sender, slot)) = self.h2_slot().await? else {
-                    return self.send_h1(req).await;
+                let Some((sender, slot)) = self.h2_slot(egress).await? else {
+                    return self.send_h1(egress, req).await;
                 };
                 match self.send_h2(sender, slot, req).await {
                     Ok(resp) => return Ok(resp),
@@ -349,27 +461,32 @@ impl Upstream {
                 "upstream h2 connections kept refusing new streams".into(),
             ));
         }
-        self.send_h1(req).await
+        self.send_h1(egress, req).await
     }
 
     /// HTTP/1.1 (plain, or TLS when the origin chose it) on a pooled keep-alive connection
     /// when one is idle: a stale one (closed by the origin while idle, the request unread) is
     /// dropped and the next tried, a fresh connection last.
-    async fn send_h1(&self, req: UpstreamRequest) -> Result<UpstreamResponse, UpstreamError> {
+    async fn send_h1(
+        &self,
+        egress: Option<&ProxyEntry>,
+        req: UpstreamRequest,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let h1 = self.h1_pool(egress.map_or(DIRECT, |p| p.key));
         loop {
-            let (io, reused) = match self.h1.take() {
+            let (io, reused) = match h1.take() {
                 Some(io) => (io, true),
                 None => (
                     if self.cfg.tls {
-                        h1::BodyIo::from(self.tls_connect().await?.0)
+                        h1::BodyIo::from(self.tls_connect(egress).await?.0)
                     } else {
-                        h1::BodyIo::from(self.tcp().await?)
+                        h1::BodyIo::from(self.tcp(egress).await?)
                     },
                     false,
                 ),
             };
             self.metrics.h1_request(reused);
-            let pool = (self.cfg.h1_max_idle > 0).then(|| Rc::clone(&self.h1));
+            let pool = (self.cfg.h1_max_idle > 0).then(|| Rc::clone(&h1));
             match h1::send(io, &self.cfg, &req, pool, reused).await {
                 Ok(resp) => return Ok(resp),
                 Err(h1::SendError::Stale) => {
@@ -380,15 +497,16 @@ impl Upstream {
         }
     }
 
-    /// Idle keep-alive connections in this worker's HTTP/1.1 pool.
+    /// Idle keep-alive connections in this worker's HTTP/1.1 pools (every egress).
     pub fn h1_idle(&self) -> usize {
-        self.h1.idle_count()
+        self.h1_total.get()
     }
 
     async fn tls_connect(
         &self,
+        egress: Option<&ProxyEntry>,
     ) -> Result<(monoio_rustls::ClientTlsStream<TcpStream>, bool), UpstreamError> {
-        let tcp = self.tcp().await?;
+        let tcp = self.tcp(egress).await?;
         let Some(tls) = &self.tls else {
             return Err(UpstreamError::Connect("TLS connector missing".into()));
         };
@@ -404,35 +522,44 @@ impl Upstream {
 
     /// A slot on a pooled h2 connection with room, connecting another when all are full.
     /// `Ok(None)`: the TLS origin speaks only HTTP/1.1.
-    async fn h2_slot(&self) -> Result<Option<(SendRequest<Bytes>, StreamSlot)>, UpstreamError> {
-        if let Some(s) = self.pick() {
+    async fn h2_slot(
+        &self,
+        egress: Option<&ProxyEntry>,
+    ) -> Result<Option<(SendRequest<Bytes>, StreamSlot)>, UpstreamError> {
+        let pool = Rc::clone(
+            self.h2
+                .borrow_mut()
+                .entry(egress.map_or(DIRECT, |p| p.key))
+                .or_default(),
+        );
+        if let Some(s) = self.pick(&pool) {
             return Ok(Some(s));
         }
-        let _guard = self.connecting.lock().await;
-        if let Some(s) = self.pick() {
+        let _guard = pool.connecting.lock().await;
+        if let Some(s) = self.pick(&pool) {
             return Ok(Some(s));
         }
-        if self.h2.borrow().len() >= self.cfg.h2_max_connections {
+        if pool.conns.borrow().len() >= self.cfg.h2_max_connections {
             self.metrics.h2_saturated();
             return Err(UpstreamError::Saturated);
         }
-        let Some(send) = self.h2_connect().await? else {
+        let Some(send) = self.h2_connect(egress).await? else {
             return Ok(None);
         };
-        self.h2.borrow_mut().push(Rc::new(H2Conn {
+        pool.conns.borrow_mut().push(Rc::new(H2Conn {
             send,
             streams: Cell::new(0),
             idle_since: Cell::new(Instant::now()),
             retired: Cell::new(false),
         }));
         self.metrics.h2_connections_delta(1);
-        Ok(self.pick())
+        Ok(self.pick(&pool))
     }
 
     /// Prunes retired, broken and long-idle extra connections, then takes a slot on the first
     /// connection with room (filling connections in order keeps their number low).
-    fn pick(&self) -> Option<(SendRequest<Bytes>, StreamSlot)> {
-        let mut pool = self.h2.borrow_mut();
+    fn pick(&self, pool: &H2Pool) -> Option<(SendRequest<Bytes>, StreamSlot)> {
+        let mut pool = pool.conns.borrow_mut();
         let before = pool.len();
         let mut first = true;
         pool.retain(|c| {
@@ -466,14 +593,17 @@ impl Upstream {
     }
 
     /// Opens one h2 (or h2c) connection. `Ok(None)`: the TLS origin chose HTTP/1.1.
-    async fn h2_connect(&self) -> Result<Option<SendRequest<Bytes>>, UpstreamError> {
+    async fn h2_connect(
+        &self,
+        egress: Option<&ProxyEntry>,
+    ) -> Result<Option<SendRequest<Bytes>>, UpstreamError> {
         let mut builder = monoio_http::h2::client::Builder::new();
         builder
             .initial_window_size(4 * 1024 * 1024)
             .initial_connection_window_size(16 * 1024 * 1024)
             .max_concurrent_reset_streams(1024);
         let send = if self.cfg.tls {
-            let (stream, is_h2) = self.tls_connect().await?;
+            let (stream, is_h2) = self.tls_connect(egress).await?;
             if !is_h2 {
                 *self.tls_h1_only.borrow_mut() = true;
                 return Ok(None);
@@ -489,7 +619,7 @@ impl Upstream {
             });
             send
         } else {
-            let tcp = self.tcp().await?;
+            let tcp = self.tcp(egress).await?;
             let (send, conn) = builder
                 .handshake::<_, Bytes>(tcp)
                 .await
@@ -507,12 +637,17 @@ impl Upstream {
     /// Retires every pooled h2 connection (eviction command): streams in flight finish on
     /// them, new requests open fresh connections.
     pub fn reset_connection(&self) {
-        let mut pool = self.h2.borrow_mut();
-        for c in pool.iter() {
-            c.retired.set(true);
+        let mut pools = self.h2.borrow_mut();
+        for pool in pools.values() {
+            let mut conns = pool.conns.borrow_mut();
+            for c in conns.iter() {
+                c.retired.set(true);
+            }
+            self.metrics.h2_connections_delta(-(conns.len() as i64));
+            conns.clear();
         }
-        self.metrics.h2_connections_delta(-(pool.len() as i64));
-        pool.clear();
+        // Pools of egresses no longer in use go too (the direct one stays).
+        pools.retain(|k, _| *k == DIRECT);
     }
 
     /// Marks the connection of `slot` as taking no new streams.

@@ -19,6 +19,7 @@
 pub mod account;
 pub mod catalog;
 pub mod channels;
+pub mod egress;
 pub mod jwt;
 pub mod keys;
 pub mod secret;
@@ -30,6 +31,7 @@ pub use catalog::{ModelCatalog, SharedCatalog};
 pub use channels::{
     EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox, WorkerMailboxes,
 };
+pub use egress::{ProxyEntry, ProxyLive, ProxyUrl};
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};
 pub use transcripts::TranscriptStore;

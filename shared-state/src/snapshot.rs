@@ -88,6 +88,8 @@ pub struct AccountEntry {
     pub live: Arc<AccountLive>,
     /// Account group (`None`: the shared pool); only keys of this group use the account.
     pub group: Option<Arc<str>>,
+    /// The egress proxy its upstream connections go through (`None`: direct).
+    pub egress: Option<Arc<crate::ProxyEntry>>,
 }
 
 // === impl AccountEntry ===
@@ -103,6 +105,16 @@ impl AccountEntry {
         self.effective_status() == AccountStatus::Active
             && !self.access_token.is_empty()
             && !self.live.is_cooling(now_ms)
+            && self.egress_allows(now_ms)
+    }
+
+    /// Whether the account's egress can carry a request at `now_ms`: direct, or a usable
+    /// proxy whose breaker is closed (a proxy's failure skips its accounts for the breaker's
+    /// few seconds; it never changes the accounts' own state).
+    pub fn egress_allows(&self, now_ms: u64) -> bool {
+        self.egress
+            .as_ref()
+            .is_none_or(|e| e.usable && e.live.allows(now_ms))
     }
 }
 
@@ -363,6 +375,7 @@ mod tests {
             max_concurrency: 0,
             live: Arc::default(),
             group: None,
+            egress: None,
         })
     }
 
@@ -424,5 +437,38 @@ mod tests {
         a.live
             .apply(&crate::AccountEffect::StatusStored(AccountStatus::Banned));
         assert_eq!(a.live.status_override(), None);
+    }
+
+    #[test]
+    fn a_failed_or_unusable_proxy_skips_its_accounts() {
+        let url = crate::ProxyUrl::parse("http://127.0.0.1:1").unwrap();
+        let p = Arc::new(crate::ProxyEntry::new(
+            1,
+            "p".into(),
+            url,
+            vec![],
+            Arc::default(),
+        ));
+        let mut e = Arc::try_unwrap(entry(1)).unwrap();
+        e.egress = Some(Arc::clone(&p));
+        assert!(e.is_schedulable(10));
+        p.live.failed(10, "407".into());
+        assert!(!e.is_schedulable(11), "breaker open");
+        assert!(e.is_schedulable(10 + crate::egress::BREAKER_OPEN_MS));
+        assert_eq!(
+            e.effective_status(),
+            AccountStatus::Active,
+            "the account is untouched"
+        );
+        let mut off = crate::ProxyEntry::new(
+            2,
+            "off".into(),
+            crate::ProxyUrl::parse("socks5://h:1").unwrap(),
+            vec![],
+            Arc::default(),
+        );
+        off.usable = false;
+        e.egress = Some(Arc::new(off));
+        assert!(!e.is_schedulable(10 + crate::egress::BREAKER_OPEN_MS));
     }
 }

@@ -7,6 +7,8 @@
 //! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 
+pub mod egress_proxy;
+
 use std::{path::PathBuf, time::Duration};
 
 use benches::{IssuedTokens, MockAccount, MockCodex, MockConfig, MockHandle};
@@ -132,6 +134,15 @@ impl Stack {
 
 /// The static admin API token every [`Stack`] is started with.
 pub const ADMIN_TOKEN: &str = "cg-test-admin-token";
+
+/// The message of a panic caught from a task (`JoinError::into_panic`), for re-raising it with
+/// context.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_default()
+}
 
 /// A reqwest client without proxies.
 pub fn client() -> reqwest::Client {

@@ -173,6 +173,11 @@ fn admin_app_in_a_real_browser() {
         .filter(|a| a.effective_status().as_str() != "active")
         .count();
     assert_eq!(bulk_disabled, BULK_ACCOUNTS, "bulk disable from the app");
+    let proxy_row = result["proxy_row"].as_str().unwrap_or_default();
+    assert!(
+        proxy_row.contains("socks5://e2e@127.0.0.1:1") && !proxy_row.contains("hidden-pw"),
+        "the proxies page lists the proxy without its password: {proxy_row:?}"
+    );
     assert!(
         result["rows_in_dom"].as_u64().unwrap_or(u64::MAX) < 150,
         "the accounts table renders a window, not every row: {result}"
@@ -185,6 +190,7 @@ fn admin_app_in_a_real_browser() {
         "keys-limits",
         "usage",
         "settings-invalid",
+        "proxies",
         "ops",
     ] {
         let p = shots.join(format!("{page}.png"));

@@ -29,12 +29,7 @@ where
             for (legacy, run) in runs {
                 if let Err(e) = run.await {
                     let driver = if legacy { "legacy" } else { "io_uring" };
-                    let p = e.into_panic();
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                        .unwrap_or_default();
+                    let msg = integration_tests::panic_message(&*e.into_panic());
                     panic!("[{driver} driver] {msg}");
                 }
             }
@@ -404,6 +399,54 @@ async fn all_accounts_failing_gives_a_deterministic_503() {
         );
         let (st, v) = ask(&s).await;
         assert_eq!(st, 503, "{v}");
+    })
+    .await;
+}
+
+/// A request every account refuses as overloaded (an overloaded upstream, or a request the
+/// upstream always fails with a 5xx) cools the first account only: found by the fault soak,
+/// where a few such requests each cooled three of four accounts and kept the pool out.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_overloaded_request_cools_one_account_not_the_pool() {
+    both(|legacy| async move {
+        let s = StackBuilder {
+            accounts: 3,
+            workers: 1,
+            tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+                c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+            })),
+            legacy,
+            ..StackBuilder::default()
+        }
+        .start();
+        for kind in ["server_is_overloaded", "internal"] {
+            let r = s
+                .post("/v1/responses")
+                .json(
+                    &json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":kind}}),
+                )
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 503, "{kind}");
+            let cooling: Vec<bool> = (0..3)
+                .map(|i| s.account(&format!("acct-{i}")).cooling_ms > 0)
+                .collect();
+            assert_eq!(
+                cooling.iter().filter(|c| **c).count(),
+                1,
+                "{kind}: one account cools, not every one tried: {cooling:?}"
+            );
+            // The pool still serves at once.
+            let (st, v) = ask(&s).await;
+            assert_eq!(st, 200, "{kind}: {v}");
+            s.mock.clear_behaviour("acct-0");
+            for i in 0..3 {
+                s.mock.clear_behaviour(&format!("acct-{i}"));
+            }
+            // Let the one cooldown (5 s without a hint) pass before the next kind.
+            tokio::time::sleep(std::time::Duration::from_millis(5200)).await;
+        }
     })
     .await;
 }

@@ -215,8 +215,15 @@ pub(crate) async fn refresh(core: &Arc<Core>) -> Outcome {
         let mut fresh = false;
         for acc in accounts.iter().take(MAX_ACCOUNTS_PER_PLAN) {
             asked = Some(acc.id);
-            match r
-                .client
+            // As the account: through its egress proxy when it has one (never direct instead).
+            let client = match core.usage_for(acc.id, r.client.usage()) {
+                Ok(u) => r.client.with_usage(u),
+                Err(why) => {
+                    error = Some(why);
+                    continue;
+                }
+            };
+            match client
                 .fetch(&acc.access_token, &acc.chatgpt_account_id, etag.as_deref())
                 .await
             {

@@ -93,6 +93,13 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
         return;
     };
     drop(snap);
+    let client = match core.usage_for(id, client) {
+        Ok(c) => c,
+        Err(why) => {
+            tracing::warn!(account = id, error = %why, "quota poll skipped: egress proxy unusable");
+            return;
+        }
+    };
     match client
         .fetch(&account.access_token, &account.chatgpt_account_id)
         .await

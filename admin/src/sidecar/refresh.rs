@@ -252,7 +252,11 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         .await;
         return Step::Done;
     }
-    let upd = match exchange(&core.oauth, &secrets.refresh_token).await {
+    let oauth = match core.oauth_for(id) {
+        Ok(o) => o,
+        Err(why) => return Step::Retry(why),
+    };
+    let upd = match exchange(&oauth, &secrets.refresh_token).await {
         Ok(upd) => upd,
         Err(e @ RefreshError::Terminal { .. }) => {
             mark_terminal(core, id, &e).await;

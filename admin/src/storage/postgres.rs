@@ -55,3 +55,4 @@ impl PgStorage {
 }
 
 impl_storage!(PgStorage, Postgres, Backend::Postgres);
+super::proxies::impl_proxy_store!(PgStorage, Postgres);

@@ -236,6 +236,10 @@ macro_rules! impl_storage {
                 $backend
             }
 
+            fn proxies(&self) -> &dyn $crate::storage::proxies::ProxyStore {
+                self
+            }
+
             fn ping(&self) -> $crate::storage::StorageFuture<'_, ()> {
                 Box::pin(async move {
                     sqlx::query("SELECT 1").execute(&self.pool).await?;
@@ -317,6 +321,24 @@ macro_rules! impl_storage {
                             }
                         }
                     }
+                    // Egress proxy passwords (issue 14) are sealed with the same key.
+                    let prows = sqlx::query(
+                        "SELECT name, password_enc FROM proxies WHERE password_enc <> ''",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    for r in &prows {
+                        let name: String = r.try_get("name")?;
+                        let enc: String = r.try_get("password_enc")?;
+                        check.columns += 1;
+                        if self
+                            .cipher
+                            .open(&enc, &$crate::storage::proxies::binding(&name))
+                            .is_err()
+                        {
+                            check.failed += 1;
+                        }
+                    }
                     if check.failed > 0 {
                         // Nothing is rewritten with a key that does not open everything.
                         tx.rollback().await?;
@@ -366,8 +388,28 @@ macro_rules! impl_storage {
                         let sql = format!("UPDATE accounts SET {col} = $1 WHERE id = $2");
                         sqlx::query(&sql).bind(enc).bind(id).execute(&mut *tx).await?;
                     }
+                    // Egress proxy passwords (issue 14).
+                    let prows = sqlx::query(
+                        "SELECT id, name, password_enc FROM proxies WHERE password_enc <> ''",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut proxies = 0;
+                    for r in &prows {
+                        let id: i64 = r.try_get("id")?;
+                        let name: String = r.try_get("name")?;
+                        let enc: String = r.try_get("password_enc")?;
+                        let at = $crate::storage::proxies::binding(&name);
+                        let sealed = new.seal(&self.cipher.open(&enc, &at)?, &at)?;
+                        sqlx::query("UPDATE proxies SET password_enc = $1 WHERE id = $2")
+                            .bind(sealed)
+                            .bind(id)
+                            .execute(&mut *tx)
+                            .await?;
+                        proxies += 1;
+                    }
                     tx.commit().await?;
-                    Ok(rewritten.len())
+                    Ok(rewritten.len() + proxies)
                 })
             }
 

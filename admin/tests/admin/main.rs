@@ -9,6 +9,7 @@ mod support;
 mod cli;
 mod import;
 mod models;
+mod proxies;
 mod quota;
 mod sidecar;
 mod storage;

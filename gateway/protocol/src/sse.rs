@@ -110,25 +110,21 @@ impl SseSplitter {
     }
 }
 
-/// Finds the end (exclusive) of the first event terminated by a blank line.
+/// Finds the end (exclusive) of the first event terminated by a blank line (`memchr` to the
+/// next line break, then a look at the bytes after it).
 fn find_boundary(buf: &[u8], from: usize) -> Option<usize> {
     let mut i = from;
-    while i < buf.len() {
-        match buf[i] {
-            b'\n' => {
-                if buf.get(i + 1) == Some(&b'\n') {
-                    return Some(i + 2);
-                }
-                if buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n') {
-                    return Some(i + 3);
-                }
+    while let Some(off) = memchr::memchr2(b'\n', b'\r', buf.get(i..)?) {
+        i += off;
+        if buf[i] == b'\n' {
+            if buf.get(i + 1) == Some(&b'\n') {
+                return Some(i + 2);
             }
-            b'\r' => {
-                if buf.get(i + 1) == Some(&b'\r') {
-                    return Some(i + 2);
-                }
+            if buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n') {
+                return Some(i + 3);
             }
-            _ => {}
+        } else if buf.get(i + 1) == Some(&b'\r') {
+            return Some(i + 2);
         }
         i += 1;
     }
@@ -142,12 +138,10 @@ fn parse_frame(frame: Bytes) -> Option<SseEvent> {
     let mut pos = 0;
     let bytes = frame.as_ref();
     while pos < bytes.len() {
-        let line_end = bytes[pos..]
-            .iter()
-            .position(|&b| b == b'\n' || b == b'\r')
-            .map_or(bytes.len(), |p| pos + p);
+        let line_end =
+            memchr::memchr2(b'\n', b'\r', &bytes[pos..]).map_or(bytes.len(), |p| pos + p);
         let line = &bytes[pos..line_end];
-        let (field, value_start) = match line.iter().position(|&b| b == b':') {
+        let (field, value_start) = match memchr::memchr(b':', line) {
             Some(0) => (&line[..0], None), // comment
             Some(c) => {
                 let mut v = pos + c + 1;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
-use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
+use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
 
 use super::{affinity_key, fault_requested, open_and_forward, passthrough, write_error};
 use crate::{
@@ -274,11 +274,13 @@ impl Encoder for ResponsesSse {
 }
 
 /// Responses as one JSON object: the terminal event's `response`, its empty `output` rebuilt
-/// from the `response.output_item.done` items (the upstream sends it empty at times).
+/// from the `response.output_item.done` items (the upstream sends it empty at times). Raw
+/// JSON throughout: the items and the `response` object are sliced out of the events and
+/// spliced, never parsed into a tree and re-serialized.
 #[derive(Default)]
 pub struct ResponsesJson {
-    items: Vec<(u64, sonic_rs::Value)>,
-    terminal: Option<Vec<u8>>,
+    items: Vec<(u64, Vec<u8>)>,
+    terminal: Option<bytes::Bytes>,
 }
 
 impl Encoder for ResponsesJson {
@@ -289,18 +291,18 @@ impl Encoder for ResponsesJson {
     fn event(&mut self, ev: &SseEvent, _out: &mut Vec<u8>) {
         match ev.event_type() {
             "response.output_item.done" => {
-                if let Ok(v) = sonic_rs::from_slice::<sonic_rs::Value>(&ev.data) {
-                    let idx = v
-                        .get("output_index")
+                let data: &[u8] = &ev.data;
+                if let Ok(item) = sonic_rs::get(data, &["item"]) {
+                    let idx = sonic_rs::get(data, &["output_index"])
+                        .ok()
                         .and_then(|i| i.as_u64())
                         .unwrap_or(self.items.len() as u64);
-                    if let Some(item) = v.get("item") {
-                        self.items.push((idx, item.clone()));
-                    }
+                    self.items
+                        .push((idx, item.as_raw_str().as_bytes().to_vec()));
                 }
             }
             "response.completed" | "response.incomplete" | "response.done" => {
-                self.terminal = Some(ev.data.to_vec());
+                self.terminal = Some(ev.data.clone());
             }
             _ => {}
         }
@@ -325,22 +327,116 @@ impl Encoder for ResponsesJson {
     }
 }
 
-/// The `response` object of a terminal event; an empty `output` is rebuilt from the
-/// `response.output_item.done` items, ordered by `output_index`.
-fn final_response(data: &[u8], items: &mut Vec<(u64, sonic_rs::Value)>) -> Option<Vec<u8>> {
-    let mut v: sonic_rs::Value = sonic_rs::from_slice(data).ok()?;
-    let resp = v.get_mut("response")?;
-    let empty = resp
-        .get("output")
-        .and_then(|o| o.as_array())
-        .is_none_or(|a| a.is_empty());
-    if empty && !items.is_empty() {
-        items.sort_by_key(|(i, _)| *i);
-        let mut arr = sonic_rs::Array::new();
-        for (_, it) in items.drain(..) {
-            arr.push(it);
-        }
-        resp.as_object_mut()?.insert(&"output", arr);
+/// The `response` object of a terminal event, as the upstream wrote it; an empty (or null, or
+/// missing) `output` is replaced by the `response.output_item.done` items ordered by
+/// `output_index`.
+fn final_response(data: &[u8], items: &mut [(u64, Vec<u8>)]) -> Option<Vec<u8>> {
+    let resp = sonic_rs::get(data, &["response"]).ok()?;
+    if !resp.is_object() {
+        return None;
     }
-    sonic_rs::to_vec(resp).ok()
+    let raw = resp.as_raw_str().as_bytes();
+    if items.is_empty() {
+        return Some(raw.to_vec());
+    }
+    // Where the `output` value sits in `raw` (None: absent).
+    let mut at = None;
+    if let Ok(output) = sonic_rs::get(raw, &["output"]) {
+        let r = output.as_raw_str().as_bytes();
+        let trimmed = r.trim_ascii();
+        let empty = trimmed == b"null"
+            || (trimmed.first() == Some(&b'[')
+                && trimmed[1..trimmed.len() - 1].trim_ascii().is_empty());
+        if !empty {
+            return Some(raw.to_vec());
+        }
+        let start = (r.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+        if start + r.len() > raw.len() {
+            return None;
+        }
+        at = Some((start, start + r.len()));
+    }
+    items.sort_by_key(|(i, _)| *i);
+    let mut arr = Vec::with_capacity(2 + items.iter().map(|(_, it)| it.len() + 1).sum::<usize>());
+    arr.push(b'[');
+    for (k, (_, it)) in items.iter().enumerate() {
+        if k > 0 {
+            arr.push(b',');
+        }
+        arr.extend_from_slice(it);
+    }
+    arr.push(b']');
+    let mut out = Vec::with_capacity(raw.len() + arr.len() + 12);
+    match at {
+        Some((start, end)) => {
+            out.extend_from_slice(&raw[..start]);
+            out.extend_from_slice(&arr);
+            out.extend_from_slice(&raw[end..]);
+        }
+        None => {
+            let close = raw.iter().rposition(|&b| b == b'}')?;
+            out.extend_from_slice(&raw[..close]);
+            if !raw[1..close].trim_ascii().is_empty() {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"output\":");
+            out.extend_from_slice(&arr);
+            out.extend_from_slice(&raw[close..]);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::final_response;
+    use sonic_rs::JsonContainerTrait;
+
+    fn items() -> Vec<(u64, Vec<u8>)> {
+        vec![
+            (
+                1,
+                br#"{"type":"message","content":[{"text":"b \"q\" \u00e9"}]}"#.to_vec(),
+            ),
+            (0, br#"{"type":"reasoning","summary":[]}"#.to_vec()),
+        ]
+    }
+
+    fn parse(b: &[u8]) -> sonic_rs::Value {
+        sonic_rs::from_slice(b).expect("valid JSON")
+    }
+
+    #[test]
+    fn empty_null_or_missing_output_is_rebuilt_in_order() {
+        let want = parse(
+            br#"{"id":"r","output":[{"type":"reasoning","summary":[]},{"type":"message","content":[{"text":"b \"q\" \u00e9"}]}],"usage":{"input_tokens":1}}"#,
+        );
+        for terminal in [
+            &br#"{"type":"response.completed","response":{"id":"r","output":[],"usage":{"input_tokens":1}}}"#[..],
+            br#"{"type":"response.completed","response":{"id":"r","output": [ ] ,"usage":{"input_tokens":1}}}"#,
+            br#"{"type":"response.completed","response":{"id":"r","output":null,"usage":{"input_tokens":1}}}"#,
+            br#"{"type":"response.completed","response":{"id":"r","usage":{"input_tokens":1}}}"#,
+        ] {
+            let got = final_response(terminal, &mut items()).expect("a response");
+            assert_eq!(parse(&got), want, "{}", String::from_utf8_lossy(&got));
+        }
+        let got = final_response(br#"{"response":{}}"#, &mut items()).expect("a response");
+        assert_eq!(parse(&got)["output"].as_array().map(|a| a.len()), Some(2));
+    }
+
+    #[test]
+    fn a_full_output_is_forwarded_as_written() {
+        let terminal = br#"{"type":"response.completed","response":{"id":"r", "output":[{"type":"message"}]}}"#;
+        let got = final_response(terminal, &mut items()).expect("a response");
+        assert_eq!(got, br#"{"id":"r", "output":[{"type":"message"}]}"#);
+        let got = final_response(terminal, &mut Vec::new()).expect("a response");
+        assert_eq!(got, br#"{"id":"r", "output":[{"type":"message"}]}"#);
+    }
+
+    #[test]
+    fn no_response_object_is_none() {
+        assert!(final_response(br#"{"type":"response.completed"}"#, &mut items()).is_none());
+        assert!(final_response(br#"{"response":"x"}"#, &mut items()).is_none());
+        assert!(final_response(b"not json", &mut items()).is_none());
+    }
 }

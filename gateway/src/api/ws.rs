@@ -662,6 +662,9 @@ impl Sink for WsSink<'_> {
         if self.shared.closed.get() {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
+        if bytes.is_empty() {
+            return Ok(());
+        }
         self.shared.push(bytes.to_vec());
         while self.shared.queued.get() > HIGH_WATER && !self.shared.closed.get() {
             self.shared.drained.notified().await;
@@ -672,7 +675,8 @@ impl Sink for WsSink<'_> {
         Ok(())
     }
 
-    async fn end(&mut self) -> io::Result<bool> {
+    async fn end(&mut self, last: &[u8]) -> io::Result<bool> {
+        self.send(last).await?;
         Ok(true)
     }
 

@@ -38,6 +38,7 @@ fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
         max_concurrency,
         live: Arc::new(AccountLive::default()),
         group: None,
+        egress: None,
     }
 }
 

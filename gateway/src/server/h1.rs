@@ -488,7 +488,9 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         self.write_all(out).await
     }
 
-    /// Starts a chunked (or, for HTTP/1.0, close-delimited) streaming response.
+    /// Starts a chunked (or, for HTTP/1.0, close-delimited) streaming response. The head is
+    /// held back and leaves with the first [`Conn::write_chunk`] (or [`Conn::finish_stream`]),
+    /// in the same socket write.
     pub async fn start_stream(
         &mut self,
         status: u16,
@@ -500,40 +502,60 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
         out.extend_from_slice(b"\r\n");
-        self.write_all(out).await
+        self.wbuf = out;
+        Ok(())
     }
 
-    /// Writes one chunk of a streaming response as one socket write, framing it into a
-    /// reused buffer (no allocation per event once warm).
+    /// Writes one chunk of a streaming response (with a held-back head) as one socket write,
+    /// framing it into a reused buffer (no allocation per event once warm). An empty chunk
+    /// writes only what was held back.
     pub async fn write_chunk(&mut self, data: &[u8], http10: bool) -> io::Result<()> {
-        if data.is_empty() {
+        let mut w = std::mem::take(&mut self.wbuf);
+        push_chunk(&mut w, data, http10);
+        self.flush_wbuf(w).await
+    }
+
+    /// Ends a chunked response: the `last` chunk (if any), the last-chunk marker and a
+    /// held-back head, in one socket write.
+    pub async fn finish_stream(&mut self, last: &[u8], http10: bool) -> io::Result<()> {
+        let mut w = std::mem::take(&mut self.wbuf);
+        push_chunk(&mut w, last, http10);
+        if !http10 {
+            w.extend_from_slice(b"0\r\n\r\n");
+        }
+        self.flush_wbuf(w).await
+    }
+
+    /// Writes what `w` holds and keeps it, emptied, for the next chunk.
+    async fn flush_wbuf(&mut self, w: Vec<u8>) -> io::Result<()> {
+        if w.is_empty() {
+            self.wbuf = w;
             return Ok(());
         }
-        let mut w = std::mem::take(&mut self.wbuf);
-        w.clear();
-        if !http10 {
-            push_hex(&mut w, data.len());
-            w.extend_from_slice(b"\r\n");
-        }
-        w.extend_from_slice(data);
-        if !http10 {
-            w.extend_from_slice(b"\r\n");
-        }
         let (res, mut w) = self.write_owned(w).await;
-        // Keep a small buffer for the next event; give back what a large one grew.
-        if w.capacity() > 64 * 1024 {
+        // Keep a small buffer for the next event: the first write (head and leading
+        // events) or a large event must not pin a large one for the rest of the stream.
+        w.clear();
+        if w.capacity() > 2048 {
             w = Vec::new();
         }
         self.wbuf = w;
         res
     }
+}
 
-    /// Ends a chunked response.
-    pub async fn finish_stream(&mut self, http10: bool) -> io::Result<()> {
-        if http10 {
-            return Ok(());
-        }
-        self.write_all(b"0\r\n\r\n".to_vec()).await
+/// Frames `data` as one chunk (HTTP/1.0: as it is) onto `w`; nothing for empty data.
+fn push_chunk(w: &mut Vec<u8>, data: &[u8], http10: bool) {
+    if data.is_empty() {
+        return;
+    }
+    if !http10 {
+        push_hex(w, data.len());
+        w.extend_from_slice(b"\r\n");
+    }
+    w.extend_from_slice(data);
+    if !http10 {
+        w.extend_from_slice(b"\r\n");
     }
 }
 

@@ -15,7 +15,7 @@
 //! connection (the origin never read it).
 
 use std::{
-    cell::RefCell,
+    cell::{Cell, RefCell},
     rc::Rc,
     sync::Arc,
     time::{Duration, Instant},
@@ -50,6 +50,8 @@ pub struct H1Pool {
     max_idle: usize,
     idle_timeout: Duration,
     metrics: Arc<WorkerMetrics>,
+    /// Idle connections of every pool of the worker (one pool per egress), for the gauge.
+    total: Rc<Cell<usize>>,
 }
 
 // === impl H1Pool ===
@@ -57,17 +59,36 @@ pub struct H1Pool {
 impl H1Pool {
     /// A pool keeping at most `max_idle` connections, each for `idle_timeout`.
     pub fn new(max_idle: usize, idle_timeout: Duration, metrics: Arc<WorkerMetrics>) -> Rc<Self> {
+        Self::with_total(max_idle, idle_timeout, metrics, Rc::default())
+    }
+
+    /// A pool whose idle count adds into `total` (shared by a worker's pools, one per egress).
+    pub fn with_total(
+        max_idle: usize,
+        idle_timeout: Duration,
+        metrics: Arc<WorkerMetrics>,
+        total: Rc<Cell<usize>>,
+    ) -> Rc<Self> {
         Rc::new(Self {
             idle: RefCell::new(Vec::new()),
             max_idle,
             idle_timeout,
             metrics,
+            total,
         })
+    }
+
+    /// Reports a change of this pool's idle count from `before` to `after`.
+    fn report(&self, before: usize, after: usize) {
+        let t = (self.total.get() + after).saturating_sub(before);
+        self.total.set(t);
+        self.metrics.set_h1_idle(t);
     }
 
     /// The most recently used idle connection that has not expired.
     pub fn take(&self) -> Option<BodyIo> {
         let mut idle = self.idle.borrow_mut();
+        let before = idle.len();
         // Expired ones are all at the front (oldest first).
         let fresh = idle
             .iter()
@@ -75,7 +96,7 @@ impl H1Pool {
             .unwrap_or(idle.len());
         idle.drain(..fresh);
         let io = idle.pop().map(|(io, _)| io);
-        self.metrics.set_h1_idle(idle.len());
+        self.report(before, idle.len());
         io
     }
 
@@ -84,11 +105,12 @@ impl H1Pool {
             return;
         }
         let mut idle = self.idle.borrow_mut();
+        let before = idle.len();
         if idle.len() >= self.max_idle {
             idle.remove(0);
         }
         idle.push((io, Instant::now()));
-        self.metrics.set_h1_idle(idle.len());
+        self.report(before, idle.len());
     }
 
     /// Idle connections held.
@@ -98,8 +120,8 @@ impl H1Pool {
 
     /// Closes every idle connection.
     pub fn clear(&self) {
-        self.idle.borrow_mut().clear();
-        self.metrics.set_h1_idle(0);
+        let before = std::mem::take(&mut *self.idle.borrow_mut()).len();
+        self.report(before, 0);
     }
 }
 
@@ -459,29 +481,60 @@ impl Body {
     /// The next chunk of body bytes; `Ok(None)` at the end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, UpstreamError> {
         loop {
+            match self.step()? {
+                Step::Chunk(b) => return Ok(Some(b)),
+                Step::End => return Ok(None),
+                Step::Read(at_eof) => {
+                    if self.fill().await? == 0 {
+                        return match at_eof {
+                            Eof::End => {
+                                self.mode = Mode::Done;
+                                Ok(None)
+                            }
+                            Eof::Error(m) => Err(proto(m)),
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next chunk when the buffer already holds it (no read): `None` when a read is
+    /// needed first.
+    pub fn try_chunk(&mut self) -> Option<Result<Option<Bytes>, UpstreamError>> {
+        match self.step() {
+            Ok(Step::Chunk(b)) => Some(Ok(Some(b))),
+            Ok(Step::End) => Some(Ok(None)),
+            Ok(Step::Read(_)) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Decodes as far as the buffer allows, without reading.
+    fn step(&mut self) -> Result<Step, UpstreamError> {
+        loop {
             match self.mode {
-                Mode::Done => return Ok(None),
+                Mode::Done => return Ok(Step::End),
                 Mode::Length(0) => {
                     self.mode = Mode::Done;
-                    return Ok(None);
+                    return Ok(Step::End);
                 }
                 Mode::Length(rem) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(proto("upstream closed inside the body"));
+                    if self.buf.is_empty() {
+                        return Ok(Step::Read(Eof::Error("upstream closed inside the body")));
                     }
                     let take = usize::try_from(rem)
                         .unwrap_or(usize::MAX)
                         .min(self.buf.len());
-                    let out = Bytes::from(self.buf.drain(..take).collect::<Vec<u8>>());
+                    let out = self.take_front(take);
                     self.mode = Mode::Length(rem - take as u64);
-                    return Ok(Some(out));
+                    return Ok(Step::Chunk(out));
                 }
                 Mode::Close => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        self.mode = Mode::Done;
-                        return Ok(None);
+                    if self.buf.is_empty() {
+                        return Ok(Step::Read(Eof::End));
                     }
-                    return Ok(Some(Bytes::from(std::mem::take(&mut self.buf))));
+                    return Ok(Step::Chunk(Bytes::from(std::mem::take(&mut self.buf))));
                 }
                 Mode::Chunked(ChunkState::Size) => match take_line(&self.buf).map_err(proto)? {
                     Line::Complete { len, consumed } => {
@@ -497,33 +550,28 @@ impl Body {
                         if self.buf.len() > 4096 {
                             return Err(proto("bad chunk size line"));
                         }
-                        if self.fill().await? == 0 {
-                            return Err(proto("upstream closed inside a chunk"));
-                        }
+                        return Ok(Step::Read(Eof::Error("upstream closed inside a chunk")));
                     }
                 },
                 Mode::Chunked(ChunkState::Data(rem)) => {
-                    if self.buf.is_empty() && self.fill().await? == 0 {
-                        return Err(proto("upstream closed inside a chunk"));
+                    if self.buf.is_empty() {
+                        return Ok(Step::Read(Eof::Error("upstream closed inside a chunk")));
                     }
                     let take = usize::try_from(rem)
                         .unwrap_or(usize::MAX)
                         .min(self.buf.len());
-                    let out = Bytes::from(self.buf.drain(..take).collect::<Vec<u8>>());
+                    let out = self.take_front(take);
                     let left = rem - take as u64;
                     self.mode = Mode::Chunked(if left == 0 {
                         ChunkState::DataEnd
                     } else {
                         ChunkState::Data(left)
                     });
-                    return Ok(Some(out));
+                    return Ok(Step::Chunk(out));
                 }
                 Mode::Chunked(ChunkState::DataEnd) => {
                     if self.buf.len() < 2 {
-                        if self.fill().await? == 0 {
-                            return Err(proto("upstream closed inside a chunk"));
-                        }
-                        continue;
+                        return Ok(Step::Read(Eof::Error("upstream closed inside a chunk")));
                     }
                     if &self.buf[..2] != b"\r\n" {
                         return Err(proto("bad chunk terminator"));
@@ -535,7 +583,7 @@ impl Body {
                     Line::Complete { len: 0, consumed } => {
                         self.buf.drain(..consumed);
                         self.mode = Mode::Done;
-                        return Ok(None);
+                        return Ok(Step::End);
                     }
                     Line::Complete { consumed, .. } => {
                         self.buf.drain(..consumed);
@@ -544,15 +592,38 @@ impl Body {
                         if self.buf.len() > 64 * 1024 {
                             return Err(proto("upstream trailers too large"));
                         }
-                        if self.fill().await? == 0 {
-                            self.mode = Mode::Done;
-                            return Ok(None);
-                        }
+                        return Ok(Step::Read(Eof::End));
                     }
                 },
             }
         }
     }
+
+    /// The first `n` buffered bytes, removed from the buffer.
+    fn take_front(&mut self, n: usize) -> Bytes {
+        if n == self.buf.len() {
+            return Bytes::from(std::mem::take(&mut self.buf));
+        }
+        let out = Bytes::copy_from_slice(&self.buf[..n]);
+        self.buf.drain(..n);
+        out
+    }
+}
+
+/// What [`Body::step`] found.
+enum Step {
+    Chunk(Bytes),
+    End,
+    /// The buffer needs another read; what the end of the connection then means.
+    Read(Eof),
+}
+
+/// What a closed connection means where a read is needed.
+enum Eof {
+    /// The end of the body (close-delimited bodies, a missing trailer section).
+    End,
+    /// A truncated body.
+    Error(&'static str),
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ pub struct WsConn {
     last_response_id: Option<String>,
     /// Client-visible headers of the upgrade response (turn state, model).
     headers: Vec<(String, String)>,
+    /// The egress it was opened through (0: direct); a socket is reused only by the same one.
+    egress: u64,
 }
 
 /// The pool and the breaker of one worker.
@@ -306,6 +308,8 @@ enum Refusal {
     Retry(String),
     /// The upstream answered the upgrade with this HTTP status and body.
     Http(u16, Vec<(String, String)>, Vec<u8>),
+    /// The account's egress proxy failed (not the origin's fault: no breaker).
+    Proxy(UpstreamError),
 }
 
 /// One turn on an upstream socket (see the module docs).
@@ -473,6 +477,7 @@ impl super::Upstream {
     pub(crate) async fn send_ws(
         &self,
         account_id: i64,
+        egress: Option<&shared_state::ProxyEntry>,
         route: &WsRoute,
         req: &UpstreamRequest,
         metrics: &Arc<WorkerMetrics>,
@@ -482,10 +487,16 @@ impl super::Upstream {
             return Err(UpstreamError::WsUnavailable);
         }
         let key = (account_id, route.conversation.clone());
+        let egress_key = egress.map_or(shared_state::egress::DIRECT, |p| p.key);
         for _ in 0..2 {
-            let (mut conn, reused) = match pool.take_waiting(&key, self.cfg.ws_pong_timeout).await {
+            // A socket opened through another egress (the account's proxy changed) is closed.
+            let pooled = pool
+                .take_waiting(&key, self.cfg.ws_pong_timeout)
+                .await
+                .filter(|c| c.egress == egress_key);
+            let (mut conn, reused) = match pooled {
                 Some(c) => (c, true),
-                None => match self.ws_connect(req).await {
+                None => match self.ws_connect(egress, req).await {
                     Ok(c) => {
                         metrics.ws_upstream_connect();
                         (c, false)
@@ -499,6 +510,7 @@ impl super::Upstream {
                             protocol: "ws",
                         });
                     }
+                    Err(Refusal::Proxy(e)) => return Err(e),
                     Err(Refusal::Retry(why)) => {
                         tracing::debug!(reason = %why, "upstream websocket unavailable");
                         pool.failed();
@@ -571,19 +583,27 @@ impl super::Upstream {
     }
 
     /// Connects and upgrades one socket within the WebSocket connect budget.
-    async fn ws_connect(&self, req: &UpstreamRequest) -> Result<WsConn, Refusal> {
+    async fn ws_connect(
+        &self,
+        egress: Option<&shared_state::ProxyEntry>,
+        req: &UpstreamRequest,
+    ) -> Result<WsConn, Refusal> {
         let budget = self.cfg.ws_connect_timeout;
-        match monoio::time::timeout(budget, self.ws_upgrade(req)).await {
+        match monoio::time::timeout(budget, self.ws_upgrade(egress, req)).await {
             Ok(r) => r,
             Err(_) => Err(Refusal::Retry("websocket connect budget exceeded".into())),
         }
     }
 
-    async fn ws_upgrade(&self, req: &UpstreamRequest) -> Result<WsConn, Refusal> {
-        let tcp = self
-            .tcp()
-            .await
-            .map_err(|e| Refusal::Retry(e.to_string()))?;
+    async fn ws_upgrade(
+        &self,
+        egress: Option<&shared_state::ProxyEntry>,
+        req: &UpstreamRequest,
+    ) -> Result<WsConn, Refusal> {
+        let tcp = self.tcp(egress).await.map_err(|e| match e {
+            UpstreamError::Proxy { .. } => Refusal::Proxy(e),
+            e => Refusal::Retry(e.to_string()),
+        })?;
         let mut io = if self.cfg.tls {
             let Some(tls) = &self.ws_tls else {
                 return Err(Refusal::Retry("TLS connector missing".into()));
@@ -653,6 +673,7 @@ impl super::Upstream {
             closed_with: None,
             last_response_id: None,
             headers: resp_headers,
+            egress: egress.map_or(shared_state::egress::DIRECT, |p| p.key),
         })
     }
 }
@@ -709,6 +730,7 @@ mod tests {
                     closed_with: None,
                     last_response_id: None,
                     headers: Vec::new(),
+                    egress: 0,
                 };
                 let mut got = Vec::new();
                 while let Some(t) = conn.next_text().await.expect("frames") {

@@ -607,7 +607,7 @@ async fn partial_writes_deliver_every_byte_in_order() {
             .await
             .expect("a progressing reader is never cut");
     }
-    conn.finish_stream(false).await.expect("end");
+    conn.finish_stream(&[], false).await.expect("end");
     while !reader.is_finished() {
         monoio::time::sleep(Duration::from_millis(10)).await;
     }

@@ -312,3 +312,49 @@ async fn a_pooled_connection_closed_while_idle_is_stale() {
         r.err()
     );
 }
+
+/// `try_chunk` hands out what is already buffered without a read, and asks for a read (None)
+/// exactly where the buffer runs dry: mixed with `chunk`, the body arrives whole at every
+/// split, with no more waits than reads.
+#[monoio::test_all(timer_enabled = true)]
+async fn buffered_chunks_are_taken_without_waiting() {
+    let body = sse();
+    let mut wire = head("transfer-encoding: chunked\r\n").into_bytes();
+    wire.extend_from_slice(&chunked(&body));
+    let cfg = UpstreamConfig::from_base_url("http://127.0.0.1:9/backend-api/codex").expect("cfg");
+    for plan in Plan::standard(12, true) {
+        let resp = send(SegmentedIo::new(&wire, plan), &cfg, &request(), None, false)
+            .await
+            .unwrap_or_else(|e| panic!("{plan:?}: {e:?}"));
+        let UpstreamBody::H1(mut b) = resp.body else {
+            panic!("h1 body expected")
+        };
+        let (mut got, mut waits) = (Vec::new(), 0);
+        loop {
+            match b.try_chunk() {
+                Some(Ok(Some(c))) => got.extend_from_slice(&c),
+                Some(Ok(None)) => break,
+                Some(Err(e)) => panic!("{plan:?}: {e:?}"),
+                None => {
+                    waits += 1;
+                    match b
+                        .chunk()
+                        .await
+                        .unwrap_or_else(|e| panic!("{plan:?}: {e:?}"))
+                    {
+                        Some(c) => got.extend_from_slice(&c),
+                        None => break,
+                    }
+                }
+            }
+        }
+        assert!(got == body, "{plan:?}: body differs");
+        // No wait without a read to wait for: at most one per segment delivered or per
+        // buffer's worth of bytes.
+        let reads = plan.cut(&wire).len() + wire.len().div_ceil(super::READ_CHUNK);
+        assert!(
+            waits <= reads,
+            "{plan:?}: {waits} waits for at most {reads} reads"
+        );
+    }
+}
