@@ -52,7 +52,7 @@ use crate::{auth::Principal, error::StorageError, settings::SettingError, sideca
 
 mod accounts;
 mod forecast;
-mod keys;
+pub(crate) mod keys;
 mod models;
 mod ops;
 mod proxies;
@@ -166,6 +166,11 @@ struct ErrorExtra {
 // === impl ApiError ===
 
 impl ApiError {
+    /// The human message.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
     fn new(
         status: StatusCode,
         kind: &'static str,

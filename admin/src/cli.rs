@@ -368,6 +368,53 @@ pub fn keys_create(db: &DbTarget, name: &str) -> Result<String, AdminError> {
     }))
 }
 
+/// Creates a key with limits (`limits`: the JSON object of `PATCH /api/admin/keys/{id}`).
+pub fn keys_create_with(
+    db: &DbTarget,
+    name: &str,
+    limits: &serde_json::Value,
+) -> Result<String, AdminError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(AdminError::Invalid("a key needs a non-empty name".into()));
+    }
+    let mut l = shared_state::keys::KeyLimits::unlimited();
+    parse_limits(limits)?
+        .apply(&mut l)
+        .map_err(|e| AdminError::Invalid(e.message().to_owned()))?;
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        let (plain, row) = create_key(s, name).await?;
+        s.update_key_limits(row.id, &l).await?;
+        Ok(plain)
+    }))
+}
+
+/// Changes the limits of key `id` (`limits`: the JSON object of `PATCH
+/// /api/admin/keys/{id}`; present fields replace, `null` removes). Running gateways pick the
+/// change up at their next reload.
+pub fn keys_set(db: &DbTarget, id: i64, limits: &serde_json::Value) -> Result<KeyRow, AdminError> {
+    let patch = parse_limits(limits)?;
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        let Some(mut row) = s
+            .list_keys()
+            .await?
+            .into_iter()
+            .find(|k| k.id == id && k.revoked_at.is_none())
+        else {
+            return Err(AdminError::NotFound(format!("no active key with id {id}")));
+        };
+        patch
+            .apply(&mut row.limits)
+            .map_err(|e| AdminError::Invalid(e.message().to_owned()))?;
+        s.update_key_limits(id, &row.limits).await?;
+        Ok(row)
+    }))
+}
+
+fn parse_limits(v: &serde_json::Value) -> Result<crate::api::keys::LimitsPatch, AdminError> {
+    serde_json::from_value(v.clone()).map_err(|e| AdminError::Invalid(format!("limits: {e}")))
+}
+
 /// Lists client keys (prefixes only).
 pub fn keys_list(db: &DbTarget) -> Result<Vec<KeyRow>, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {

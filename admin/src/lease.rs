@@ -77,6 +77,12 @@ impl RedisLeases {
         })
     }
 
+    /// A handle on the connection (cheap clone), for other fleet-wide state (per-key
+    /// counters, `crate::key_limits`).
+    pub(crate) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
     /// Whether Redis answers `PING` (for `/healthz`).
     pub async fn ping(&self) -> bool {
         let mut conn = self.conn.clone();

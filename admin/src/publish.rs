@@ -33,8 +33,8 @@ use std::{
 };
 
 use shared_state::{
-    AccountEffect, AccountEntry, AccountLive, AccountStatus, ClientKey, Settings, SharedSnapshot,
-    Snapshot, WorkerCommand, WorkerMailboxes,
+    keys::KeyLive, AccountEffect, AccountEntry, AccountLive, AccountStatus, ClientKey, Settings,
+    SharedSnapshot, Snapshot, WorkerCommand, WorkerMailboxes,
 };
 use tokio::sync::Mutex;
 
@@ -57,6 +57,9 @@ struct LiveSlot {
 struct PubState {
     fingerprint: Option<u64>,
     live: HashMap<i64, LiveSlot>,
+    /// Per client key: its live counters, kept across snapshots like accounts' (limits and
+    /// budgets must not reset when a snapshot is swapped).
+    key_live: HashMap<i64, Arc<KeyLive>>,
 }
 
 /// Builds and publishes snapshots.
@@ -179,6 +182,7 @@ impl Publisher {
             weight: old.weight,
             max_concurrency: old.max_concurrency,
             live: Arc::clone(&old.live),
+            group: old.group.clone(),
             egress: old.egress.clone(),
         });
         let accounts = cur
@@ -343,6 +347,18 @@ impl Publisher {
         }
         entries.sort_by_key(|e| e.id);
 
+        // Keys seen for the first time (start-up, a new key) start from what storage says they
+        // spent today and this month, so budgets survive a restart.
+        let fresh: Vec<i64> = keys
+            .iter()
+            .filter(|k| k.revoked_at.is_none() && !st.key_live.contains_key(&k.id))
+            .map(|k| k.id)
+            .collect();
+        if !fresh.is_empty() {
+            seed_key_live(storage, &mut st.key_live, &fresh).await?;
+        }
+        st.key_live
+            .retain(|id, _| keys.iter().any(|k| k.id == *id && k.revoked_at.is_none()));
         let mut key_map = HashMap::with_capacity(keys.len());
         for k in keys.into_iter().filter(|k| k.revoked_at.is_none()) {
             let mut h = [0u8; 32];
@@ -353,11 +369,15 @@ impl Publisher {
                 );
                 continue;
             }
+            let live = Arc::clone(st.key_live.entry(k.id).or_default());
             key_map.insert(
                 h,
                 ClientKey {
                     id: k.id,
                     name: k.name,
+                    limits: Arc::new(k.limits),
+                    live,
+                    tag: Arc::from(&k.key_hash[..16]),
                 },
             );
         }
@@ -412,8 +432,37 @@ fn entry(
             row.max_concurrency
         },
         live,
+        group: row.account_group.filter(|g| !g.is_empty()).map(Arc::from),
         egress: None,
     }
+}
+
+/// Creates the live counters of `fresh` keys, seeded with their stored usage of today and
+/// this month (UTC).
+async fn seed_key_live(
+    storage: &dyn Storage,
+    map: &mut HashMap<i64, Arc<KeyLive>>,
+    fresh: &[i64],
+) -> Result<(), StorageError> {
+    use shared_state::keys::{day_of, day_start_ms, month_of, month_start_ms, PeriodCounters};
+    let now = shared_state::now_ms();
+    let (day, month) = (day_of(now), month_of(now));
+    let since = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+    let today = storage.key_spend(since(day_start_ms(day))).await?;
+    let this_month = storage.key_spend(since(month_start_ms(month))).await?;
+    let seed = |id: i64, period: u64, c: &PeriodCounters, v: &[crate::storage::KeySpend]| {
+        if let Some(s) = v.iter().find(|s| s.key_id == id) {
+            c.requests.seed(period, s.requests);
+            c.tokens.seed(period, s.tokens);
+            c.cost_micros.seed(period, s.cost_micros);
+        }
+    };
+    for id in fresh {
+        let live = Arc::clone(map.entry(*id).or_default());
+        seed(*id, day, &live.day, &today);
+        seed(*id, month, &live.month, &this_month);
+    }
+    Ok(())
 }
 
 /// Whether `id` is among `accounts` (ordered by id).
@@ -463,6 +512,7 @@ fn fingerprint(
         r.max_concurrency.hash(&mut h);
         r.access_expires_at.hash(&mut h);
         r.updated_at.hash(&mut h);
+        r.account_group.hash(&mut h);
         s.access_token.expose().hash(&mut h);
         s.decrypt_failed.hash(&mut h);
     }
@@ -472,6 +522,7 @@ fn fingerprint(
         k.name.hash(&mut h);
         k.key_hash.hash(&mut h);
         k.revoked_at.hash(&mut h);
+        k.limits.hash(&mut h);
     }
     stored_settings.hash(&mut h);
     h.finish()

@@ -16,6 +16,8 @@
 //!     zero);
 //!   - the health probe: `ping` every 2 s into [`Health::set_storage_up`];
 //!   - the quota forecast sampler ([`crate::forecast`]): every minute, publishing burn rates;
+//!   - the per-key counter reconciliation ([`key_limits`]): every 500 ms with Redis, and
+//!     `last_used_at` of the keys;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //! # Error handling
@@ -43,6 +45,7 @@ use crate::{
 };
 
 pub(crate) mod events;
+pub(crate) mod key_limits;
 pub(crate) mod models;
 pub(crate) mod quota;
 pub(crate) mod refresh;
@@ -262,6 +265,7 @@ pub(crate) async fn run(
         cfg.redis_url.clone().filter(|u| !u.trim().is_empty()),
         stop.clone(),
     ));
+    let limits_task = tokio::spawn(key_limits::run(Arc::clone(&core), stop.clone()));
     let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
         tokio::spawn(quota::run(
             Arc::clone(&core),
@@ -288,6 +292,8 @@ pub(crate) async fn run(
     reload_task.abort();
     health_task.abort();
     forecast_task.abort();
+    // It sees the stop signal, pushes its last counts and stores the keys' last use.
+    let _ = tokio::time::timeout(Duration::from_secs(3), limits_task).await;
     if let Some(t) = quota_task {
         t.abort();
     }

@@ -93,6 +93,8 @@ pub struct AccountRow {
     pub created_at: i64,
     /// Last identity/token/status/limit change, Unix ms.
     pub updated_at: i64,
+    /// Account group (`None`: the shared pool); only client keys of this group use it.
+    pub account_group: Option<String>,
 }
 
 // === impl AccountRow ===
@@ -266,6 +268,52 @@ pub struct KeyRow {
     pub created_at: i64,
     /// Revocation time, Unix ms.
     pub revoked_at: Option<i64>,
+    /// The operator's limits.
+    #[serde(skip)]
+    pub limits: shared_state::keys::KeyLimits,
+    /// Last use seen by the data plane, Unix ms (written at most every few seconds).
+    pub last_used_at: Option<i64>,
+}
+
+/// Builds a key's limits from its stored columns: `[rpm, max_concurrency, tokens_per_day,
+/// tokens_per_month, cost_per_day_micros, cost_per_month_micros, expires_at]` (negative
+/// values load as no limit), the JSON model list, the group and the enabled flag.
+pub(crate) fn key_limits_of(
+    n: [Option<i64>; 7],
+    allowed_models: Option<String>,
+    account_group: Option<String>,
+    enabled: bool,
+) -> shared_state::keys::KeyLimits {
+    let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+    let u32_ = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+    shared_state::keys::KeyLimits {
+        rpm: u32_(n[0]),
+        max_concurrency: u32_(n[1]),
+        tokens_per_day: u(n[2]),
+        tokens_per_month: u(n[3]),
+        cost_per_day_micros: u(n[4]),
+        cost_per_month_micros: u(n[5]),
+        expires_at_ms: u(n[6]),
+        allowed_models: allowed_models
+            .filter(|m| !m.trim().is_empty())
+            .and_then(|m| serde_json::from_str::<Vec<String>>(&m).ok())
+            .unwrap_or_default(),
+        account_group: account_group.filter(|g| !g.is_empty()),
+        enabled,
+    }
+}
+
+/// What one key used since an instant ([`Storage::key_spend`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeySpend {
+    /// Client key id.
+    pub key_id: i64,
+    /// Requests.
+    pub requests: u64,
+    /// Tokens (input + output).
+    pub tokens: u64,
+    /// Cost, micro-USD.
+    pub cost_micros: u64,
 }
 
 /// An admin API token as listed (the token itself is never stored).
@@ -392,6 +440,19 @@ pub trait Storage: Send + Sync + 'static {
     fn revoke_key(&self, id: i64) -> StorageFuture<'_, bool>;
     /// Revokes every active key with this name; returns how many.
     fn revoke_keys_by_name<'a>(&'a self, name: &'a str) -> StorageFuture<'a, usize>;
+    /// Replaces every limit of one key; false when no such key.
+    fn update_key_limits<'a>(
+        &'a self,
+        id: i64,
+        limits: &'a shared_state::keys::KeyLimits,
+    ) -> StorageFuture<'a, bool>;
+    /// Raises `last_used_at` of each `(key id, Unix ms)`.
+    fn touch_keys<'a>(&'a self, uses: &'a [(i64, i64)]) -> StorageFuture<'a, ()>;
+    /// Requests, tokens and cost per key over the usage records started at or after
+    /// `since_ms` (the budgets' stored base after a restart).
+    fn key_spend(&self, since_ms: i64) -> StorageFuture<'_, Vec<KeySpend>>;
+    /// Sets an account's group (`None`: the shared pool); false when no such account.
+    fn set_account_group<'a>(&'a self, id: i64, group: Option<&'a str>) -> StorageFuture<'a, bool>;
 
     /// Inserts usage records in one transaction; returns how many.
     fn insert_usage<'a>(&'a self, records: &'a [UsageRecord]) -> StorageFuture<'a, usize>;

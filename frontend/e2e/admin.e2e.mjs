@@ -141,6 +141,19 @@ try {
   await byTest('key-browser-e2e').locator('[data-testid="key-requests"]').filter({ hasText: String(FIRST) }).waitFor({ timeout: T })
   log('usage visible on dashboard, usage and keys pages')
 
+  // 4b. Key limits from the app: an invalid value is refused inline; saved limits show on the row.
+  await byTest('key-browser-e2e').locator('[data-testid="key-edit"]').click()
+  await byTest('limit-rpm').fill('0')
+  await byTest('limits-save').click()
+  await byTest('limits-error').waitFor({ timeout: T })
+  await byTest('limit-rpm').fill('1000')
+  await byTest('limit-tokens_per_day').fill('100000000')
+  await byTest('limits-save').click()
+  await byTest('key-browser-e2e').locator('[data-testid="key-limits"]').filter({ hasText: '1000 rpm' }).waitFor({ timeout: T })
+  await byTest('key-browser-e2e').locator('[data-testid="key-tokens-today"]').filter({ hasText: '/ 100.0M' }).waitFor({ timeout: T })
+  await shot('keys-limits')
+  log('key limits set in the app')
+
   // 5. Disable an account in the app; the gateway stops using it.
   await byTest('nav-accounts').click()
   const row = byTest(`account-${DISABLE_ACCOUNT}`)

@@ -63,11 +63,22 @@ export interface Account {
   cooldown_reason: string | null; primary_used_pct: number | null; primary_reset_at: number | null
   secondary_used_pct: number | null; secondary_reset_at: number | null; access_expires_at: number | null
   last_refresh_at: number | null; refresh_in_flight: boolean; health: Health; created_at: number
+  account_group: string | null
 }
+
+export interface KeyLimits {
+  rpm: number | null; max_concurrency: number | null; tokens_per_day: number | null
+  tokens_per_month: number | null; cost_per_day_usd: number | null; cost_per_month_usd: number | null
+  allowed_models: string[]; account_group: string | null; expires_at: number | null; enabled: boolean
+}
+
+export interface KeyPeriod { requests: number; tokens: number; cost_usd: number }
 
 export interface Key {
   id: number; name: string; key_prefix: string; created_at: number; revoked_at: number | null
   revoked: boolean; usage_24h: Totals; usage_total: Totals; key?: string
+  last_used_at: number | null; usable: boolean; limits: KeyLimits; today: KeyPeriod; month: KeyPeriod
+  in_flight: number
 }
 
 export interface AdminToken {

@@ -79,6 +79,7 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
                 weight: 1 + (rng.below(4) == 0) as u32,
                 max_concurrency: 4,
                 live,
+                group: None,
                 egress: None,
             })
         })
@@ -121,6 +122,7 @@ fn bench_pick(c: &mut Criterion) {
                         now_ms: NOW,
                         cursor,
                         max_candidates: K,
+                        group: None,
                     };
                     black_box(order_with(&snap, &req, &mut scratch))
                 })

@@ -63,29 +63,32 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             ops::metrics(ctx, conn, keep).await
         }
         ("POST", "/v1/responses" | "/responses") => {
-            let key = match read_authenticated(ctx, conn, &mut req, "responses", keep).await {
-                Ok(k) => k,
-                Err(done) => return done,
-            };
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, "responses", true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
             responses::serve(ctx, conn, req, key, keep).await
         }
         ("POST", "/v1/chat/completions" | "/chat/completions") => {
-            let key = match read_authenticated(ctx, conn, &mut req, chat::ROUTE, keep).await {
-                Ok(k) => k,
-                Err(done) => return done,
-            };
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, chat::ROUTE, true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
             Box::pin(chat::serve(ctx, conn, req, key, keep)).await
         }
         ("POST", "/v1/messages" | "/messages") => {
-            let key = match read_authenticated(ctx, conn, &mut req, messages::ROUTE, keep).await {
-                Ok(k) => k,
-                Err(done) => return done,
-            };
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, messages::ROUTE, true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
             Box::pin(messages::serve(ctx, conn, req, key, keep)).await
         }
         ("POST", "/v1/messages/count_tokens" | "/messages/count_tokens") => {
             let route = messages::COUNT_ROUTE;
-            let key = match read_authenticated(ctx, conn, &mut req, route, keep).await {
+            let (key, _) = match read_authenticated(ctx, conn, &mut req, route, false, keep).await {
                 Ok(k) => k,
                 Err(done) => return done,
             };
@@ -116,17 +119,30 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
         ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,
         // ChatGPT-mode inference: the very same handler as `/v1/responses`.
         ("POST", _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
-            let key = match read_authenticated(ctx, conn, &mut req, "responses", keep).await {
-                Ok(k) => k,
-                Err(done) => return done,
-            };
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, "responses", true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
             responses::serve(ctx, conn, req, key, keep).await
         }
         (_, _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
             write_error(ctx, conn, "responses", &e, keep).await
         }
-        (_, "/healthz" | "/metrics" | "/v1/responses" | "/v1/models" | "/v1/chat/completions") => {
+        ("GET", "/v1/usage" | "/usage") => match authenticate(ctx, &req) {
+            Ok(key) => crate::limits::usage(ctx, conn, &key, keep).await,
+            Err(e) => write_error(ctx, conn, "other", &e, keep).await,
+        },
+        (
+            _,
+            "/healthz"
+            | "/metrics"
+            | "/v1/responses"
+            | "/v1/models"
+            | "/v1/chat/completions"
+            | "/v1/usage",
+        ) => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
             write_error(ctx, conn, "other", &e, keep).await
         }
@@ -140,18 +156,29 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     }
 }
 
-/// Authenticates the head, then reads and decodes the body. `Err` carries the handler's
-/// result when the request was already answered (401, 413, 400).
+/// Authenticates the head, admits it under the key's limits (when `admit`: every route that
+/// goes upstream), then reads and decodes the body. `Err` carries the handler's result when
+/// the request was already answered (401, 429, 413, 400). The slot holds the key's
+/// concurrency unit until dropped (after the handler returns).
 async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     req: &mut Request,
     route: &'static str,
+    admit: bool,
     keep: bool,
-) -> Result<ClientKey, io::Result<bool>> {
+) -> Result<(ClientKey, Option<crate::limits::KeySlot>), io::Result<bool>> {
     let key = match authenticate(ctx, req) {
         Ok(k) => k,
         Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
+    };
+    let slot = if admit {
+        match crate::limits::admit(&key, shared_state::now_ms()) {
+            Ok(s) => Some(s),
+            Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
+        }
+    } else {
+        None
     };
     if let Err(e) = conn.read_body(req, ctx.cfg.max_body_bytes).await {
         if matches!(e, ReadError::Reject { status: 408, .. }) {
@@ -162,7 +189,7 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
     if let Err(e) = decode_body(ctx, req) {
         return Err(write_error(ctx, conn, route, &e, keep).await);
     }
-    Ok(key)
+    Ok((key, slot))
 }
 
 /// `/metrics` is open unless `metrics_token` is set; then it needs `Authorization: Bearer
@@ -183,7 +210,8 @@ fn metrics_allowed(ctx: &WorkerCtx, req: &Request) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Client authentication: `Authorization: Bearer sk-...` or `x-api-key`.
+/// Client authentication: `Authorization: Bearer sk-...` or `x-api-key`. A disabled or
+/// expired key is refused exactly like an unknown one (401 `invalid_api_key`).
 pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, Error> {
     let presented = req
         .header("authorization")
@@ -200,12 +228,17 @@ pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, 
             Side::Downstream,
         ));
     };
-    ctx.snapshot.load().key(key).cloned().ok_or_else(|| {
-        Error::new(
-            ErrorKind::Unauthorized { key_present: true },
-            Side::Downstream,
-        )
-    })
+    ctx.snapshot
+        .load()
+        .key(key)
+        .filter(|k| k.limits.usable_at(shared_state::now_ms()))
+        .cloned()
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unauthorized { key_present: true },
+                Side::Downstream,
+            )
+        })
 }
 
 /// Renders an error as an HTTP response in the route's dialect (the one HTTP mapping point).

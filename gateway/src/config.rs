@@ -97,6 +97,18 @@ pub struct FileConfig {
     models: FileModels,
     #[serde(default)]
     pool: FilePool,
+    /// USD per 1M tokens by model slug (`default` prices every other model).
+    #[serde(default)]
+    prices: std::collections::HashMap<String, FilePrice>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePrice {
+    input: f64,
+    #[serde(default)]
+    cached_input: Option<f64>,
+    output: f64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -412,6 +424,8 @@ pub struct GatewayConfig {
     /// The clock of the quota forecast's sampling in the sidecar (the system clock; tests
     /// inject simulated time).
     pub forecast_clock: shared_state::forecast::Clock,
+    /// Prices per model slug, for the cost of each request (`cost_micros`) and cost budgets.
+    pub prices: shared_state::keys::PriceTable,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -503,6 +517,7 @@ impl GatewayConfig {
             strict_models: false,
             chatgpt_origin: None,
             forecast_clock: shared_state::forecast::Clock::system(),
+            prices: shared_state::keys::PriceTable::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -758,6 +773,26 @@ impl GatewayConfig {
             c.model_aliases
                 .insert(alias.clone(), shared_state::catalog::parse_alias(target));
         }
+        for (model, p) in &file.prices {
+            let price = shared_state::keys::Price {
+                input: p.input,
+                cached_input: p.cached_input.unwrap_or(p.input),
+                output: p.output,
+            };
+            if [price.input, price.cached_input, price.output]
+                .iter()
+                .any(|v| !v.is_finite() || *v < 0.0)
+            {
+                return Err(ConfigError(format!(
+                    "`prices.\"{model}\"`: prices must be finite and >= 0 (USD per 1M tokens)"
+                )));
+            }
+            if model == "default" {
+                c.prices.default = price;
+            } else {
+                c.prices.models.insert(model.clone(), price);
+            }
+        }
         let w = &file.wire;
         if let Some(v) = &w.originator {
             c.wire.originator = v.clone();
@@ -781,6 +816,34 @@ impl GatewayConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_override_the_defaults_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            GatewayConfig::load(&ServeArgs {
+                config: Some(p.clone()),
+                ..Default::default()
+            })
+        };
+        let c = load(
+            "[prices.\"gpt-5.5\"]\ninput = 2.0\noutput = 8.0\n[prices.default]\ninput = 1.0\ncached_input = 0.5\noutput = 3.0\n",
+        )
+        .unwrap();
+        let p55 = c.prices.price("gpt-5.5");
+        assert_eq!((p55.input, p55.cached_input, p55.output), (2.0, 2.0, 8.0));
+        assert_eq!(c.prices.price("no-such-model").output, 3.0);
+        assert_eq!(c.prices.cost_micros("gpt-5.5", 10, 0, 1), 28);
+        // untouched defaults stay
+        assert_eq!(c.prices.price("gpt-5-mini").output, 2.0);
+        assert!(load("[prices.x]\ninput = -1.0\noutput = 1.0\n").is_err());
+        assert!(
+            load("[prices.x]\ninput = 1.0\n").is_err(),
+            "output is required"
+        );
+    }
 
     #[test]
     fn the_example_config_parses() {

@@ -80,6 +80,30 @@ pub enum ErrorKind {
         /// The limit in bytes.
         limit: u64,
     },
+    /// The client key is over one of its limits (`gateway::limits`).
+    KeyLimit {
+        /// Which limit.
+        limit: KeyLimit,
+        /// Seconds until it lifts (`Retry-After`).
+        retry_after: u64,
+    },
+}
+
+/// A per-key limit a request was refused for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyLimit {
+    /// Requests per minute.
+    Rpm(u32),
+    /// Requests in flight.
+    Concurrency(u32),
+    /// Tokens per UTC day.
+    TokensPerDay(u64),
+    /// Tokens per UTC month.
+    TokensPerMonth(u64),
+    /// Cost per UTC day, micro-USD.
+    CostPerDay(u64),
+    /// Cost per UTC month, micro-USD.
+    CostPerMonth(u64),
 }
 
 /// A data-plane error.
@@ -388,6 +412,43 @@ impl Error {
                 ),
                 Some(5),
             ),
+            ErrorKind::KeyLimit { limit, retry_after } => {
+                let retry = (*retry_after).max(1);
+                let usd = |m: u64| format!("${:.2}", m as f64 / 1e6);
+                let (message, ty, code) = match limit {
+                    KeyLimit::Rpm(n) => (
+                        format!("Rate limit reached for requests per minute (RPM) on this key: limit {n}. Please try again in {retry}s."),
+                        "requests",
+                        "rate_limit_exceeded",
+                    ),
+                    KeyLimit::Concurrency(n) => (
+                        format!("Too many concurrent requests on this key: limit {n}. Please try again when one finishes."),
+                        "requests",
+                        "rate_limit_exceeded",
+                    ),
+                    KeyLimit::TokensPerDay(n) => (
+                        format!("This key exceeded its daily token budget ({n} tokens). It resets at 00:00 UTC."),
+                        "insufficient_quota",
+                        "insufficient_quota",
+                    ),
+                    KeyLimit::TokensPerMonth(n) => (
+                        format!("This key exceeded its monthly token budget ({n} tokens). It resets on the 1st, 00:00 UTC."),
+                        "insufficient_quota",
+                        "insufficient_quota",
+                    ),
+                    KeyLimit::CostPerDay(m) => (
+                        format!("This key exceeded its daily spend budget ({}). It resets at 00:00 UTC.", usd(*m)),
+                        "insufficient_quota",
+                        "insufficient_quota",
+                    ),
+                    KeyLimit::CostPerMonth(m) => (
+                        format!("This key exceeded its monthly spend budget ({}). It resets on the 1st, 00:00 UTC.", usd(*m)),
+                        "insufficient_quota",
+                        "insufficient_quota",
+                    ),
+                };
+                r(429, ErrorBody::new(message, ty, Some(code)), Some(retry))
+            }
             ErrorKind::Internal => r(
                 500,
                 ErrorBody::new("Internal gateway error.", "server_error", Some("internal_error")),

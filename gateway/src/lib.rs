@@ -29,6 +29,7 @@ pub mod ctx;
 pub mod demo;
 pub mod error;
 pub mod lifecycle;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod models;

@@ -80,6 +80,8 @@ pub struct RequestPlan {
     pub passthrough: Vec<(&'static str, String)>,
     /// Client key id.
     pub key_id: i64,
+    /// The client key's limits: its model allow-list and account group apply here.
+    pub key_limits: Arc<shared_state::keys::KeyLimits>,
     /// The client's session signal (session/thread id or prompt cache key), for affinity.
     pub affinity_key: Option<String>,
     /// A client WebSocket turn: go upstream over the pooled Responses WebSocket of its
@@ -318,18 +320,27 @@ fn candidates(
             now_ms: shared_state::now_ms(),
             cursor: ctx.next_cursor(),
             max_candidates: snap.settings.max_attempts.max(1) as usize + 2,
+            group: plan.key_limits.account_group.as_deref(),
         },
     )
 }
 
 /// Why no attempt could be accepted: 429 with the earliest reset when every active account is
 /// out of quota, 503 otherwise.
-fn exhausted(snap: &shared_state::Snapshot, saw_usage_limit: bool, saw_other: bool) -> Error {
+fn exhausted(
+    snap: &shared_state::Snapshot,
+    group: Option<&str>,
+    saw_usage_limit: bool,
+    saw_other: bool,
+) -> Error {
     let now = shared_state::now_ms();
     let active: Vec<_> = snap
         .accounts
         .iter()
-        .filter(|a| a.effective_status() == shared_state::AccountStatus::Active)
+        .filter(|a| {
+            a.effective_status() == shared_state::AccountStatus::Active
+                && a.group.as_deref() == group
+        })
         .collect();
     let out_of_quota = |a: &Arc<AccountEntry>| {
         a.live.is_cooling(now)
@@ -380,6 +391,16 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
 
 /// Runs attempts until one commits, or returns the error to show the client.
 pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
+    // The key's model allow-list (one rule for every dialect): refused like an unknown model,
+    // as OpenAI answers a key without access to a model.
+    if !plan.key_limits.allows_model(&plan.model) {
+        crate::limits::rejected(crate::limits::Rejection::Model);
+        return Err(Error::new(
+            ErrorKind::ModelNotFound(plan.model.clone()),
+            Side::Downstream,
+        ));
+    }
+    let group = plan.key_limits.account_group.as_deref();
     let snap = ctx.snapshot.load_full();
     let mut cands = candidates(ctx, plan, &snap);
     // The published setting (admin API), never the start-up config: runtime settings are hot.
@@ -482,12 +503,12 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
         break;
     }
     if attempts == 0 {
-        return Err(exhausted(&snap, false, false));
+        return Err(exhausted(&snap, group, false, false));
     }
     if saw_usage_limit && !saw_other {
-        return Err(exhausted(&snap, true, false));
+        return Err(exhausted(&snap, group, true, false));
     }
-    Err(last_err.unwrap_or_else(|| exhausted(&snap, saw_usage_limit, saw_other)))
+    Err(last_err.unwrap_or_else(|| exhausted(&snap, group, saw_usage_limit, saw_other)))
 }
 
 enum AttemptError {

@@ -161,6 +161,21 @@ enum KeysCmd {
         /// Key name.
         name: String,
         #[command(flatten)]
+        limits: KeyLimitArgs,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Change a key's limits (flags given replace those limits; `--clear NAME` removes one).
+    Set {
+        /// Key id.
+        id: i64,
+        #[command(flatten)]
+        limits: KeyLimitArgs,
+        /// Remove these limits (rpm, max_concurrency, tokens_per_day, tokens_per_month,
+        /// cost_per_day_usd, cost_per_month_usd, allowed_models, account_group, expires_at).
+        #[arg(long = "clear", value_name = "NAME")]
+        clear: Vec<String>,
+        #[command(flatten)]
         db: DbArgs,
     },
     /// List keys (never the keys themselves).
@@ -175,6 +190,90 @@ enum KeysCmd {
         #[command(flatten)]
         db: DbArgs,
     },
+}
+
+/// Per-key limits on the command line (see `PATCH /api/admin/keys/{id}`).
+#[derive(clap::Args, Default)]
+struct KeyLimitArgs {
+    /// Requests per minute (fleet-wide with Redis).
+    #[arg(long)]
+    rpm: Option<u32>,
+    /// Requests in flight at once.
+    #[arg(long)]
+    max_concurrency: Option<u32>,
+    /// Tokens (input + output) per UTC day.
+    #[arg(long)]
+    tokens_per_day: Option<u64>,
+    /// Tokens per UTC month.
+    #[arg(long)]
+    tokens_per_month: Option<u64>,
+    /// Spend per UTC day, USD (at the configured prices).
+    #[arg(long, value_name = "USD")]
+    cost_per_day: Option<f64>,
+    /// Spend per UTC month, USD.
+    #[arg(long, value_name = "USD")]
+    cost_per_month: Option<f64>,
+    /// Allowed models, comma-separated (a trailing `*` matches a prefix).
+    #[arg(long, value_delimiter = ',')]
+    models: Option<Vec<String>>,
+    /// Account group the key uses (accounts of that group only).
+    #[arg(long)]
+    group: Option<String>,
+    /// Expiry, Unix seconds.
+    #[arg(long, value_name = "UNIX_SECONDS")]
+    expires_at: Option<u64>,
+    /// Disable the key (refused like an unknown key).
+    #[arg(long, conflicts_with = "enable")]
+    disable: bool,
+    /// Enable the key.
+    #[arg(long)]
+    enable: bool,
+}
+
+impl KeyLimitArgs {
+    /// The limits as the admin API's JSON patch; `clear` names limits set to null.
+    fn to_json(&self, clear: &[String]) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        let mut put = |k: &str, v: serde_json::Value| {
+            m.insert(k.to_owned(), v);
+        };
+        for c in clear {
+            put(c, serde_json::Value::Null);
+        }
+        if let Some(v) = self.rpm {
+            put("rpm", v.into());
+        }
+        if let Some(v) = self.max_concurrency {
+            put("max_concurrency", v.into());
+        }
+        if let Some(v) = self.tokens_per_day {
+            put("tokens_per_day", v.into());
+        }
+        if let Some(v) = self.tokens_per_month {
+            put("tokens_per_month", v.into());
+        }
+        if let Some(v) = self.cost_per_day {
+            put("cost_per_day_usd", v.into());
+        }
+        if let Some(v) = self.cost_per_month {
+            put("cost_per_month_usd", v.into());
+        }
+        if let Some(v) = &self.models {
+            put("allowed_models", v.clone().into());
+        }
+        if let Some(v) = &self.group {
+            put("account_group", v.clone().into());
+        }
+        if let Some(v) = self.expires_at {
+            put("expires_at", v.into());
+        }
+        if self.disable {
+            put("enabled", false.into());
+        } else if self.enable {
+            put("enabled", true.into());
+        }
+        serde_json::Value::Object(m)
+    }
 }
 
 fn wait_for_signal() {
@@ -378,9 +477,26 @@ fn main() -> ExitCode {
             }
         },
         Command::Keys { cmd } => match cmd {
-            KeysCmd::Create { name, db } => match admin::cli::keys_create(&db.target(), &name) {
-                Ok(k) => {
-                    println!("{k}");
+            KeysCmd::Create { name, limits, db } => {
+                match admin::cli::keys_create_with(&db.target(), &name, &limits.to_json(&[])) {
+                    Ok(k) => {
+                        println!("{k}");
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => {
+                        eprintln!("codex-gateway: {e}");
+                        ExitCode::from(1)
+                    }
+                }
+            }
+            KeysCmd::Set {
+                id,
+                limits,
+                clear,
+                db,
+            } => match admin::cli::keys_set(&db.target(), id, &limits.to_json(&clear)) {
+                Ok(r) => {
+                    println!("key {} ({}) updated", r.id, r.name);
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

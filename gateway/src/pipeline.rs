@@ -353,6 +353,7 @@ impl Drop for StreamGauge<'_> {
 pub struct UsageGuard<'a> {
     ctx: &'a WorkerCtx,
     key_id: i64,
+    key_live: std::sync::Arc<shared_state::keys::KeyLive>,
     route: &'static str,
     /// Model the client asked for (after alias resolution).
     pub model: String,
@@ -372,14 +373,15 @@ impl<'a> UsageGuard<'a> {
     /// Starts the record of a request.
     pub fn start(
         ctx: &'a WorkerCtx,
-        key_id: i64,
+        key: &shared_state::ClientKey,
         route: &'static str,
         model: String,
         stream: bool,
     ) -> Self {
         Self {
             ctx,
-            key_id,
+            key_id: key.id,
+            key_live: std::sync::Arc::clone(&key.live),
             route,
             model,
             stream,
@@ -426,6 +428,19 @@ impl<'a> UsageGuard<'a> {
 impl Drop for UsageGuard<'_> {
     fn drop(&mut self) {
         let u = self.usage.unwrap_or_default();
+        // Cost is computed here, once per request (the price table in config is the one
+        // rule), and counted against the key's budgets at once.
+        let cost_micros = self.ctx.cfg.prices.cost_micros(
+            &self.model,
+            u.input_tokens,
+            u.cached_tokens,
+            u.output_tokens,
+        );
+        self.key_live.record(
+            shared_state::now_ms(),
+            u.input_tokens.saturating_add(u.output_tokens),
+            cost_micros,
+        );
         self.ctx.report(WorkerEvent::Usage(UsageRecord {
             key_id: self.key_id,
             account_id: self.account_id,
@@ -441,6 +456,7 @@ impl Drop for UsageGuard<'_> {
             latency_ms: self.started.elapsed().as_millis() as u64,
             error_code: self.error_code.take(),
             started_at_ms: self.started_ms,
+            cost_micros,
         }));
     }
 }

@@ -144,6 +144,9 @@ pub struct PickRequest<'a> {
     /// How many candidates to return (the attempt budget plus some headroom for leases
     /// lost to races); 0 = every schedulable account, fully ordered.
     pub max_candidates: usize,
+    /// The client key's account group: only accounts of exactly this group (`None`: the
+    /// shared pool, accounts without a group) are candidates.
+    pub group: Option<&'a str>,
 }
 
 /// Per-worker reusable state of [`order_with`]: buffers plus arrays derived from the current
@@ -406,7 +409,9 @@ impl Pick<'_> {
     #[inline]
     fn candidate(&self, i: usize) -> Option<Assessment> {
         let e = &self.accounts[i];
-        if !is_eligible(e, self.settings, self.req.model, self.req.now_ms) {
+        if e.group.as_deref() != self.req.group
+            || !is_eligible(e, self.settings, self.req.model, self.req.now_ms)
+        {
             return None;
         }
         Some(assess(e, self.settings, self.req.now_ms))

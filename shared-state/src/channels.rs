@@ -53,6 +53,8 @@ pub struct UsageRecord {
     pub error_code: Option<String>,
     /// Unix ms at the start of the request.
     pub started_at_ms: u64,
+    /// Cost at the configured prices, micro-USD (computed once, when the request finished).
+    pub cost_micros: u64,
 }
 
 /// A fact a worker reports to the sidecar.

@@ -86,6 +86,8 @@ pub struct AccountEntry {
     pub max_concurrency: u32,
     /// Live state, shared across snapshots.
     pub live: Arc<AccountLive>,
+    /// Account group (`None`: the shared pool); only keys of this group use the account.
+    pub group: Option<Arc<str>>,
     /// The egress proxy its upstream connections go through (`None`: direct).
     pub egress: Option<Arc<crate::ProxyEntry>>,
 }
@@ -123,6 +125,28 @@ pub struct ClientKey {
     pub id: i64,
     /// Operator-given name.
     pub name: String,
+    /// The operator's limits.
+    pub limits: Arc<crate::keys::KeyLimits>,
+    /// Live counters, shared by every worker and kept across snapshots.
+    pub live: Arc<crate::keys::KeyLive>,
+    /// The key's name in shared counters (Redis): the first 16 hex digits of its hash, unique
+    /// across installations sharing one Redis.
+    pub tag: Arc<str>,
+}
+
+// === impl ClientKey ===
+
+impl ClientKey {
+    /// A key without limits (tests, tools).
+    pub fn unlimited(id: i64, name: &str) -> Self {
+        Self {
+            id,
+            name: name.to_owned(),
+            limits: Arc::new(crate::keys::KeyLimits::unlimited()),
+            live: Arc::default(),
+            tag: Arc::from(format!("id{id}")),
+        }
+    }
 }
 
 /// Runtime settings published with every snapshot.
@@ -231,6 +255,8 @@ pub struct Health {
     beats: Box<[AtomicU64]>,
     /// Since when connecting to the upstream fails (ms since epoch; 0: it does not).
     upstream_failing_since_ms: AtomicU64,
+    /// Per-key limits are enforced fleet-wide (Redis reconciliation succeeding).
+    key_limits_fleet: AtomicBool,
 }
 
 // === impl Health ===
@@ -249,7 +275,19 @@ impl Health {
             redis: std::sync::atomic::AtomicU8::new(0),
             beats: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             upstream_failing_since_ms: AtomicU64::new(0),
+            key_limits_fleet: AtomicBool::new(false),
         }
+    }
+
+    /// Whether per-key counters are reconciled across the fleet (Redis up); false: each
+    /// instance enforces the limits on what it knows locally.
+    pub fn key_limits_fleet(&self) -> bool {
+        self.key_limits_fleet.load(Ordering::Acquire)
+    }
+
+    /// Records whether the last per-key counter reconciliation with Redis succeeded.
+    pub fn set_key_limits_fleet(&self, fleet: bool) {
+        self.key_limits_fleet.store(fleet, Ordering::Release);
     }
 
     /// Whether the last storage probe succeeded.
@@ -336,6 +374,7 @@ mod tests {
             weight: 1,
             max_concurrency: 0,
             live: Arc::default(),
+            group: None,
             egress: None,
         })
     }
@@ -348,10 +387,7 @@ mod tests {
         };
         s.keys.insert(
             crate::keys::hash_key("sk-cg-x"),
-            ClientKey {
-                id: 7,
-                name: "k".into(),
-            },
+            ClientKey::unlimited(7, "k"),
         );
         assert_eq!(s.account(5).map(|a| a.id), Some(5));
         assert!(s.account(4).is_none());

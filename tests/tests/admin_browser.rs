@@ -158,6 +158,14 @@ fn admin_app_in_a_real_browser() {
         .any(|a| a.chatgpt_account_id == "acct-browser"));
     assert_eq!(snap.settings.strategy.as_str(), "round_robin");
     assert_eq!(s.account("acct-0").status, "disabled");
+    // The limits set in the app are stored (and published) for the key.
+    let db = s.db.clone();
+    let keys = std::thread::spawn(move || admin::cli::keys_list(&db).unwrap())
+        .join()
+        .unwrap();
+    let k = keys.iter().find(|k| k.name == "browser-e2e").unwrap();
+    assert_eq!(k.limits.rpm, Some(1000));
+    assert_eq!(k.limits.tokens_per_day, Some(100_000_000));
     let bulk_disabled = snap
         .accounts
         .iter()
@@ -179,6 +187,7 @@ fn admin_app_in_a_real_browser() {
         "dashboard",
         "accounts",
         "keys-created",
+        "keys-limits",
         "usage",
         "settings-invalid",
         "proxies",

@@ -2,7 +2,8 @@
 //! export and the OAuth (PKCE) login.
 //!
 //! - `GET /api/admin/accounts` -> list of [`AccountView`] (never tokens); `GET /accounts/{id}`;
-//! - `PATCH /accounts/{id}` `{"weight","max_concurrency"}`, `DELETE /accounts/{id}`;
+//! - `PATCH /accounts/{id}` `{"weight","max_concurrency","account_group"}` (`account_group`:
+//!   a name, or `null`/`""` for the shared pool), `DELETE /accounts/{id}`;
 //! - `POST /accounts/{id}/enable|disable` (enable clears the cooldown), `/refresh` (202, a
 //!   single-flight token refresh), `/quota` (poll `/wham/usage` now), `/reset-health` (clears
 //!   cooldown, status override, scheduler penalties, streaks and model exclusions);
@@ -73,6 +74,8 @@ pub(crate) struct AccountView {
     schedulable: bool,
     weight: u32,
     max_concurrency: u32,
+    /// Account group (`null`: the shared pool); only client keys of this group use it.
+    account_group: Option<String>,
     in_flight: u32,
     served: u64,
     failures: u64,
@@ -201,6 +204,7 @@ pub(super) async fn account_view(core: &Core, r: &AccountRow) -> AccountView {
         schedulable: effective == AccountStatus::Active && !cooling,
         weight: r.weight,
         max_concurrency: r.max_concurrency,
+        account_group: r.account_group.clone(),
         in_flight,
         served,
         failures,
@@ -310,6 +314,14 @@ async fn disable_account(
 struct PatchAccount {
     weight: Option<u32>,
     max_concurrency: Option<u32>,
+    /// Absent: unchanged; `null` or `""`: the shared pool; a name: that group.
+    #[serde(default, deserialize_with = "present")]
+    account_group: Option<Option<String>>,
+}
+
+/// A present field, `null` included (`Some(None)`); an absent one stays `None` by default.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 async fn patch_account(
@@ -319,22 +331,34 @@ async fn patch_account(
 ) -> ApiResult<AccountView> {
     let id = parse_id(&id)?;
     let p: PatchAccount = parse_body(&body).map_err(|_| {
-        ApiError::bad_request("weight and max_concurrency must be non-negative integers")
+        ApiError::bad_request(
+            "weight and max_concurrency must be non-negative integers, account_group a string or null",
+        )
     })?;
     if p.weight == Some(0) {
         return Err(ApiError::bad_request("weight must be >= 1").with_param("weight"));
     }
-    if p.weight.is_none() && p.max_concurrency.is_none() {
+    if p.weight.is_none() && p.max_concurrency.is_none() && p.account_group.is_none() {
         return Err(ApiError::bad_request(
-            "nothing to change: give weight and/or max_concurrency",
+            "nothing to change: give weight, max_concurrency and/or account_group",
         ));
     }
-    if !core
-        .storage
-        .set_limits(id, p.weight, p.max_concurrency)
-        .await?
+    let group = match &p.account_group {
+        Some(g) => Some(super::keys::group_name(g.as_deref())?),
+        None => None,
+    };
+    if (p.weight.is_some() || p.max_concurrency.is_some())
+        && !core
+            .storage
+            .set_limits(id, p.weight, p.max_concurrency)
+            .await?
     {
         return Err(ApiError::not_found(format!("no account with id {id}")));
+    }
+    if let Some(g) = group {
+        if !core.storage.set_account_group(id, g.as_deref()).await? {
+            return Err(ApiError::not_found(format!("no account with id {id}")));
+        }
     }
     core.publisher.reload(core.storage.as_ref(), false).await?;
     view_of(&core, id).await

@@ -15,10 +15,24 @@
 pub(super) const ACCOUNT_COLS: &str = "id, chatgpt_account_id, user_id, email, plan_type, status, \
      weight, max_concurrency, access_expires_at, last_refresh_at, cooldown_until_ms, \
      cooldown_reason, primary_used_pct, primary_reset_at, secondary_used_pct, \
-     secondary_reset_at, quota_updated_at, created_at, updated_at";
+     secondary_reset_at, quota_updated_at, created_at, updated_at, account_group";
 
 /// Columns of [`super::KeyRow`], in select order.
-pub(super) const KEY_COLS: &str = "id, name, key_hash, key_prefix, created_at, revoked_at";
+pub(super) const KEY_COLS: &str = "id, name, key_hash, key_prefix, created_at, revoked_at, \
+     rpm_limit, max_concurrency, tokens_per_day, tokens_per_month, cost_per_day_micros, \
+     cost_per_month_micros, allowed_models, account_group, expires_at, enabled, last_used_at";
+
+/// Sets every limit column of one key (`$11` = now).
+pub(super) const UPDATE_KEY_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $1, \
+     max_concurrency = $2, tokens_per_day = $3, tokens_per_month = $4, \
+     cost_per_day_micros = $5, cost_per_month_micros = $6, allowed_models = $7, \
+     account_group = $8, expires_at = $9, enabled = $10, updated_at = $11 WHERE id = $12";
+
+/// Requests, tokens and cost per key since `$1` (Unix ms).
+pub(super) const KEY_SPEND: &str = "SELECT key_id, COUNT(*) AS requests, \
+     CAST(COALESCE(SUM(input_tokens + output_tokens), 0) AS BIGINT) AS tokens, \
+     CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) AS cost_micros \
+     FROM usage_records WHERE started_at_ms >= $1 GROUP BY key_id";
 
 pub(super) const UPSERT_ACCOUNT: &str = "INSERT INTO accounts (chatgpt_account_id, user_id, \
      email, plan_type, status, access_token_enc, refresh_token_enc, id_token_enc, \
@@ -54,7 +68,7 @@ pub(super) const RECORD_QUOTA: &str = "UPDATE accounts SET \
 
 pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, account_id, route, \
      model, status, stream, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
-     ttfb_ms, latency_ms, error_code, started_at_ms) ";
+     ttfb_ms, latency_ms, error_code, started_at_ms, cost_micros) ";
 
 /// Rows per multi-row usage INSERT (14 binds each; far below both engines' limits).
 pub(super) const USAGE_CHUNK: usize = 200;
@@ -136,6 +150,7 @@ macro_rules! impl_storage {
                     quota_updated_at: r.try_get("quota_updated_at")?,
                     created_at: r.try_get("created_at")?,
                     updated_at: r.try_get("updated_at")?,
+                    account_group: r.try_get("account_group")?,
                 })
             }
 
@@ -197,6 +212,21 @@ macro_rules! impl_storage {
                     key_prefix: r.try_get("key_prefix")?,
                     created_at: r.try_get("created_at")?,
                     revoked_at: r.try_get("revoked_at")?,
+                    limits: $crate::storage::key_limits_of(
+                        [
+                            r.try_get("rpm_limit")?,
+                            r.try_get("max_concurrency")?,
+                            r.try_get("tokens_per_day")?,
+                            r.try_get("tokens_per_month")?,
+                            r.try_get("cost_per_day_micros")?,
+                            r.try_get("cost_per_month_micros")?,
+                            r.try_get("expires_at")?,
+                        ],
+                        r.try_get("allowed_models")?,
+                        r.try_get("account_group")?,
+                        r.try_get("enabled")?,
+                    ),
+                    last_used_at: r.try_get("last_used_at")?,
                 })
             }
         }
@@ -676,6 +706,102 @@ macro_rules! impl_storage {
                 })
             }
 
+            fn update_key_limits<'a>(
+                &'a self,
+                id: i64,
+                limits: &'a shared_state::keys::KeyLimits,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let n = |v: Option<u64>| v.map($crate::storage::to_i64);
+                    let models = (!limits.allowed_models.is_empty())
+                        .then(|| serde_json::to_string(&limits.allowed_models).unwrap_or_default());
+                    let res = sqlx::query($crate::storage::sql::UPDATE_KEY_LIMITS)
+                        .bind(limits.rpm.map(i64::from))
+                        .bind(limits.max_concurrency.map(i64::from))
+                        .bind(n(limits.tokens_per_day))
+                        .bind(n(limits.tokens_per_month))
+                        .bind(n(limits.cost_per_day_micros))
+                        .bind(n(limits.cost_per_month_micros))
+                        .bind(models)
+                        .bind(limits.account_group.as_deref())
+                        .bind(n(limits.expires_at_ms))
+                        .bind(limits.enabled)
+                        .bind($crate::storage::now_ms_i64())
+                        .bind(id)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
+            fn touch_keys<'a>(
+                &'a self,
+                uses: &'a [(i64, i64)],
+            ) -> $crate::storage::StorageFuture<'a, ()> {
+                Box::pin(async move {
+                    if uses.is_empty() {
+                        return Ok(());
+                    }
+                    let mut tx = self.pool.begin().await?;
+                    for (id, at) in uses {
+                        sqlx::query(
+                            "UPDATE api_keys SET last_used_at = $1 WHERE id = $2 \
+                             AND (last_used_at IS NULL OR last_used_at < $1)",
+                        )
+                        .bind(*at)
+                        .bind(*id)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(())
+                })
+            }
+
+            fn key_spend(
+                &self,
+                since_ms: i64,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::KeySpend>> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::KEY_SPEND)
+                        .bind(since_ms)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let n = |r: &<$db as sqlx::Database>::Row, c: &str| -> Result<u64, sqlx::Error> {
+                        Ok(u64::try_from(r.try_get::<i64, _>(c)?).unwrap_or(0))
+                    };
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        out.push($crate::storage::KeySpend {
+                            key_id: r.try_get("key_id")?,
+                            requests: n(r, "requests")?,
+                            tokens: n(r, "tokens")?,
+                            cost_micros: n(r, "cost_micros")?,
+                        });
+                    }
+                    Ok(out)
+                })
+            }
+
+            fn set_account_group<'a>(
+                &'a self,
+                id: i64,
+                group: Option<&'a str>,
+            ) -> $crate::storage::StorageFuture<'a, bool> {
+                Box::pin(async move {
+                    let res = sqlx::query(
+                        "UPDATE accounts SET account_group = $1, updated_at = $2 WHERE id = $3",
+                    )
+                    .bind(group)
+                    .bind($crate::storage::now_ms_i64())
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(res.rows_affected() > 0)
+                })
+            }
+
             fn insert_usage<'a>(
                 &'a self,
                 records: &'a [shared_state::UsageRecord],
@@ -704,7 +830,8 @@ macro_rules! impl_storage {
                                 .push_bind(r.ttfb_ms.map(to_i64))
                                 .push_bind(to_i64(r.latency_ms))
                                 .push_bind(r.error_code.as_deref())
-                                .push_bind(to_i64(r.started_at_ms));
+                                .push_bind(to_i64(r.started_at_ms))
+                                .push_bind(to_i64(r.cost_micros));
                         });
                         qb.build().execute(&mut *tx).await?;
                     }

@@ -49,6 +49,7 @@ fn usage(i: u64) -> UsageRecord {
             _ => None,
         },
         started_at_ms: 1_700_000_000_000 + i,
+        cost_micros: 10 * i,
     }
 }
 
@@ -306,6 +307,88 @@ async fn keys_create_list_revoke(db: &TestDb) {
         .create_key("dup", &row.key_hash, "sk-cg-dup")
         .await
         .is_err());
+}
+
+/// Key limits and account groups round-trip; key spend (with the stored cost) is what
+/// budgets start from after a restart; a new key's live counters in the snapshot are seeded
+/// with it.
+async fn key_limits_groups_and_spend(db: &TestDb) {
+    use shared_state::keys::{day_of, KeyLimits};
+    let s = db.open().await;
+    let (plain, row) = admin::cli::create_key(s.as_ref(), "limited").await.unwrap();
+    assert_eq!(
+        row.limits,
+        KeyLimits::unlimited(),
+        "a new key has no limits"
+    );
+    let limits = KeyLimits {
+        rpm: Some(60),
+        max_concurrency: Some(4),
+        tokens_per_day: Some(1_000),
+        tokens_per_month: Some(u64::MAX),
+        cost_per_day_micros: Some(2_500_000),
+        cost_per_month_micros: None,
+        allowed_models: vec!["gpt-5.5".into(), "gpt-6*".into()],
+        account_group: Some("team-a".into()),
+        expires_at_ms: Some(4_102_444_800_000),
+        enabled: false,
+    };
+    assert!(s.update_key_limits(row.id, &limits).await.unwrap());
+    assert!(!s.update_key_limits(row.id + 1000, &limits).await.unwrap());
+    let got = s
+        .find_key_by_hash(&hash_key_hex(&plain))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut want = limits.clone();
+    want.tokens_per_month = Some(i64::MAX as u64); // saturates into BIGINT
+    assert_eq!(got.limits, want);
+    s.touch_keys(&[(row.id, 5_000), (row.id, 4_000)])
+        .await
+        .unwrap();
+    let got = s
+        .find_key_by_hash(&hash_key_hex(&plain))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.last_used_at, Some(5_000), "last use only moves forward");
+
+    let acc = crate::sidecar::seed_account(s.as_ref(), "acct-g", "rt").await;
+    assert!(s.set_account_group(acc, Some("team-a")).await.unwrap());
+    let rows = s.list_accounts().await.unwrap();
+    assert_eq!(rows[0].account_group.as_deref(), Some("team-a"));
+    assert!(s.set_account_group(acc, None).await.unwrap());
+    assert_eq!(s.list_accounts().await.unwrap()[0].account_group, None);
+
+    let now = shared_state::now_ms();
+    let mut recs: Vec<UsageRecord> = (1..=3).map(usage).collect();
+    for r in &mut recs {
+        r.key_id = row.id;
+        r.started_at_ms = now;
+    }
+    recs[0].started_at_ms = 1_000; // long ago: not in today's spend
+    s.insert_usage(&recs).await.unwrap();
+    let today = shared_state::keys::day_start_ms(day_of(now)) as i64;
+    let spend = s.key_spend(today).await.unwrap();
+    let mine = spend.iter().find(|k| k.key_id == row.id).unwrap();
+    // usage(i): input i, output 2i, cost 10i
+    assert_eq!(mine.requests, 2);
+    assert_eq!(mine.tokens, (2 + 4) + (3 + 6));
+    assert_eq!(mine.cost_micros, 20 + 30);
+
+    // A fresh publisher seeds the key's counters from storage.
+    s.update_key_limits(row.id, &KeyLimits::unlimited())
+        .await
+        .unwrap();
+    let snap = Snapshot::shared();
+    let (mailboxes, _boxes) = channels::mailboxes(1);
+    let p = Publisher::new(Arc::clone(&snap), mailboxes, Settings::default());
+    p.reload(s.as_ref(), true).await.unwrap();
+    let cur = snap.load();
+    let k = cur.key(&plain).unwrap();
+    assert_eq!(k.live.day.tokens.value(day_of(now)), 15);
+    assert_eq!(k.live.day.cost_micros.value(day_of(now)), 50);
+    assert_eq!(k.live.day.requests.value(day_of(now)), 2);
 }
 
 async fn usage_insert_batch(db: &TestDb) {
@@ -716,6 +799,7 @@ both_backends!(
     tokens_encrypted_at_rest,
     status_cooldown_quota_limits,
     keys_create_list_revoke,
+    key_limits_groups_and_spend,
     usage_insert_batch,
     snapshot_reuses_live_arcs,
 );

@@ -90,13 +90,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             return write_error(ctx, conn, ROUTE, &e, keep).await;
         }
     };
-    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, creq.model.clone(), creq.stream);
+    let mut usage = UsageGuard::start(ctx, &key, ROUTE, creq.model.clone(), creq.stream);
     let plan = RequestPlan {
         route: ROUTE,
         model: creq.model.clone(),
         body: Bytes::from(std::mem::take(&mut creq.body)),
         passthrough: passthrough(&req),
         key_id: key.id,
+        key_limits: std::sync::Arc::clone(&key.limits),
         affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
         upstream_ws: None,
     };

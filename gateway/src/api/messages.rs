@@ -130,13 +130,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             return write_error(ctx, conn, ROUTE, &e, keep).await;
         }
     };
-    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, mreq.model.clone(), mreq.stream);
+    let mut usage = UsageGuard::start(ctx, &key, ROUTE, mreq.model.clone(), mreq.stream);
     let plan = RequestPlan {
         route: ROUTE,
         model: mreq.model.clone(),
         body: Bytes::from(std::mem::take(&mut mreq.body)),
         passthrough: passthrough(&req),
         key_id: key.id,
+        key_limits: std::sync::Arc::clone(&key.limits),
         affinity_key: affinity_key(&req).or_else(|| mreq.prompt_cache_key.clone()),
         upstream_ws: None,
     };

@@ -63,7 +63,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         concat!(
             r#"{{"status":"{}","storage":"{}","redis":"{}","#,
             r#""workers":{{"alive":{},"total":{}}},"upstream":"{}","#,
-            r#""accounts":{{"schedulable":{},"undecryptable":{}}}}}"#
+            r#""accounts":{{"schedulable":{},"undecryptable":{}}},"key_limits":"{}"}}"#
         ),
         status,
         if storage { "up" } else { "down" },
@@ -81,6 +81,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         },
         schedulable,
         no_token,
+        crate::limits::enforcement(h),
     );
     conn.write_response(code, &[JSON], body.as_bytes(), keep)
         .await?;
@@ -99,6 +100,7 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
         &ctx.snapshot.load(),
         shared_state::now_ms(),
     ));
+    crate::limits::render_metrics(&ctx.health, &mut body);
     conn.write_response(
         200,
         &[("content-type", "text/plain; version=0.0.4")],

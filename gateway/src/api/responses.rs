@@ -71,13 +71,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             }
         }
     }
-    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, norm.model.clone(), norm.stream);
+    let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), norm.stream);
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,
         body: Bytes::from(norm.body),
         passthrough: passthrough(&req),
         key_id: key.id,
+        key_limits: std::sync::Arc::clone(&key.limits),
         affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
         upstream_ws: None,
     };

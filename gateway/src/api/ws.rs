@@ -370,13 +370,22 @@ async fn turn(
         }
     };
     drop(catalog);
-    let mut usage = UsageGuard::start(ctx, key.id, ROUTE, norm.model.clone(), true);
+    // Each turn is one request against the key's limits (as of the handshake).
+    let _slot = match crate::limits::admit(key, shared_state::now_ms()) {
+        Ok(s) => s,
+        Err(e) => {
+            shared.send_text(&e.ws_error_event());
+            return;
+        }
+    };
+    let mut usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), true);
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,
         body: Bytes::from(norm.body),
         passthrough: passthrough(req),
         key_id: key.id,
+        key_limits: std::sync::Arc::clone(&key.limits),
         // A socket's turns stay on one account while it is healthy (its pooled upstream
         // socket holds the conversation), even when the client sends no session signal.
         affinity_key: affinity_key(req)

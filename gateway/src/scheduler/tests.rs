@@ -37,6 +37,7 @@ fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
         weight,
         max_concurrency,
         live: Arc::new(AccountLive::default()),
+        group: None,
         egress: None,
     }
 }
@@ -73,6 +74,7 @@ fn req<'a>(cursor: usize, k: usize) -> PickRequest<'a> {
         now_ms: NOW,
         cursor,
         max_candidates: k,
+        group: None,
     }
 }
 

@@ -1,0 +1,720 @@
+//! Per-key limits (issue 12, "keys and limits"), over real sockets: requests per minute,
+//! concurrency, token and cost budgets (also after a restart), the model allow-list, account
+//! groups (asserted on the `ChatGPT-Account-Id` mock-codex recorded), expiry and the enabled
+//! flag, `GET /v1/usage` (own usage only), RPM across two instances on one PostgreSQL + Redis,
+//! and local enforcement while Redis is down. Limits are set through the admin API, as an
+//! operator would.
+
+#![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
+
+use std::time::Duration;
+
+use benches::MockConfig;
+use integration_tests::{client, Stack, StackBuilder};
+use serde_json::{json, Value};
+
+const REDIS: &str = "redis://127.0.0.1:6379/0";
+
+/// Creates a key with `limits` through the admin API; returns (id, plain key).
+async fn key_with(s: &Stack, name: &str, limits: Value) -> (i64, String) {
+    let mut body = limits;
+    body["name"] = json!(name);
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    (
+        v["id"].as_i64().unwrap(),
+        v["key"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
+    let r = s
+        .admin_patch(&format!("/api/admin/keys/{id}"))
+        .json(&limits)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(st, 200, "{v}");
+    v
+}
+
+/// `POST {base}{path}` with `key`; (status, Retry-After, JSON body).
+async fn call_at(base: &str, path: &str, key: &str, body: &Value) -> (u16, Option<u64>, Value) {
+    let r = client()
+        .post(format!("{base}{path}"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (st, retry, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn respond(s: &Stack, key: &str) -> (u16, Option<u64>, Value) {
+    call_at(
+        &s.url(),
+        "/v1/responses",
+        key,
+        &json!({"model": "gpt-5.5", "input": "hello there", "stream": false}),
+    )
+    .await
+}
+
+async fn usage_at(base: &str, key: &str) -> Value {
+    let r = client()
+        .get(format!("{base}/v1/usage"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// Polls `/v1/usage` until `done` holds (the usage record of a finished request is counted
+/// when its handler returns, which may be just after the client read the answer).
+async fn usage_until(base: &str, key: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..200 {
+        let r = client()
+            .get(format!("{base}/v1/usage"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let u: Value = r.json().await.unwrap();
+            if done(&u) {
+                return u;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "usage never reached the expected state: {}",
+        usage_at(base, key).await
+    );
+}
+
+/// Waits out the end of the current UTC minute when fewer than `secs` seconds are left, so a
+/// test's requests fall in one RPM window.
+async fn same_minute_for(secs: u64) {
+    let now = shared_state::now_ms();
+    let left = 60_000 - now % 60_000;
+    if left < secs * 1000 {
+        tokio::time::sleep(Duration::from_millis(left + 200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rpm_over_the_limit_is_429_rate_limit_exceeded_with_retry_after() {
+    let s = StackBuilder::default().start();
+    same_minute_for(20).await;
+    let (_, key) = key_with(&s, "rpm", json!({"rpm": 2})).await;
+    for _ in 0..2 {
+        let (st, _, v) = respond(&s, &key).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, retry, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{v}");
+    assert_eq!(v["error"]["type"], "requests", "{v}");
+    let retry = retry.expect("Retry-After");
+    assert!((1..=60).contains(&retry), "{retry}");
+    // The same limit in Anthropic's dialect on /v1/messages.
+    let (st, retry, v) = call_at(
+        &s.url(),
+        "/v1/messages",
+        &key,
+        &json!({"model": "gpt-5.5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "rate_limit_error", "{v}");
+    assert!(retry.is_some());
+    // Another key is not affected.
+    let (st, _, _) = respond(&s, &s.key).await;
+    assert_eq!(st, 200);
+    assert!(s.metric("codex_gateway_key_limit_rejections_total").await >= 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrency_limit_refuses_while_streams_are_open() {
+    let s = StackBuilder {
+        mock: MockConfig {
+            // Streams last a while: 20 deltas 200 ms apart.
+            deltas: 20,
+            inter_event_delay: Duration::from_millis(200),
+            ..MockConfig::default()
+        },
+        ..StackBuilder::default()
+    }
+    .start();
+    let (_, key) = key_with(&s, "conc", json!({"max_concurrency": 2})).await;
+    let open = |k: String| {
+        let url = format!("{}/v1/responses", s.url());
+        async move {
+            client()
+                .post(url)
+                .bearer_auth(k)
+                .json(&json!({"model": "gpt-5.5", "input": "long", "stream": true}))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // Two streams committed (their heads arrived): both slots are held.
+    let a = open(key.clone()).await;
+    let b = open(key.clone()).await;
+    assert_eq!(a.status(), 200);
+    assert_eq!(b.status(), 200);
+    let (st, retry, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{v}");
+    assert_eq!(retry, Some(1));
+    assert_eq!(usage_at(&s.url(), &key).await["current"]["in_flight"], 2);
+    // Once one stream ends the key admits again.
+    let _ = a.text().await.unwrap();
+    let mut ok = false;
+    for _ in 0..100 {
+        if respond(&s, &key).await.0 == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "a slot came back");
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
+    let mut s = StackBuilder::default().start();
+    let (_, key) = key_with(&s, "budget", json!({"tokens_per_day": 5})).await;
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 200, "{v}");
+    let used = v["usage"]["total_tokens"].as_u64().unwrap();
+    assert!(used >= 5, "{v}");
+    usage_until(&s.url(), &key, |u| {
+        u["today"]["tokens"].as_u64() == Some(used)
+    })
+    .await;
+    let (st, retry, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_quota", "{v}");
+    assert_eq!(v["error"]["type"], "insufficient_quota", "{v}");
+    let retry = retry.unwrap();
+    assert!((1..=86_400).contains(&retry), "until 00:00 UTC: {retry}");
+    // What was spent before a restart is known after it (stored usage).
+    tokio::task::block_in_place(|| s.restart());
+    let u = usage_at(&s.url(), &key).await;
+    assert_eq!(u["today"]["tokens"].as_u64(), Some(used), "{u}");
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    // Raising the budget lets it through again.
+    let keys: Value = s
+        .admin_get("/api/admin/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let k = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "budget")
+        .unwrap()
+        .clone();
+    assert_eq!(k["today"]["tokens"].as_u64(), Some(used), "{k}");
+    assert_eq!(k["limits"]["tokens_per_day"], 5, "{k}");
+    patch_key(
+        &s,
+        k["id"].as_i64().unwrap(),
+        json!({"tokens_per_day": null}),
+    )
+    .await;
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cost_budget_counts_the_priced_usage() {
+    let s = StackBuilder::default().start();
+    // One request costs far more than a micro-dollar at the default gpt-5.5 prices.
+    let (_, key) = key_with(&s, "cost", json!({"cost_per_day_usd": 0.000001})).await;
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 200, "{v}");
+    let input = v["usage"]["input_tokens"].as_u64().unwrap();
+    let output = v["usage"]["output_tokens"].as_u64().unwrap();
+    let cost = (input as f64 * 1.25 + output as f64 * 10.0).round() / 1e6;
+    let u = usage_until(&s.url(), &key, |u| u["today"]["requests"] == 1).await;
+    let got = u["today"]["cost_usd"].as_f64().unwrap();
+    assert!((got - cost).abs() < 1e-9, "cost {got} != {cost}: {u}");
+    assert_eq!(u["limits"]["cost_per_day_usd"], 0.000001);
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "insufficient_quota", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("spend"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_allow_list_refuses_other_models_as_not_found() {
+    let s = StackBuilder::default().start();
+    let (_, key) = key_with(&s, "models", json!({"allowed_models": ["gpt-5.5"]})).await;
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, _, v) = call_at(
+        &s.url(),
+        "/v1/chat/completions",
+        &key,
+        &json!({"model": "gpt-6-sol", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    let before = s.mock.requests().len();
+    let (st, _, v) = call_at(
+        &s.url(),
+        "/v1/messages",
+        &key,
+        &json!({"model": "gpt-6-sol", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(v["error"]["type"], "not_found_error", "{v}");
+    assert_eq!(s.mock.requests().len(), before, "nothing went upstream");
+    // The unrestricted key may use it.
+    let (st, _, v) = call_at(
+        &s.url(),
+        "/v1/chat/completions",
+        &s.key,
+        &json!({"model": "gpt-6-sol", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
+    let s = StackBuilder {
+        accounts: 3,
+        ..StackBuilder::default()
+    }
+    .start();
+    let accounts: Value = s
+        .admin_get("/api/admin/accounts")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id_of = |acct: &str| {
+        accounts["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["chatgpt_account_id"] == acct)
+            .unwrap()["id"]
+            .as_i64()
+            .unwrap()
+    };
+    for acct in ["acct-1", "acct-2"] {
+        let r = s
+            .admin_patch(&format!("/api/admin/accounts/{}", id_of(acct)))
+            .json(&json!({"account_group": "team-a"}))
+            .send()
+            .await
+            .unwrap();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["account_group"], "team-a", "{v}");
+    }
+    let (_, team) = key_with(&s, "team", json!({"account_group": "team-a"})).await;
+    s.mock.clear_requests();
+    for _ in 0..8 {
+        let (st, _, v) = respond(&s, &team).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let served: Vec<String> = s
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .filter_map(|r| r.account_id().map(str::to_owned))
+        .collect();
+    assert_eq!(served.len(), 8);
+    assert!(
+        served.iter().all(|a| a == "acct-1" || a == "acct-2"),
+        "{served:?}"
+    );
+    // The shared pool's key never reaches the group's accounts.
+    s.mock.clear_requests();
+    for _ in 0..6 {
+        let (st, _, _) = respond(&s, &s.key).await;
+        assert_eq!(st, 200);
+    }
+    let served: Vec<String> = s
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .filter_map(|r| r.account_id().map(str::to_owned))
+        .collect();
+    assert_eq!(served.len(), 6);
+    assert!(served.iter().all(|a| a == "acct-0"), "{served:?}");
+    // A group with no account: no account available, never the shared pool.
+    let (_, lonely) = key_with(&s, "lonely", json!({"account_group": "nobody"})).await;
+    s.mock.clear_requests();
+    let (st, _, v) = respond(&s, &lonely).await;
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["error"]["code"], "no_account_available", "{v}");
+    assert!(!s
+        .mock
+        .requests()
+        .iter()
+        .any(|r| r.path.ends_with("/responses")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_and_disabled_keys_are_refused_like_invalid_keys() {
+    let s = StackBuilder::default().start();
+    let past = shared_state::now_ms() / 1000 - 10;
+    let (_, expired) = key_with(&s, "old", json!({"expires_at": past})).await;
+    let (st, _, v) = respond(&s, &expired).await;
+    assert_eq!(st, 401, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+    let future = shared_state::now_ms() / 1000 + 3600;
+    let (id, k) = key_with(&s, "new", json!({"expires_at": future})).await;
+    assert_eq!(respond(&s, &k).await.0, 200);
+    let v = patch_key(&s, id, json!({"enabled": false})).await;
+    assert_eq!(v["usable"], false, "{v}");
+    let (st, _, v) = respond(&s, &k).await;
+    assert_eq!(st, 401, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
+    let r = client()
+        .get(format!("{}/v1/usage", s.url()))
+        .bearer_auth(&k)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    patch_key(&s, id, json!({"enabled": true})).await;
+    assert_eq!(respond(&s, &k).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
+    let s = StackBuilder::default().start();
+    let (id, mine) = key_with(&s, "mine", json!({"rpm": 100, "tokens_per_month": 1000000})).await;
+    for _ in 0..2 {
+        assert_eq!(respond(&s, &mine).await.0, 200);
+    }
+    assert_eq!(respond(&s, &s.key).await.0, 200);
+    let u = usage_until(&s.url(), &mine, |u| u["today"]["requests"] == 2).await;
+    assert_eq!(u["object"], "usage");
+    assert_eq!(u["key"]["id"], id);
+    assert_eq!(u["key"]["name"], "mine");
+    assert_eq!(u["month"]["requests"], 2);
+    assert!(u["today"]["tokens"].as_u64().unwrap() > 0);
+    assert_eq!(u["limits"]["rpm"], 100);
+    assert_eq!(u["limits"]["tokens_per_month"], 1000000);
+    assert_eq!(u["enforcement"], "local", "no Redis configured");
+    let other = usage_until(&s.url(), &s.key, |u| u["today"]["requests"] == 1).await;
+    assert_eq!(other["key"]["name"], "test");
+    // No key, no usage.
+    let r = client()
+        .get(format!("{}/v1/usage", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // The admin API shows the same counts, and the key's last use once stored (every 5 s).
+    let mut k = Value::Null;
+    for _ in 0..200 {
+        let keys: Value = s
+            .admin_get("/api/admin/keys")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        k = keys["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["id"] == id)
+            .unwrap()
+            .clone();
+        if k["last_used_at"].is_i64() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(k["month"]["requests"], 2, "{k}");
+    assert_eq!(k["today"]["requests"], 2, "{k}");
+    assert!(k["last_used_at"].as_i64().unwrap() > 0, "{k}");
+}
+
+/// RPM is fleet-wide: requests on instance A count on instance B (one PostgreSQL + Redis).
+#[tokio::test(flavor = "multi_thread")]
+async fn rpm_is_enforced_across_two_instances_through_redis() {
+    let s = StackBuilder {
+        postgres: true,
+        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        ..StackBuilder::default()
+    }
+    .start();
+    let b = tokio::task::block_in_place(|| {
+        let mut cfg = s.cfg.clone();
+        cfg.listen = "127.0.0.1:0".parse().unwrap();
+        cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
+        gateway::app::App::spawn(cfg).expect("second instance")
+    });
+    let b_url = format!("http://{}", b.data_addr);
+    same_minute_for(30).await;
+    let (_, key) = key_with(&s, "fleet", json!({"rpm": 3})).await;
+    // B learns of the key at its next reload.
+    usage_until(&b_url, &key, |u| u["enforcement"] == "fleet").await;
+    usage_until(&s.url(), &key, |u| u["enforcement"] == "fleet").await;
+    for _ in 0..3 {
+        let (st, _, v) = respond(&s, &key).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    // B sees the fleet's count of this minute once reconciled.
+    usage_until(&b_url, &key, |u| u["current"]["requests_this_minute"] == 3).await;
+    let (st, retry, v) = call_at(
+        &b_url,
+        "/v1/responses",
+        &key,
+        &json!({"model": "gpt-5.5", "input": "on B", "stream": false}),
+    )
+    .await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "rate_limit_exceeded", "{v}");
+    assert!(retry.is_some());
+    // Control: without the fleet counter, B alone would have admitted it (its own count is 0
+    // of 3): a fresh key shows B admits up to the limit.
+    let (_, other) = key_with(&s, "fleet-2", json!({"rpm": 3})).await;
+    usage_until(&b_url, &other, |u| u["limits"]["rpm"] == 3).await;
+    let (st, _, v) = call_at(
+        &b_url,
+        "/v1/responses",
+        &other,
+        &json!({"model": "gpt-5.5", "input": "on B", "stream": false}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    tokio::task::block_in_place(|| drop(b));
+}
+
+/// Redis unreachable: each instance enforces the limits on its own counters and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_down_enforces_locally_and_healthz_says_so() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| {
+            c.redis_url = Some("redis://127.0.0.1:1/0".into());
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    same_minute_for(20).await;
+    let h: Value = client()
+        .get(format!("{}/healthz", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(h["key_limits"], "local", "{h}");
+    assert_eq!(h["redis"], "down", "{h}");
+    assert_eq!(s.metric("codex_gateway_key_limits_local").await, 1);
+    let (_, key) = key_with(&s, "local", json!({"rpm": 2})).await;
+    assert_eq!(respond(&s, &key).await.0, 200);
+    assert_eq!(respond(&s, &key).await.0, 200);
+    let (st, _, v) = respond(&s, &key).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(usage_at(&s.url(), &key).await["enforcement"], "local");
+}
+
+/// With Redis up, `/healthz` reports fleet-wide enforcement and the metric is 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_up_reports_fleet_enforcement() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        ..StackBuilder::default()
+    }
+    .start();
+    let mut fleet = false;
+    for _ in 0..100 {
+        let h: Value = client()
+            .get(format!("{}/healthz", s.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if h["key_limits"] == "fleet" {
+            fleet = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(fleet);
+    assert_eq!(s.metric("codex_gateway_key_limits_local").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_api_validates_and_round_trips_limits() {
+    let s = StackBuilder::default().start();
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&json!({
+            "name": "full", "rpm": 10, "max_concurrency": 2, "tokens_per_day": 1000,
+            "tokens_per_month": 20000, "cost_per_day_usd": 1.5, "cost_per_month_usd": 20,
+            "allowed_models": ["gpt-5.5", "gpt-6*"], "account_group": "team-a",
+            "expires_at": 4102444800u64
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let l = &v["limits"];
+    assert_eq!(l["rpm"], 10);
+    assert_eq!(l["max_concurrency"], 2);
+    assert_eq!(l["cost_per_day_usd"], 1.5);
+    assert_eq!(l["cost_per_month_usd"], 20.0);
+    assert_eq!(l["allowed_models"], json!(["gpt-5.5", "gpt-6*"]));
+    assert_eq!(l["account_group"], "team-a");
+    assert_eq!(l["expires_at"], 4102444800u64);
+    assert_eq!(l["enabled"], true);
+    let id = v["id"].as_i64().unwrap();
+    let v = patch_key(&s, id, json!({"rpm": null, "allowed_models": []})).await;
+    assert_eq!(v["limits"]["rpm"], Value::Null);
+    assert_eq!(v["limits"]["allowed_models"], json!([]));
+    assert_eq!(v["limits"]["max_concurrency"], 2, "absent fields stay");
+    for bad in [
+        json!({"rpm": 0}),
+        json!({"cost_per_day_usd": -1}),
+        json!({"account_group": "not ok"}),
+        json!({"unknown": 1}),
+        json!({"rpm": "ten"}),
+    ] {
+        let r = s
+            .admin_patch(&format!("/api/admin/keys/{id}"))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+        let e: Value = r.json().await.unwrap();
+        assert!(e["error"]["message"].is_string(), "{e}");
+    }
+    let r = s
+        .admin_patch("/api/admin/keys/999999")
+        .json(&json!({"rpm": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    // The stored limits are what the data plane enforces: a fresh listing shows them.
+    let keys: Value = s
+        .admin_get("/api/admin/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let k = keys["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == id)
+        .unwrap()
+        .clone();
+    assert_eq!(k["limits"]["tokens_per_month"], 20000, "{k}");
+    // The CLI sets the same limits.
+    let db = s.db.clone();
+    let row = std::thread::spawn(move || {
+        admin::cli::keys_set(&db, id, &json!({"rpm": 7, "account_group": null})).unwrap()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(row.limits.rpm, Some(7));
+    assert_eq!(row.limits.account_group, None);
+}
+
+/// Each Responses WebSocket turn is one request against the key's limits: over the RPM the
+/// turn gets an `error` event (429 `rate_limit_exceeded`) and the socket stays open.
+#[tokio::test(flavor = "multi_thread")]
+async fn websocket_turns_count_against_rpm() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    let s = StackBuilder::default().start();
+    same_minute_for(20).await;
+    let (_, key) = key_with(&s, "ws", json!({"rpm": 1})).await;
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    let mut last = Vec::new();
+    for i in 0..2 {
+        let create =
+            json!({"type": "response.create", "model": "gpt-5.5", "input": format!("turn {i}")});
+        ws.send(Message::text(create.to_string())).await.unwrap();
+        last.clear();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+                .await
+                .expect("an event in time")
+                .expect("socket open")
+                .expect("frame");
+            let Message::Text(t) = msg else { continue };
+            let v: Value = serde_json::from_str(&t).unwrap();
+            let ty = v["type"].as_str().unwrap_or_default().to_owned();
+            last.push(v);
+            if matches!(
+                ty.as_str(),
+                "response.completed" | "response.failed" | "error"
+            ) {
+                break;
+            }
+        }
+        if i == 0 {
+            assert_eq!(
+                last.last().unwrap()["type"],
+                "response.completed",
+                "{last:?}"
+            );
+        }
+    }
+    let e = last.last().unwrap();
+    assert_eq!(e["type"], "error", "{e}");
+    assert_eq!(e["status"], 429, "{e}");
+    assert_eq!(e["error"]["code"], "rate_limit_exceeded", "{e}");
+}
