@@ -82,6 +82,7 @@ pub mod publish;
 pub mod quota;
 pub mod settings;
 mod sidecar;
+pub mod spool;
 pub mod storage;
 pub mod web;
 
@@ -172,6 +173,31 @@ pub struct SidecarConfig {
     pub client_version: String,
     /// Model aliases, applied to every catalog the sidecar publishes.
     pub model_aliases: HashMap<String, ModelAlias>,
+    /// Usage records: the durable spool's bound and retention.
+    pub usage: UsageConfig,
+}
+
+/// Usage records: the durable spool and retention (see `docs/architecture.md`, "Usage
+/// records").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageConfig {
+    /// Most bytes of the durable usage spool file (`usage_spool_max_bytes`); at the bound
+    /// records wait in the queue and the workers' local spools.
+    pub spool_max_bytes: u64,
+    /// Keep raw usage records this many days (`usage_retention_days`; 0: forever).
+    pub retention_days: u32,
+    /// Keep hourly rollups this many days (`usage_rollup_retention_days`; 0: forever).
+    pub rollup_retention_days: u32,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        Self {
+            spool_max_bytes: 256 * 1024 * 1024,
+            retention_days: 90,
+            rollup_retention_days: 730,
+        }
+    }
 }
 
 // === impl SidecarConfig ===
@@ -199,6 +225,7 @@ impl SidecarConfig {
             catalog_refresh_interval: DEFAULT_CATALOG_REFRESH_INTERVAL,
             client_version: DEFAULT_CLIENT_VERSION.to_owned(),
             model_aliases: HashMap::new(),
+            usage: UsageConfig::default(),
         }
     }
 

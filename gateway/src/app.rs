@@ -179,6 +179,7 @@ impl App {
             sc.client_version = cfg.wire.version.trim().to_owned();
         }
         sc.model_aliases = cfg.model_aliases.clone();
+        sc.usage = cfg.usage;
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,
             ..cfg.pool.clone()

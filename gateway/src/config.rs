@@ -96,6 +96,17 @@ pub struct FileConfig {
     models: FileModels,
     #[serde(default)]
     pool: FilePool,
+    #[serde(default)]
+    usage: FileUsage,
+}
+
+/// `[usage]`: the durable usage spool and retention.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUsage {
+    spool_max_bytes: Option<u64>,
+    retention_days: Option<u32>,
+    rollup_retention_days: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -404,6 +415,8 @@ pub struct GatewayConfig {
     /// Reject models missing from the catalog even while only the embedded catalog is known
     /// (a catalog fetched from the upstream is always enforced).
     pub strict_models: bool,
+    /// Usage records: the durable spool's bound and retention (`[usage]`).
+    pub usage: admin::UsageConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -475,6 +488,7 @@ impl GatewayConfig {
             pool: shared_state::Settings::default(),
             model_aliases: Default::default(),
             strict_models: false,
+            usage: admin::UsageConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -590,6 +604,20 @@ impl GatewayConfig {
             } else {
                 PlainHttp::H1
             };
+        }
+        if let Some(v) = file.usage.spool_max_bytes {
+            if v < 64 * 1024 {
+                return Err(ConfigError(format!(
+                    "`usage.spool_max_bytes` = {v} must be at least 65536"
+                )));
+            }
+            c.usage.spool_max_bytes = v;
+        }
+        if let Some(v) = file.usage.retention_days {
+            c.usage.retention_days = v;
+        }
+        if let Some(v) = file.usage.rollup_retention_days {
+            c.usage.rollup_retention_days = v;
         }
         let ms = Duration::from_millis;
         if let Some(v) = file.upstream.connect_timeout_ms {

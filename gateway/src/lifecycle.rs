@@ -345,8 +345,27 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
     }
 }
 
+/// What the attempts of one request did, for its usage record: the lifecycle is the one
+/// owner of these facts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Attempts after the first (another account, or the same one after a token refresh).
+    pub failovers: u32,
+    /// How the last attempt that got an answer reached the upstream.
+    pub transport: shared_state::Transport,
+}
+
 /// Runs attempts until one commits, or returns the error to show the client.
 pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
+    open_traced(ctx, plan, &mut Trace::default()).await
+}
+
+/// [`open`], recording what the attempts did in `trace`.
+pub async fn open_traced(
+    ctx: &WorkerCtx,
+    plan: &RequestPlan,
+    trace: &mut Trace,
+) -> Result<Committed, Error> {
     let snap = ctx.snapshot.load_full();
     let mut cands = candidates(ctx, plan, &snap);
     // The published setting (admin API), never the start-up config: runtime settings are hot.
@@ -391,8 +410,9 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                 }
                 all_full = false;
                 ctx.metrics.attempt(attempts);
+                trace.failovers = attempts;
                 attempts += 1;
-                match attempt(ctx, plan, &account, lease, refreshed).await {
+                match attempt(ctx, plan, &account, lease, refreshed, trace).await {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
@@ -520,6 +540,7 @@ async fn attempt(
     account: &Arc<AccountEntry>,
     lease: Lease,
     after_refresh: bool,
+    trace: &mut Trace,
 ) -> Result<Committed, AttemptError> {
     let up = &ctx.upstream;
     let req = UpstreamRequest {
@@ -570,6 +591,15 @@ async fn attempt(
     };
     let ttfb = started.elapsed();
     ctx.metrics.ttfb(ttfb);
+    trace.transport = match resp.protocol {
+        "ws" => shared_state::Transport::Ws,
+        // A WebSocket turn that went over HTTP instead.
+        _ if plan.upstream_ws.is_some() && up.config().websockets => {
+            shared_state::Transport::HttpFallback
+        }
+        "h2" => shared_state::Transport::H2,
+        _ => shared_state::Transport::H1,
+    };
     let rl = events::rate_limits_from_headers(|n| resp.header(n));
     record_quota(ctx, account, &rl);
     let idle = up.config().idle_timeout;

@@ -28,7 +28,8 @@ pub mod transcripts;
 pub use account::{AccountEffect, AccountLive, AccountStatus, Lease, QuotaUpdate};
 pub use catalog::{ModelCatalog, SharedCatalog};
 pub use channels::{
-    EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox, WorkerMailboxes,
+    usage_route, EventSender, Events, Transport, UsageRecord, UsageStats, WorkerCommand,
+    WorkerEvent, WorkerMailbox, WorkerMailboxes,
 };
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};

@@ -94,7 +94,8 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
     keep: bool,
 ) -> io::Result<bool> {
     ctx.metrics.request("metrics", 200);
-    let body = ctx.registry.render();
+    let mut body = ctx.registry.render();
+    ctx.usage_stats().render(&mut body);
     conn.write_response(
         200,
         &[("content-type", "text/plain; version=0.0.4")],
