@@ -733,15 +733,26 @@ macro_rules! impl_storage {
                                 row.try_get("account_id")?,
                                 &model,
                             );
+                            // One record adds at most 2^40 per column to its rollup (raw
+                            // rows keep the exact value): absurd values cannot overflow the
+                            // hour's sums.
+                            let v = |c: &str| -> Result<i64, sqlx::Error> {
+                                Ok(row.try_get::<i64, _>(c)?.clamp(0, 1 << 40))
+                            };
+                            let add = [
+                                1,
+                                i64::from(status >= 400 || code.is_some()),
+                                v("input_tokens")?,
+                                v("cached_tokens")?,
+                                v("output_tokens")?,
+                                v("reasoning_tokens")?,
+                                v("failovers")?,
+                                v("latency_ms")?,
+                            ];
                             let e = rollup.entry(k).or_insert([0; 8]);
-                            e[0] += 1;
-                            e[1] += i64::from(status >= 400 || code.is_some());
-                            e[2] += row.try_get::<i64, _>("input_tokens")?;
-                            e[3] += row.try_get::<i64, _>("cached_tokens")?;
-                            e[4] += row.try_get::<i64, _>("output_tokens")?;
-                            e[5] += row.try_get::<i64, _>("reasoning_tokens")?;
-                            e[6] += row.try_get::<i64, _>("failovers")?;
-                            e[7] += row.try_get::<i64, _>("latency_ms")?;
+                            for (x, a) in e.iter_mut().zip(add) {
+                                *x = x.saturating_add(a);
+                            }
                         }
                     }
                     for ((hour, key, account, model), v) in &rollup {
