@@ -152,7 +152,7 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
         .send()
         .await
         .unwrap();
-    // Both accounts refused once: the request fails with the quota error after one failover.
+    // Both accounts refused once: the request fails after one failover.
     let st = r.status().as_u16();
     r.text().await.unwrap();
     assert_eq!(s.mock.requests().len() - first, 2, "two attempts");
@@ -210,7 +210,10 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     let c = by_input(2);
     assert_eq!(c["failovers"], "1", "{c:?}");
     assert_eq!(c["status"], st.to_string());
-    assert_eq!(c["error_class"], "usage_limit_reached", "{c:?}");
+    // Every account refused with usage_limit_reached: the answer is ours (no account left).
+    assert_eq!(st, 429);
+    assert_eq!(c["error_class"], "quota_exhausted", "{c:?}");
+    assert_eq!(c["error_code"], "usage_limit_reached", "{c:?}");
     assert_eq!(c["ttft_ms"], "", "no output, no first token");
 
     let d = by_input(3);
