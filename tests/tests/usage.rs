@@ -136,8 +136,32 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
         .unwrap();
     assert_eq!(r.status(), 200);
     r.text().await.unwrap();
-    // 3. A failover: the first account is out of quota.
-    let first = s.mock.requests().len();
+    // 3. A WebSocket turn (over the upstream WebSocket).
+    let evs = ws_turn(
+        &s,
+        json!({"type":"response.create","model":"gpt-5.5","input":"d","reasoning":{"effort":"medium"}}),
+    )
+    .await;
+    assert_eq!(evs.last().unwrap()["type"], "response.completed");
+    // 4. A WebSocket turn whose upstream upgrade is refused: it goes over HTTP.
+    s.mock.set_ws_refuse_upgrade(Some(404));
+    let evs = ws_turn(
+        &s,
+        json!({"type":"response.create","model":"gpt-5.5","input":"e"}),
+    )
+    .await;
+    assert_eq!(evs.last().unwrap()["type"], "response.completed");
+    s.mock.set_ws_refuse_upgrade(None);
+
+    // 5. A failover (last: both accounts cool down after it): both are out of quota.
+    let responses = || {
+        s.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/responses"))
+            .count()
+    };
+    let first = responses();
     s.mock.set_behaviour(
         "acct-0",
         Behaviour::error(ErrorKind::UsageLimitReached).times(1),
@@ -155,26 +179,9 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     // Both accounts refused once: the request fails after one failover.
     let st = r.status().as_u16();
     r.text().await.unwrap();
-    assert_eq!(s.mock.requests().len() - first, 2, "two attempts");
+    assert_eq!(responses() - first, 2, "two attempts");
     s.mock.clear_behaviour("acct-0");
     s.mock.clear_behaviour("acct-1");
-    // 4. A WebSocket turn (over the upstream WebSocket).
-    let evs = ws_turn(
-        &s,
-        json!({"type":"response.create","model":"gpt-5.5","input":"d","reasoning":{"effort":"medium"}}),
-    )
-    .await;
-    assert_eq!(evs.last().unwrap()["type"], "response.completed");
-    // 5. A WebSocket turn whose upstream upgrade is refused: it goes over HTTP.
-    s.mock.set_ws_refuse_upgrade(Some(404));
-    let evs = ws_turn(
-        &s,
-        json!({"type":"response.create","model":"gpt-5.5","input":"e"}),
-    )
-    .await;
-    assert_eq!(evs.last().unwrap()["type"], "response.completed");
-    s.mock.set_ws_refuse_upgrade(None);
-
     until("5 records", Duration::from_secs(20), || async {
         total_requests(&s).await == 5
     })
@@ -207,7 +214,7 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     assert_eq!(b["stream"], "false");
     assert_eq!(b["transport"], "h1");
 
-    let c = by_input(2);
+    let c = by_input(4);
     assert_eq!(c["failovers"], "1", "{c:?}");
     assert_eq!(c["status"], st.to_string());
     // Every account refused with usage_limit_reached: the answer is ours (no account left).
@@ -216,12 +223,12 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     assert_eq!(c["error_code"], "usage_limit_reached", "{c:?}");
     assert_eq!(c["ttft_ms"], "", "no output, no first token");
 
-    let d = by_input(3);
+    let d = by_input(2);
     assert_eq!(d["transport"], "ws", "{d:?}");
     assert_eq!(d["reasoning_effort"], "medium");
     assert_eq!(d["stream"], "true");
 
-    let e = by_input(4);
+    let e = by_input(3);
     assert_eq!(e["transport"], "http_fallback", "{e:?}");
     assert_eq!(e["status"], "200");
 }
