@@ -137,7 +137,7 @@ fn parse(line: &[u8]) -> Option<UsageRecord> {
 
 /// Where a batch handed out by [`Spool::next_batch`] came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum From {
+enum Source {
     /// Records the file could not take (memory only).
     Volatile,
     /// The in-memory mirror of the file's front; `bytes` of the file.
@@ -151,7 +151,7 @@ enum From {
 pub struct Batch {
     /// The records.
     pub records: Vec<UsageRecord>,
-    from: From,
+    from: Source,
 }
 
 /// The durable usage spool (see the module docs).
@@ -406,6 +406,11 @@ impl Spool {
         }));
     }
 
+    /// Written bytes wait for their `fdatasync` ([`Spool::sync_soon`]).
+    pub fn needs_sync(&self) -> bool {
+        self.dirty
+    }
+
     /// The next records to insert (at most `n`): memory-only ones first, then the file's
     /// front (from the mirror, else read back from the file).
     pub fn next_batch(&mut self, n: usize) -> io::Result<Option<Batch>> {
@@ -414,7 +419,7 @@ impl Spool {
             let k = self.volatile.len().min(n);
             return Ok(Some(Batch {
                 records: self.volatile.iter().take(k).cloned().collect(),
-                from: From::Volatile,
+                from: Source::Volatile,
             }));
         }
         if !self.mem.is_empty() {
@@ -431,7 +436,7 @@ impl Spool {
                 .collect();
             return Ok(Some(Batch {
                 records,
-                from: From::Mem { bytes },
+                from: Source::Mem { bytes },
             }));
         }
         if self.read_off >= self.len {
@@ -463,7 +468,7 @@ impl Spool {
         }
         Ok(Some(Batch {
             records,
-            from: From::Disk { bytes },
+            from: Source::Disk { bytes },
         }))
     }
 
@@ -472,15 +477,15 @@ impl Spool {
     pub fn committed(&mut self, batch: Batch) -> io::Result<()> {
         let k = batch.records.len();
         match batch.from {
-            From::Volatile => {
+            Source::Volatile => {
                 self.volatile.drain(..k.min(self.volatile.len()));
             }
-            From::Mem { bytes } => {
+            Source::Mem { bytes } => {
                 self.mem.drain(..k.min(self.mem.len()));
                 self.read_off += bytes;
                 self.records = self.records.saturating_sub(k as u64);
             }
-            From::Disk { bytes } => {
+            Source::Disk { bytes } => {
                 self.read_off += bytes;
                 self.records = self.records.saturating_sub(k as u64);
             }

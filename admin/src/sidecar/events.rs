@@ -455,7 +455,14 @@ async fn usage_loop(
             (Some(t), true) => Some((t + BATCH_WINDOW).max(u.backoff.retry_at.unwrap_or(t))),
             (None, true) => Some(u.backoff.retry_at.unwrap_or_else(Instant::now)),
         };
-        let wake = due.map_or(next_prune, |d| d.min(next_prune));
+        let mut wake = due.map_or(next_prune, |d| d.min(next_prune));
+        if let Some(s) = &mut u.spool {
+            // Bytes written since the last fdatasync get theirs within SYNC_EVERY.
+            s.sync_soon();
+            if s.needs_sync() {
+                wake = wake.min(Instant::now() + crate::spool::SYNC_EVERY);
+            }
+        }
         let room = u.has_room();
         tokio::select! {
             _ = events.wait_usage(), if room => {}
