@@ -134,7 +134,7 @@ impl WorkerCtx {
                 .stats()
                 .dropped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if n % 10_000 == 0 {
+            if n.is_multiple_of(10_000) {
                 tracing::error!(
                     worker = self.id,
                     dropped_total = n + 1,

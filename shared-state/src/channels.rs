@@ -338,6 +338,9 @@ pub struct EventSender {
 impl EventSender {
     /// Sends without blocking; a full queue hands the event back. Usage records go to the
     /// usage queue, every other fact to the control queue.
+    // The event comes back by value to be kept in the caller's spool: boxing it would cost an
+    // allocation per record on the hot path.
+    #[allow(clippy::result_large_err)]
     pub fn try_send(&self, ev: WorkerEvent) -> Result<(), WorkerEvent> {
         let (tx, notify) = if ev.is_usage() {
             (&self.usage, &self.usage_notify)

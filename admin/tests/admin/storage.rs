@@ -332,7 +332,7 @@ async fn usage_dedup_rollups_and_retention(db: &TestDb) {
     let mk = |i: u64| UsageRecord {
         id: UsageRecord::new_id(),
         key_id: 3,
-        account_id: (i % 2 == 0).then_some(9),
+        account_id: i.is_multiple_of(2).then_some(9),
         route: "chat_completions",
         model: "gpt-5".into(),
         status: if i == 3 { 502 } else { 200 },
