@@ -85,6 +85,7 @@ pub mod publish;
 pub mod quota;
 pub mod settings;
 mod sidecar;
+pub mod spool;
 pub mod storage;
 pub mod web;
 
@@ -178,6 +179,31 @@ pub struct SidecarConfig {
     /// The clock of the quota forecast's sampling (the system clock; tests inject simulated
     /// time).
     pub forecast_clock: shared_state::forecast::Clock,
+    /// Usage records: the durable spool's bound and retention.
+    pub usage: UsageConfig,
+}
+
+/// Usage records: the durable spool and retention (see `docs/architecture.md`, "Usage
+/// records").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageConfig {
+    /// Most bytes of the durable usage spool file (`usage_spool_max_bytes`); at the bound
+    /// records wait in the queue and the workers' local spools.
+    pub spool_max_bytes: u64,
+    /// Keep raw usage records this many days (`usage_retention_days`; 0: forever).
+    pub retention_days: u32,
+    /// Keep hourly rollups this many days (`usage_rollup_retention_days`; 0: forever).
+    pub rollup_retention_days: u32,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        Self {
+            spool_max_bytes: 256 * 1024 * 1024,
+            retention_days: 90,
+            rollup_retention_days: 730,
+        }
+    }
 }
 
 // === impl SidecarConfig ===
@@ -206,6 +232,7 @@ impl SidecarConfig {
             client_version: DEFAULT_CLIENT_VERSION.to_owned(),
             model_aliases: HashMap::new(),
             forecast_clock: shared_state::forecast::Clock::system(),
+            usage: UsageConfig::default(),
         }
     }
 

@@ -5,8 +5,9 @@
 //!   client, optional Redis leases, the refresh book).
 //! - [`run`]: opens storage, connects Redis, publishes the first snapshot, binds the admin
 //!   listener, reports readiness, then runs until told to stop:
-//!   - the event loop ([`events`]): usage batching with a bounded spool, account effects,
-//!     quota, refresh requests;
+//!   - the event loops ([`events`]): usage through the durable spool ([`crate::spool`]) into
+//!     the database with hourly rollups and retention; account effects, quota and refresh
+//!     requests on their own queue;
 //!   - the reload loop: `Publisher::reload(false)` every `reload_interval`, plus refresh ahead
 //!     of access-token expiry;
 //!   - the quota poller ([`quota`]): each active account's `/wham/usage` once per
@@ -253,8 +254,28 @@ pub(crate) async fn run(
         "sidecar ready"
     );
 
+    // The durable usage spool (adopting what an earlier process left); without one (the data
+    // directory is not writable) usage is kept in memory only, as the log says.
+    let spool = match crate::spool::Spool::new(
+        &cfg.db.data_dir,
+        cfg.usage.spool_max_bytes,
+        events::USAGE_MEM_CAP,
+        Arc::clone(events.stats()),
+    ) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::error!(error = %e, dir = %cfg.db.data_dir.display(), "cannot create the usage spool file; usage records are kept in memory only until stored");
+            None
+        }
+    };
     let server = tokio::spawn(crate::api::serve(listener, Arc::clone(&core), stop.clone()));
-    let events_task = tokio::spawn(events::run(Arc::clone(&core), events, stop.clone()));
+    let events_task = tokio::spawn(events::run(
+        Arc::clone(&core),
+        events,
+        spool,
+        cfg.usage,
+        stop.clone(),
+    ));
     let reload_task = tokio::spawn(reload_loop(
         Arc::clone(&core),
         cfg.reload_interval,

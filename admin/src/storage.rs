@@ -352,6 +352,92 @@ pub struct UsageBucket {
     pub totals: UsageTotals,
 }
 
+/// One stored usage record with every field ([`Storage::usage_rows`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageRow {
+    /// Storage id.
+    pub id: i64,
+    /// The record's own id (hex; `None` for records stored before migration 0005).
+    pub record_id: Option<String>,
+    /// Start, Unix ms.
+    pub started_at_ms: i64,
+    /// Client key id.
+    pub key_id: i64,
+    /// Account that served it.
+    pub account_id: Option<i64>,
+    /// Route.
+    pub route: String,
+    /// Model the client asked for.
+    pub model: String,
+    /// Reasoning effort the request asked for.
+    pub reasoning_effort: Option<String>,
+    /// Service tier the request asked for.
+    pub service_tier: Option<String>,
+    /// `h2`, `h1`, `ws`, `http_fallback` or `none`.
+    pub transport: Option<String>,
+    /// HTTP status the client got.
+    pub status: i64,
+    /// Whether the client asked for a stream.
+    pub stream: bool,
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Cached input tokens.
+    pub cached_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Reasoning tokens.
+    pub reasoning_tokens: i64,
+    /// Upstream time to first byte, ms.
+    pub ttfb_ms: Option<i64>,
+    /// Time to first token, ms.
+    pub ttft_ms: Option<i64>,
+    /// Total duration, ms.
+    pub latency_ms: i64,
+    /// Attempts after the first.
+    pub failovers: i64,
+    /// Error code, when the request failed.
+    pub error_code: Option<String>,
+    /// Failure class, when the request failed.
+    pub error_class: Option<String>,
+}
+
+/// One hourly rollup row ([`Storage::usage_rollups`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageRollup {
+    /// Start of the hour, Unix ms.
+    pub hour_ms: i64,
+    /// Client key id.
+    pub key_id: i64,
+    /// Account id (`None`: no account served these requests).
+    pub account_id: Option<i64>,
+    /// Model the client asked for.
+    pub model: String,
+    /// Sums.
+    pub totals: UsageTotals,
+    /// Attempts after the first, summed.
+    pub failovers: u64,
+    /// Durations, summed (ms).
+    pub latency_ms_sum: u64,
+}
+
+/// The rollup row key of a record: `(hour start, key, account or 0, model)`.
+pub(crate) fn rollup_key(
+    started_at_ms: i64,
+    key_id: i64,
+    account_id: Option<i64>,
+    model: &str,
+) -> (i64, i64, i64, String) {
+    (
+        started_at_ms.div_euclid(HOUR_MS) * HOUR_MS,
+        key_id,
+        account_id.unwrap_or(0),
+        model.to_owned(),
+    )
+}
+
+/// One hour in ms (rollup width).
+pub const HOUR_MS: i64 = 3_600_000;
+
 /// One stored usage record ([`Storage::recent_failures`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct UsageEntry {
@@ -454,8 +540,28 @@ pub trait Storage: Send + Sync + 'static {
     /// Sets an account's group (`None`: the shared pool); false when no such account.
     fn set_account_group<'a>(&'a self, id: i64, group: Option<&'a str>) -> StorageFuture<'a, bool>;
 
-    /// Inserts usage records in one transaction; returns how many.
+    /// Inserts usage records in one transaction and adds the inserted ones to the hourly
+    /// rollups in the same transaction; a record whose id is already stored (a replay of the
+    /// durable spool) is skipped, in both. Returns how many were inserted.
     fn insert_usage<'a>(&'a self, records: &'a [UsageRecord]) -> StorageFuture<'a, usize>;
+    /// Raw usage records matching `filter` with a storage id above `after_id`, oldest id
+    /// first, at most `limit` (the CSV export pages through them).
+    fn usage_rows(
+        &self,
+        filter: UsageFilter,
+        after_id: i64,
+        limit: u32,
+    ) -> StorageFuture<'_, Vec<UsageRow>>;
+    /// Hourly rollups whose hour starts in `[since, until)` of `filter` (key/account filters
+    /// apply), ordered by hour, key, account, model.
+    fn usage_rollups(&self, filter: UsageFilter) -> StorageFuture<'_, Vec<UsageRollup>>;
+    /// Retention: deletes raw records that started before `raw_before_ms` and rollups of hours
+    /// before `rollup_before_ms` (`None`: keep). Returns `(records, rollups)` deleted.
+    fn prune_usage(
+        &self,
+        raw_before_ms: Option<i64>,
+        rollup_before_ms: Option<i64>,
+    ) -> StorageFuture<'_, (u64, u64)>;
     /// Number of stored usage records.
     fn usage_count(&self) -> StorageFuture<'_, u64>;
     /// Adds up the usage records the filter matches, overall, per key and per account.

@@ -401,10 +401,9 @@ where
 {
     // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
     // connection's task for the whole stream (benches/README.md, "next costs" 2).
-    let committed = match Box::pin(crate::lifecycle::open(ctx, plan)).await {
+    let committed = match Box::pin(crate::pipeline::open(ctx, plan, usage)).await {
         Ok(c) => c,
         Err(e) => {
-            usage.fail(&e);
             return write_error(ctx, conn, route, &e, keep).await;
         }
     };

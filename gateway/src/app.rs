@@ -180,6 +180,7 @@ impl App {
         }
         sc.model_aliases = cfg.model_aliases.clone();
         sc.forecast_clock = cfg.forecast_clock.clone();
+        sc.usage = cfg.usage;
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,
             ..cfg.pool.clone()

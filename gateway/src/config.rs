@@ -100,6 +100,8 @@ pub struct FileConfig {
     /// USD per 1M tokens by model slug (`default` prices every other model).
     #[serde(default)]
     prices: std::collections::HashMap<String, FilePrice>,
+    #[serde(default)]
+    usage: FileUsage,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -109,6 +111,15 @@ struct FilePrice {
     #[serde(default)]
     cached_input: Option<f64>,
     output: f64,
+}
+
+/// `[usage]`: the durable usage spool and retention.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUsage {
+    spool_max_bytes: Option<u64>,
+    retention_days: Option<u32>,
+    rollup_retention_days: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -426,6 +437,8 @@ pub struct GatewayConfig {
     pub forecast_clock: shared_state::forecast::Clock,
     /// Prices per model slug, for the cost of each request (`cost_micros`) and cost budgets.
     pub prices: shared_state::keys::PriceTable,
+    /// Usage records: the durable spool's bound and retention (`[usage]`).
+    pub usage: admin::UsageConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -518,6 +531,7 @@ impl GatewayConfig {
             chatgpt_origin: None,
             forecast_clock: shared_state::forecast::Clock::system(),
             prices: shared_state::keys::PriceTable::default(),
+            usage: admin::UsageConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -640,6 +654,20 @@ impl GatewayConfig {
             } else {
                 PlainHttp::H1
             };
+        }
+        if let Some(v) = file.usage.spool_max_bytes {
+            if v < 64 * 1024 {
+                return Err(ConfigError(format!(
+                    "`usage.spool_max_bytes` = {v} must be at least 65536"
+                )));
+            }
+            c.usage.spool_max_bytes = v;
+        }
+        if let Some(v) = file.usage.retention_days {
+            c.usage.retention_days = v;
+        }
+        if let Some(v) = file.usage.rollup_retention_days {
+            c.usage.rollup_retention_days = v;
         }
         let ms = Duration::from_millis;
         if let Some(v) = file.upstream.connect_timeout_ms {

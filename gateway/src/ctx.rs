@@ -23,8 +23,12 @@ use crate::{
     upstream::Upstream,
 };
 
-/// Most facts kept locally while the sidecar queue is full.
+/// Most control facts (account effects, refresh requests) kept locally while their queue is
+/// full.
 const SPOOL_LIMIT: usize = 1_000_000;
+/// Most usage records kept locally while the usage queue is full (the sidecar's durable spool
+/// at its bound): past it a record is dropped and counted (`codex_gateway_usage_dropped_total`).
+pub const USAGE_SPOOL_LIMIT: usize = 100_000;
 
 /// Per-worker state.
 pub struct WorkerCtx {
@@ -49,6 +53,7 @@ pub struct WorkerCtx {
     pub transcripts: Rc<crate::transcripts::Transcripts>,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
+    usage_spool: RefCell<VecDeque<WorkerEvent>>,
     draining: Cell<bool>,
     cursor: Cell<usize>,
     active: Cell<usize>,
@@ -83,6 +88,7 @@ impl WorkerCtx {
             transcripts,
             events,
             spool: RefCell::new(VecDeque::new()),
+            usage_spool: RefCell::new(VecDeque::new()),
             draining: Cell::new(false),
             cursor: Cell::new(id),
             active: Cell::new(0),
@@ -100,9 +106,16 @@ impl WorkerCtx {
     }
 
     /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped
-    /// unless the spool itself overflows, which is logged).
+    /// unless the spool itself overflows, which is logged and, for usage, counted). Usage
+    /// records and control facts have separate queues and spools: a usage backlog never holds
+    /// back an account effect or a refresh request.
     pub fn report(&self, ev: WorkerEvent) {
-        let mut spool = self.spool.borrow_mut();
+        let usage = ev.is_usage();
+        let (mut spool, limit) = if usage {
+            (self.usage_spool.borrow_mut(), USAGE_SPOOL_LIMIT)
+        } else {
+            (self.spool.borrow_mut(), SPOOL_LIMIT)
+        };
         while let Some(old) = spool.pop_front() {
             if let Err(old) = self.events.try_send(old) {
                 spool.push_front(old);
@@ -113,11 +126,29 @@ impl WorkerCtx {
             if let Err(ev) = self.events.try_send(ev) {
                 spool.push_back(ev);
             }
-        } else if spool.len() < SPOOL_LIMIT {
+        } else if spool.len() < limit {
             spool.push_back(ev);
+        } else if usage {
+            let n = self
+                .events
+                .stats()
+                .dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n.is_multiple_of(10_000) {
+                tracing::error!(
+                    worker = self.id,
+                    dropped_total = n + 1,
+                    "usage spool full (sidecar spool at its bound); dropping a usage record"
+                );
+            }
         } else {
             tracing::error!(worker = self.id, "event spool full; dropping a fact");
         }
+    }
+
+    /// The usage path's counters (rendered in `/metrics`).
+    pub fn usage_stats(&self) -> &Arc<shared_state::UsageStats> {
+        self.events.stats()
     }
 
     /// Round-robin cursor for the candidate order.
@@ -148,18 +179,19 @@ impl WorkerCtx {
         ActiveGuard(self)
     }
 
-    /// Hands spooled facts to the sidecar queue while it has room.
+    /// Hands spooled facts to the sidecar queues while they have room.
     pub fn flush_spool(&self) {
-        let mut spool = self.spool.borrow_mut();
-        while let Some(old) = spool.pop_front() {
-            if let Err(old) = self.events.try_send(old) {
-                spool.push_front(old);
-                break;
+        for spool in [&self.spool, &self.usage_spool] {
+            let mut spool = spool.borrow_mut();
+            while let Some(old) = spool.pop_front() {
+                if let Err(old) = self.events.try_send(old) {
+                    spool.push_front(old);
+                    break;
+                }
             }
         }
     }
 }
-
 /// A request in flight (see [`WorkerCtx::request_started`]).
 pub struct ActiveGuard<'a>(&'a WorkerCtx);
 

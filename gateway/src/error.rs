@@ -267,6 +267,37 @@ impl Error {
         }
     }
 
+    /// The failure class stored in usage records: the classifier's class name for an
+    /// upstream failure (`codex_protocol::classify`, the one owner), the kind's name for ours.
+    pub fn class(&self) -> &'static str {
+        match &self.kind {
+            ErrorKind::Upstream(f) => f.class.name(),
+            ErrorKind::Unauthorized { .. } => "unauthorized",
+            ErrorKind::BodyTooLarge { .. } => "body_too_large",
+            ErrorKind::BadRequest { .. } => "bad_request",
+            ErrorKind::ContinuationNotFound => "previous_response_not_found",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::ModelNotFound(_) => "model_not_found",
+            ErrorKind::UpstreamConnect => "upstream_connect",
+            ErrorKind::UpstreamTimeout => "upstream_timeout",
+            ErrorKind::UpstreamProtocol => "upstream_protocol",
+            ErrorKind::UpstreamSaturated => "upstream_saturated",
+            ErrorKind::QuotaExhausted { .. } => "quota_exhausted",
+            ErrorKind::NoAccountAvailable => "no_account_available",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Internal => "internal",
+            ErrorKind::OutputLimit { .. } => "output_limit",
+            ErrorKind::KeyLimit { limit, .. } => match limit {
+                KeyLimit::Rpm(_) | KeyLimit::Concurrency(_) => "key_rate_limit",
+                KeyLimit::TokensPerDay(_)
+                | KeyLimit::TokensPerMonth(_)
+                | KeyLimit::CostPerDay(_)
+                | KeyLimit::CostPerMonth(_) => "key_budget",
+            },
+        }
+    }
+
     /// The machine code used in usage records and metrics.
     pub fn code(&self) -> String {
         self.to_openai()

@@ -389,8 +389,27 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
     }
 }
 
+/// What the attempts of one request did, for its usage record: the lifecycle is the one
+/// owner of these facts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Trace {
+    /// Attempts after the first (another account, or the same one after a token refresh).
+    pub failovers: u32,
+    /// How the last attempt that got an answer reached the upstream.
+    pub transport: shared_state::Transport,
+}
+
 /// Runs attempts until one commits, or returns the error to show the client.
 pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Error> {
+    open_traced(ctx, plan, &mut Trace::default()).await
+}
+
+/// [`open`], recording what the attempts did in `trace`.
+pub async fn open_traced(
+    ctx: &WorkerCtx,
+    plan: &RequestPlan,
+    trace: &mut Trace,
+) -> Result<Committed, Error> {
     // The key's model allow-list (one rule for every dialect): refused like an unknown model,
     // as OpenAI answers a key without access to a model.
     if !plan.key_limits.allows_model(&plan.model) {
@@ -447,12 +466,13 @@ pub async fn open(ctx: &WorkerCtx, plan: &RequestPlan) -> Result<Committed, Erro
                 }
                 all_full = false;
                 ctx.metrics.attempt(attempts);
+                trace.failovers = attempts;
                 attempts += 1;
                 let prior = policy::Prior {
                     after_refresh: refreshed,
                     overloaded_elsewhere,
                 };
-                match attempt(ctx, plan, &account, lease, prior).await {
+                match attempt(ctx, plan, &account, lease, prior, trace).await {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
@@ -583,6 +603,7 @@ async fn attempt(
     account: &Arc<AccountEntry>,
     lease: Lease,
     prior: policy::Prior,
+    trace: &mut Trace,
 ) -> Result<Committed, AttemptError> {
     let up = &ctx.upstream;
     let req = UpstreamRequest {
@@ -648,6 +669,15 @@ async fn attempt(
     };
     let ttfb = started.elapsed();
     ctx.metrics.ttfb(ttfb);
+    trace.transport = match resp.protocol {
+        "ws" => shared_state::Transport::Ws,
+        // A WebSocket turn that went over HTTP instead.
+        _ if plan.upstream_ws.is_some() && up.config().websockets => {
+            shared_state::Transport::HttpFallback
+        }
+        "h2" => shared_state::Transport::H2,
+        _ => shared_state::Transport::H1,
+    };
     let rl = events::rate_limits_from_headers(|n| resp.header(n));
     record_quota(ctx, account, &rl);
     let idle = up.config().idle_timeout;

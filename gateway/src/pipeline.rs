@@ -126,6 +126,8 @@ pub trait Sink {
 #[derive(Default)]
 struct Observed {
     response_id: Option<String>,
+    /// An output event was seen (time to first token).
+    output: bool,
     usage: Option<Usage>,
     finished: bool,
     failed: Option<Error>,
@@ -161,6 +163,7 @@ impl Observed {
                 .and_then(|v| v.as_str().map(str::to_owned));
         }
         match events::classify_event(ty) {
+            EventClass::Output => self.output = true,
             EventClass::Completed | EventClass::Incomplete => {
                 self.usage = events::usage_of_terminal(&ev.data);
                 self.finished = true;
@@ -231,6 +234,9 @@ pub async fn forward<E: Encoder, S: Sink>(
             }
         }
         ctx.metrics.events(events);
+        if seen.output {
+            usage.first_output();
+        }
         if seen.finished {
             // The last events leave with the end of the response, in one write (below).
             usage.tokens(seen.usage);
@@ -324,8 +330,10 @@ fn client_failed(ctx: &WorkerCtx, usage: &mut UsageGuard<'_>, e: io::Error) -> i
     if e.kind() == io::ErrorKind::TimedOut {
         ctx.metrics.guard(crate::metrics::Guard::WriteTimeout);
         usage.error_code = Some("client_write_timeout".to_owned());
+        usage.error_class = Some("client_write_timeout");
     } else {
         usage.error_code = Some("client_gone".to_owned());
+        usage.error_class = Some("client_gone");
     }
     e
 }
@@ -365,6 +373,35 @@ pub struct UsageGuard<'a> {
     usage: Option<Usage>,
     status: Option<u16>,
     error_code: Option<String>,
+    error_class: Option<&'static str>,
+    ttft: Option<Duration>,
+    trace: lifecycle::Trace,
+    reasoning_effort: Option<String>,
+    service_tier: Option<String>,
+}
+
+/// Runs `plan` through the lifecycle ([`lifecycle::open_traced`]) and records on `usage` what
+/// the request asked for (reasoning effort, service tier: read from the normalised body every
+/// dialect produces) and what the attempts did (failovers, transport). Every surface opens
+/// through here.
+pub async fn open(
+    ctx: &WorkerCtx,
+    plan: &lifecycle::RequestPlan,
+    usage: &mut UsageGuard<'_>,
+) -> Result<Committed, Error> {
+    let text = |path: &[&str]| {
+        sonic_rs::get(&plan.body[..], path)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .filter(|v| !v.is_empty())
+    };
+    usage.reasoning_effort = text(&["reasoning", "effort"]);
+    usage.service_tier = text(&["service_tier"]);
+    let res = lifecycle::open_traced(ctx, plan, &mut usage.trace).await;
+    if let Err(e) = &res {
+        usage.fail(e);
+    }
+    res
 }
 
 // === impl UsageGuard ===
@@ -392,6 +429,18 @@ impl<'a> UsageGuard<'a> {
             usage: None,
             status: None,
             error_code: None,
+            error_class: None,
+            ttft: None,
+            trace: lifecycle::Trace::default(),
+            reasoning_effort: None,
+            service_tier: None,
+        }
+    }
+
+    /// The first output event reached the pipeline (time to first token; first call wins).
+    pub fn first_output(&mut self) {
+        if self.ttft.is_none() {
+            self.ttft = Some(self.started.elapsed());
         }
     }
 
@@ -416,12 +465,14 @@ impl<'a> UsageGuard<'a> {
     /// The error the request ended with (status unchanged).
     pub fn error(&mut self, e: &Error) {
         self.error_code = Some(e.code());
+        self.error_class = Some(e.class());
     }
 
-    /// The request failed with `e` (its status and code).
+    /// The request failed with `e` (its status, code and class).
     pub fn fail(&mut self, e: &Error) {
         self.status = Some(e.to_openai().status);
         self.error_code = Some(e.code());
+        self.error_class = Some(e.class());
     }
 }
 
@@ -441,7 +492,12 @@ impl Drop for UsageGuard<'_> {
             u.input_tokens.saturating_add(u.output_tokens),
             cost_micros,
         );
+        // Dropped before any status: the client left (or the task unwound).
+        let error_class = self
+            .error_class
+            .or(self.status.is_none().then_some("client_gone"));
         self.ctx.report(WorkerEvent::Usage(UsageRecord {
+            id: UsageRecord::new_id(),
             key_id: self.key_id,
             account_id: self.account_id,
             route: self.route,
@@ -457,6 +513,12 @@ impl Drop for UsageGuard<'_> {
             error_code: self.error_code.take(),
             started_at_ms: self.started_ms,
             cost_micros,
+            reasoning_effort: self.reasoning_effort.take(),
+            service_tier: self.service_tier.take(),
+            transport: self.trace.transport,
+            ttft_ms: self.ttft.map(|d| d.as_millis() as u64),
+            failovers: self.trace.failovers,
+            error_class: error_class.map(str::to_owned),
         }));
     }
 }

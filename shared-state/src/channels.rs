@@ -4,15 +4,20 @@
 //! is lost; monoio's `sync` feature lets a monoio task await it).
 //!
 //! # Key Components
-//! - [`WorkerEvent`] / [`EventSender`] / [`Events`]: worker -> sidecar facts (usage, account
-//!   effects including quota observations, refresh requests).
+//! - [`WorkerEvent`] / [`EventSender`] / [`Events`]: worker -> sidecar facts over two
+//!   queues: usage records, and control facts (account effects including quota observations,
+//!   refresh requests), so usage never delays an account event or a refresh.
+//! - [`UsageRecord`]: one request's usage; [`UsageStats`]: the usage path's counters.
 //! - [`WorkerCommand`] / [`WorkerMailbox`] / [`WorkerMailboxes`]: sidecar -> worker commands.
 //!
 //! # Error handling
 //! Sending never blocks the data plane. A full event queue returns the event to the caller
 //! ([`EventSender::try_send`]), which keeps it in a worker-local spool and retries.
 
-use std::sync::Arc;
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use tokio::sync::Notify;
@@ -22,14 +27,84 @@ use crate::AccountEffect;
 /// Capacity of the worker -> sidecar queue.
 pub const EVENT_QUEUE: usize = 65_536;
 
-/// One finished request, for usage accounting.
-#[derive(Debug, Clone, PartialEq)]
+/// How a request reached the upstream (the attempt that committed, or the last one tried).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// No attempt reached the upstream.
+    #[default]
+    None,
+    /// HTTP/2 (TLS or h2c).
+    H2,
+    /// HTTP/1.1.
+    H1,
+    /// A pooled upstream Responses WebSocket.
+    Ws,
+    /// A WebSocket turn that went over HTTP instead (connect failed, upgrade refused, breaker
+    /// open, message too big).
+    HttpFallback,
+}
+
+// === impl Transport ===
+
+impl Transport {
+    /// The stored name: `h2`, `h1`, `ws`, `http_fallback`, or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::H2 => "h2",
+            Self::H1 => "h1",
+            Self::Ws => "ws",
+            Self::HttpFallback => "http_fallback",
+        }
+    }
+
+    /// The inverse of [`Transport::as_str`] (unknown names are `None`).
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "h2" => Self::H2,
+            "h1" => Self::H1,
+            "ws" => Self::Ws,
+            "http_fallback" => Self::HttpFallback,
+            _ => Self::None,
+        }
+    }
+}
+
+/// The route names a [`UsageRecord`] may carry (a replayed record's route is mapped back onto
+/// these; anything else is `other`).
+pub const USAGE_ROUTES: [&str; 5] = [
+    "responses",
+    "chat_completions",
+    "messages",
+    "messages_count_tokens",
+    "other",
+];
+
+/// The `&'static` route name of `s` (see [`USAGE_ROUTES`]).
+pub fn usage_route(s: &str) -> &'static str {
+    USAGE_ROUTES
+        .iter()
+        .copied()
+        .find(|r| *r == s)
+        .unwrap_or("other")
+}
+
+/// One finished request, for usage accounting. Each fact has one owner on the data plane:
+/// the lifecycle (account, transport, failovers, time to first byte), the pipeline (tokens,
+/// time to first token, status), the classifier (error class), the request (model, effort,
+/// tier).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct UsageRecord {
+    /// Unique id of the record ([`UsageRecord::new_id`], set when the record is built; 0:
+    /// not set, the sidecar assigns one). Stored in a unique column: a record replayed from
+    /// the durable spool after a crash between the database commit and the spool's
+    /// truncation is not counted twice.
+    pub id: u128,
     /// Client key id.
     pub key_id: i64,
     /// Account that served the request (None when no attempt was accepted).
     pub account_id: Option<i64>,
-    /// Route, e.g. `responses` or `chat.completions`.
+    /// Route, e.g. `responses` or `chat_completions` (see [`USAGE_ROUTES`]).
     pub route: &'static str,
     /// Model requested by the client.
     pub model: String,
@@ -55,6 +130,140 @@ pub struct UsageRecord {
     pub started_at_ms: u64,
     /// Cost at the configured prices, micro-USD (computed once, when the request finished).
     pub cost_micros: u64,
+    /// `reasoning.effort` of the (normalised) request, when it set one.
+    pub reasoning_effort: Option<String>,
+    /// `service_tier` of the (normalised) request, when it set one.
+    pub service_tier: Option<String>,
+    /// How the request reached the upstream.
+    pub transport: Transport,
+    /// Time from the start of the request to the first output event, ms.
+    pub ttft_ms: Option<u64>,
+    /// Attempts that failed over to another account (or the same one after a refresh)
+    /// before the outcome.
+    pub failovers: u32,
+    /// Failure class when the request failed: the classifier's name for an upstream failure
+    /// (`usage_limit`, `auth_expired`, ...), ours otherwise (`upstream_connect`,
+    /// `client_gone`, ...).
+    pub error_class: Option<String>,
+}
+
+// === impl UsageRecord ===
+
+impl UsageRecord {
+    /// A fresh record id: a random 64-bit process nonce and a process-wide counter, unique
+    /// across processes and restarts (with overwhelming probability) without coordination.
+    pub fn new_id() -> u128 {
+        static NONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        static SEQ: AtomicU64 = AtomicU64::new(1);
+        let nonce = *NONCE.get_or_init(|| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            h.write_u32(std::process::id());
+            h.finish() | 1
+        });
+        (u128::from(nonce) << 64) | u128::from(SEQ.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The id as stored: 32 lower-case hex digits.
+    pub fn id_hex(&self) -> String {
+        format!("{:032x}", self.id)
+    }
+}
+
+/// Usage-path counters shared by the workers and the sidecar, rendered into the data plane's
+/// `/metrics` ([`UsageStats::render`]).
+#[derive(Debug, Default)]
+pub struct UsageStats {
+    /// Records in the durable spool not yet in the database (gauge).
+    pub spooled_records: AtomicU64,
+    /// Bytes of the durable spool file (gauge).
+    pub spool_bytes: AtomicU64,
+    /// 1 while the durable spool is at its byte bound (gauge): records wait in the queue and
+    /// then in the workers' local spools.
+    pub spool_full: AtomicU64,
+    /// Records committed to the database.
+    pub persisted: AtomicU64,
+    /// Records adopted from a spool file left by an earlier process (kill -9, crash, shutdown
+    /// with storage down).
+    pub replayed: AtomicU64,
+    /// Records the database already held (a replay after a crash between commit and
+    /// truncation); not counted twice.
+    pub duplicates: AtomicU64,
+    /// Records that could not be written to the spool file (I/O error): kept in memory only.
+    pub spool_write_errors: AtomicU64,
+    /// Records dropped because a worker's local spool was full (the only place usage is
+    /// ever dropped; see docs/architecture.md "Usage records").
+    pub dropped: AtomicU64,
+}
+
+// === impl UsageStats ===
+
+impl UsageStats {
+    /// Prometheus text exposition of these counters.
+    pub fn render(&self, o: &mut String) {
+        use std::fmt::Write;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let rows: [(&str, &str, &str, u64); 8] = [
+            (
+                "codex_gateway_usage_spool_records",
+                "gauge",
+                "Usage records in the durable spool, not yet in the database.",
+                g(&self.spooled_records),
+            ),
+            (
+                "codex_gateway_usage_spool_bytes",
+                "gauge",
+                "Size of the durable usage spool file.",
+                g(&self.spool_bytes),
+            ),
+            (
+                "codex_gateway_usage_spool_full",
+                "gauge",
+                "1 while the durable usage spool is at usage_spool_max_bytes.",
+                g(&self.spool_full),
+            ),
+            (
+                "codex_gateway_usage_persisted_total",
+                "counter",
+                "Usage records committed to the database.",
+                g(&self.persisted),
+            ),
+            (
+                "codex_gateway_usage_replayed_total",
+                "counter",
+                "Usage records replayed from a spool left by an earlier process.",
+                g(&self.replayed),
+            ),
+            (
+                "codex_gateway_usage_duplicates_total",
+                "counter",
+                "Replayed usage records the database already held (not counted twice).",
+                g(&self.duplicates),
+            ),
+            (
+                "codex_gateway_usage_spool_write_errors_total",
+                "counter",
+                "Usage records the spool file could not take (kept in memory only).",
+                g(&self.spool_write_errors),
+            ),
+            (
+                "codex_gateway_usage_dropped_total",
+                "counter",
+                "Usage records dropped because a worker's local spool was full.",
+                g(&self.dropped),
+            ),
+        ];
+        for (name, ty, help, v) in rows {
+            let _ = writeln!(o, "# HELP {name} {help}");
+            let _ = writeln!(o, "# TYPE {name} {ty}");
+            let _ = writeln!(o, "{name} {v}");
+        }
+    }
 }
 
 /// A fact a worker reports to the sidecar.
@@ -80,61 +289,126 @@ pub enum WorkerEvent {
     },
 }
 
-/// Creates the worker -> sidecar channel.
+// === impl WorkerEvent ===
+
+impl WorkerEvent {
+    /// True for a usage record (the usage queue); false for control facts.
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Self::Usage(_))
+    }
+}
+
+/// Creates the worker -> sidecar channels: one queue for usage records and one for every
+/// other fact (account effects, refresh requests), each with its own waker, so a usage
+/// backlog never delays an account event or a refresh request.
 pub fn events() -> (EventSender, Events) {
-    let (tx, rx) = crossbeam_channel::bounded(EVENT_QUEUE);
-    let notify = Arc::new(Notify::new());
+    let (usage_tx, usage_rx) = crossbeam_channel::bounded(EVENT_QUEUE);
+    let (control_tx, control_rx) = crossbeam_channel::bounded(EVENT_QUEUE);
+    let usage_notify = Arc::new(Notify::new());
+    let control_notify = Arc::new(Notify::new());
+    let stats = Arc::new(UsageStats::default());
     (
         EventSender {
-            tx,
-            notify: Arc::clone(&notify),
+            usage: usage_tx,
+            control: control_tx,
+            usage_notify: Arc::clone(&usage_notify),
+            control_notify: Arc::clone(&control_notify),
+            stats: Arc::clone(&stats),
         },
-        Events { rx, notify },
+        Events {
+            usage: usage_rx,
+            control: control_rx,
+            usage_notify,
+            control_notify,
+            stats,
+        },
     )
 }
 
-/// Worker side of the fact channel (cheap to clone, `Send`).
+/// Worker side of the fact channels (cheap to clone, `Send`).
 #[derive(Debug, Clone)]
 pub struct EventSender {
-    tx: Sender<WorkerEvent>,
-    notify: Arc<Notify>,
+    usage: Sender<WorkerEvent>,
+    control: Sender<WorkerEvent>,
+    usage_notify: Arc<Notify>,
+    control_notify: Arc<Notify>,
+    stats: Arc<UsageStats>,
 }
 
 // === impl EventSender ===
 
 impl EventSender {
-    /// Sends without blocking; a full queue hands the event back.
+    /// Sends without blocking; a full queue hands the event back. Usage records go to the
+    /// usage queue, every other fact to the control queue.
+    // The event comes back by value to be kept in the caller's spool: boxing it would cost an
+    // allocation per record on the hot path.
+    #[allow(clippy::result_large_err)]
     pub fn try_send(&self, ev: WorkerEvent) -> Result<(), WorkerEvent> {
-        match self.tx.try_send(ev) {
+        let (tx, notify) = if ev.is_usage() {
+            (&self.usage, &self.usage_notify)
+        } else {
+            (&self.control, &self.control_notify)
+        };
+        match tx.try_send(ev) {
             Ok(()) => {
-                self.notify.notify_one();
+                notify.notify_one();
                 Ok(())
             }
             Err(TrySendError::Full(ev)) | Err(TrySendError::Disconnected(ev)) => Err(ev),
         }
     }
+
+    /// The usage counters (shared with the sidecar).
+    pub fn stats(&self) -> &Arc<UsageStats> {
+        &self.stats
+    }
 }
 
-/// Sidecar side of the fact channel.
+/// Sidecar side of the fact channels.
 #[derive(Debug)]
 pub struct Events {
-    rx: Receiver<WorkerEvent>,
-    notify: Arc<Notify>,
+    usage: Receiver<WorkerEvent>,
+    control: Receiver<WorkerEvent>,
+    usage_notify: Arc<Notify>,
+    control_notify: Arc<Notify>,
+    stats: Arc<UsageStats>,
 }
 
 // === impl Events ===
 
 impl Events {
-    /// Takes every queued event without waiting.
-    pub fn drain(&self) -> impl Iterator<Item = WorkerEvent> + '_ {
-        self.rx.try_iter()
+    /// Takes every queued control fact (account effects, refresh requests) without waiting.
+    pub fn drain_control(&self) -> impl Iterator<Item = WorkerEvent> + '_ {
+        self.control.try_iter()
     }
 
-    /// Waits until a worker signals new events (may wake spuriously).
-    pub async fn wait(&self) {
-        if self.rx.is_empty() {
-            self.notify.notified().await;
+    /// Takes queued usage records without waiting.
+    pub fn drain_usage(&self) -> impl Iterator<Item = WorkerEvent> + '_ {
+        self.usage.try_iter()
+    }
+
+    /// Usage records waiting in the queue.
+    pub fn usage_queued(&self) -> usize {
+        self.usage.len()
+    }
+
+    /// Waits until a worker signals control facts (may wake spuriously).
+    pub async fn wait_control(&self) {
+        if self.control.is_empty() {
+            self.control_notify.notified().await;
         }
+    }
+
+    /// Waits until a worker signals usage records (may wake spuriously).
+    pub async fn wait_usage(&self) {
+        if self.usage.is_empty() {
+            self.usage_notify.notified().await;
+        }
+    }
+
+    /// The usage counters (shared with the workers).
+    pub fn stats(&self) -> &Arc<UsageStats> {
+        &self.stats
     }
 }
 
@@ -232,8 +506,12 @@ mod tests {
             seen_version: 2,
         })
         .unwrap();
-        let got: Vec<_> = rx.drain().collect();
-        assert_eq!(got.len(), 1);
+        tx.try_send(WorkerEvent::Usage(UsageRecord::default()))
+            .unwrap();
+        let got: Vec<_> = rx.drain_control().collect();
+        assert_eq!(got.len(), 1, "the refresh request is on the control queue");
+        let got: Vec<_> = rx.drain_usage().collect();
+        assert_eq!(got.len(), 1, "the usage record is on the usage queue");
     }
 
     #[test]

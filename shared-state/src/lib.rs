@@ -32,7 +32,8 @@ pub mod transcripts;
 pub use account::{AccountEffect, AccountLive, AccountStatus, Lease, QuotaUpdate};
 pub use catalog::{ModelCatalog, SharedCatalog};
 pub use channels::{
-    EventSender, Events, UsageRecord, WorkerCommand, WorkerEvent, WorkerMailbox, WorkerMailboxes,
+    usage_route, EventSender, Events, Transport, UsageRecord, UsageStats, WorkerCommand,
+    WorkerEvent, WorkerMailbox, WorkerMailboxes,
 };
 pub use egress::{ProxyEntry, ProxyLive, ProxyUrl};
 pub use secret::Secret;

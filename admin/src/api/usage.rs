@@ -7,7 +7,13 @@
 //!   most 2,000 buckets) and one series per model, key or account, each with requests, tokens
 //!   (input + output) and errors per bucket;
 //! - `GET /api/admin/failures?limit=` -> the newest failed requests (status >= 400 or an error
-//!   code), newest first, with the key name and account label.
+//!   code), newest first, with the key name and account label;
+//! - `GET /api/admin/usage/export.csv?from=&to=&group_by=&key_id=&account_id=` -> CSV
+//!   (`from`/`to`: Unix ms or RFC 3339, `[from, to)`): `group_by` absent or `record`: every
+//!   raw record with every field, streamed page by page; `hour`: the hourly rollups (one row
+//!   per hour, key, account, model whose hour starts in the window); `key`, `account` or
+//!   `model`: the rollups of the window summed per group. Text cells that a spreadsheet would
+//!   run as a formula (`=`, `+`, `-`, `@` first) get a leading `'`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,6 +32,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/usage", get(get_usage))
         .route("/usage/series", get(get_series))
         .route("/failures", get(get_failures))
+        .route("/usage/export.csv", get(export_csv))
 }
 
 type Q = Query<HashMap<String, String>>;
@@ -263,4 +270,316 @@ async fn get_failures(State(core): State<AppState>, Query(q): Q) -> ApiResult<Li
             })
             .collect(),
     )))
+}
+
+// === CSV export ===
+
+/// Raw records per page of the streamed export.
+const CSV_PAGE: u32 = 2_000;
+
+/// `from` / `to`: Unix ms, or an RFC 3339 time.
+fn instant(q: &HashMap<String, String>, k: &str) -> Result<Option<i64>, ApiError> {
+    let Some(v) = q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    if let Ok(ms) = v.parse::<i64>() {
+        return Ok(Some(ms));
+    }
+    time::OffsetDateTime::parse(v, &time::format_description::well_known::Rfc3339)
+        .map(|t| Some(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "{k} must be Unix milliseconds or an RFC 3339 time, got {v:?}"
+            ))
+            .with_param(k)
+        })
+}
+
+/// RFC 3339 (UTC, milliseconds) of a Unix ms instant.
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// One CSV text cell: quoted when needed, formulas defused.
+fn cell(out: &mut String, v: &str) {
+    let defuse = v.starts_with(['=', '+', '-', '@']);
+    if defuse || v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        if defuse {
+            out.push('\'');
+        }
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(v);
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// One CSV line of cells (`None`: a text cell, escaped).
+fn line(out: &mut String, cells: &[Result<String, &str>]) {
+    for (i, c) in cells.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match c {
+            Ok(n) => out.push_str(n),
+            Err(t) => cell(out, t),
+        }
+    }
+    out.push_str("\r\n");
+}
+
+const RECORD_HEADER: &str = "id,record_id,started_at,started_at_ms,key_id,key_name,account_id,\
+account_label,route,model,reasoning_effort,service_tier,transport,status,stream,input_tokens,\
+cached_tokens,output_tokens,reasoning_tokens,ttfb_ms,ttft_ms,latency_ms,failovers,error_code,\
+error_class\r\n";
+
+const ROLLUP_HEADER: &str = "hour,hour_ms,key_id,key_name,account_id,account_label,model,\
+requests,errors,input_tokens,cached_tokens,output_tokens,reasoning_tokens,failovers,\
+latency_ms_sum\r\n";
+
+/// Names for ids: key names and account labels, read once per export.
+struct Names {
+    keys: HashMap<i64, String>,
+    accounts: HashMap<i64, String>,
+}
+
+// === impl Names ===
+
+impl Names {
+    async fn load(core: &AppState) -> Result<Self, ApiError> {
+        let keys = core.storage.list_keys().await?;
+        let accounts = core.storage.list_accounts().await?;
+        Ok(Self {
+            keys: keys.into_iter().map(|k| (k.id, k.name)).collect(),
+            accounts: accounts.iter().map(|a| (a.id, a.label())).collect(),
+        })
+    }
+
+    fn key(&self, id: i64) -> &str {
+        self.keys.get(&id).map_or("", String::as_str)
+    }
+
+    fn account(&self, id: Option<i64>) -> &str {
+        id.and_then(|id| self.accounts.get(&id))
+            .map_or("", String::as_str)
+    }
+}
+
+fn record_line(out: &mut String, r: &crate::storage::UsageRow, names: &Names) {
+    let n = |v: i64| Ok(v.to_string());
+    line(
+        out,
+        &[
+            n(r.id),
+            Err(r.record_id.as_deref().unwrap_or("")),
+            Ok(rfc3339(r.started_at_ms)),
+            n(r.started_at_ms),
+            n(r.key_id),
+            Err(names.key(r.key_id)),
+            Ok(opt(r.account_id)),
+            Err(names.account(r.account_id)),
+            Err(&r.route),
+            Err(&r.model),
+            Err(r.reasoning_effort.as_deref().unwrap_or("")),
+            Err(r.service_tier.as_deref().unwrap_or("")),
+            Err(r.transport.as_deref().unwrap_or("")),
+            n(r.status),
+            Ok(r.stream.to_string()),
+            n(r.input_tokens),
+            n(r.cached_tokens),
+            n(r.output_tokens),
+            n(r.reasoning_tokens),
+            Ok(opt(r.ttfb_ms)),
+            Ok(opt(r.ttft_ms)),
+            n(r.latency_ms),
+            n(r.failovers),
+            Err(r.error_code.as_deref().unwrap_or("")),
+            Err(r.error_class.as_deref().unwrap_or("")),
+        ],
+    );
+}
+
+fn rollup_line(
+    out: &mut String,
+    hour: Option<i64>,
+    r: &crate::storage::UsageRollup,
+    names: &Names,
+    group: &str,
+) {
+    let n = |v: u64| Ok(v.to_string());
+    let all = group == "hour";
+    line(
+        out,
+        &[
+            Ok(hour.map(rfc3339).unwrap_or_default()),
+            Ok(opt(hour)),
+            Ok(if all || group == "key" {
+                r.key_id.to_string()
+            } else {
+                String::new()
+            }),
+            Err(if all || group == "key" {
+                names.key(r.key_id)
+            } else {
+                ""
+            }),
+            Ok(if all || group == "account" {
+                opt(r.account_id)
+            } else {
+                String::new()
+            }),
+            Err(if all || group == "account" {
+                names.account(r.account_id)
+            } else {
+                ""
+            }),
+            Err(if all || group == "model" {
+                &r.model
+            } else {
+                ""
+            }),
+            n(r.totals.requests),
+            n(r.totals.errors),
+            n(r.totals.input_tokens),
+            n(r.totals.cached_tokens),
+            n(r.totals.output_tokens),
+            n(r.totals.reasoning_tokens),
+            n(r.failovers),
+            n(r.latency_ms_sum),
+        ],
+    );
+}
+
+async fn export_csv(
+    State(core): State<AppState>,
+    Query(q): Q,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::{body::Body, http::header, response::IntoResponse};
+    let filter = UsageFilter {
+        since_ms: instant(&q, "from")?,
+        until_ms: instant(&q, "to")?,
+        key_id: int(&q, "key_id")?,
+        account_id: int(&q, "account_id")?,
+    };
+    if let (Some(a), Some(b)) = (filter.since_ms, filter.until_ms) {
+        if a >= b {
+            return Err(ApiError::bad_request("from must be before to").with_param("from"));
+        }
+    }
+    let group = q
+        .get("group_by")
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("record")
+        .to_owned();
+    let names = Names::load(&core).await?;
+    let headers = [
+        (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+        (
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"usage-{group}.csv\""),
+        ),
+    ];
+    match group.as_str() {
+        "record" => {
+            // Streamed page by page: an export of millions of rows never sits in memory.
+            struct Page {
+                core: AppState,
+                names: Names,
+                filter: UsageFilter,
+                after: i64,
+                header: bool,
+                done: bool,
+            }
+            let first = Page {
+                core,
+                names,
+                filter,
+                after: 0,
+                header: true,
+                done: false,
+            };
+            let stream = futures_util::stream::unfold(first, |mut p| async move {
+                if p.done {
+                    return None;
+                }
+                let mut out = String::new();
+                if p.header {
+                    p.header = false;
+                    out.push_str(RECORD_HEADER);
+                }
+                match p.core.storage.usage_rows(p.filter, p.after, CSV_PAGE).await {
+                    Ok(rows) => {
+                        if rows.len() < CSV_PAGE as usize {
+                            p.done = true;
+                        }
+                        for r in &rows {
+                            record_line(&mut out, r, &p.names);
+                        }
+                        if let Some(last) = rows.last() {
+                            p.after = last.id;
+                        }
+                        Some((Ok::<_, std::io::Error>(out), p))
+                    }
+                    Err(e) => {
+                        // The status is already sent: cut the body so the client sees an
+                        // incomplete download rather than a silently short file.
+                        tracing::warn!(error = %e, "usage export failed mid-way");
+                        Some((
+                            Err(std::io::Error::other("usage export failed")),
+                            Page { done: true, ..p },
+                        ))
+                    }
+                }
+            });
+            Ok((headers, Body::from_stream(stream)).into_response())
+        }
+        "hour" | "key" | "account" | "model" => {
+            let rows = core.storage.usage_rollups(filter).await?;
+            let mut out = String::from(ROLLUP_HEADER);
+            if group == "hour" {
+                for r in &rows {
+                    rollup_line(&mut out, Some(r.hour_ms), r, &names, "hour");
+                }
+            } else {
+                let mut by: BTreeMap<(i64, Option<i64>, String), crate::storage::UsageRollup> =
+                    BTreeMap::new();
+                for r in rows {
+                    let k = match group.as_str() {
+                        "key" => (r.key_id, None, String::new()),
+                        "account" => (0, r.account_id, String::new()),
+                        _ => (0, None, r.model.clone()),
+                    };
+                    let e = by.entry(k).or_insert_with(|| crate::storage::UsageRollup {
+                        totals: UsageTotals::default(),
+                        failovers: 0,
+                        latency_ms_sum: 0,
+                        ..r.clone()
+                    });
+                    e.totals.add(&r.totals);
+                    e.failovers += r.failovers;
+                    e.latency_ms_sum += r.latency_ms_sum;
+                }
+                for r in by.values() {
+                    rollup_line(&mut out, None, r, &names, &group);
+                }
+            }
+            Ok((headers, out).into_response())
+        }
+        _ => Err(
+            ApiError::bad_request("group_by must be record, hour, key, account or model")
+                .with_param("group_by"),
+        ),
+    }
 }

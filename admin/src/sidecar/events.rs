@@ -1,19 +1,22 @@
-//! The worker -> sidecar event loop.
+//! The worker -> sidecar event loops.
 //!
 //! # Key Components
-//! - [`run`]: waits on [`Events::wait`], drains, and persists:
-//!   - [`WorkerEvent::Usage`] into a bounded in-memory spool flushed in batches
-//!     ([`USAGE_BATCH`]); while storage is down the spool keeps the records and retries with
-//!     backoff; when the spool is full the loop stops draining, so the crossbeam queue (and
-//!     then the workers' own spools) absorb the backlog: usage is never dropped silently;
-//!   - [`WorkerEvent::Account`] -> status (then republish) or cooldown persisted; quota
-//!     observations coalesced per account, persisted; in-memory effects skipped;
-//!   - [`WorkerEvent::RefreshRequest`] -> [`super::refresh::request`].
+//! - [`run`]: two loops over the two queues of [`Events`], so a usage backlog (a database
+//!   outage, a full spool) never delays an account event or a refresh request:
+//!   - the **control** loop: [`WorkerEvent::Account`] -> status (then republish) or cooldown
+//!     persisted; quota observations coalesced per account, persisted; in-memory effects
+//!     skipped; [`WorkerEvent::RefreshRequest`] -> [`super::refresh::request`] at once;
+//!   - the **usage** loop: records go into the durable [`Spool`] as soon as they arrive (one
+//!     write per wake-up), then into the database in batches of [`USAGE_BATCH`] after a short
+//!     window ([`BATCH_WINDOW`]), with their hourly rollups; while storage is down the spool
+//!     keeps them (on disk, bounded) and the loop retries with backoff; at the spool's bound
+//!     the loop stops taking records off the queue (see [`crate::spool`]). Retention prunes
+//!     raw records and rollups hourly ([`UsageConfig`]).
 //!
 //! # Error handling
-//! Failures are logged with counts on transition (not per record). On shutdown the loop drains
-//! everything and flushes for at most [`super::FLUSH_ON_SHUTDOWN`]; what still cannot be
-//! written is reported as lost with its count.
+//! Failures are logged with counts on transition (not per record). On shutdown both loops
+//! drain and flush for at most [`super::FLUSH_ON_SHUTDOWN`]; usage records still not in the
+//! database stay in the spool file and are replayed at the next start.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -25,13 +28,18 @@ use shared_state::{AccountEffect, AccountStatus, Events, UsageRecord, WorkerEven
 use tokio::{sync::watch, time::Instant};
 
 use super::Core;
-use crate::storage::QuotaUpdate;
+use crate::{spool::Spool, storage::QuotaUpdate, UsageConfig};
 
-/// Most usage records kept in memory while storage is unreachable.
-pub const USAGE_SPOOL_CAP: usize = 200_000;
+/// Most usage records mirrored in memory (the rest is read back from the spool file).
+pub const USAGE_MEM_CAP: usize = 50_000;
 /// Usage records per insert transaction.
 pub const USAGE_BATCH: usize = 1_000;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// How long the usage loop lets records accumulate after a wake-up before writing them to
+/// the database (they are in the spool file at once).
+pub const BATCH_WINDOW: Duration = Duration::from_millis(200);
+/// How often retention runs.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Makes a record's client-supplied text storable everywhere: PostgreSQL refuses NUL in
 /// `text`, and one such record would fail its whole batch, again and again, stalling every
@@ -43,34 +51,61 @@ fn storable(u: &mut UsageRecord) {
         }
     };
     clean(&mut u.model);
-    if let Some(c) = u.error_code.as_mut() {
+    for c in [
+        u.error_code.as_mut(),
+        u.reasoning_effort.as_mut(),
+        u.service_tier.as_mut(),
+        u.error_class.as_mut(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         clean(c);
+    }
+    if u.id == 0 {
+        u.id = UsageRecord::new_id();
     }
 }
 
 #[derive(Default)]
-struct Pending {
-    usage: VecDeque<UsageRecord>,
-    effects: VecDeque<(i64, AccountEffect)>,
-    quota: HashMap<i64, QuotaUpdate>,
+struct Backoff {
     failures: u32,
     retry_at: Option<Instant>,
-    persisted_usage: u64,
+}
+
+// === impl Backoff ===
+
+impl Backoff {
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        let d = Duration::from_millis(500)
+            .saturating_mul(1u32 << self.failures.min(6))
+            .min(MAX_BACKOFF);
+        self.retry_at = Some(Instant::now() + d);
+    }
+
+    fn waiting(&self) -> bool {
+        self.retry_at.is_some_and(|t| Instant::now() < t)
+    }
+}
+
+/// Control facts waiting to be persisted.
+#[derive(Default)]
+struct Pending {
+    effects: VecDeque<(i64, AccountEffect)>,
+    quota: HashMap<i64, QuotaUpdate>,
+    backoff: Backoff,
 }
 
 // === impl Pending ===
 
 impl Pending {
     fn is_empty(&self) -> bool {
-        self.usage.is_empty() && self.effects.is_empty() && self.quota.is_empty()
+        self.effects.is_empty() && self.quota.is_empty()
     }
 
     fn take(&mut self, core: &Arc<Core>, ev: WorkerEvent) {
         match ev {
-            WorkerEvent::Usage(mut u) => {
-                storable(&mut u);
-                self.usage.push_back(u)
-            }
             WorkerEvent::Account {
                 account_id,
                 effect: AccountEffect::Quota(u),
@@ -91,20 +126,16 @@ impl Pending {
                 account_id,
                 seen_version,
             } => super::refresh::request(core, account_id, seen_version),
+            // Usage has its own queue; a stray record is not lost either.
+            WorkerEvent::Usage(u) => {
+                tracing::debug!(key = u.key_id, "usage record on the control queue");
+            }
         }
-    }
-
-    fn backoff(&mut self) {
-        self.failures = self.failures.saturating_add(1);
-        let d = Duration::from_millis(500)
-            .saturating_mul(1u32 << self.failures.min(6))
-            .min(MAX_BACKOFF);
-        self.retry_at = Some(Instant::now() + d);
     }
 
     /// Writes what is pending; stops at the first storage failure (and backs off).
     async fn flush(&mut self, core: &Arc<Core>) {
-        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+        if self.backoff.waiting() {
             return;
         }
         let storage = core.storage.as_ref();
@@ -155,97 +186,73 @@ impl Pending {
                 Err(e) => return self.failed("quota", self.quota.len(), &e),
             }
         }
-        while !self.usage.is_empty() {
-            let n = self.usage.len().min(USAGE_BATCH);
-            let batch = &self.usage.make_contiguous()[..n];
-            match storage.insert_usage(batch).await {
-                Ok(_) => {
-                    self.usage.drain(..n);
-                    self.persisted_usage += n as u64;
-                }
-                Err(e) => return self.failed("usage records", self.usage.len(), &e),
-            }
+        if self.backoff.failures > 0 {
+            tracing::info!("account effects persisted again");
         }
-        if self.failures > 0 {
-            tracing::info!(
-                persisted_usage_total = self.persisted_usage,
-                "storage writes recovered; spool flushed"
-            );
-        }
-        self.failures = 0;
-        self.retry_at = None;
+        self.backoff = Backoff::default();
     }
 
     fn failed(&mut self, what: &str, pending: usize, e: &crate::error::StorageError) {
-        if self.failures == 0 {
+        if self.backoff.failures == 0 {
             tracing::error!(
                 error = %e,
                 what,
                 pending,
-                spooled_usage = self.usage.len(),
-                "cannot persist worker events; keeping them in memory and retrying"
+                "cannot persist account events; keeping them in memory and retrying"
             );
         } else {
             tracing::debug!(error = %e, what, pending, "persist retry failed");
         }
-        self.backoff();
+        self.backoff.failed();
     }
 }
 
-/// The event loop; returns after the final flush once `stop` is set.
-/// How long the sink lets facts accumulate after a wake-up before writing them.
-const BATCH_WINDOW: Duration = Duration::from_millis(200);
+/// Both event loops; returns after their final flushes once `stop` is set.
+pub(crate) async fn run(
+    core: Arc<Core>,
+    events: Events,
+    spool: Option<Spool>,
+    cfg: UsageConfig,
+    stop: watch::Receiver<bool>,
+) {
+    let events = Arc::new(events);
+    let control = tokio::spawn(control_loop(
+        Arc::clone(&core),
+        Arc::clone(&events),
+        stop.clone(),
+    ));
+    usage_loop(core, events, spool, cfg, stop).await;
+    let _ = control.await;
+}
 
-pub(crate) async fn run(core: Arc<Core>, events: Events, mut stop: watch::Receiver<bool>) {
+async fn control_loop(core: Arc<Core>, events: Arc<Events>, mut stop: watch::Receiver<bool>) {
     let mut p = Pending::default();
-    let mut last_full_warning: Option<Instant> = None;
     loop {
-        let room = USAGE_SPOOL_CAP.saturating_sub(p.usage.len());
         let idle = if p.is_empty() {
             Duration::from_secs(3600)
         } else {
-            p.retry_at
+            p.backoff
+                .retry_at
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .unwrap_or(Duration::from_millis(250))
                 .max(Duration::from_millis(50))
         };
-        let woke_by_event = tokio::select! {
-            _ = events.wait(), if room > 0 => true,
-            _ = tokio::time::sleep(idle) => false,
+        tokio::select! {
+            _ = events.wait_control() => {}
+            _ = tokio::time::sleep(idle) => {}
             _ = stop.wait_for(|s| *s) => break,
-        };
-        if woke_by_event {
-            // Let a batch form: one transaction per window instead of one per request
-            // (benches/README.md, "next costs" 1).
-            tokio::select! {
-                _ = tokio::time::sleep(BATCH_WINDOW) => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
         }
-        let room = USAGE_SPOOL_CAP.saturating_sub(p.usage.len());
-        for ev in events.drain().take(room) {
+        for ev in events.drain_control() {
             p.take(&core, ev);
-        }
-        if p.usage.len() >= USAGE_SPOOL_CAP
-            && last_full_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10))
-        {
-            tracing::error!(
-                spooled = p.usage.len(),
-                "usage spool full; leaving events queued for the workers to hold"
-            );
-            last_full_warning = Some(Instant::now());
         }
         p.flush(&core).await;
     }
-
-    // Shutdown: take everything still queued and flush within the budget.
-    for ev in events.drain() {
+    for ev in events.drain_control() {
         p.take(&core, ev);
     }
-    p.retry_at = None;
     let deadline = Instant::now() + super::FLUSH_ON_SHUTDOWN;
     while !p.is_empty() && Instant::now() < deadline {
-        p.retry_at = None;
+        p.backoff.retry_at = None;
         if tokio::time::timeout_at(deadline, p.flush(&core))
             .await
             .is_err()
@@ -258,15 +265,266 @@ pub(crate) async fn run(core: Arc<Core>, events: Events, mut stop: watch::Receiv
     }
     if !p.is_empty() {
         tracing::error!(
-            usage = p.usage.len(),
             effects = p.effects.len(),
             quota = p.quota.len(),
-            "shutdown: storage unavailable; these worker events were not persisted"
+            "shutdown: storage unavailable; these account events were not persisted"
         );
-    } else {
-        tracing::debug!(
-            persisted_usage_total = p.persisted_usage,
-            "event loop flushed"
+    }
+}
+
+/// The usage side: the durable spool, or (when the spool file cannot be created) memory.
+struct Usage {
+    spool: Option<Spool>,
+    /// Used only without a spool file (bounded by [`USAGE_MEM_CAP`]).
+    mem: VecDeque<UsageRecord>,
+    stats: Arc<shared_state::UsageStats>,
+    backoff: Backoff,
+    /// When the oldest record not yet in the database arrived.
+    since: Option<Instant>,
+}
+
+// === impl Usage ===
+
+impl Usage {
+    fn has_room(&self) -> bool {
+        match &self.spool {
+            Some(s) => s.has_room(),
+            None => self.mem.len() < USAGE_MEM_CAP,
+        }
+    }
+
+    fn pending(&self) -> u64 {
+        match &self.spool {
+            Some(s) => s.pending(),
+            None => self.mem.len() as u64,
+        }
+    }
+
+    /// Takes records off the queue while there is room; spools them (one write).
+    fn intake(&mut self, events: &Events) -> usize {
+        let mut taken = 0;
+        while self.has_room() {
+            let mut batch = Vec::new();
+            for ev in events.drain_usage().take(USAGE_BATCH) {
+                if let WorkerEvent::Usage(mut u) = ev {
+                    storable(&mut u);
+                    batch.push(u);
+                }
+            }
+            if batch.is_empty() {
+                break;
+            }
+            taken += batch.len();
+            match &mut self.spool {
+                Some(s) => s.append(batch),
+                None => {
+                    self.stats
+                        .spooled_records
+                        .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    self.mem.extend(batch);
+                }
+            }
+        }
+        if let Some(s) = &mut self.spool {
+            s.sync_soon();
+        }
+        if taken > 0 && self.since.is_none() {
+            self.since = Some(Instant::now());
+        }
+        taken
+    }
+
+    /// Inserts what is pending, batch by batch; stops at the first failure (and backs off).
+    async fn flush(&mut self, core: &Arc<Core>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.backoff.waiting() {
+            return;
+        }
+        loop {
+            let (records, batch) = match &mut self.spool {
+                Some(s) => match s.next_batch(USAGE_BATCH) {
+                    Ok(Some(b)) => (b.records.clone(), Some(b)),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot read the usage spool");
+                        self.backoff.failed();
+                        return;
+                    }
+                },
+                None => {
+                    if self.mem.is_empty() {
+                        break;
+                    }
+                    let n = self.mem.len().min(USAGE_BATCH);
+                    (self.mem.iter().take(n).cloned().collect(), None)
+                }
+            };
+            let n = records.len();
+            let res = if n == 0 {
+                Ok(0)
+            } else {
+                core.storage.insert_usage(&records).await
+            };
+            match res {
+                Ok(inserted) => {
+                    self.stats.persisted.fetch_add(inserted as u64, Relaxed);
+                    self.stats
+                        .duplicates
+                        .fetch_add(n.saturating_sub(inserted) as u64, Relaxed);
+                    match (batch, &mut self.spool) {
+                        (Some(b), Some(s)) => {
+                            if let Err(e) = s.committed(b) {
+                                tracing::error!(error = %e, "cannot truncate the usage spool");
+                            }
+                        }
+                        _ => {
+                            self.mem.drain(..n);
+                            self.stats.spooled_records.fetch_sub(n as u64, Relaxed);
+                        }
+                    }
+                }
+                Err(e) => {
+                    if self.backoff.failures == 0 {
+                        tracing::error!(
+                            error = %e,
+                            pending = self.pending(),
+                            "cannot persist usage records; they stay in the spool and are retried"
+                        );
+                    }
+                    self.backoff.failed();
+                    return;
+                }
+            }
+        }
+        if self.backoff.failures > 0 {
+            tracing::info!(
+                persisted_total = self.stats.persisted.load(Relaxed),
+                "usage records persisted again; spool flushed"
+            );
+        }
+        self.backoff = Backoff::default();
+        self.since = None;
+    }
+}
+
+async fn prune(core: &Arc<Core>, cfg: &UsageConfig) {
+    let now = crate::storage::now_ms_i64();
+    let day = 86_400_000i64;
+    let before = |days: u32| (days > 0).then(|| now - i64::from(days) * day);
+    let (raw, rollup) = (
+        before(cfg.retention_days),
+        before(cfg.rollup_retention_days),
+    );
+    if raw.is_none() && rollup.is_none() {
+        return;
+    }
+    match core.storage.prune_usage(raw, rollup).await {
+        Ok((r, h)) if r > 0 || h > 0 => {
+            tracing::info!(records = r, rollups = h, "usage retention pruned old rows")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "usage retention failed; retrying later"),
+    }
+}
+
+async fn usage_loop(
+    core: Arc<Core>,
+    events: Arc<Events>,
+    spool: Option<Spool>,
+    cfg: UsageConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut u = Usage {
+        stats: Arc::clone(events.stats()),
+        spool,
+        mem: VecDeque::new(),
+        backoff: Backoff::default(),
+        since: None,
+    };
+    if u.pending() > 0 {
+        // Replayed records from an earlier process: in the database as soon as possible.
+        u.since = Some(Instant::now() - BATCH_WINDOW);
+    }
+    let mut last_full_warning: Option<Instant> = None;
+    let mut next_prune = Instant::now() + Duration::from_secs(60);
+    loop {
+        // When to write to the database next: the batch window after the oldest pending
+        // record, or the backoff.
+        let due = match (u.since, u.pending() > 0) {
+            (_, false) => None,
+            (Some(t), true) => Some((t + BATCH_WINDOW).max(u.backoff.retry_at.unwrap_or(t))),
+            (None, true) => Some(u.backoff.retry_at.unwrap_or_else(Instant::now)),
+        };
+        let mut wake = due.map_or(next_prune, |d| d.min(next_prune));
+        if let Some(s) = &mut u.spool {
+            // Bytes written since the last fdatasync get theirs within SYNC_EVERY.
+            s.sync_soon();
+            if s.needs_sync() {
+                wake = wake.min(Instant::now() + crate::spool::SYNC_EVERY);
+            }
+        }
+        let room = u.has_room();
+        tokio::select! {
+            _ = events.wait_usage(), if room => {}
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+        u.intake(&events);
+        if !u.has_room()
+            && events.usage_queued() > 0
+            && last_full_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10))
+        {
+            tracing::error!(
+                spooled = u.pending(),
+                queued = events.usage_queued(),
+                "usage spool full; records wait in the queue and the workers' spools"
+            );
+            last_full_warning = Some(Instant::now());
+        }
+        let now = Instant::now();
+        if u.since.is_some_and(|t| now >= t + BATCH_WINDOW) && !u.backoff.waiting() {
+            u.flush(&core).await;
+            // Room again: take what waited, so it is spooled before the next wait.
+            u.intake(&events);
+        }
+        if now >= next_prune {
+            prune(&core, &cfg).await;
+            next_prune = Instant::now() + PRUNE_EVERY;
+        }
+    }
+
+    // Shutdown: spool everything still queued, then flush within the budget; what cannot be
+    // written stays in the spool file for the next start.
+    u.intake(&events);
+    let deadline = Instant::now() + super::FLUSH_ON_SHUTDOWN;
+    while u.pending() > 0 && Instant::now() < deadline {
+        u.backoff.retry_at = None;
+        if tokio::time::timeout_at(deadline, u.flush(&core))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        if u.pending() > 0 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        u.intake(&events);
+    }
+    if let Some(s) = &u.spool {
+        if u.pending() > 0 {
+            tracing::warn!(
+                usage = u.pending(),
+                spool = %s.path().display(),
+                "shutdown: storage unavailable; usage records stay in the spool and are replayed at the next start"
+            );
+        }
+        if let Err(e) = std::fs::File::open(s.path()).and_then(|f| f.sync_all()) {
+            tracing::warn!(error = %e, "usage spool final sync failed");
+        }
+    } else if u.pending() > 0 {
+        tracing::error!(
+            usage = u.pending(),
+            "shutdown: storage unavailable; these usage records were not persisted"
         );
     }
 }

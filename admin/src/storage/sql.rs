@@ -68,9 +68,47 @@ pub(super) const RECORD_QUOTA: &str = "UPDATE accounts SET \
 
 pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, account_id, route, \
      model, status, stream, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
-     ttfb_ms, latency_ms, error_code, started_at_ms, cost_micros) ";
+     ttfb_ms, latency_ms, error_code, started_at_ms, cost_micros, record_id, reasoning_effort, service_tier, \
+     transport, ttft_ms, failovers, error_class) ";
 
-/// Rows per multi-row usage INSERT (14 binds each; far below both engines' limits).
+/// What follows the values of a usage INSERT: a record already stored (spool replay) is
+/// skipped, and the inserted rows come back for the rollups.
+pub(super) const USAGE_INSERT_TAIL: &str = " ON CONFLICT (record_id) DO NOTHING \
+     RETURNING key_id, account_id, model, status, error_code, input_tokens, cached_tokens, \
+     output_tokens, reasoning_tokens, failovers, latency_ms, started_at_ms";
+
+/// Adds one group of inserted records to its hourly rollup row.
+pub(super) const ROLLUP_UPSERT: &str = "INSERT INTO usage_hourly (hour_ms, key_id, account_id, \
+     model, requests, errors, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
+     failovers, latency_ms_sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (hour_ms, key_id, account_id, model) DO UPDATE SET \
+     requests = usage_hourly.requests + excluded.requests, \
+     errors = usage_hourly.errors + excluded.errors, \
+     input_tokens = usage_hourly.input_tokens + excluded.input_tokens, \
+     cached_tokens = usage_hourly.cached_tokens + excluded.cached_tokens, \
+     output_tokens = usage_hourly.output_tokens + excluded.output_tokens, \
+     reasoning_tokens = usage_hourly.reasoning_tokens + excluded.reasoning_tokens, \
+     failovers = usage_hourly.failovers + excluded.failovers, \
+     latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum";
+
+/// Every column of a raw record, for the CSV export (`$5`: after this id, `$6`: limit).
+pub(super) const USAGE_ROWS: &str = "SELECT id, record_id, started_at_ms, key_id, account_id, \
+     route, model, reasoning_effort, service_tier, transport, status, stream, input_tokens, \
+     cached_tokens, output_tokens, reasoning_tokens, ttfb_ms, ttft_ms, latency_ms, failovers, \
+     error_code, error_class FROM usage_records \
+     WHERE ($1 IS NULL OR started_at_ms >= $1) AND ($2 IS NULL OR started_at_ms < $2) \
+       AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) AND id > $5 \
+     ORDER BY id LIMIT $6";
+
+/// Hourly rollups in a window.
+pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, model, requests, \
+     errors, input_tokens, cached_tokens, output_tokens, reasoning_tokens, failovers, \
+     latency_ms_sum FROM usage_hourly \
+     WHERE ($1 IS NULL OR hour_ms >= $1) AND ($2 IS NULL OR hour_ms < $2) \
+       AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
+     ORDER BY hour_ms, key_id, account_id, model";
+
+/// Rows per multi-row usage INSERT (21 binds each; far below both engines' limits).
 pub(super) const USAGE_CHUNK: usize = 200;
 
 /// Usage totals grouped by `(key_id, account_id)`. `SUM` of a `BIGINT` is `NUMERIC` on
@@ -807,9 +845,15 @@ macro_rules! impl_storage {
                 records: &'a [shared_state::UsageRecord],
             ) -> $crate::storage::StorageFuture<'a, usize> {
                 Box::pin(async move {
+                    use sqlx::Row;
                     if records.is_empty() {
                         return Ok(0);
                     }
+                    // (hour, key, account or 0, model) -> [requests, errors, in, cached, out,
+                    // reasoning, failovers, latency]
+                    let mut rollup: std::collections::BTreeMap<(i64, i64, i64, String), [i64; 8]> =
+                        std::collections::BTreeMap::new();
+                    let mut inserted = 0usize;
                     let mut tx = self.pool.begin().await?;
                     for chunk in records.chunks($crate::storage::sql::USAGE_CHUNK) {
                         let mut qb = sqlx::QueryBuilder::<$db>::new(
@@ -817,6 +861,11 @@ macro_rules! impl_storage {
                         );
                         qb.push_values(chunk, |mut b, r| {
                             use $crate::storage::to_i64;
+                            let id = if r.id == 0 {
+                                shared_state::UsageRecord::new_id()
+                            } else {
+                                r.id
+                            };
                             b.push_bind(r.key_id)
                                 .push_bind(r.account_id)
                                 .push_bind(r.route)
@@ -831,12 +880,177 @@ macro_rules! impl_storage {
                                 .push_bind(to_i64(r.latency_ms))
                                 .push_bind(r.error_code.as_deref())
                                 .push_bind(to_i64(r.started_at_ms))
-                                .push_bind(to_i64(r.cost_micros));
+                                .push_bind(to_i64(r.cost_micros))
+                                .push_bind(format!("{id:032x}"))
+                                .push_bind(r.reasoning_effort.as_deref())
+                                .push_bind(r.service_tier.as_deref())
+                                .push_bind(r.transport.as_str())
+                                .push_bind(r.ttft_ms.map(to_i64))
+                                .push_bind(i64::from(r.failovers))
+                                .push_bind(r.error_class.as_deref());
                         });
-                        qb.build().execute(&mut *tx).await?;
+                        qb.push($crate::storage::sql::USAGE_INSERT_TAIL);
+                        let rows = qb.build().fetch_all(&mut *tx).await?;
+                        inserted += rows.len();
+                        for row in &rows {
+                            let status: i64 = row.try_get("status")?;
+                            let code: Option<String> = row.try_get("error_code")?;
+                            let model: String = row.try_get("model")?;
+                            let k = $crate::storage::rollup_key(
+                                row.try_get("started_at_ms")?,
+                                row.try_get("key_id")?,
+                                row.try_get("account_id")?,
+                                &model,
+                            );
+                            // One record adds at most 2^40 per column to its rollup (raw
+                            // rows keep the exact value): absurd values cannot overflow the
+                            // hour's sums.
+                            let v = |c: &str| -> Result<i64, sqlx::Error> {
+                                Ok(row.try_get::<i64, _>(c)?.clamp(0, 1 << 40))
+                            };
+                            let add = [
+                                1,
+                                i64::from(status >= 400 || code.is_some()),
+                                v("input_tokens")?,
+                                v("cached_tokens")?,
+                                v("output_tokens")?,
+                                v("reasoning_tokens")?,
+                                v("failovers")?,
+                                v("latency_ms")?,
+                            ];
+                            let e = rollup.entry(k).or_insert([0; 8]);
+                            for (x, a) in e.iter_mut().zip(add) {
+                                *x = x.saturating_add(a);
+                            }
+                        }
+                    }
+                    for ((hour, key, account, model), v) in &rollup {
+                        let mut q = sqlx::query($crate::storage::sql::ROLLUP_UPSERT)
+                            .bind(*hour)
+                            .bind(*key)
+                            .bind(*account)
+                            .bind(model.as_str());
+                        for x in v {
+                            q = q.bind(*x);
+                        }
+                        q.execute(&mut *tx).await?;
                     }
                     tx.commit().await?;
-                    Ok(records.len())
+                    Ok(inserted)
+                })
+            }
+
+            fn usage_rows(
+                &self,
+                filter: $crate::storage::UsageFilter,
+                after_id: i64,
+                limit: u32,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::UsageRow>> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::USAGE_ROWS)
+                        .bind(filter.since_ms)
+                        .bind(filter.until_ms)
+                        .bind(filter.key_id)
+                        .bind(filter.account_id)
+                        .bind(after_id)
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        out.push($crate::storage::UsageRow {
+                            id: r.try_get("id")?,
+                            record_id: r.try_get("record_id")?,
+                            started_at_ms: r.try_get("started_at_ms")?,
+                            key_id: r.try_get("key_id")?,
+                            account_id: r.try_get("account_id")?,
+                            route: r.try_get("route")?,
+                            model: r.try_get("model")?,
+                            reasoning_effort: r.try_get("reasoning_effort")?,
+                            service_tier: r.try_get("service_tier")?,
+                            transport: r.try_get("transport")?,
+                            status: r.try_get("status")?,
+                            stream: r.try_get("stream")?,
+                            input_tokens: r.try_get("input_tokens")?,
+                            cached_tokens: r.try_get("cached_tokens")?,
+                            output_tokens: r.try_get("output_tokens")?,
+                            reasoning_tokens: r.try_get("reasoning_tokens")?,
+                            ttfb_ms: r.try_get("ttfb_ms")?,
+                            ttft_ms: r.try_get("ttft_ms")?,
+                            latency_ms: r.try_get("latency_ms")?,
+                            failovers: r.try_get("failovers")?,
+                            error_code: r.try_get("error_code")?,
+                            error_class: r.try_get("error_class")?,
+                        });
+                    }
+                    Ok(out)
+                })
+            }
+
+            fn usage_rollups(
+                &self,
+                filter: $crate::storage::UsageFilter,
+            ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::UsageRollup>> {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query($crate::storage::sql::USAGE_ROLLUPS)
+                        .bind(filter.since_ms)
+                        .bind(filter.until_ms)
+                        .bind(filter.key_id)
+                        .bind(filter.account_id)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    let n = |r: &<$db as sqlx::Database>::Row, c: &str| -> Result<u64, sqlx::Error> {
+                        Ok(u64::try_from(r.try_get::<i64, _>(c)?).unwrap_or(0))
+                    };
+                    let mut out = Vec::with_capacity(rows.len());
+                    for r in &rows {
+                        let account: i64 = r.try_get("account_id")?;
+                        out.push($crate::storage::UsageRollup {
+                            hour_ms: r.try_get("hour_ms")?,
+                            key_id: r.try_get("key_id")?,
+                            account_id: (account != 0).then_some(account),
+                            model: r.try_get("model")?,
+                            totals: $crate::storage::UsageTotals {
+                                requests: n(r, "requests")?,
+                                input_tokens: n(r, "input_tokens")?,
+                                cached_tokens: n(r, "cached_tokens")?,
+                                output_tokens: n(r, "output_tokens")?,
+                                reasoning_tokens: n(r, "reasoning_tokens")?,
+                                errors: n(r, "errors")?,
+                            },
+                            failovers: n(r, "failovers")?,
+                            latency_ms_sum: n(r, "latency_ms_sum")?,
+                        });
+                    }
+                    Ok(out)
+                })
+            }
+
+            fn prune_usage(
+                &self,
+                raw_before_ms: Option<i64>,
+                rollup_before_ms: Option<i64>,
+            ) -> $crate::storage::StorageFuture<'_, (u64, u64)> {
+                Box::pin(async move {
+                    let mut raw = 0;
+                    if let Some(t) = raw_before_ms {
+                        raw = sqlx::query("DELETE FROM usage_records WHERE started_at_ms < $1")
+                            .bind(t)
+                            .execute(&self.pool)
+                            .await?
+                            .rows_affected();
+                    }
+                    let mut rolled = 0;
+                    if let Some(t) = rollup_before_ms {
+                        rolled = sqlx::query("DELETE FROM usage_hourly WHERE hour_ms < $1")
+                            .bind(t)
+                            .execute(&self.pool)
+                            .await?
+                            .rows_affected();
+                    }
+                    Ok((raw, rolled))
                 })
             }
 

@@ -181,7 +181,7 @@ pub fn usage(i: u64) -> UsageRecord {
         latency_ms: 10,
         error_code: None,
         started_at_ms: 1_700_000_000_000,
-        cost_micros: 0,
+        ..Default::default()
     }
 }
 

@@ -50,6 +50,7 @@ fn usage(i: u64) -> UsageRecord {
         },
         started_at_ms: 1_700_000_000_000 + i,
         cost_micros: 10 * i,
+        ..Default::default()
     }
 }
 
@@ -402,6 +403,91 @@ async fn usage_insert_batch(db: &TestDb) {
     big.input_tokens = u64::MAX;
     s.insert_usage(&[big]).await.unwrap();
     assert_eq!(s.usage_count().await.unwrap(), 451);
+}
+
+/// A record id is stored once: a replay of the durable spool (the same ids again, alone or
+/// mixed with new ones) inserts only the new ones, and the hourly rollups count each record
+/// once. Every new field round-trips; retention prunes raw rows and rollups apart.
+async fn usage_dedup_rollups_and_retention(db: &TestDb) {
+    use admin::storage::{UsageFilter, HOUR_MS};
+    let s = db.open().await;
+    let hour = 1_700_002_800_000i64 / HOUR_MS * HOUR_MS;
+    let mk = |i: u64| UsageRecord {
+        id: UsageRecord::new_id(),
+        key_id: 3,
+        account_id: i.is_multiple_of(2).then_some(9),
+        route: "chat_completions",
+        model: "gpt-5".into(),
+        status: if i == 3 { 502 } else { 200 },
+        stream: true,
+        input_tokens: 10,
+        cached_tokens: 4,
+        output_tokens: 20,
+        reasoning_tokens: 5,
+        ttfb_ms: Some(7),
+        latency_ms: 100,
+        error_code: (i == 3).then(|| "upstream_error".into()),
+        started_at_ms: (hour + (i as i64) * 60_000) as u64,
+        reasoning_effort: Some("high".into()),
+        service_tier: Some("priority".into()),
+        transport: shared_state::Transport::HttpFallback,
+        ttft_ms: Some(42),
+        failovers: 2,
+        error_class: (i == 3).then(|| "server_is_overloaded".into()),
+        cost_micros: 17,
+    };
+    let recs: Vec<UsageRecord> = (0..4).map(mk).collect();
+    assert_eq!(s.insert_usage(&recs[..2]).await.unwrap(), 2);
+    // A replay of all four: the first two are already stored.
+    assert_eq!(s.insert_usage(&recs).await.unwrap(), 2);
+    assert_eq!(s.insert_usage(&recs).await.unwrap(), 0);
+    assert_eq!(s.usage_count().await.unwrap(), 4);
+
+    let rows = s.usage_rows(UsageFilter::default(), 0, 100).await.unwrap();
+    assert_eq!(rows.len(), 4);
+    let r = &rows[3];
+    assert_eq!(r.record_id.as_deref(), Some(recs[3].id_hex().as_str()));
+    assert_eq!(r.reasoning_effort.as_deref(), Some("high"));
+    assert_eq!(r.service_tier.as_deref(), Some("priority"));
+    assert_eq!(r.transport.as_deref(), Some("http_fallback"));
+    assert_eq!((r.ttft_ms, r.failovers), (Some(42), 2));
+    assert_eq!(r.error_class.as_deref(), Some("server_is_overloaded"));
+    assert_eq!(r.route, "chat_completions");
+    // Paging by id.
+    let page = s
+        .usage_rows(UsageFilter::default(), rows[1].id, 1)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].id, rows[2].id);
+
+    let roll = s.usage_rollups(UsageFilter::default()).await.unwrap();
+    assert_eq!(roll.len(), 2, "{roll:?}");
+    let with = roll.iter().find(|r| r.account_id == Some(9)).unwrap();
+    let without = roll.iter().find(|r| r.account_id.is_none()).unwrap();
+    assert_eq!(with.hour_ms, hour);
+    assert_eq!(with.totals.requests, 2);
+    assert_eq!(without.totals.requests, 2);
+    assert_eq!(without.totals.errors, 1);
+    assert_eq!(with.totals.input_tokens + without.totals.input_tokens, 40);
+    assert_eq!(with.failovers + without.failovers, 8);
+    assert_eq!(with.latency_ms_sum, 200);
+
+    // Retention: raw records before `hour + 2 min` go; the rollup hour stays.
+    let (raw, rolled) = s.prune_usage(Some(hour + 2 * 60_000), None).await.unwrap();
+    assert_eq!((raw, rolled), (2, 0));
+    assert_eq!(s.usage_count().await.unwrap(), 2);
+    assert_eq!(
+        s.usage_rollups(UsageFilter::default()).await.unwrap().len(),
+        2
+    );
+    let (raw, rolled) = s.prune_usage(None, Some(hour + HOUR_MS)).await.unwrap();
+    assert_eq!((raw, rolled), (0, 2));
+    assert!(s
+        .usage_rollups(UsageFilter::default())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn snapshot_reuses_live_arcs(db: &TestDb) {
@@ -801,5 +887,6 @@ both_backends!(
     keys_create_list_revoke,
     key_limits_groups_and_spend,
     usage_insert_batch,
+    usage_dedup_rollups_and_retention,
     snapshot_reuses_live_arcs,
 );

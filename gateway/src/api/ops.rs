@@ -101,6 +101,7 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
         shared_state::now_ms(),
     ));
     crate::limits::render_metrics(&ctx.health, &mut body);
+    ctx.usage_stats().render(&mut body);
     conn.write_response(
         200,
         &[("content-type", "text/plain; version=0.0.4")],

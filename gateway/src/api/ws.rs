@@ -51,7 +51,7 @@ use super::{affinity_key, authenticate, passthrough, responses::Capturing, write
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
-    lifecycle::{self, RequestPlan},
+    lifecycle::RequestPlan,
     models,
     pipeline::{self, Encoder, Sink, UsageGuard},
     server::h1::{Conn, Framing, Request},
@@ -396,10 +396,9 @@ async fn turn(
             continuation,
         }),
     };
-    let committed = match Box::pin(lifecycle::open(ctx, &plan)).await {
+    let committed = match Box::pin(pipeline::open(ctx, &plan, &mut usage)).await {
         Ok(c) => c,
         Err(e) => {
-            usage.fail(&e);
             shared.send_text(&e.ws_error_event());
             return;
         }

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Usage: zero lost (issue 12; see benches/README.md, "Usage: zero lost"). Run by hand.
+#
+# Drives CONCURRENCY concurrent SSE streams through a real codex-gateway (PostgreSQL storage)
+# for DURATION seconds. Half-way, PostgreSQL refuses connections to the gateway's database
+# (an outage); the gateway is then restarted while the database is still down (SIGTERM: its
+# spool file stays behind), the database comes back, and the new process replays the spool.
+# Reports: requests sent by loadgen, usage rows stored, duplicates (must be 0), records
+# dropped (must be 0), the spool's peak size and the gateway's peak RSS.
+#
+# Build first:  cargo build --release -p gateway -p codex-gateway-benches
+# Run:          benches/usage-zero-lost.sh
+#               CONCURRENCY=200 DURATION=10 OUTAGE=0 benches/usage-zero-lost.sh
+set -euo pipefail
+BIN=${BIN:-target/release}
+CONCURRENCY=${CONCURRENCY:-1000}
+DURATION=${DURATION:-20}
+OUTAGE=${OUTAGE:-1}
+PG=${PG:-postgres://postgres@127.0.0.1:5432}
+RATE=${RATE:-20}
+TOKENS=${TOKENS:-40}
+
+work=$(mktemp -d)
+db="cg_usage_zero_lost_$$"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS true" >/dev/null 2>&1 || true
+  psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql -q "$PG/postgres" -c "CREATE DATABASE $db" >/dev/null
+url="$PG/$db"
+
+"$BIN/mock-codex" --listen 127.0.0.1:0 --account acct-1 --account acct-2 --account acct-3 \
+  --account acct-4 --write-auth-json "$work/auth" >"$work/mock.out" 2>"$work/mock.log" &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$work/mock.out" 2>/dev/null && break; sleep 0.1; done
+mock=$(sed -n 's/^mock-codex listening on \(http:[^ ]*\).*/\1/p' "$work/mock.out")
+export CODEX_GATEWAY_ADMIN_TOKEN=bench-admin
+"$BIN/codex-gateway" accounts import "$work"/auth/*.json --data-dir "$work/data" \
+  --database-url "$url" --oauth-token-url "$mock/oauth/token" >/dev/null
+key=$("$BIN/codex-gateway" keys create bench --data-dir "$work/data" --database-url "$url")
+cat >"$work/gw.toml" <<TOML
+[upstream]
+plain_http = "h2c"
+[pool]
+default_max_concurrency = 0
+TOML
+
+start_gw() {
+  "$BIN/codex-gateway" serve --config "$work/gw.toml" --listen 127.0.0.1:${PORT:-0} \
+    --admin-listen 127.0.0.1:0 --data-dir "$work/data" --database-url "$url" \
+    --upstream-base-url "$mock/backend-api/codex" 2>>"$work/gw.log" &
+  gw=$!
+  pids+=($gw)
+  for _ in $(seq 200); do
+    addr=$(sed -n 's/^codex-gateway listening on http:\/\/\([^ ]*\).*/\1/p' "$work/gw.log" | tail -1)
+    [ -n "$addr" ] && curl -sf "http://$addr/healthz" >/dev/null && return
+    sleep 0.1
+  done
+  echo "gateway did not start" >&2; tail "$work/gw.log" >&2; exit 1
+}
+metric() { curl -sf "http://$addr/metrics" | awk -v m="$1" '$1==m {print $2}'; }
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$gw/status" 2>/dev/null || echo 0; }
+
+start_gw
+PORT=${addr##*:}
+peak_rss=0; peak_spool=0
+sample() {
+  r=$(rss_kb); [ "${r:-0}" -gt "$peak_rss" ] && peak_rss=$r
+  b=$(metric codex_gateway_usage_spool_bytes || echo 0); [ "${b:-0}" -gt "$peak_spool" ] && peak_spool=$b
+  return 0
+}
+"$BIN/loadgen" --url "http://$addr/v1/responses" --key "$key" --concurrency "$CONCURRENCY" \
+  --ramp-up-secs 2 --duration-secs "$DURATION" --json \
+  --client-metadata "x-mock-events-per-second=$RATE" --client-metadata "x-mock-tokens=$TOKENS" \
+  >"$work/load1.json" &
+lg=$!
+half=$((DURATION / 2))
+for _ in $(seq $((half * 5))); do sample; sleep 0.2; done
+if [ "$OUTAGE" = 1 ]; then
+  psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS false" \
+    -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '$db'" >/dev/null
+  echo "outage: $db refuses connections"
+fi
+while kill -0 "$lg" 2>/dev/null; do sample; sleep 0.2; done
+sample
+spooled=$(metric codex_gateway_usage_spool_records)
+if [ "$OUTAGE" = 1 ]; then
+  kill -TERM "$gw"; wait "$gw" || true
+  echo "gateway stopped with $spooled records spooled; spool files: $(ls "$work/data" | grep -c usage-spool)"
+  psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS true" >/dev/null
+  start_gw
+fi
+for _ in $(seq 600); do
+  [ "$(metric codex_gateway_usage_spool_records)" = 0 ] && break
+  sleep 0.1
+done
+started=$(jq .requests_started "$work/load1.json")
+rows=$(psql -tA "$url" -c "SELECT COUNT(*) FROM usage_records")
+dupes=$(psql -tA "$url" -c "SELECT COUNT(*) FROM (SELECT record_id FROM usage_records GROUP BY record_id HAVING COUNT(*) > 1) d")
+echo "concurrency=$CONCURRENCY duration=${DURATION}s outage=$OUTAGE"
+echo "requests started (loadgen): $started"
+echo "usage rows stored:          $rows"
+echo "duplicated record ids:      $dupes"
+echo "replayed after restart:     $(metric codex_gateway_usage_replayed_total)"
+echo "dropped (metric):           $(metric codex_gateway_usage_dropped_total)"
+echo "peak spool bytes:           $peak_spool"
+echo "peak gateway RSS:           $((peak_rss / 1024)) MiB"
+[ "$rows" = "$started" ] && [ "$dupes" = 0 ] && echo "ZERO LOST" || { echo "MISMATCH"; exit 1; }
