@@ -190,6 +190,11 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut parsed = httparse::Request::new(&mut headers);
                 match parsed.parse(&self.buf) {
+                    // The limit holds however the head was cut into reads: a head that
+                    // completes inside one large read is refused like one read byte by byte.
+                    Ok(httparse::Status::Complete(n)) if n > MAX_HEAD => {
+                        return Err(reject(431, "Request header fields too large."));
+                    }
                     Ok(httparse::Status::Complete(n)) => {
                         break (n, parse_head(&parsed)?);
                     }
@@ -315,6 +320,10 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     async fn chunk_line(&mut self) -> Result<(usize, usize), ReadError> {
         loop {
             match take_line(&self.buf).map_err(bad_chunk)? {
+                // As for heads: the limit must not depend on how the line was cut into reads.
+                Line::Complete { len, .. } if len > MAX_CHUNK_LINE => {
+                    return Err(bad_chunk("line too long"))
+                }
                 Line::Complete { len, consumed } => return Ok((len, consumed)),
                 Line::Partial => {
                     if self.buf.len() > MAX_CHUNK_LINE {
