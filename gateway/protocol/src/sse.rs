@@ -246,8 +246,7 @@ mod tests {
     }
 
     /// Broke the split invariant of the fuzz target `sse` (tests/fuzz): an event over the limit
-    /// was refused when
-    /// it arrived in pieces but accepted when it arrived whole in one push.
+    /// was refused when it arrived in pieces but accepted when it arrived whole in one push.
     #[test]
     fn the_limit_does_not_depend_on_the_split() {
         let stream = b"data: 0123456789012345678901234567890\n\n";
