@@ -45,7 +45,9 @@ fuzz() {
   local t="$1"
   shift
   mkdir -p "$work/$t" "$work/$t-artifacts"
-  FUZZ_TARGET="$t" "$bin" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
+  # Inputs up to 16 KiB while fuzzing (longer corpus files are replayed whole by cargo test);
+  # later ARGS override these.
+  FUZZ_TARGET="$t" "$bin" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=20 -max_len=16384 -print_final_stats=1 \
     -artifact_prefix="$work/$t-artifacts/" "$@" "$work/$t" "$corpus/$t"
 }
 

@@ -3,7 +3,9 @@
 shapes from codex-protocol.md (Codex CLI 0.171.0 over HTTP, the OpenAI and Anthropic SDKs),
 Codex SSE streams as the mock upstream sends them, WebSocket frames (masked, fragmented,
 permessage-deflate), RESP2 replies and credential files. Re-run after changing it; files
-that the fuzzer added (crash-*, regress-*) are left alone."""
+it does not write are left alone: regress-* (inputs that once failed) and
+seed-codex-cli-0.171.0-recorded (a request the real Codex CLI 0.171.0 sent, `codex exec "say
+hi"` against a local listener, recorded byte for byte)."""
 import base64, json, os, struct, zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "corpus")
