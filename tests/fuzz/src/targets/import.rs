@@ -12,8 +12,9 @@ use serde_json::Value;
 /// from the file.
 const LABEL: &str = "f";
 
-/// Shortest string treated as a secret (shorter ones match ordinary words).
-const MIN_SECRET: usize = 8;
+/// Shortest string treated as a secret: real tokens are longer, and shorter ones (or ones
+/// with spaces) match the fixed words of the reasons ("refresh_token", serde's messages).
+const MIN_SECRET: usize = 16;
 
 /// Collects the strings under token keys (secrets) and every other string (not secret).
 fn walk(v: &Value, under_token: bool, secrets: &mut Vec<String>, others: &mut Vec<String>) {
@@ -59,7 +60,11 @@ pub fn run(data: &[u8]) {
         }
     }
     // A "secret" that is also an ordinary value or key in the file may be echoed as that.
-    secrets.retain(|s| s.len() >= MIN_SECRET && !others.iter().any(|o| o.contains(s.as_str())));
+    secrets.retain(|s| {
+        s.len() >= MIN_SECRET
+            && !s.contains(char::is_whitespace)
+            && !others.iter().any(|o| o.contains(s.as_str()))
+    });
 
     for e in &entries {
         let (src, reason) = match e {
