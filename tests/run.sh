@@ -4,7 +4,8 @@
 # SDKs and installs the pinned Codex CLI from npm for the real-client tests, installs Debian's
 # Chromium and the admin web app's npm dependencies (playwright-core drives Chromium in
 # tests/tests/admin_browser.rs) and checks that the committed frontend/dist is the build of
-# frontend/src, then runs every Rust test of the workspace.
+# frontend/src, runs every fuzz target briefly (tests/fuzz/run.sh smoke), then runs every Rust
+# test of the workspace (which replays the fuzz corpora).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,6 +92,17 @@ if ! diff -r frontend/dist target/frontend-dist-check >/dev/null; then
   log "frontend/dist is stale: run 'npm run build' in frontend/ and commit frontend/dist"
   diff -r frontend/dist target/frontend-dist-check | head -20 >&2
   exit 1
+fi
+
+# Coverage-guided fuzzing (docs/fuzzing.md), FUZZ_SECONDS per target (0 skips it; the corpora
+# are replayed by cargo test either way). libFuzzer needs a C++ compiler to build.
+if [ "${FUZZ_SECONDS:-8}" != 0 ]; then
+  if ! command -v c++ >/dev/null; then
+    log "installing a C++ compiler for libFuzzer"
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+  fi
+  log "fuzzing every target for ${FUZZ_SECONDS:-8}s (tests/fuzz/run.sh smoke)"
+  tests/fuzz/run.sh smoke "${FUZZ_SECONDS:-8}"
 fi
 
 log "running the test suite"

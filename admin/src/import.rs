@@ -166,42 +166,54 @@ pub async fn import_text(
     text: &str,
     sum: &mut ImportSummary,
 ) {
+    for entry in parse_text(src, text) {
+        match entry {
+            Parsed::Credential(src, raw) => import_raw(storage, oauth, &src, raw, sum).await,
+            Parsed::Skipped(src, why) => sum.skipped.push((src, why)),
+        }
+    }
+}
+
+/// One entry of a credential file, in file order: a credential to import, or why a part of
+/// the file was skipped (reasons never contain tokens).
+enum Parsed {
+    Credential(String, RawCredential),
+    Skipped(String, String),
+}
+
+/// Reads every entry of one file's `text` (no I/O: what to import and what to skip).
+fn parse_text(src: &str, text: &str) -> Vec<Parsed> {
+    let mut out = Vec::new();
     let src = src.to_owned();
     let trimmed = text.trim_start_matches('\u{feff}').trim();
     if trimmed.is_empty() {
-        sum.skipped.push((src, "empty file".into()));
-        return;
+        out.push(Parsed::Skipped(src, "empty file".into()));
+        return out;
     }
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
         match serde_json::from_str::<Value>(trimmed) {
             Ok(Value::Array(items)) => {
                 if items.is_empty() {
-                    sum.skipped.push((src.clone(), "empty JSON array".into()));
+                    out.push(Parsed::Skipped(src.clone(), "empty JSON array".into()));
                 }
                 for (i, v) in items.iter().enumerate() {
-                    import_json(storage, oauth, &format!("{src}[{i}]"), v, sum).await;
+                    parse_json(&format!("{src}[{i}]"), v, &mut out);
                 }
             }
-            Ok(v) => import_json(storage, oauth, &src, &v, sum).await,
+            Ok(v) => parse_json(&src, &v, &mut out),
             // Not one JSON document: maybe JSON lines.
-            Err(e) if trimmed.starts_with('{') && trimmed.lines().count() > 1 => {
-                let _ = e;
-                import_lines(storage, oauth, &src, trimmed, sum).await;
+            Err(_) if trimmed.starts_with('{') && trimmed.lines().count() > 1 => {
+                parse_lines(&src, trimmed, &mut out);
             }
-            Err(e) => sum.skipped.push((src, format!("invalid JSON: {e}"))),
+            Err(e) => out.push(Parsed::Skipped(src, format!("invalid JSON: {e}"))),
         }
     } else {
-        import_lines(storage, oauth, &src, trimmed, sum).await;
+        parse_lines(&src, trimmed, &mut out);
     }
+    out
 }
 
-async fn import_lines(
-    storage: &dyn Storage,
-    oauth: &OAuthClient,
-    src: &str,
-    text: &str,
-    sum: &mut ImportSummary,
-) {
+fn parse_lines(src: &str, text: &str, out: &mut Vec<Parsed>) {
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -210,8 +222,8 @@ async fn import_lines(
         let lsrc = format!("{src}:{}", n + 1);
         if line.starts_with('{') {
             match serde_json::from_str::<Value>(line) {
-                Ok(v) => import_json(storage, oauth, &lsrc, &v, sum).await,
-                Err(e) => sum.skipped.push((lsrc, format!("invalid JSON: {e}"))),
+                Ok(v) => parse_json(&lsrc, &v, out),
+                Err(e) => out.push(Parsed::Skipped(lsrc, format!("invalid JSON: {e}"))),
             }
             continue;
         }
@@ -230,7 +242,7 @@ async fn import_lines(
                 ..Default::default()
             }
         };
-        import_raw(storage, oauth, &lsrc, raw, sum).await;
+        out.push(Parsed::Credential(lsrc, raw));
     }
 }
 
@@ -252,16 +264,9 @@ fn parse_rfc3339_ms(s: Option<String>) -> Option<i64> {
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
-async fn import_json(
-    storage: &dyn Storage,
-    oauth: &OAuthClient,
-    src: &str,
-    v: &Value,
-    sum: &mut ImportSummary,
-) {
+fn parse_json(src: &str, v: &Value, out: &mut Vec<Parsed>) {
     let Some(obj) = v.as_object() else {
-        sum.skipped
-            .push((src.to_owned(), "not a JSON object".into()));
+        out.push(Parsed::Skipped(src.to_owned(), "not a JSON object".into()));
         return;
     };
     let raw = if let Some(tokens) = obj.get("tokens").filter(|t| t.is_object()) {
@@ -282,7 +287,7 @@ async fn import_json(
         // CPA flat file.
         if let Some(t) = opt_field(v, "type") {
             if !t.eq_ignore_ascii_case("codex") {
-                sum.skipped.push((
+                out.push(Parsed::Skipped(
                     src.to_owned(),
                     format!("credential type {t:?} is not codex"),
                 ));
@@ -299,13 +304,13 @@ async fn import_json(
             expires_at: parse_rfc3339_ms(opt_field(v, "expired")).map(|ms| ms / 1000),
         }
     } else {
-        sum.skipped.push((
+        out.push(Parsed::Skipped(
             src.to_owned(),
             "not a Codex credential (no tokens / access_token / refresh_token)".into(),
         ));
         return;
     };
-    import_raw(storage, oauth, src, raw, sum).await;
+    out.push(Parsed::Credential(src.to_owned(), raw));
 }
 
 async fn import_raw(
@@ -390,5 +395,50 @@ async fn import_raw(
         Err(e) => sum
             .skipped
             .push((src.to_owned(), format!("storage error: {e}"))),
+    }
+}
+
+/// The credential-file parser without storage or network, for the fuzz targets
+/// (`tests/fuzz`); compiled only with the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    use crate::oauth::Identity;
+
+    /// One entry of a parsed file (no `Debug`: it holds tokens).
+    pub enum Entry {
+        /// A credential to import.
+        Credential {
+            /// Where it came from (`file`, `file[2]`, `file:3`).
+            src: String,
+            /// `[id_token, access_token, refresh_token]` as read.
+            tokens: [String; 3],
+            /// The account id the import would use (the tokens' claims, else the file's).
+            account_id: Option<String>,
+        },
+        /// A part of the file that is skipped, and why.
+        Skipped {
+            /// Where it came from.
+            src: String,
+            /// Why (never contains a token).
+            reason: String,
+        },
+    }
+
+    /// Parses one credential file's `text`, named `src`, as the import does.
+    pub fn parse(src: &str, text: &str) -> Vec<Entry> {
+        super::parse_text(src, text)
+            .into_iter()
+            .map(|p| match p {
+                super::Parsed::Credential(src, raw) => {
+                    let id = Identity::from_tokens(&raw.id_token, &raw.access_token);
+                    Entry::Credential {
+                        src,
+                        account_id: id.account_id.or(raw.account_id),
+                        tokens: [raw.id_token, raw.access_token, raw.refresh_token],
+                    }
+                }
+                super::Parsed::Skipped(src, reason) => Entry::Skipped { src, reason },
+            })
+            .collect()
     }
 }

@@ -101,6 +101,11 @@ impl SseSplitter {
                 return Ok(None);
             };
             self.scanned = 0;
+            // The limit holds however the stream was cut: an event that arrives whole in one
+            // push is refused like one that arrives in pieces.
+            if end > self.max_event {
+                return Err(SseError::EventTooLarge(self.max_event));
+            }
             let frame = self.buf.split_to(end).freeze();
             if let Some(ev) = parse_frame(frame) {
                 return Ok(Some(ev));
@@ -232,6 +237,29 @@ mod tests {
         let mut s = SseSplitter::new(16);
         s.push(b"data: 0123456789012345678901234567890");
         assert_eq!(s.next_event(), Err(SseError::EventTooLarge(16)));
+    }
+
+    /// Broke the split invariant of the fuzz target `sse` (tests/fuzz): an event over the limit
+    /// was refused when it arrived in pieces but accepted when it arrived whole in one push.
+    #[test]
+    fn the_limit_does_not_depend_on_the_split() {
+        let stream = b"data: 0123456789012345678901234567890\n\n";
+        for step in [1, 7, stream.len()] {
+            let mut s = SseSplitter::new(16);
+            let mut res = Ok(None);
+            for chunk in stream.chunks(step) {
+                s.push(chunk);
+                res = s.next_event();
+                if res.is_err() {
+                    break;
+                }
+            }
+            assert_eq!(res, Err(SseError::EventTooLarge(16)), "step {step}");
+        }
+        // At the limit exactly: accepted.
+        let mut s = SseSplitter::new(10);
+        s.push(b"data: 12\n\n");
+        assert!(s.next_event().unwrap().is_some());
     }
 
     #[test]

@@ -189,7 +189,11 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             if !self.buf.is_empty() {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut parsed = httparse::Request::new(&mut headers);
-                match parsed.parse(&self.buf) {
+                // Only the first MAX_HEAD bytes are ever parsed, so the outcome does not depend
+                // on how the head was cut into reads (a head completing inside one large read
+                // past the limit is refused like one read byte by byte).
+                let window = &self.buf[..self.buf.len().min(MAX_HEAD)];
+                match parsed.parse(window) {
                     Ok(httparse::Status::Complete(n)) => {
                         break (n, parse_head(&parsed)?);
                     }
@@ -314,10 +318,13 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     /// (the line stays in the buffer, followed by its CRLF).
     async fn chunk_line(&mut self) -> Result<(usize, usize), ReadError> {
         loop {
-            match take_line(&self.buf).map_err(bad_chunk)? {
+            // As for heads: only the first MAX_CHUNK_LINE + CRLF bytes are looked at, so the
+            // outcome does not depend on how the line was cut into reads.
+            let window = &self.buf[..self.buf.len().min(MAX_CHUNK_LINE + 2)];
+            match take_line(window).map_err(bad_chunk)? {
                 Line::Complete { len, consumed } => return Ok((len, consumed)),
                 Line::Partial => {
-                    if self.buf.len() > MAX_CHUNK_LINE {
+                    if self.buf.len() > MAX_CHUNK_LINE + 1 {
                         return Err(bad_chunk("line too long"));
                     }
                     self.read_body_bytes(INITIAL_BUF).await?;

@@ -366,6 +366,12 @@ pub fn chat_to_responses(
     body: &[u8],
     opts: &ChatRequestOptions<'_>,
 ) -> Result<ChatRequest, ChatError> {
+    // sonic-rs checks the input's UTF-8 only after deserializing, and its lazy values make
+    // `&str`s of the raw bytes before that (a debug assertion inside sonic-rs fires on
+    // invalid UTF-8; found by the fuzz target `chat`): check first.
+    if std::str::from_utf8(body).is_err() {
+        return Err(ChatError::new(NOT_JSON, None));
+    }
     let raw: RawChat<'_> = sonic_rs::from_slice(body).map_err(|e| diagnose(body, &e))?;
 
     let model = match &raw.model {
@@ -1266,15 +1272,14 @@ fn write_image_message(out: &mut Vec<u8>, first: &mut bool, images: &[&ImageUrl<
 }
 
 /// Turns a serde failure into the most specific error we can find (error path only).
+/// The message for a body that is not JSON at all.
+const NOT_JSON: &str =
+    "We could not parse the JSON body of your request. The OpenAI API expects a JSON payload.";
+
 fn diagnose(body: &[u8], e: &sonic_rs::Error) -> ChatError {
     let v: sonic_rs::Value = match sonic_rs::from_slice(body) {
         Ok(v) => v,
-        Err(_) => {
-            return ChatError::new(
-                "We could not parse the JSON body of your request. The OpenAI API expects a JSON payload.",
-                None,
-            )
-        }
+        Err(_) => return ChatError::new(NOT_JSON, None),
     };
     let Some(obj) = v.as_object() else {
         return ChatError::new("The request body must be a JSON object.", None);
@@ -1333,6 +1338,16 @@ fn diagnose(body: &[u8], e: &sonic_rs::Error) -> ChatError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the fuzz target `chat` (tests/fuzz): invalid UTF-8 inside a string panicked
+    /// inside sonic-rs (a debug assertion; unchecked `&str`s in release) instead of a 400.
+    #[test]
+    fn invalid_utf8_is_a_clean_error() {
+        let body =
+            b"{\"model\":\"\xe3\xe3\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}";
+        let e = chat_to_responses(body, &ChatRequestOptions::default()).unwrap_err();
+        assert_eq!(e.message, NOT_JSON);
+    }
 
     #[test]
     fn clamps_efforts() {

@@ -619,3 +619,50 @@ async fn partial_writes_deliver_every_byte_in_order() {
         want.len()
     );
 }
+
+/// Broke the split invariant of the fuzz target `h1` (tests/fuzz): the head and chunk-line
+/// limits were checked only while the line was incomplete, so the same bytes were accepted
+/// when they arrived in one large read and refused when cut into small ones. Now they are
+/// refused at every split.
+#[monoio::test_all(timer_enabled = true)]
+async fn limits_do_not_depend_on_the_split() {
+    let plans = [
+        Plan::Whole,
+        Plan::Random { seed: 3, max: 16 },
+        Plan::Random {
+            seed: 4,
+            max: 8 * 1024,
+        },
+    ];
+    // A 70 KB head (over the 64 KiB limit) that completes within one read.
+    let big = format!("x-big: {}\r\n", "a".repeat(70 * 1024));
+    let wire = cli_head(&big).into_bytes();
+    for plan in plans {
+        let mut conn = Conn::new(SegmentedIo::new(&wire, plan));
+        match read_one(&mut conn).await {
+            Err(ReadError::Reject { status: 431, .. }) => {}
+            other => panic!(
+                "{plan:?}: {:?}",
+                other.map(|r| r.path).map_err(|e| describe(&e))
+            ),
+        }
+    }
+    // A 5 KB chunk-size line (over the 4 KiB limit; valid extensions).
+    let mut wire = cli_head("transfer-encoding: chunked\r\n").into_bytes();
+    wire.extend_from_slice(format!("1;a={}\r\nx\r\n0\r\n\r\n", "b".repeat(5000)).as_bytes());
+    for plan in plans {
+        let mut conn = Conn::new(SegmentedIo::new(&wire, plan));
+        match read_one(&mut conn).await {
+            Err(ReadError::Reject {
+                status: 400,
+                message,
+            }) => {
+                assert!(message.contains("line too long"), "{plan:?}: {message}")
+            }
+            other => panic!(
+                "{plan:?}: {:?}",
+                other.map(|r| r.body).map_err(|e| describe(&e))
+            ),
+        }
+    }
+}
