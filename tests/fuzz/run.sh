@@ -57,6 +57,7 @@ case "${1:-}" in
   smoke)
     secs="${2:-8}"
     build
+    mkdir -p "$work"
     for t in $targets; do
       log "fuzzing $t for ${secs}s"
       if ! fuzz "$t" -max_total_time="$secs" 2>"$work/$t.log"; then
