@@ -36,10 +36,10 @@ pub struct Prior {
     /// re-authentication.
     pub after_refresh: bool,
     /// Another account already refused this request as overloaded: a second overload is the
-    /// upstream's (or this request's) trouble, not this account's, so it neither cools the
-    /// account nor lowers its health. One request that every account refuses (an overloaded
-    /// upstream, a request the upstream always fails with a 5xx) thus cools one account, not
-    /// the pool.
+    /// upstream's (or this request's) trouble, not this account's, so it does not cool the
+    /// account (its health records the failure, which only orders candidates). One request
+    /// that every account refuses (an overloaded upstream, a request the upstream always
+    /// fails with a 5xx) thus cools one account, not the pool.
     pub overloaded_elsewhere: bool,
 }
 
@@ -53,10 +53,6 @@ pub fn apply(
     prior: Prior,
 ) -> bool {
     let after_refresh = prior.after_refresh;
-    if prior.overloaded_elsewhere && matches!(class, FailureClass::Overloaded { .. }) {
-        account.live.note_failure();
-        return class.scope() == FailureScope::Account;
-    }
     let now = shared_state::now_ms();
     // Applied here at once (the next pick already avoids the account), persisted by the
     // sidecar: the one vocabulary and apply function of `shared_state::account`.
@@ -88,6 +84,9 @@ pub fn apply(
         FailureClass::RateLimited { retry_after_s } => {
             cool(hinted(*retry_after_s, RATE_LIMIT_COOLDOWN), class.name())
         }
+        // A second overload within one request is not this account's: no cooldown (its
+        // health still records the failure, which only orders candidates).
+        FailureClass::Overloaded { .. } if prior.overloaded_elsewhere => {}
         FailureClass::Overloaded { retry_after_s } => {
             cool(hinted(*retry_after_s, OVERLOAD_COOLDOWN), class.name())
         }

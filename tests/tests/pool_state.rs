@@ -7,7 +7,7 @@
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{client, Stack, StackBuilder};
 use serde_json::{json, Value};
-use shared_state::{snapshot::Strategy, AccountEffect, AccountStatus};
+use shared_state::snapshot::Strategy;
 
 /// `accounts` accounts on one worker, tried in id order (`fill_first`) unless a test changes
 /// the strategy through the admin API.
@@ -54,14 +54,26 @@ fn take_served(s: &Stack) -> Vec<String> {
     v
 }
 
-/// Lifts every account's cooldown (the data plane's live state), so failures of one phase
-/// do not change the candidates of the next.
-fn clear_cooldowns(s: &Stack) {
-    for a in &s.app.snapshot.load().accounts {
-        a.live.apply(&AccountEffect::OperatorStatus {
-            status: AccountStatus::Active,
-            cooldown_until_ms: 0,
-        });
+/// Lifts every account's cooldown, stored and live (the operator's enable), so failures of
+/// one phase do not change the candidates of the next: a cooldown cleared in memory only comes
+/// back with the next snapshot once the sidecar has stored it.
+async fn clear_cooldowns(s: &Stack) {
+    let ids: Vec<i64> = s
+        .app
+        .snapshot
+        .load()
+        .accounts
+        .iter()
+        .map(|a| a.id)
+        .collect();
+    for id in ids {
+        let r = s
+            .admin_post(&format!("/api/admin/accounts/{id}/enable"))
+            .body("{}")
+            .send()
+            .await
+            .expect("enable");
+        assert!(r.status().is_success(), "enable {id}: {}", r.status());
     }
 }
 
@@ -81,14 +93,14 @@ async fn max_attempts_setting_is_hot() {
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
 
     // Fewer than configured.
-    clear_cooldowns(&s);
+    clear_cooldowns(&s).await;
     let v = put_settings(&s, json!({"max_attempts": 2})).await;
     assert_eq!(v["max_attempts"], 2);
     let _ = ask_x(&s).await;
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1"]);
 
     // More than configured (and more than the configured candidate headroom).
-    clear_cooldowns(&s);
+    clear_cooldowns(&s).await;
     put_settings(&s, json!({"max_attempts": 6})).await;
     let _ = ask_x(&s).await;
     assert_eq!(
@@ -97,7 +109,7 @@ async fn max_attempts_setting_is_hot() {
     );
 
     // `null` goes back to the configured value.
-    clear_cooldowns(&s);
+    clear_cooldowns(&s).await;
     put_settings(&s, json!({"max_attempts": null})).await;
     let _ = ask_x(&s).await;
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
@@ -263,7 +275,7 @@ async fn turn_state_goes_only_to_the_account_that_issued_it() {
     // What the client now holds is acct-1's turn state: acct-0 does not get it either.
     let ts1 = ts1.expect("acct-1 issued a turn state");
     assert_ne!(ts1, ts);
-    clear_cooldowns(&s);
+    clear_cooldowns(&s).await;
     s.mock.clear_requests();
     let r = follow(&ts1).send().await.unwrap();
     assert_eq!(r.status(), 200);
