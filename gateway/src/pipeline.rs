@@ -389,14 +389,25 @@ pub async fn open(
     plan: &lifecycle::RequestPlan,
     usage: &mut UsageGuard<'_>,
 ) -> Result<Committed, Error> {
-    let text = |path: &[&str]| {
-        sonic_rs::get(&plan.body[..], path)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
+    // One scan of the body (it can be hundreds of KiB) for both fields, with a tree of paths
+    // built once per worker thread.
+    thread_local! {
+        static PATHS: sonic_rs::PointerTree = {
+            let mut t = sonic_rs::PointerTree::new();
+            t.add_path(["reasoning", "effort"]);
+            t.add_path(["service_tier"]);
+            t
+        };
+    }
+    let found = PATHS
+        .with(|t| sonic_rs::get_many(&plan.body[..], t))
+        .unwrap_or_default();
+    let mut text = found.into_iter().map(|v| {
+        v.and_then(|v| v.as_str().map(str::to_owned))
             .filter(|v| !v.is_empty())
-    };
-    usage.reasoning_effort = text(&["reasoning", "effort"]);
-    usage.service_tier = text(&["service_tier"]);
+    });
+    usage.reasoning_effort = text.next().flatten();
+    usage.service_tier = text.next().flatten();
     let res = lifecycle::open_traced(ctx, plan, &mut usage.trace).await;
     if let Err(e) = &res {
         usage.fail(e);
