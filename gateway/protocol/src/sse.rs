@@ -51,6 +51,11 @@ pub enum SseError {
     /// One event exceeded the limit.
     #[error("upstream SSE event exceeds {0} bytes")]
     EventTooLarge(usize),
+    /// An event that is not UTF-8 (SSE is UTF-8 and every payload is JSON). Refused here, once
+    /// per event, so no later reader (lazy JSON field reads, the translators) ever sees
+    /// invalid UTF-8 as a `&str`.
+    #[error("upstream SSE event is not valid UTF-8")]
+    InvalidUtf8,
 }
 
 /// Incremental SSE splitter.
@@ -105,6 +110,11 @@ impl SseSplitter {
             // push is refused like one that arrives in pieces.
             if end > self.max_event {
                 return Err(SseError::EventTooLarge(self.max_event));
+            }
+            // Checked before the frame is taken, so the error repeats on every call (like the
+            // size limit) and a caller that calls again never skips past a refused event.
+            if std::str::from_utf8(&self.buf[..end]).is_err() {
+                return Err(SseError::InvalidUtf8);
             }
             let frame = self.buf.split_to(end).freeze();
             if let Some(ev) = parse_frame(frame) {
@@ -260,6 +270,38 @@ mod tests {
         let mut s = SseSplitter::new(10);
         s.push(b"data: 12\n\n");
         assert!(s.next_event().unwrap().is_some());
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused_at_every_split_and_valid_utf8_is_not() {
+        // "é" and "😀" cut at every byte boundary are fine; one stray 0xFF byte in the second
+        // event is refused, after the first event was delivered, whatever the split.
+        let good = "data: {\"delta\":\"caf\u{e9} \u{1f600}\"}\n\n".as_bytes();
+        let mut stream = good.to_vec();
+        stream.extend_from_slice(b"event: x\ndata: {\"delta\":\"\xff\"}\n\n");
+        for step in 1..=stream.len() {
+            let mut s = SseSplitter::default();
+            let mut got = Vec::new();
+            let mut err = None;
+            'push: for chunk in stream.chunks(step) {
+                s.push(chunk);
+                loop {
+                    match s.next_event() {
+                        Ok(Some(ev)) => got.push(ev),
+                        Ok(None) => break,
+                        Err(e) => {
+                            err = Some(e);
+                            break 'push;
+                        }
+                    }
+                }
+            }
+            assert_eq!(got.len(), 1, "step {step}");
+            assert_eq!(got[0].frame.as_ref(), good, "step {step}");
+            assert_eq!(err, Some(SseError::InvalidUtf8), "step {step}");
+            // The refused event is not consumed: asking again gives the same error.
+            assert_eq!(s.next_event(), Err(SseError::InvalidUtf8));
+        }
     }
 
     #[test]
