@@ -23,7 +23,7 @@
 # bytes to mock-codex's own WebSocket (/backend-api/codex/responses). The mock's counters
 # after each run (upstream sockets opened, still open) are kept as mock-stats-VIA-WORKLOAD.json.
 #
-# Build first:  cargo build --release -p gateway -p codex-gateway-benches
+# Build first:  cargo build --release -p codex-gateway -p codex-gateway-benches
 # Run:          benches/run.sh                      (full scale, about 5 minutes)
 #               SCALE=0.2 benches/run.sh            (every client count x 0.2)
 #               WORKLOADS="sse" VIA="direct gateway" benches/run.sh
@@ -92,7 +92,7 @@ WS_IDLE_SECS=${WS_IDLE_SECS:-10}
 
 for b in mock-codex loadgen bench-report codex-gateway; do
   if [[ ! -x $BIN/$b ]]; then
-    echo "run.sh: $BIN/$b is missing; build with: cargo build --release -p gateway -p codex-gateway-benches" >&2
+    echo "run.sh: $BIN/$b is missing; build with: cargo build --release -p codex-gateway -p codex-gateway-benches" >&2
     exit 1
   fi
 done

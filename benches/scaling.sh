@@ -9,7 +9,7 @@
 #          per request
 # A worker count larger than the CPUs left for the gateway runs unpinned (reported so).
 # Results: OUT/scale-W-{fast,short}.json (loadgen reports) and OUT/scaling.md.
-# Build first: cargo build --release -p gateway -p codex-gateway-benches
+# Build first: cargo build --release -p codex-gateway -p codex-gateway-benches
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/target/release}

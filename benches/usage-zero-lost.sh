@@ -8,7 +8,7 @@
 # Reports: requests sent by loadgen, usage rows stored, duplicates (must be 0), records
 # dropped (must be 0), the spool's peak size and the gateway's peak RSS.
 #
-# Build first:  cargo build --release -p gateway -p codex-gateway-benches
+# Build first:  cargo build --release -p codex-gateway -p codex-gateway-benches
 # Run:          benches/usage-zero-lost.sh
 #               CONCURRENCY=200 DURATION=10 OUTAGE=0 benches/usage-zero-lost.sh
 set -euo pipefail

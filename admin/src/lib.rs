@@ -91,6 +91,8 @@ pub mod web;
 
 pub use error::{AdminError, SidecarError, StorageError};
 pub use import::ImportSummary;
+/// Owned by `shared-state` (the gateway's configuration parses it).
+pub use shared_state::config::UsageConfig;
 pub use storage::{AccountRow, KeyRow, Storage};
 
 /// The SQLite file name inside the data directory.
@@ -181,29 +183,6 @@ pub struct SidecarConfig {
     pub forecast_clock: shared_state::forecast::Clock,
     /// Usage records: the durable spool's bound and retention.
     pub usage: UsageConfig,
-}
-
-/// Usage records: the durable spool and retention (see `docs/architecture.md`, "Usage
-/// records").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UsageConfig {
-    /// Most bytes of the durable usage spool file (`usage_spool_max_bytes`); at the bound
-    /// records wait in the queue and the workers' local spools.
-    pub spool_max_bytes: u64,
-    /// Keep raw usage records this many days (`usage_retention_days`; 0: forever).
-    pub retention_days: u32,
-    /// Keep hourly rollups this many days (`usage_rollup_retention_days`; 0: forever).
-    pub rollup_retention_days: u32,
-}
-
-impl Default for UsageConfig {
-    fn default() -> Self {
-        Self {
-            spool_max_bytes: 256 * 1024 * 1024,
-            retention_days: 90,
-            rollup_retention_days: 730,
-        }
-    }
 }
 
 // === impl SidecarConfig ===

@@ -438,12 +438,12 @@ pub struct GatewayConfig {
     /// Prices per model slug, for the cost of each request (`cost_micros`) and cost budgets.
     pub prices: shared_state::keys::PriceTable,
     /// Usage records: the durable spool's bound and retention (`[usage]`).
-    pub usage: admin::UsageConfig,
+    pub usage: shared_state::config::UsageConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let redact = |u: &Option<String>| u.as_deref().map(admin::error::redact_url);
+        let redact = |u: &Option<String>| u.as_deref().map(shared_state::secret::redact_url);
         f.debug_struct("GatewayConfig")
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
@@ -531,7 +531,7 @@ impl GatewayConfig {
             chatgpt_origin: None,
             forecast_clock: shared_state::forecast::Clock::system(),
             prices: shared_state::keys::PriceTable::default(),
-            usage: admin::UsageConfig::default(),
+            usage: shared_state::config::UsageConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -580,7 +580,7 @@ impl GatewayConfig {
             {
                 return Err(ConfigError(format!(
                     "`database_url` must start with postgres://, postgresql:// or sqlite: (got `{}`)",
-                    admin::error::redact_url(u)
+                    shared_state::secret::redact_url(u)
                 )));
             }
         }
@@ -589,7 +589,7 @@ impl GatewayConfig {
             if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
                 return Err(ConfigError(format!(
                     "`redis_url` must start with redis:// or rediss:// (got `{}`)",
-                    admin::error::redact_url(u)
+                    shared_state::secret::redact_url(u)
                 )));
             }
         }

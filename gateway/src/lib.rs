@@ -1,8 +1,12 @@
 //! codex-gateway's data plane: per-core monoio workers serving OpenAI-compatible APIs in
 //! front of a pool of ChatGPT Codex accounts.
 //!
+//! This library links neither the sidecar (`admin`) nor the test harness (`benches`): the
+//! composition root (`gateway/root`, package `codex-gateway`) starts the sidecar and hands
+//! each worker what it publishes ([`worker::WorkerSeed`]: snapshot and catalog cells, the
+//! fact and command channels of `shared-state`), then runs [`worker::run`].
+//!
 //! # Key Components
-//! - [`app`]: process wiring ([`app::App::spawn`]) shared by the binary and the tests.
 //! - [`worker`]: thread-per-core workers (io_uring with legacy fallback, SO_REUSEPORT).
 //! - [`server`]: our HTTP/1.1 server codec with per-event SSE flushing.
 //! - [`api`]: the API layer, one file per surface (`/v1/responses`, `/v1/chat/completions`,
@@ -18,15 +22,13 @@
 //!   chunk framing).
 //! - [`ws`]: the WebSocket protocol, sans IO (handshake, framing, permessage-deflate).
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
-//! - [`config`], [`metrics`], [`models`], [`demo`], [`logging`].
+//! - [`config`], [`metrics`], [`models`], [`logging`].
 //!
 //! See `docs/architecture.md` for the request lifecycle chart.
 
 pub mod api;
-pub mod app;
 pub mod config;
 pub mod ctx;
-pub mod demo;
 pub mod error;
 pub mod lifecycle;
 pub mod limits;

@@ -9,9 +9,12 @@
 //!   [`account::Lease`] on a concurrency slot.
 //! - [`channels`]: the worker -> sidecar fact channel and the sidecar -> worker command channels
 //!   (crossbeam queues paired with a cross-runtime waker).
+//! - [`config`]: start-up values the gateway's configuration parses and the sidecar uses
+//!   ([`config::UsageConfig`]).
 //! - [`forecast`]: quota forecast math (when accounts and the pool run out, when capacity
 //!   returns) over the live quota atomics and the published burn rates.
-//! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output.
+//! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output, and
+//!   [`secret::redact_url`].
 //! - [`transcripts`]: HTTP response transcripts for `previous_response_id`, shared by workers.
 //! - [`jwt`] and [`keys`]: pure helpers both sides need (JWT claim decoding, client-key hashing).
 //!
@@ -21,6 +24,7 @@
 pub mod account;
 pub mod catalog;
 pub mod channels;
+pub mod config;
 pub mod egress;
 pub mod forecast;
 pub mod jwt;

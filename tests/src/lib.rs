@@ -1,4 +1,4 @@
-//! Integration test harness: the gateway in-process ([`gateway::app::App`]) on 127.0.0.1:0
+//! Integration test harness: the gateway in-process ([`codex_gateway::app::App`]) on 127.0.0.1:0
 //! against mock-codex ([`benches::MockCodex`]) over real sockets, with real SQLite/PostgreSQL.
 //!
 //! # Key Components
@@ -12,10 +12,8 @@ pub mod egress_proxy;
 use std::{path::PathBuf, time::Duration};
 
 use benches::{IssuedTokens, MockAccount, MockCodex, MockConfig, MockHandle};
-use gateway::{
-    app::{App, AppHandle},
-    config::{GatewayConfig, PlainHttp},
-};
+use codex_gateway::app::{App, AppHandle};
+use gateway::config::{GatewayConfig, PlainHttp};
 
 /// A running test stack.
 pub struct Stack {

@@ -7,7 +7,10 @@
 //! - semantic checks: two gateway services on the same PostgreSQL and Redis with the same
 //!   secret key, the load balancer's upstream naming both, drain and timeout values above the
 //!   gateway's, and every environment variable these files and `docs/operations.md` name being
-//!   one the gateway really reads (found in its sources), and every one it reads documented.
+//!   one the gateway really reads (found in its sources), and every one it reads documented;
+//! - the crate graph (`cargo metadata`): the data-plane library `gateway` links neither the
+//!   sidecar (`admin`), nor the harness (`codex-gateway-benches`), nor the composition root
+//!   (`codex-gateway`, which owns the binary).
 //!
 //! Each checker is also run once on a copy with a planted fault and must report it, so a
 //! checker that stopped checking fails the test.
@@ -435,9 +438,12 @@ fn dockerfile_problems(dockerfile: &str) -> Vec<String> {
     };
     let mut p = Vec::new();
     if !ins.iter().any(|(k, v)| {
-        k == "RUN" && v.contains("cargo build --release --locked -p gateway --bin codex-gateway")
+        k == "RUN"
+            && v.contains("cargo build --release --locked -p codex-gateway --bin codex-gateway")
     }) {
-        p.push("no `cargo build --release --locked -p gateway --bin codex-gateway`".to_owned());
+        p.push(
+            "no `cargo build --release --locked -p codex-gateway --bin codex-gateway`".to_owned(),
+        );
     }
     if ins.iter().filter(|(k, _)| k == "FROM").count() < 2 {
         p.push("not multi-stage".to_owned());
@@ -922,4 +928,95 @@ fn env_vars_documented_and_real() {
         readme.contains("(docs/operations.md)"),
         "README.md must link docs/operations.md"
     );
+}
+
+// --- crate graph --------------------------------------------------------------------------
+
+/// Names of the packages `package` links, as `cargo tree -p <package>` shows them: its own
+/// dependencies of every kind (dev included), then the normal and build dependencies of
+/// those.
+fn linked_packages(meta: &Value, package: &str) -> BTreeSet<String> {
+    let packages = meta["packages"].as_array().expect("packages");
+    let name_of = |id: &str| {
+        packages
+            .iter()
+            .find(|p| p["id"] == id)
+            .and_then(|p| p["name"].as_str())
+            .expect("package of id")
+            .to_owned()
+    };
+    let nodes = meta["resolve"]["nodes"].as_array().expect("resolve.nodes");
+    let start = packages
+        .iter()
+        .find(|p| p["name"] == package && p["source"].is_null())
+        .and_then(|p| p["id"].as_str())
+        .expect("workspace package");
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![(start.to_owned(), true)];
+    while let Some((id, root)) = todo.pop() {
+        let node = nodes.iter().find(|n| n["id"] == id.as_str()).expect("node");
+        for dep in node["deps"].as_array().expect("deps") {
+            let followed = dep["dep_kinds"]
+                .as_array()
+                .expect("dep_kinds")
+                .iter()
+                .any(|k| root || k["kind"] != "dev");
+            let dep_id = dep["pkg"].as_str().expect("pkg").to_owned();
+            if followed && seen.insert(dep_id.clone()) {
+                todo.push((dep_id, false));
+            }
+        }
+    }
+    seen.iter().map(|id| name_of(id)).collect()
+}
+
+/// Issue 12: the binary is a thin composition root of its own; the data-plane library links
+/// neither the sidecar nor the harness (nor the root), so `cargo tree -p gateway` shows none.
+#[test]
+fn gateway_library_links_neither_sidecar_nor_harness() {
+    // The host's packages only: the ones a build downloads (the lock also names other
+    // platforms' crates, which a fresh machine may never have fetched).
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let version = text(&run(Command::new(rustc).arg("-vV"), None).stdout);
+    let host = version
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .trim()
+        .to_owned();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = run(
+        Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--locked"])
+            .args(["--filter-platform", &host, "--manifest-path"])
+            .arg(root().join("Cargo.toml")),
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        text(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let forbidden = [
+        "admin",
+        "codex-gateway-benches",
+        "codex-gateway",
+        "sqlx",
+        "axum",
+    ];
+
+    let gateway = linked_packages(&meta, "gateway");
+    assert!(
+        gateway.contains("shared-state") && gateway.contains("monoio"),
+        "the walk found too little: {gateway:?}"
+    );
+    let linked: Vec<_> = forbidden.iter().filter(|n| gateway.contains(**n)).collect();
+    assert!(linked.is_empty(), "the gateway library links {linked:?}");
+
+    // The composition root links all of them: the walk sees them where they are.
+    let root = linked_packages(&meta, "codex-gateway");
+    for n in ["gateway", "admin", "codex-gateway-benches", "sqlx"] {
+        assert!(root.contains(n), "codex-gateway should link {n}: {root:?}");
+    }
 }

@@ -382,7 +382,7 @@ fn a_drained_gateway_leaves_its_port_and_a_restart_serves_every_connection() {
         }
         let mut cfg = s.cfg.clone();
         cfg.listen = s.app.data_addr;
-        s.app = gateway::app::App::spawn(cfg).expect("restart");
+        s.app = codex_gateway::app::App::spawn(cfg).expect("restart");
         // Fresh connections right after the restart are all served.
         for _ in 0..40 {
             let mut c = connect(&s);

@@ -248,13 +248,13 @@ fn a_replaced_or_missing_secret_key_refuses_start_up() {
     cfg.listen = "127.0.0.1:0".parse().unwrap();
     cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
     std::fs::write(&key_path, "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\n").unwrap();
-    let err = gateway::app::App::spawn(cfg.clone())
+    let err = codex_gateway::app::App::spawn(cfg.clone())
         .err()
         .expect("a replaced key refuses start-up")
         .to_string();
     assert!(err.contains("do not open with the secret key"), "{err}");
     std::fs::remove_file(&key_path).unwrap();
-    let err = gateway::app::App::spawn(cfg.clone())
+    let err = codex_gateway::app::App::spawn(cfg.clone())
         .err()
         .expect("a missing key refuses start-up")
         .to_string();
@@ -264,6 +264,6 @@ fn a_replaced_or_missing_secret_key_refuses_start_up() {
         "no new key was written over encrypted tokens"
     );
     std::fs::write(&key_path, original).unwrap();
-    let mut app = gateway::app::App::spawn(cfg).expect("the original key starts");
+    let mut app = codex_gateway::app::App::spawn(cfg).expect("the original key starts");
     app.shutdown();
 }

@@ -487,7 +487,7 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
         let mut cfg = s.cfg.clone();
         cfg.listen = "127.0.0.1:0".parse().unwrap();
         cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
-        gateway::app::App::spawn(cfg).expect("second instance")
+        codex_gateway::app::App::spawn(cfg).expect("second instance")
     });
     let b_url = format!("http://{}", b.data_addr);
     same_minute_for(30).await;

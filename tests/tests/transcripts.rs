@@ -173,10 +173,10 @@ async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
         cfg.listen = "127.0.0.1:0".parse().unwrap();
         cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
         cfg.redis_url = redis.map(str::to_owned);
-        gateway::app::App::spawn(cfg).expect("second instance")
+        codex_gateway::app::App::spawn(cfg).expect("second instance")
     };
     let b = tokio::task::block_in_place(|| second(Some(REDIS)));
-    let on = |app: &gateway::app::AppHandle, body: Value| {
+    let on = |app: &codex_gateway::app::AppHandle, body: Value| {
         let url = format!("http://{}/v1/responses", app.data_addr);
         let key = s.key.clone();
         async move {

@@ -3,7 +3,7 @@
 //! replayed (with and without a restart in between); a full usage spool that does not delay a
 //! 401 refresh; 1,000 concurrent streams with exactly 1,000 rows.
 //!
-//! `kill -9` of the real binary is in `gateway/tests/usage_crash.rs` (where Cargo builds it).
+//! `kill -9` of the real binary is in `gateway/root/tests/usage_crash.rs` (where Cargo builds it).
 
 use std::{
     collections::HashMap,
@@ -11,8 +11,9 @@ use std::{
 };
 
 use benches::{Behaviour, ErrorKind};
+use codex_gateway::app::App;
 use futures_util::{SinkExt, StreamExt};
-use gateway::{app::App, config::PlainHttp};
+use gateway::config::PlainHttp;
 use integration_tests::{client, pg_admin_url, pg_exec, Stack, StackBuilder};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};

@@ -270,6 +270,80 @@ fn serve_streams_and_drains_on_sigterm() {
     assert!(TcpStream::connect(&addr).is_err());
 }
 
+/// `codex-gateway demo` (the README's first command) on a fresh data directory: the gateway
+/// in front of the in-process mock-codex, `/healthz` up, the printed key streams a response,
+/// and SIGTERM ends it cleanly.
+#[test]
+fn demo_serves_healthz_and_the_printed_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data-demo");
+    let mut child = gw()
+        .args([
+            "demo",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (mut addr, mut key) = (None, None);
+    while addr.is_none() || key.is_none() {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "demo exited before printing its address and key"
+        );
+        if let Some(rest) = line.strip_prefix("codex-gateway demo is running on http://") {
+            addr = rest.split_whitespace().next().map(str::to_owned);
+        } else if let Some(k) = line.strip_prefix("demo key: ") {
+            key = Some(k.trim().to_owned());
+        }
+    }
+    let (addr, key) = (addr.unwrap(), key.unwrap());
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stdout.read_to_string(&mut sink);
+    });
+
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut health = String::new();
+    s.read_to_string(&mut health).unwrap();
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let body = r#"{"model":"gpt-5.5","input":"say hi","stream":true}"#;
+    write!(
+        s,
+        "POST /v1/responses HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).unwrap();
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        got.contains("output_text.delta") && got.contains("response.completed"),
+        "{got}"
+    );
+
+    assert_eq!(unsafe_kill(child.id() as i32), 0);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
 fn unsafe_kill(pid: i32) -> i32 {
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])

@@ -1,14 +1,16 @@
-//! `codex-gateway`: thin binary. Parses the command line, then calls the library.
+//! `codex-gateway`: thin binary. Parses the command line, then calls the composition root
+//! ([`codex_gateway::app`], [`codex_gateway::demo`]) or the sidecar's blocking helpers
+//! (`admin::cli`).
 //! Exit codes: 0 ok, 1 start-up/runtime failure, 2 bad configuration or usage.
 
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use gateway::{
+use codex_gateway::{
     app::App,
-    config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL},
     demo::{self, DemoArgs},
 };
+use gateway::config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL};
 
 #[derive(Parser)]
 #[command(

@@ -9,10 +9,9 @@ use std::path::PathBuf;
 
 use benches::{MockAccount, MockCodex, MockConfig};
 
-use crate::{
-    app::App,
-    config::{ConfigError, GatewayConfig},
-};
+use gateway::config::{ConfigError, GatewayConfig};
+
+use crate::app::App;
 
 /// Demo options.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,6 +1,8 @@
-//! Process wiring: [`App::spawn`] starts the sidecar thread and the pinned workers and returns
-//! a handle with the bound addresses. The binary and the in-process integration tests use the
-//! same entry point (conventions #2).
+//! Process wiring: [`App::spawn`] starts the sidecar thread (`admin`) and the pinned workers
+//! (`gateway`) and returns a handle with the bound addresses. The binary and the in-process
+//! integration tests use the same entry point (conventions #2). This is the one place that
+//! knows both sides: the workers get what the sidecar publishes (the snapshot and catalog
+//! cells, the fact and command channels of `shared-state`), never the sidecar itself.
 //!
 //! # Key Components
 //! - [`App::spawn`]: binds N `SO_REUSEPORT` listeners (port 0 resolves once), starts the
@@ -17,7 +19,7 @@ use shared_state::{
     Settings, SharedSnapshot, Snapshot, WorkerCommand, WorkerMailboxes,
 };
 
-use crate::{
+use gateway::{
     config::GatewayConfig,
     metrics::Registry,
     upstream::tls::install_crypto_provider,
@@ -204,13 +206,13 @@ impl App {
         // Workers share transcripts through Redis too (resolved here: workers never call
         // getaddrinfo). Not fatal: without it a chain continues on its own instance only.
         let redis = cfg.redis_url.as_deref().and_then(|url| {
-            crate::redis::RedisTarget::resolve(url)
+            gateway::redis::RedisTarget::resolve(url)
                 .map_err(|e| {
                     tracing::warn!(error = %e, "workers run without Redis: previous_response_id continues on this instance only")
                 })
                 .ok()
         });
-        let conns = Arc::new(crate::server::admission::ConnGate::new(
+        let conns = Arc::new(gateway::server::admission::ConnGate::new(
             cfg.max_connections,
             cfg.max_connections_per_ip,
         ));
