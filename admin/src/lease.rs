@@ -174,27 +174,32 @@ impl RedisLeases {
     /// Extends the lease taken with `fence` by a full time to live; `false` when it is not
     /// ours any more (expired, or taken by another holder).
     pub async fn renew(&self, account_id: i64, fence: i64) -> Result<bool, redis::RedisError> {
-        let mut c = self.conn.clone();
-        let n: i64 = self
-            .renew
-            .key(Self::key(account_id))
-            .arg(self.value(fence))
-            .arg(self.ttl_ms())
-            .invoke_async(&mut c)
-            .await?;
-        Ok(n == 1)
+        self.if_owned(&self.renew, account_id, fence, Some(self.ttl_ms()))
+            .await
     }
 
     /// Releases the lease taken with `fence` if this holder still owns it; returns whether it
     /// was deleted.
     pub async fn release(&self, account_id: i64, fence: i64) -> Result<bool, redis::RedisError> {
+        self.if_owned(&self.release, account_id, fence, None).await
+    }
+
+    /// Runs a compare-and-act `script` on the lease (`ARGV[1]`: our value, `ARGV[2]`: the
+    /// time to live, when given); whether it acted.
+    async fn if_owned(
+        &self,
+        script: &Script,
+        account_id: i64,
+        fence: i64,
+        ttl_ms: Option<u64>,
+    ) -> Result<bool, redis::RedisError> {
         let mut c = self.conn.clone();
-        let n: i64 = self
-            .release
-            .key(Self::key(account_id))
-            .arg(self.value(fence))
-            .invoke_async(&mut c)
-            .await?;
+        let mut call = script.key(Self::key(account_id));
+        call.arg(self.value(fence));
+        if let Some(t) = ttl_ms {
+            call.arg(t);
+        }
+        let n: i64 = call.invoke_async(&mut c).await?;
         Ok(n == 1)
     }
 }
