@@ -208,9 +208,13 @@ pub fn accounts_refresh_with(
     block_on(with_storage(db, async |s: &dyn Storage| {
         let leases = match redis_url {
             Some(url) => Some(
-                RedisLeases::connect(url, crate::lease::new_instance_id())
-                    .await
-                    .map_err(|e| AdminError::Unavailable(e.to_string()))?,
+                RedisLeases::connect(
+                    url,
+                    crate::lease::new_instance_id(),
+                    crate::lease::LEASE_TTL,
+                )
+                .await
+                .map_err(|e| AdminError::Unavailable(e.to_string()))?,
             ),
             None => None,
         };
@@ -218,16 +222,22 @@ pub fn accounts_refresh_with(
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let res = match &leases {
-                None => refresh_one(s, &oauth, id).await,
-                Some(l) => match l.try_acquire(id).await {
-                    Ok(true) => {
-                        let r = refresh_one(s, &oauth, id).await;
-                        let _ = l.release(id).await;
-                        r
+                None => refresh_one(s, &oauth, id, None).await,
+                Some(l) => {
+                    let stored_fence = match s.get_account(id).await? {
+                        Some((row, _)) => row.refresh_fence,
+                        None => 0,
+                    };
+                    match l.try_acquire(id, stored_fence).await {
+                        Ok(Some(fence)) => {
+                            let r = refresh_one(s, &oauth, id, Some(fence)).await;
+                            let _ = l.release(id, fence).await;
+                            r
+                        }
+                        Ok(None) => Err("another instance is refreshing this account now".into()),
+                        Err(e) => Err(format!("cannot take the refresh lease: {e}")),
                     }
-                    Ok(false) => Err("another instance is refreshing this account now".into()),
-                    Err(e) => Err(format!("cannot take the refresh lease: {e}")),
-                },
+                }
             };
             out.push((id, res));
         }
@@ -249,7 +259,12 @@ async fn target_ids(s: &dyn Storage, id: Option<i64>) -> Result<Vec<i64>, AdminE
     }
 }
 
-async fn refresh_one(s: &dyn Storage, oauth: &OAuthClient, id: i64) -> Result<(), String> {
+async fn refresh_one(
+    s: &dyn Storage,
+    oauth: &OAuthClient,
+    id: i64,
+    fence: Option<i64>,
+) -> Result<(), String> {
     let Some((_, secrets)) = s.get_account(id).await.map_err(|e| e.to_string())? else {
         return Err("the account was deleted".into());
     };
@@ -258,7 +273,7 @@ async fn refresh_one(s: &dyn Storage, oauth: &OAuthClient, id: i64) -> Result<()
             "no refresh token stored (access-token-only import): log in again and re-import".into(),
         );
     }
-    match exchange_and_store(s, oauth, id, &secrets.refresh_token).await {
+    match exchange_and_store(s, oauth, id, &secrets.refresh_token, fence).await {
         Ok(Stored::Yes) => Ok(()),
         Ok(Stored::Deleted) => Err("the account was deleted".into()),
         Ok(Stored::Lost) => Err(

@@ -3,15 +3,26 @@
 //! concurrent refreshes kill the account).
 //!
 //! # Key Components
-//! - [`RedisLeases`]: a `ConnectionManager` plus this instance's id.
-//!   [`RedisLeases::try_acquire`] is `SET codex-gateway:refresh:<account> <instance> NX PX 30000`;
-//!   [`RedisLeases::release`] is a compare-and-delete Lua script, so an expired lease that
-//!   another instance took over is never deleted by its former owner.
+//! - [`RedisLeases`]: a `ConnectionManager`, this instance's id and the lease time to live.
+//!   - [`RedisLeases::try_acquire`] takes `codex-gateway:refresh:{<account>}` when free and
+//!     returns a **fencing token**: the next value of the per-account counter
+//!     `codex-gateway:refresh-fence:{<account>}` (one Lua script, so the lease and its fence
+//!     are taken together; the counter is first raised to the fence stored in the database, so
+//!     a flushed Redis never hands out a fence below one already used). The lease's value is
+//!     `<instance>:<fence>`.
+//!   - [`RedisLeases::renew`] extends the lease while its holder still owns it (a refresh
+//!     renews every third of the time to live, so a slow token endpoint never outlives it);
+//!     [`RedisLeases::release`] deletes it only when still owned (compare-and-delete), so an
+//!     expired lease another holder took over is never deleted by its former owner.
+//! - The fence travels with the new tokens ([`crate::storage::TokenUpdate::fence`]); storage
+//!   refuses a write whose fence is below the stored one, so a refresh that lost its lease
+//!   (a pause longer than the lease, a partition) cannot overwrite a newer holder's tokens.
+//!   Both keys carry the account id as a hash tag (one cluster slot).
 //!
 //! # Error handling
 //! Connect failures at start are reported to [`crate::spawn`]'s caller; a Redis error during a
-//! refresh is treated as "lease not held" (the refresh is skipped and the reload loop picks up
-//! whatever another instance wrote).
+//! refresh is treated as "lease not held" (the refresh goes on under the in-process
+//! single-flight, without a fence).
 
 use std::time::Duration;
 
@@ -19,11 +30,22 @@ use redis::{aio::ConnectionManager, aio::ConnectionManagerConfig, Script};
 
 use crate::error::{redact_url, SidecarError};
 
-/// Key prefix of refresh leases.
+/// Key prefix of refresh leases (`<prefix>{<account id>}`).
 pub const LEASE_PREFIX: &str = "codex-gateway:refresh:";
-/// Lease time-to-live.
+/// Key prefix of the per-account fencing counters (`<prefix>{<account id>}`).
+pub const FENCE_PREFIX: &str = "codex-gateway:refresh-fence:";
+/// Default lease time to live.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
 
+/// KEYS: lease, fence counter. ARGV: instance, ttl ms, stored fence. 0 when held elsewhere.
+const ACQUIRE_LUA: &str = r#"if redis.call("EXISTS", KEYS[1]) == 1 then return 0 end
+local floor = tonumber(ARGV[3])
+local cur = tonumber(redis.call("GET", KEYS[2]) or "0")
+if cur < floor then redis.call("SET", KEYS[2], floor) end
+local f = redis.call("INCR", KEYS[2])
+redis.call("SET", KEYS[1], ARGV[1] .. ":" .. f, "PX", ARGV[2])
+return f"#;
+const RENEW_LUA: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("PEXPIRE", KEYS[1], ARGV[2]) else return 0 end"#;
 const RELEASE_LUA: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) else return 0 end"#;
 
 /// Redis-backed refresh leases.
@@ -31,6 +53,9 @@ const RELEASE_LUA: &str = r#"if redis.call("GET", KEYS[1]) == ARGV[1] then retur
 pub struct RedisLeases {
     conn: ConnectionManager,
     instance: String,
+    ttl: Duration,
+    acquire: Script,
+    renew: Script,
     release: Script,
 }
 
@@ -38,6 +63,7 @@ impl std::fmt::Debug for RedisLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLeases")
             .field("instance", &self.instance)
+            .field("ttl", &self.ttl)
             .finish_non_exhaustive()
     }
 }
@@ -45,8 +71,9 @@ impl std::fmt::Debug for RedisLeases {
 // === impl RedisLeases ===
 
 impl RedisLeases {
-    /// Connects (bounded: about 5 s) and checks the server answers `PING`.
-    pub async fn connect(url: &str, instance: String) -> Result<Self, SidecarError> {
+    /// Connects (bounded: about 5 s) and checks the server answers `PING`. Leases live
+    /// `ttl` unless renewed.
+    pub async fn connect(url: &str, instance: String, ttl: Duration) -> Result<Self, SidecarError> {
         let err = |reason: String| SidecarError::Redis {
             url: redact_url(url),
             reason,
@@ -73,12 +100,15 @@ impl RedisLeases {
         Ok(Self {
             conn,
             instance,
+            ttl: if ttl.is_zero() { LEASE_TTL } else { ttl },
+            acquire: Script::new(ACQUIRE_LUA),
+            renew: Script::new(RENEW_LUA),
             release: Script::new(RELEASE_LUA),
         })
     }
 
     /// A handle on the connection (cheap clone), for other fleet-wide state (per-key
-    /// counters, `crate::key_limits`).
+    /// counters, `crate::key_limits`; invalidations, `crate::pubsub`).
     pub(crate) fn connection(&self) -> ConnectionManager {
         self.conn.clone()
     }
@@ -97,34 +127,79 @@ impl RedisLeases {
         &self.instance
     }
 
-    fn key(account_id: i64) -> String {
-        format!("{LEASE_PREFIX}{account_id}")
+    /// The lease time to live (a holder renews every third of it).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
-    /// Takes the refresh lease for an account; `false` when another owner holds it.
-    pub async fn try_acquire(&self, account_id: i64) -> Result<bool, redis::RedisError> {
-        let mut c = self.conn.clone();
-        let ttl_ms = u64::try_from(LEASE_TTL.as_millis()).unwrap_or(30_000);
-        let r: Option<String> = redis::cmd("SET")
-            .arg(Self::key(account_id))
-            .arg(&self.instance)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut c)
-            .await?;
-        Ok(r.is_some())
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(30_000).max(1)
     }
 
-    /// Releases the lease if this instance still owns it; returns whether it was deleted.
-    pub async fn release(&self, account_id: i64) -> Result<bool, redis::RedisError> {
+    /// The lease key of an account.
+    pub fn key(account_id: i64) -> String {
+        format!("{LEASE_PREFIX}{{{account_id}}}")
+    }
+
+    /// The fencing counter key of an account.
+    pub fn fence_key(account_id: i64) -> String {
+        format!("{FENCE_PREFIX}{{{account_id}}}")
+    }
+
+    fn value(&self, fence: i64) -> String {
+        format!("{}:{fence}", self.instance)
+    }
+
+    /// Takes the refresh lease for an account: its fencing token, or `None` when another
+    /// owner holds it. `stored_fence` is the fence the database holds for the account (the
+    /// new one is always above it).
+    pub async fn try_acquire(
+        &self,
+        account_id: i64,
+        stored_fence: i64,
+    ) -> Result<Option<i64>, redis::RedisError> {
         let mut c = self.conn.clone();
-        let n: i64 = self
-            .release
+        let f: i64 = self
+            .acquire
             .key(Self::key(account_id))
+            .key(Self::fence_key(account_id))
             .arg(&self.instance)
+            .arg(self.ttl_ms())
+            .arg(stored_fence.max(0))
             .invoke_async(&mut c)
             .await?;
+        Ok((f > 0).then_some(f))
+    }
+
+    /// Extends the lease taken with `fence` by a full time to live; `false` when it is not
+    /// ours any more (expired, or taken by another holder).
+    pub async fn renew(&self, account_id: i64, fence: i64) -> Result<bool, redis::RedisError> {
+        self.if_owned(&self.renew, account_id, fence, Some(self.ttl_ms()))
+            .await
+    }
+
+    /// Releases the lease taken with `fence` if this holder still owns it; returns whether it
+    /// was deleted.
+    pub async fn release(&self, account_id: i64, fence: i64) -> Result<bool, redis::RedisError> {
+        self.if_owned(&self.release, account_id, fence, None).await
+    }
+
+    /// Runs a compare-and-act `script` on the lease (`ARGV[1]`: our value, `ARGV[2]`: the
+    /// time to live, when given); whether it acted.
+    async fn if_owned(
+        &self,
+        script: &Script,
+        account_id: i64,
+        fence: i64,
+        ttl_ms: Option<u64>,
+    ) -> Result<bool, redis::RedisError> {
+        let mut c = self.conn.clone();
+        let mut call = script.key(Self::key(account_id));
+        call.arg(self.value(fence));
+        if let Some(t) = ttl_ms {
+            call.arg(t);
+        }
+        let n: i64 = call.invoke_async(&mut c).await?;
         Ok(n == 1)
     }
 }

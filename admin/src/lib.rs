@@ -12,7 +12,8 @@
 //!   [`storage::open`].
 //! - [`publish`]: snapshot building with process-lifetime live `Arc`s.
 //! - [`import`]: credential file import; [`oauth`]: token endpoint and JWT identity;
-//!   [`lease`]: Redis refresh leases; [`crypto`]: secrets at rest and client keys.
+//!   [`lease`]: Redis refresh leases (renewed, fenced); `pubsub`: fleet invalidations over
+//!   Redis pub/sub; [`crypto`]: secrets at rest and client keys.
 //! - [`quota`]: the `/wham/usage` client and parser behind the staggered quota poller.
 //! - [`models`]: the upstream `/models` client behind the model catalog refresher, which
 //!   publishes the merged per-plan catalog into [`SidecarShared::catalog`].
@@ -82,6 +83,7 @@ pub mod lease;
 pub mod models;
 pub mod oauth;
 pub mod publish;
+mod pubsub;
 pub mod quota;
 pub mod settings;
 mod sidecar;
@@ -168,8 +170,12 @@ pub struct SidecarConfig {
     /// Settings published in every snapshot, unless overridden in storage (`settings` table,
     /// edited through the admin API or `cli::settings_set`).
     pub settings: Settings,
-    /// Re-read storage this often and republish when anything changed.
+    /// Re-read storage this often and republish when anything changed (with Redis, other
+    /// instances' changes arrive at once over pub/sub; this is the fallback).
     pub reload_interval: Duration,
+    /// Time to live of a Redis refresh lease (renewed every third of it while the refresh
+    /// runs).
+    pub refresh_lease_ttl: Duration,
     /// Refresh the model catalog from the upstream `/models` this often (the first time
     /// shortly after start); zero disables the background refresh (the admin API's
     /// `POST /api/admin/models/refresh` still works).
@@ -207,6 +213,7 @@ impl SidecarConfig {
             upstream_ca: None,
             settings: Settings::default(),
             reload_interval: DEFAULT_RELOAD_INTERVAL,
+            refresh_lease_ttl: lease::LEASE_TTL,
             catalog_refresh_interval: DEFAULT_CATALOG_REFRESH_INTERVAL,
             client_version: DEFAULT_CLIENT_VERSION.to_owned(),
             model_aliases: HashMap::new(),

@@ -19,9 +19,18 @@
 //!   at once) until [`Publisher::release_tokens`] after they were stored, and
 //!   [`Publisher::publish_held`] publishes them even while storage cannot be read.
 //!
+//! - Fleet invalidations ([`Publisher::announce`], [`Publisher::announced`]): a reload that
+//!   published this instance's own change (an admin mutation, a refresh) and every persisted
+//!   account effect (cooldown, status) are announced; `crate::pubsub` tells the other
+//!   instances, which reload at once ([`Publisher::reload_quiet`]: not announced again).
+//! - Token versions ([`Publisher::token_version`]): the snapshot version in which each
+//!   account's access token last changed, whoever changed it (this instance's refresh,
+//!   another instance's, an import), so a refresh request from a worker that used an older
+//!   token is skipped.
+//!
 //! # Usage
-//! The sidecar calls `reload(false)` every `reload_interval` and after every mutation;
-//! a token refresh calls `reload(true)` and remembers the returned version.
+//! The sidecar calls `reload_quiet(false)` every `reload_interval` and `reload(false)` after
+//! every mutation; a token refresh calls `reload(true)` and remembers the returned version.
 //!
 //! # Error handling
 //! A storage error leaves the current snapshot in place and is returned to the caller.
@@ -51,6 +60,8 @@ struct LiveSlot {
     quota_applied_at: Option<i64>,
     /// Status in the last published snapshot.
     published_status: Option<AccountStatus>,
+    /// Digest of the access token in the last published snapshot.
+    token_digest: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -74,6 +85,10 @@ pub struct Publisher {
     held: SyncMutex<HashMap<i64, TokenUpdate>>,
     /// Egress proxies' live health, by proxy id.
     egress: crate::egress::EgressBook,
+    /// Woken when this instance changed something the fleet must see (`crate::pubsub`).
+    announce: tokio::sync::Notify,
+    /// Per account: the snapshot version in which its access token last changed.
+    token_versions: SyncMutex<HashMap<i64, u64>>,
 }
 
 // === impl Publisher ===
@@ -88,7 +103,36 @@ impl Publisher {
             state: Mutex::new(PubState::default()),
             held: SyncMutex::new(HashMap::new()),
             egress: crate::egress::EgressBook::default(),
+            announce: tokio::sync::Notify::new(),
+            token_versions: SyncMutex::new(HashMap::new()),
         }
+    }
+
+    /// Tells the fleet (through `crate::pubsub`, when Redis is configured) that this instance
+    /// changed shared state: the other instances reload at once. Announcements coalesce.
+    pub fn announce(&self) {
+        self.announce.notify_one();
+    }
+
+    /// Resolves at the next [`Self::announce`] (one waiter: the pub/sub publisher).
+    pub async fn announced(&self) {
+        self.announce.notified().await;
+    }
+
+    /// The snapshot version in which `id`'s access token last changed (`None`: unknown).
+    pub fn token_version(&self, id: i64) -> Option<u64> {
+        self.token_versions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .copied()
+    }
+
+    fn set_token_version(&self, id: i64, version: u64) {
+        self.token_versions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, version);
     }
 
     fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<i64, TokenUpdate>> {
@@ -203,7 +247,9 @@ impl Publisher {
             keys: cur.keys.clone(),
             settings: cur.settings.clone(),
         }));
+        self.set_token_version(id, version);
         drop(st);
+        self.announce();
         self.mailboxes
             .broadcast(&WorkerCommand::SnapshotUpdated { version });
         tracing::debug!(version, account = id, "published held tokens");
@@ -240,9 +286,25 @@ impl Publisher {
             .map(|s| Arc::clone(&s.live))
     }
 
-    /// Re-reads storage and publishes a new snapshot when its content changed (or `force`).
-    /// Returns the published version, or `None` when nothing changed.
+    /// Re-reads storage and publishes a new snapshot when its content changed (or `force`),
+    /// and announces the change to the fleet ([`Self::announce`]): the reload after this
+    /// instance changed something. Returns the published version, or `None` when nothing
+    /// changed.
     pub async fn reload(
+        &self,
+        storage: &dyn Storage,
+        force: bool,
+    ) -> Result<Option<u64>, StorageError> {
+        let v = self.reload_quiet(storage, force).await?;
+        if v.is_some() {
+            self.announce();
+        }
+        Ok(v)
+    }
+
+    /// [`Self::reload`] without the announcement: the periodic reload and the reload an
+    /// invalidation from another instance triggers (what they find was announced already).
+    pub async fn reload_quiet(
         &self,
         storage: &dyn Storage,
         force: bool,
@@ -284,6 +346,7 @@ impl Publisher {
                             live,
                             quota_applied_at: row.quota_updated_at,
                             published_status: None,
+                            token_digest: None,
                         },
                     );
                 }
@@ -308,6 +371,8 @@ impl Publisher {
             tracing::warn!(error = %e, "ignoring a stored setting; the configured value stays");
         }
         let mut egress = self.egress.build(&egress_input).await;
+        let version = self.snapshot.load().version + 1;
+        let mut new_tokens = Vec::new();
         let mut entries = Vec::with_capacity(accounts.len());
         for (row, secrets) in accounts {
             let Some(slot) = st.live.get_mut(&row.id) else {
@@ -340,6 +405,11 @@ impl Publisher {
                 evict.push(row.id);
             }
             slot.published_status = Some(row.status);
+            let digest = token_digest(&secrets);
+            if slot.token_digest != Some(digest) {
+                slot.token_digest = Some(digest);
+                new_tokens.push(row.id);
+            }
             let proxy = egress.remove(&row.id);
             let mut e = entry(row, secrets, Arc::clone(&slot.live), &settings);
             e.egress = proxy;
@@ -382,7 +452,6 @@ impl Publisher {
             );
         }
 
-        let version = self.snapshot.load().version + 1;
         let accounts_n = entries.len();
         let keys_n = key_map.len();
         self.snapshot.store(Arc::new(Snapshot {
@@ -392,6 +461,9 @@ impl Publisher {
             settings,
         }));
         st.fingerprint = Some(fp);
+        for id in new_tokens {
+            self.set_token_version(id, version);
+        }
         drop(st);
         for account_id in evict {
             self.mailboxes
@@ -463,6 +535,13 @@ async fn seed_key_live(
         seed(*id, month, &live.month, &this_month);
     }
     Ok(())
+}
+
+/// A digest of an account's access token (never the token itself).
+fn token_digest(s: &AccountSecrets) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.access_token.expose().hash(&mut h);
+    h.finish()
 }
 
 /// Whether `id` is among `accounts` (ordered by id).

@@ -8,7 +8,7 @@
 //!   - the event loops ([`events`]): usage through the durable spool ([`crate::spool`]) into
 //!     the database with hourly rollups and retention; account effects, quota and refresh
 //!     requests on their own queue;
-//!   - the reload loop: `Publisher::reload(false)` every `reload_interval`, plus refresh ahead
+//!   - the reload loop: `Publisher::reload_quiet(false)` every `reload_interval`, plus refresh ahead
 //!     of access-token expiry;
 //!   - the quota poller ([`quota`]): each active account's `/wham/usage` once per
 //!     `quota_poll_interval`, staggered (off when the interval is zero);
@@ -19,6 +19,7 @@
 //!   - the quota forecast sampler ([`crate::forecast`]): every minute, publishing burn rates;
 //!   - the per-key counter reconciliation ([`key_limits`]): every 500 ms with Redis, and
 //!     `last_used_at` of the keys;
+//!   - fleet invalidations over Redis pub/sub ([`crate::pubsub`]), with Redis only;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //! # Error handling
@@ -177,7 +178,7 @@ pub(crate) async fn run(
         let leases = std::sync::OnceLock::new();
         let instance = crate::lease::new_instance_id();
         if let Some(url) = cfg.redis_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            match RedisLeases::connect(url, instance).await {
+            match RedisLeases::connect(url, instance, cfg.refresh_lease_ttl).await {
                 Ok(l) => {
                     health.set_redis_up(true);
                     let _ = leases.set(l);
@@ -284,8 +285,15 @@ pub(crate) async fn run(
     let health_task = tokio::spawn(health_loop(
         Arc::clone(&core),
         cfg.redis_url.clone().filter(|u| !u.trim().is_empty()),
+        cfg.refresh_lease_ttl,
         stop.clone(),
     ));
+    // Fleet invalidations (`crate::pubsub`), only with Redis.
+    let pubsub_task = cfg
+        .redis_url
+        .clone()
+        .filter(|u| !u.trim().is_empty())
+        .map(|url| tokio::spawn(crate::pubsub::run(Arc::clone(&core), url, stop.clone())));
     let limits_task = tokio::spawn(key_limits::run(Arc::clone(&core), stop.clone()));
     let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
         tokio::spawn(quota::run(
@@ -312,6 +320,9 @@ pub(crate) async fn run(
     tracing::info!("sidecar stopping");
     reload_task.abort();
     health_task.abort();
+    if let Some(t) = pubsub_task {
+        t.abort();
+    }
     forecast_task.abort();
     // It sees the stop signal, pushes its last counts and stores the keys' last use.
     let _ = tokio::time::timeout(Duration::from_secs(3), limits_task).await;
@@ -350,7 +361,11 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        match core.publisher.reload(core.storage.as_ref(), false).await {
+        match core
+            .publisher
+            .reload_quiet(core.storage.as_ref(), false)
+            .await
+        {
             Ok(_) => {
                 if failing {
                     tracing::info!("snapshot reload recovered");
@@ -382,7 +397,12 @@ async fn forecast_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn health_loop(core: Arc<Core>, redis_url: Option<String>, mut stop: watch::Receiver<bool>) {
+async fn health_loop(
+    core: Arc<Core>,
+    redis_url: Option<String>,
+    lease_ttl: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -405,7 +425,7 @@ async fn health_loop(core: Arc<Core>, redis_url: Option<String>, mut stop: watch
         if core.leases.get().is_none() {
             if let Some(url) = redis_url.as_deref() {
                 // Redis was down at start-up: connect now that it may be back.
-                let connect = RedisLeases::connect(url, crate::lease::new_instance_id());
+                let connect = RedisLeases::connect(url, crate::lease::new_instance_id(), lease_ttl);
                 match tokio::time::timeout(HEALTH_INTERVAL, connect)
                     .await
                     .unwrap_or_else(|_| {

@@ -95,6 +95,9 @@ pub struct AccountRow {
     pub updated_at: i64,
     /// Account group (`None`: the shared pool); only client keys of this group use it.
     pub account_group: Option<String>,
+    /// The fencing token of the refresh lease under which tokens were last stored (0: none;
+    /// see [`TokenUpdate::fence`]).
+    pub refresh_fence: i64,
 }
 
 // === impl AccountRow ===
@@ -169,6 +172,21 @@ pub struct TokenUpdate {
     pub email: Option<String>,
     /// Plan learned from the new tokens (`None`: keep).
     pub plan_type: Option<String>,
+    /// The fencing token of the Redis refresh lease the refresh held (`None`: no lease, e.g.
+    /// without Redis, an import or the CLI). The write is refused when a refresh with a
+    /// higher fence already stored tokens ([`TokenWrite::Fenced`]).
+    pub fence: Option<i64>,
+}
+
+/// What [`Storage::update_tokens`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenWrite {
+    /// Stored (access + refresh + id token, one transaction).
+    Stored,
+    /// No such account (deleted meanwhile).
+    NoAccount,
+    /// Refused: a refresh holding a newer lease (a higher fence) stored its tokens already.
+    Fenced,
 }
 
 /// A quota observation; `None` fields keep the stored value.
@@ -399,6 +417,8 @@ pub struct UsageRow {
     pub error_code: Option<String>,
     /// Failure class, when the request failed.
     pub error_class: Option<String>,
+    /// Cost, USD micros.
+    pub cost_micros: i64,
 }
 
 /// One hourly rollup row ([`Storage::usage_rollups`]).
@@ -418,6 +438,8 @@ pub struct UsageRollup {
     pub failovers: u64,
     /// Durations, summed (ms).
     pub latency_ms_sum: u64,
+    /// Cost, summed (USD micros).
+    pub cost_micros: u64,
 }
 
 /// The rollup row key of a record: `(hour start, key, account or 0, model)`.
@@ -501,8 +523,9 @@ pub trait Storage: Send + Sync + 'static {
     /// Records quota percentages; false when no such account.
     fn record_quota(&self, id: i64, q: QuotaUpdate) -> StorageFuture<'_, bool>;
     /// Replaces access (+ refresh, + id) tokens in one transaction and stamps
-    /// `last_refresh_at`; false when no such account.
-    fn update_tokens<'a>(&'a self, id: i64, t: &'a TokenUpdate) -> StorageFuture<'a, bool>;
+    /// `last_refresh_at`, unless a refresh with a higher fence stored its tokens already
+    /// (`refresh_fence`, compared in the `UPDATE` itself, so two writers cannot interleave).
+    fn update_tokens<'a>(&'a self, id: i64, t: &'a TokenUpdate) -> StorageFuture<'a, TokenWrite>;
     /// Records the plan the upstream reports (`/wham/usage`); bumps `updated_at` only when it
     /// changed. False when no such account.
     fn set_plan_type<'a>(&'a self, id: i64, plan_type: &'a str) -> StorageFuture<'a, bool>;

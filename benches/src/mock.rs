@@ -454,6 +454,18 @@ impl MockHandle {
         inner.models_requests.clear();
     }
 
+    /// Changes the token endpoint's delay for requests arriving from now on (`None`: back to
+    /// [`MockConfig::token_delay`]); a request already waiting keeps its delay.
+    pub fn set_token_delay(&self, delay: Option<Duration>) {
+        let v = delay.map_or(0, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX - 1) + 1
+        });
+        self.shared
+            .counters
+            .token_delay_ms_plus_one
+            .store(v, Ordering::SeqCst);
+    }
+
     /// Number of `POST /oauth/token` calls (counted on arrival, before `token_delay`).
     pub fn token_calls(&self) -> usize {
         self.shared.counters.token_calls.load(Ordering::SeqCst)

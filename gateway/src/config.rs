@@ -435,6 +435,12 @@ pub struct GatewayConfig {
     /// The clock of the quota forecast's sampling in the sidecar (the system clock; tests
     /// inject simulated time).
     pub forecast_clock: shared_state::forecast::Clock,
+    /// The sidecar's periodic storage reload (the fallback of fleet invalidations; not a
+    /// file key).
+    pub reload_interval: Duration,
+    /// Time to live of a Redis refresh lease, renewed while the refresh runs (not a file
+    /// key).
+    pub refresh_lease_ttl: Duration,
     /// Prices per model slug, for the cost of each request (`cost_micros`) and cost budgets.
     pub prices: shared_state::keys::PriceTable,
     /// Usage records: the durable spool's bound and retention (`[usage]`).
@@ -530,6 +536,8 @@ impl GatewayConfig {
             strict_models: false,
             chatgpt_origin: None,
             forecast_clock: shared_state::forecast::Clock::system(),
+            reload_interval: admin::DEFAULT_RELOAD_INTERVAL,
+            refresh_lease_ttl: admin::lease::LEASE_TTL,
             prices: shared_state::keys::PriceTable::default(),
             usage: shared_state::config::UsageConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")

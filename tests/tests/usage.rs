@@ -257,8 +257,8 @@ async fn h2c_upstream_is_recorded_as_h2() {
     assert_eq!(rows[0]["transport"], "h2");
 }
 
-/// Hourly rollups count each request once per (hour, key, account, model); the grouped CSV
-/// sums them; the window and the parameters are checked; the export needs admin auth.
+/// Hourly rollups count each request (and its cost) once per (hour, key, account, model); the
+/// grouped CSV sums them; the window and the parameters are checked; the export needs admin auth.
 #[tokio::test(flavor = "multi_thread")]
 async fn rollups_and_csv_export() {
     let s = StackBuilder::default().start();
@@ -315,6 +315,22 @@ async fn rollups_and_csv_export() {
     assert_eq!(by_key.len(), 1);
     assert_eq!(by_key[0]["requests"], "6");
     assert_eq!(by_key[0]["key_name"], "test");
+    // Cost is rolled up: the key's rollups add up to its records' cost (priced by default).
+    let raw_cost: u64 = raw
+        .iter()
+        .map(|r| r["cost_micros"].parse::<u64>().unwrap())
+        .sum();
+    assert!(raw_cost > 0, "{raw:?}");
+    assert_eq!(by_key[0]["cost_micros"], raw_cost.to_string());
+    assert_eq!(
+        by_key[0]["cost_usd"],
+        format!("{}.{:06}", raw_cost / 1_000_000, raw_cost % 1_000_000)
+    );
+    let hourly_cost: u64 = hourly
+        .iter()
+        .map(|r| r["cost_micros"].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(hourly_cost, raw_cost);
     // A window before everything: no rows; RFC 3339 accepted.
     assert!(csv(&s, "?to=2020-01-01T00:00:00Z").await.is_empty());
     assert!(csv(&s, "?group_by=hour&to=1000").await.is_empty());

@@ -321,6 +321,11 @@ fn cell(out: &mut String, v: &str) {
     }
 }
 
+/// USD micros as a decimal dollar amount with all six places (`1.250000`), exact.
+fn usd(micros: u64) -> String {
+    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
+}
+
 fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
 }
@@ -342,11 +347,11 @@ fn line(out: &mut String, cells: &[Result<String, &str>]) {
 const RECORD_HEADER: &str = "id,record_id,started_at,started_at_ms,key_id,key_name,account_id,\
 account_label,route,model,reasoning_effort,service_tier,transport,status,stream,input_tokens,\
 cached_tokens,output_tokens,reasoning_tokens,ttfb_ms,ttft_ms,latency_ms,failovers,error_code,\
-error_class\r\n";
+error_class,cost_usd,cost_micros\r\n";
 
 const ROLLUP_HEADER: &str = "hour,hour_ms,key_id,key_name,account_id,account_label,model,\
 requests,errors,input_tokens,cached_tokens,output_tokens,reasoning_tokens,failovers,\
-latency_ms_sum\r\n";
+latency_ms_sum,cost_usd,cost_micros\r\n";
 
 /// Names for ids: key names and account labels, read once per export.
 struct Names {
@@ -406,6 +411,8 @@ fn record_line(out: &mut String, r: &crate::storage::UsageRow, names: &Names) {
             n(r.failovers),
             Err(r.error_code.as_deref().unwrap_or("")),
             Err(r.error_class.as_deref().unwrap_or("")),
+            Ok(usd(u64::try_from(r.cost_micros).unwrap_or(0))),
+            n(r.cost_micros),
         ],
     );
 }
@@ -457,6 +464,8 @@ fn rollup_line(
             n(r.totals.reasoning_tokens),
             n(r.failovers),
             n(r.latency_ms_sum),
+            Ok(usd(r.cost_micros)),
+            n(r.cost_micros),
         ],
     );
 }
@@ -565,11 +574,13 @@ async fn export_csv(
                         totals: UsageTotals::default(),
                         failovers: 0,
                         latency_ms_sum: 0,
+                        cost_micros: 0,
                         ..r.clone()
                     });
                     e.totals.add(&r.totals);
                     e.failovers += r.failovers;
                     e.latency_ms_sum += r.latency_ms_sum;
+                    e.cost_micros += r.cost_micros;
                 }
                 for r in by.values() {
                     rollup_line(&mut out, None, r, &names, &group);

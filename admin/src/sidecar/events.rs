@@ -156,6 +156,8 @@ impl Pending {
                     if !found {
                         tracing::debug!(account = id, "account effect for a deleted account");
                     }
+                    // The other instances apply it at once (`crate::pubsub`).
+                    core.publisher.announce();
                     if let AccountEffect::Status(s) = effect {
                         republish = true;
                         if s != AccountStatus::Active {

@@ -5,14 +5,21 @@
 //!   future per account id), the snapshot version published after each account's last
 //!   refresh, and a per-account "not before" after failures.
 //! - [`request`]: handles a worker's `RefreshRequest { account_id, seen_version }`: skipped
-//!   when `seen_version` predates the account's last refresh (the worker used an old token and
-//!   a new one is already published) or when a refresh is already running.
+//!   when `seen_version` predates the account's last refresh or the last change of its token
+//!   in the snapshot (the worker used an old token and a new one is already published,
+//!   whoever refreshed it) or when a refresh is already running.
 //! - [`refresh_expiring`]: starts refreshes for active accounts whose access token expires
 //!   within [`super::REFRESH_AHEAD`].
-//! - Each attempt holds the Redis lease when Redis is configured, re-reads the account (another
-//!   instance may have refreshed it already), calls the token endpoint, persists access +
-//!   refresh (+ id) token in one transaction, then publishes, and keeps the old refresh token
+//! - Each attempt holds the Redis lease when Redis is configured ([`crate::lease`]), renewed
+//!   every third of its time to live while the attempt runs (a slow token endpoint never
+//!   outlives it), re-reads the account (another instance may have refreshed it already),
+//!   calls the token endpoint, persists access + refresh (+ id) token in one transaction
+//!   conditional on the lease's fencing token, then publishes, and keeps the old refresh token
 //!   when the response has none.
+//! - **A lost lease changes nothing stored.** A refresh whose lease was lost anyway (a pause
+//!   longer than the lease, Redis failing over) stores nothing over a newer holder's tokens
+//!   (the fenced write is refused: [`TokenWrite::Fenced`]), and a terminal answer it gets
+//!   (its refresh token was rotated by the newer holder) does not mark the account.
 //! - **A rotation is never lost.** Once the endpoint answered, the old refresh token is dead.
 //!   When the write fails (database locked or down), the new tokens are held in memory
 //!   ([`crate::publish::Publisher::hold_tokens`]), published at once (the account keeps
@@ -35,8 +42,9 @@ use tokio::time::Instant;
 
 use super::Core;
 use crate::{
+    lease::RedisLeases,
     oauth::{Identity, OAuthClient, RefreshError},
-    storage::{Storage, TokenUpdate},
+    storage::{Storage, TokenUpdate, TokenWrite},
 };
 
 /// Attempts per refresh before giving up (transient failures only).
@@ -118,6 +126,20 @@ impl Drop for InFlight {
 
 /// Handles a worker's refresh request.
 pub(crate) fn request(core: &Arc<Core>, account_id: i64, seen_version: u64) {
+    if core
+        .publisher
+        .token_version(account_id)
+        .is_some_and(|v| seen_version < v)
+    {
+        // The worker used an older token: a newer one is published already (refreshed here,
+        // by another instance, or imported).
+        tracing::debug!(
+            account = account_id,
+            seen_version,
+            "refresh request for a replaced token skipped"
+        );
+        return;
+    }
     if !core.refresh.try_start(account_id, Some(seen_version)) {
         return;
     }
@@ -158,36 +180,52 @@ async fn run(guard: InFlight, reason: Reason) {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1u64 << attempt.min(5))).await;
         }
-        let leased = match core.leases.get() {
-            None => false,
-            Some(l) => match l.try_acquire(id).await {
-                Ok(true) => true,
-                Ok(false) => {
-                    // Another instance is refreshing; its result reaches us through storage.
-                    tracing::debug!(
-                        account = id,
-                        "refresh lease held elsewhere; waiting for its result"
-                    );
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    core.republish().await;
-                    return;
-                }
-                Err(e) => {
-                    // Redis is down: refresh under the in-process single-flight alone rather
-                    // than not at all (a rotating token left unrefreshed fails every request).
-                    tracing::warn!(account = id, error = %e, "cannot take the refresh lease (Redis unreachable); refreshing without it");
-                    false
-                }
-            },
-        };
-        let step = attempt_once(core, id, reason).await;
-        if leased {
-            if let Some(l) = core.leases.get() {
-                if let Err(e) = l.release(id).await {
-                    tracing::warn!(account = id, error = %e, "cannot release the refresh lease (it expires by itself)");
+        let lease = match core.leases.get() {
+            None => None,
+            Some(l) => {
+                // The new fence must be above the one stored (Redis may have lost its counter).
+                let stored_fence = match core.storage.get_account(id).await {
+                    Ok(Some((row, _))) => row.refresh_fence,
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::warn!(account = id, attempt = attempt + 1, error = %e, "token refresh cannot read the account; will retry");
+                        continue;
+                    }
+                };
+                match l.try_acquire(id, stored_fence).await {
+                    Ok(Some(fence)) => Some((l, fence)),
+                    Ok(None) => {
+                        // Another instance is refreshing; its result reaches us through storage.
+                        tracing::debug!(
+                            account = id,
+                            "refresh lease held elsewhere; waiting for its result"
+                        );
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                        core.republish().await;
+                        return;
+                    }
+                    Err(e) => {
+                        // Redis is down: refresh under the in-process single-flight alone rather
+                        // than not at all (a rotating token left unrefreshed fails every request).
+                        tracing::warn!(account = id, error = %e, "cannot take the refresh lease (Redis unreachable); refreshing without it");
+                        None
+                    }
                 }
             }
-        }
+        };
+        let step = match lease {
+            None => attempt_once(core, id, reason, None).await,
+            Some((l, fence)) => {
+                let step = tokio::select! {
+                    step = attempt_once(core, id, reason, Some(fence)) => step,
+                    () = keep_lease(l, id, fence) => Step::Retry("lease renewal ended".into()),
+                };
+                if let Err(e) = l.release(id, fence).await {
+                    tracing::warn!(account = id, error = %e, "cannot release the refresh lease (it expires by itself)");
+                }
+                step
+            }
+        };
         match step {
             Step::Done => return,
             Step::Retry(why) => {
@@ -205,7 +243,39 @@ async fn run(guard: InFlight, reason: Reason) {
         .insert(id, Instant::now() + GIVE_UP_PAUSE);
 }
 
-async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
+/// Renews the lease taken with `fence` every third of its time to live for as long as it is
+/// polled (the refresh attempt runs beside it); stops renewing, and waits forever, once the
+/// lease is found lost.
+async fn keep_lease(leases: &RedisLeases, id: i64, fence: i64) {
+    let every = (leases.ttl() / 3).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(every).await;
+        match leases.renew(id, fence).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(
+                    account = id,
+                    fence,
+                    "refresh lease lost while refreshing; its result will not overwrite a newer one"
+                );
+                return std::future::pending().await;
+            }
+            Err(e) => {
+                tracing::warn!(account = id, error = %e, "cannot renew the refresh lease; retrying")
+            }
+        }
+    }
+}
+
+/// Whether the lease taken with `fence` is known to be lost (`false` when Redis cannot say).
+async fn lease_lost(core: &Core, id: i64, fence: Option<i64>) -> bool {
+    match (fence, core.leases.get()) {
+        (Some(f), Some(l)) => matches!(l.renew(id, f).await, Ok(false)),
+        _ => false,
+    }
+}
+
+async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i64>) -> Step {
     let (row, mut secrets) = match core.storage.get_account(id).await {
         Ok(Some(v)) => v,
         Ok(None) => return Step::Done,
@@ -257,8 +327,15 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         Err(why) => return Step::Retry(why),
     };
     let upd = match exchange(&oauth, &secrets.refresh_token).await {
-        Ok(upd) => upd,
+        Ok(upd) => TokenUpdate { fence, ..upd },
         Err(e @ RefreshError::Terminal { .. }) => {
+            if lease_lost(core, id, fence).await {
+                // A newer holder refreshed meanwhile (rotating the token this attempt used):
+                // its tokens stand, the account is fine.
+                tracing::warn!(account = id, error = %e, "refresh failed after its lease was lost; keeping the newer holder's tokens");
+                core.republish().await;
+                return Step::Done;
+            }
             mark_terminal(core, id, &e).await;
             return Step::Done;
         }
@@ -271,8 +348,17 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason) -> Step {
         false
     } else {
         match core.storage.update_tokens(id, &upd).await {
-            Ok(true) => true,
-            Ok(false) => return Step::Done, // deleted meanwhile
+            Ok(TokenWrite::Stored) => true,
+            Ok(TokenWrite::NoAccount) => return Step::Done, // deleted meanwhile
+            Ok(TokenWrite::Fenced) => {
+                tracing::warn!(
+                    account = id,
+                    fence,
+                    "a refresh under a newer lease stored its tokens first; dropping this rotation"
+                );
+                core.republish().await;
+                return Step::Done;
+            }
             Err(e) => {
                 tracing::error!(account = id, error = %e, "cannot store refreshed tokens; using them from memory and retrying the write");
                 if core.publisher.hold_tokens(id, upd) {
@@ -317,10 +403,17 @@ pub(crate) async fn persist_held(core: Arc<Core>, id: i64) {
             return;
         };
         match core.storage.update_tokens(id, &upd).await {
-            Ok(stored) => {
+            Ok(written) => {
                 if core.publisher.release_tokens(id, &upd) {
-                    if stored {
-                        tracing::info!(account = id, failures, "held refreshed tokens stored");
+                    match written {
+                        TokenWrite::Stored => {
+                            tracing::info!(account = id, failures, "held refreshed tokens stored")
+                        }
+                        TokenWrite::Fenced => tracing::warn!(
+                            account = id,
+                            "held refreshed tokens superseded by a newer lease's refresh"
+                        ),
+                        TokenWrite::NoAccount => {}
                     }
                     core.republish().await;
                     return;
@@ -357,12 +450,18 @@ pub(crate) async fn exchange_and_store(
     oauth: &OAuthClient,
     id: i64,
     refresh_token: &Secret,
+    fence: Option<i64>,
 ) -> Result<Stored, RefreshError> {
-    let upd = exchange(oauth, refresh_token).await?;
+    let upd = TokenUpdate {
+        fence,
+        ..exchange(oauth, refresh_token).await?
+    };
     for i in 0..6u32 {
         match storage.update_tokens(id, &upd).await {
-            Ok(true) => return Ok(Stored::Yes),
-            Ok(false) => return Ok(Stored::Deleted),
+            Ok(TokenWrite::Stored) => return Ok(Stored::Yes),
+            Ok(TokenWrite::NoAccount) => return Ok(Stored::Deleted),
+            // A refresh under a newer lease stored first (this one's lease was lost).
+            Ok(TokenWrite::Fenced) => return Ok(Stored::Lost),
             Err(e) => {
                 tracing::error!(account = id, error = %e, "cannot store refreshed tokens; retrying");
                 tokio::time::sleep(Duration::from_millis(500 * u64::from(i + 1))).await;
@@ -396,6 +495,7 @@ pub(crate) async fn exchange(
             .or_else(|| t.expires_in.map(|e| now_s + e)),
         email: ident.email,
         plan_type: ident.plan_type,
+        fence: None,
     };
     Ok(upd)
 }

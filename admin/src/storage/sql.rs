@@ -15,7 +15,7 @@
 pub(super) const ACCOUNT_COLS: &str = "id, chatgpt_account_id, user_id, email, plan_type, status, \
      weight, max_concurrency, access_expires_at, last_refresh_at, cooldown_until_ms, \
      cooldown_reason, primary_used_pct, primary_reset_at, secondary_used_pct, \
-     secondary_reset_at, quota_updated_at, created_at, updated_at, account_group";
+     secondary_reset_at, quota_updated_at, created_at, updated_at, account_group, refresh_fence";
 
 /// Columns of [`super::KeyRow`], in select order.
 pub(super) const KEY_COLS: &str = "id, name, key_hash, key_prefix, created_at, revoked_at, \
@@ -57,7 +57,9 @@ pub(super) const UPDATE_TOKENS: &str = "UPDATE accounts SET access_token_enc = $
      id_token_enc = COALESCE($3, id_token_enc), \
      access_expires_at = COALESCE($4, access_expires_at), \
      email = COALESCE($5, email), plan_type = COALESCE($6, plan_type), \
-     last_refresh_at = $7, updated_at = $7 WHERE id = $8";
+     last_refresh_at = $7, updated_at = $7, \
+     refresh_fence = CASE WHEN $9 > refresh_fence THEN $9 ELSE refresh_fence END \
+     WHERE id = $8 AND ($9 IS NULL OR refresh_fence <= $9)";
 
 pub(super) const RECORD_QUOTA: &str = "UPDATE accounts SET \
      primary_used_pct = COALESCE($1, primary_used_pct), \
@@ -75,12 +77,13 @@ pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, a
 /// skipped, and the inserted rows come back for the rollups.
 pub(super) const USAGE_INSERT_TAIL: &str = " ON CONFLICT (record_id) DO NOTHING \
      RETURNING key_id, account_id, model, status, error_code, input_tokens, cached_tokens, \
-     output_tokens, reasoning_tokens, failovers, latency_ms, started_at_ms";
+     output_tokens, reasoning_tokens, failovers, latency_ms, started_at_ms, cost_micros";
 
 /// Adds one group of inserted records to its hourly rollup row.
 pub(super) const ROLLUP_UPSERT: &str = "INSERT INTO usage_hourly (hour_ms, key_id, account_id, \
      model, requests, errors, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
-     failovers, latency_ms_sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     failovers, latency_ms_sum, cost_micros) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
      ON CONFLICT (hour_ms, key_id, account_id, model) DO UPDATE SET \
      requests = usage_hourly.requests + excluded.requests, \
      errors = usage_hourly.errors + excluded.errors, \
@@ -89,13 +92,14 @@ pub(super) const ROLLUP_UPSERT: &str = "INSERT INTO usage_hourly (hour_ms, key_i
      output_tokens = usage_hourly.output_tokens + excluded.output_tokens, \
      reasoning_tokens = usage_hourly.reasoning_tokens + excluded.reasoning_tokens, \
      failovers = usage_hourly.failovers + excluded.failovers, \
-     latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum";
+     latency_ms_sum = usage_hourly.latency_ms_sum + excluded.latency_ms_sum, \
+     cost_micros = usage_hourly.cost_micros + excluded.cost_micros";
 
 /// Every column of a raw record, for the CSV export (`$5`: after this id, `$6`: limit).
 pub(super) const USAGE_ROWS: &str = "SELECT id, record_id, started_at_ms, key_id, account_id, \
      route, model, reasoning_effort, service_tier, transport, status, stream, input_tokens, \
      cached_tokens, output_tokens, reasoning_tokens, ttfb_ms, ttft_ms, latency_ms, failovers, \
-     error_code, error_class FROM usage_records \
+     error_code, error_class, cost_micros FROM usage_records \
      WHERE ($1 IS NULL OR started_at_ms >= $1) AND ($2 IS NULL OR started_at_ms < $2) \
        AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) AND id > $5 \
      ORDER BY id LIMIT $6";
@@ -103,7 +107,7 @@ pub(super) const USAGE_ROWS: &str = "SELECT id, record_id, started_at_ms, key_id
 /// Hourly rollups in a window.
 pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, model, requests, \
      errors, input_tokens, cached_tokens, output_tokens, reasoning_tokens, failovers, \
-     latency_ms_sum FROM usage_hourly \
+     latency_ms_sum, cost_micros FROM usage_hourly \
      WHERE ($1 IS NULL OR hour_ms >= $1) AND ($2 IS NULL OR hour_ms < $2) \
        AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
      ORDER BY hour_ms, key_id, account_id, model";
@@ -189,6 +193,7 @@ macro_rules! impl_storage {
                     created_at: r.try_get("created_at")?,
                     updated_at: r.try_get("updated_at")?,
                     account_group: r.try_get("account_group")?,
+                    refresh_fence: r.try_get("refresh_fence")?,
                 })
             }
 
@@ -582,9 +587,10 @@ macro_rules! impl_storage {
                 &'a self,
                 id: i64,
                 t: &'a $crate::storage::TokenUpdate,
-            ) -> $crate::storage::StorageFuture<'a, bool> {
+            ) -> $crate::storage::StorageFuture<'a, $crate::storage::TokenWrite> {
                 Box::pin(async move {
                     use sqlx::Row;
+                    use $crate::storage::TokenWrite;
                     let mut tx = self.pool.begin().await?;
                     // Each column is sealed for its row (the AEAD associated data).
                     let Some(key) = sqlx::query(
@@ -595,7 +601,7 @@ macro_rules! impl_storage {
                     .await?
                     else {
                         tx.rollback().await?;
-                        return Ok(false);
+                        return Ok(TokenWrite::NoAccount);
                     };
                     let acct: String = key.try_get("chatgpt_account_id")?;
                     let user: String = key.try_get("user_id")?;
@@ -620,14 +626,17 @@ macro_rules! impl_storage {
                         .bind(t.plan_type.as_deref().filter(|p| !p.is_empty()))
                         .bind($crate::storage::now_ms_i64())
                         .bind(id)
+                        // No lease (`None`): written whatever the stored fence.
+                        .bind(t.fence)
                         .execute(&mut *tx)
                         .await?;
                     if res.rows_affected() == 0 {
+                        // The row exists (read above): a newer lease's refresh stored first.
                         tx.rollback().await?;
-                        return Ok(false);
+                        return Ok(TokenWrite::Fenced);
                     }
                     tx.commit().await?;
-                    Ok(true)
+                    Ok(TokenWrite::Stored)
                 })
             }
 
@@ -850,8 +859,8 @@ macro_rules! impl_storage {
                         return Ok(0);
                     }
                     // (hour, key, account or 0, model) -> [requests, errors, in, cached, out,
-                    // reasoning, failovers, latency]
-                    let mut rollup: std::collections::BTreeMap<(i64, i64, i64, String), [i64; 8]> =
+                    // reasoning, failovers, latency, cost]
+                    let mut rollup: std::collections::BTreeMap<(i64, i64, i64, String), [i64; 9]> =
                         std::collections::BTreeMap::new();
                     let mut inserted = 0usize;
                     let mut tx = self.pool.begin().await?;
@@ -917,8 +926,9 @@ macro_rules! impl_storage {
                                 v("reasoning_tokens")?,
                                 v("failovers")?,
                                 v("latency_ms")?,
+                                v("cost_micros")?,
                             ];
-                            let e = rollup.entry(k).or_insert([0; 8]);
+                            let e = rollup.entry(k).or_insert([0; 9]);
                             for (x, a) in e.iter_mut().zip(add) {
                                 *x = x.saturating_add(a);
                             }
@@ -982,6 +992,7 @@ macro_rules! impl_storage {
                             failovers: r.try_get("failovers")?,
                             error_code: r.try_get("error_code")?,
                             error_class: r.try_get("error_class")?,
+                            cost_micros: r.try_get("cost_micros")?,
                         });
                     }
                     Ok(out)
@@ -1022,6 +1033,7 @@ macro_rules! impl_storage {
                             },
                             failovers: n(r, "failovers")?,
                             latency_ms_sum: n(r, "latency_ms_sum")?,
+                            cost_micros: n(r, "cost_micros")?,
                         });
                     }
                     Ok(out)

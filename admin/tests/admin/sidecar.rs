@@ -895,23 +895,51 @@ async fn refresh_terminal_error_marks_reauth_required() {
 #[tokio::test]
 async fn redis_lease_is_exclusive_and_compare_and_delete() {
     let Some(url) = redis_url() else { return };
-    let a = RedisLeases::connect(&url, "instance-a".into())
+    let ttl = Duration::from_secs(30);
+    let a = RedisLeases::connect(&url, "instance-a".into(), ttl)
         .await
         .unwrap_or_else(|e| panic!("{e} (CODEX_GATEWAY_SKIP_REDIS=1 to skip)"));
-    let b = RedisLeases::connect(&url, "instance-b".into())
+    let b = RedisLeases::connect(&url, "instance-b".into(), ttl)
         .await
         .unwrap();
     let account = i64::from(rand::random::<u32>()) + 1_000_000;
-    assert!(a.try_acquire(account).await.unwrap());
-    assert!(!b.try_acquire(account).await.unwrap(), "exclusive");
+    let fa = a.try_acquire(account, 0).await.unwrap().expect("free");
+    assert!(fa >= 1);
+    assert_eq!(b.try_acquire(account, 0).await.unwrap(), None, "exclusive");
     assert!(
-        !b.release(account).await.unwrap(),
+        !b.release(account, fa).await.unwrap(),
         "only the owner may release"
     );
-    assert!(!b.try_acquire(account).await.unwrap(), "still held by a");
-    assert!(a.release(account).await.unwrap());
-    assert!(b.try_acquire(account).await.unwrap());
-    assert!(b.release(account).await.unwrap());
+    assert!(
+        !b.renew(account, fa).await.unwrap(),
+        "only the owner may renew"
+    );
+    assert!(a.renew(account, fa).await.unwrap());
+    assert_eq!(
+        b.try_acquire(account, 0).await.unwrap(),
+        None,
+        "still held by a"
+    );
+    assert!(a.release(account, fa).await.unwrap());
+    assert!(
+        !a.renew(account, fa).await.unwrap(),
+        "a released lease is lost"
+    );
+    // Every lease gets a higher fence; the counter is raised to the stored fence first.
+    let fb = b
+        .try_acquire(account, 0)
+        .await
+        .unwrap()
+        .expect("free again");
+    assert_eq!(fb, fa + 1);
+    assert!(
+        !a.release(account, fb).await.unwrap(),
+        "a's own id, b's lease"
+    );
+    assert!(b.release(account, fb).await.unwrap());
+    let fc = a.try_acquire(account, fb + 100).await.unwrap().unwrap();
+    assert_eq!(fc, fb + 101);
+    assert!(a.release(account, fc).await.unwrap());
 }
 
 #[tokio::test]
@@ -948,9 +976,18 @@ async fn refresh_with_redis_lease() {
         .await
     );
     // The lease was released: another owner can take it at once.
-    let other = RedisLeases::connect(&url, "other".into()).await.unwrap();
-    assert!(wait_until(WAIT, || async { other.try_acquire(id).await.unwrap() }).await);
-    other.release(id).await.unwrap();
+    let other = RedisLeases::connect(&url, "other".into(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        wait_until(WAIT, || async {
+            match other.try_acquire(id, 0).await.unwrap() {
+                Some(f) => other.release(id, f).await.unwrap(),
+                None => false,
+            }
+        })
+        .await
+    );
     assert_eq!(mock.calls(), 1);
 }
 

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use admin::{
     publish::Publisher,
-    storage::{AccountUpsert, Backend, QuotaUpdate, TokenUpdate},
+    storage::{AccountUpsert, Backend, QuotaUpdate, TokenUpdate, TokenWrite},
 };
 use shared_state::{
     channels, keys::hash_key_hex, AccountEffect, AccountStatus, Secret, Settings, Snapshot,
@@ -192,8 +192,9 @@ async fn tokens_encrypted_at_rest(db: &TestDb) {
         access_expires_at: Some(123),
         email: Some("new@x".into()),
         plan_type: None,
+        fence: None,
     };
-    assert!(s.update_tokens(id, &upd).await.unwrap());
+    assert_eq!(s.update_tokens(id, &upd).await.unwrap(), TokenWrite::Stored);
     let (row, sec) = s.get_account(id).await.unwrap().unwrap();
     assert_eq!(sec.access_token.expose(), "at-new");
     assert_eq!(sec.refresh_token.expose(), "rt-plain-secret");
@@ -209,14 +210,77 @@ async fn tokens_encrypted_at_rest(db: &TestDb) {
         access_expires_at: None,
         email: None,
         plan_type: None,
+        fence: None,
     };
-    assert!(s.update_tokens(id, &upd).await.unwrap());
+    assert_eq!(s.update_tokens(id, &upd).await.unwrap(), TokenWrite::Stored);
     let (_, sec) = s.get_account(id).await.unwrap().unwrap();
     assert_eq!(sec.refresh_token.expose(), "rt-3");
     assert_eq!(sec.id_token.expose(), "id-3");
-    assert!(!s.update_tokens(id + 1000, &upd).await.unwrap());
+    assert_eq!(
+        s.update_tokens(id + 1000, &upd).await.unwrap(),
+        TokenWrite::NoAccount
+    );
     let (_, r, _) = db.raw_token_columns(id).await;
     assert!(r.starts_with("v2:") && !r.contains("rt-3"));
+}
+
+/// Token writes are fenced: a refresh under an older lease (a lower fence) never overwrites
+/// what a refresh under a newer one stored; the same fence may write again (a held rotation's
+/// retry); a write without a lease (no Redis, the CLI) is never refused.
+async fn token_writes_are_fenced(db: &TestDb) {
+    let s = db.open().await;
+    let id = s
+        .upsert_account(&upsert("acc-f", "", None, "at-0", "rt-0"))
+        .await
+        .unwrap()
+        .id;
+    let upd = |n: u32, fence: Option<i64>| TokenUpdate {
+        access_token: Secret::new(format!("at-{n}")),
+        refresh_token: Some(Secret::new(format!("rt-{n}"))),
+        id_token: None,
+        access_expires_at: None,
+        email: None,
+        plan_type: None,
+        fence,
+    };
+    let tokens = || async {
+        let (row, sec) = s.get_account(id).await.unwrap().unwrap();
+        (
+            sec.access_token.expose().to_owned(),
+            sec.refresh_token.expose().to_owned(),
+            row.refresh_fence,
+        )
+    };
+    assert_eq!(tokens().await.2, 0);
+    // The newer holder (fence 5) stores first...
+    assert_eq!(
+        s.update_tokens(id, &upd(2, Some(5))).await.unwrap(),
+        TokenWrite::Stored
+    );
+    assert_eq!(tokens().await, ("at-2".into(), "rt-2".into(), 5));
+    // ...the holder whose lease was lost (fence 4) finishes later: refused, nothing changes.
+    assert_eq!(
+        s.update_tokens(id, &upd(1, Some(4))).await.unwrap(),
+        TokenWrite::Fenced
+    );
+    assert_eq!(tokens().await, ("at-2".into(), "rt-2".into(), 5));
+    // The same fence writes again (a held rotation's retry), a higher one too.
+    assert_eq!(
+        s.update_tokens(id, &upd(3, Some(5))).await.unwrap(),
+        TokenWrite::Stored
+    );
+    assert_eq!(
+        s.update_tokens(id, &upd(4, Some(9))).await.unwrap(),
+        TokenWrite::Stored
+    );
+    assert_eq!(tokens().await, ("at-4".into(), "rt-4".into(), 9));
+    // No lease: written, the stored fence stays.
+    assert_eq!(
+        s.update_tokens(id, &upd(5, None)).await.unwrap(),
+        TokenWrite::Stored
+    );
+    assert_eq!(tokens().await, ("at-5".into(), "rt-5".into(), 9));
+    s.close().await.unwrap();
 }
 
 async fn status_cooldown_quota_limits(db: &TestDb) {
@@ -472,6 +536,8 @@ async fn usage_dedup_rollups_and_retention(db: &TestDb) {
     assert_eq!(with.totals.input_tokens + without.totals.input_tokens, 40);
     assert_eq!(with.failovers + without.failovers, 8);
     assert_eq!(with.latency_ms_sum, 200);
+    // Cost is rolled up too (17 per record; the replayed duplicates add nothing).
+    assert_eq!((with.cost_micros, without.cost_micros), (34, 34));
 
     // Retention: raw records before `hour + 2 min` go; the rollup hour stays.
     let (raw, rolled) = s.prune_usage(Some(hour + 2 * 60_000), None).await.unwrap();
@@ -883,6 +949,7 @@ both_backends!(
     migrations_apply_and_ping,
     account_upsert_merges,
     tokens_encrypted_at_rest,
+    token_writes_are_fenced,
     status_cooldown_quota_limits,
     keys_create_list_revoke,
     key_limits_groups_and_spend,

@@ -143,8 +143,17 @@ pub(crate) async fn token_endpoint(
     let params = parse_params(rec.header("content-type"), &rec.body);
     rec.json = params.clone().map(Value::Object);
     shared.record(rec, true);
-    if !shared.cfg.token_delay.is_zero() {
-        tokio::time::sleep(shared.cfg.token_delay).await;
+    // The delay in force when the request arrived.
+    let delay = match shared
+        .counters
+        .token_delay_ms_plus_one
+        .load(Ordering::SeqCst)
+    {
+        0 => shared.cfg.token_delay,
+        ms => std::time::Duration::from_millis(ms - 1),
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
     let Some(params) = params else {
         return invalid_request("The request body could not be parsed.");

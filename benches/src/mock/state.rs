@@ -55,6 +55,9 @@ pub(crate) fn rand_hex(bytes: usize) -> String {
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) token_calls: AtomicUsize,
+    /// [`super::MockHandle::set_token_delay`]: the token endpoint's delay in ms plus one
+    /// (0: the configured `token_delay`).
+    pub(crate) token_delay_ms_plus_one: std::sync::atomic::AtomicU64,
     pub(crate) active_streams: AtomicUsize,
     pub(crate) completed_streams: AtomicUsize,
     pub(crate) responses: AtomicUsize,

@@ -182,6 +182,8 @@ impl App {
         }
         sc.model_aliases = cfg.model_aliases.clone();
         sc.forecast_clock = cfg.forecast_clock.clone();
+        sc.reload_interval = cfg.reload_interval;
+        sc.refresh_lease_ttl = cfg.refresh_lease_ttl;
         sc.usage = cfg.usage;
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,
