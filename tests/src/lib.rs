@@ -5,9 +5,11 @@
 //! - [`Stack`] / [`StackBuilder`]: a mock upstream, a data directory with imported accounts and
 //!   a client key, and a running gateway.
 //! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
+//! - [`outage`]: private PostgreSQL and Redis servers to stop and start, a counted client load.
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 
 pub mod egress_proxy;
+pub mod outage;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -163,6 +165,8 @@ pub struct StackBuilder {
     pub workers: usize,
     /// Use PostgreSQL instead of SQLite.
     pub postgres: bool,
+    /// Use this database URL (e.g. a [`outage::PrivatePostgres`]) instead of SQLite.
+    pub database_url: Option<String>,
     /// Force the legacy driver.
     pub legacy: bool,
     /// Plain-HTTP upstream protocol.
@@ -185,6 +189,7 @@ impl Default for StackBuilder {
             accounts: 1,
             workers: 2,
             postgres: false,
+            database_url: None,
             legacy: false,
             plain_http: PlainHttp::H1,
             upstream_host: None,
@@ -205,7 +210,7 @@ impl StackBuilder {
         let pg = self.postgres.then(pg_database);
         let db = admin::DbTarget {
             data_dir: dir.path().to_path_buf(),
-            database_url: pg.as_ref().map(|p| p.url.clone()),
+            database_url: pg.as_ref().map(|p| p.url.clone()).or(self.database_url),
         };
         let mut accounts = Vec::new();
         let mut files = Vec::new();
