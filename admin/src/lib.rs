@@ -80,6 +80,7 @@ pub mod crypto;
 pub mod egress;
 pub mod error;
 pub mod forecast;
+pub mod held;
 pub mod import;
 pub mod lease;
 pub mod models;

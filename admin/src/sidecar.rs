@@ -205,6 +205,12 @@ pub(crate) async fn run(
         .await
         .map_err(SidecarError::AdminAuth)?;
         let publisher = Publisher::new(snapshot, mailboxes, cfg.settings.clone());
+        // Rotated tokens an earlier process could not store (storage was down) go first.
+        let journal = crate::held::HeldJournal::open(&cfg.db.data_dir);
+        let held = match &journal {
+            Ok(j) => crate::held::replay(j, storage.as_ref(), &publisher).await,
+            Err(_) => Vec::new(),
+        };
         publisher.reload(storage.as_ref(), true).await?;
         let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
             .await
@@ -240,6 +246,15 @@ pub(crate) async fn run(
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);
+        }
+        match journal {
+            Ok(j) => core.publisher.set_journal(j),
+            Err(e) => {
+                tracing::error!(error = %e, "no held-token journal; tokens refreshed while storage is down are kept in memory only")
+            }
+        }
+        for id in held {
+            tokio::spawn(refresh::persist_held(Arc::clone(&core), id));
         }
         Ok::<_, SidecarError>((core, listener, addr))
     };

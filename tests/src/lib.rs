@@ -44,7 +44,14 @@ pub struct Stack {
 impl Stack {
     /// Stops the gateway and starts it again on the same storage (same port).
     pub fn restart(&mut self) {
+        self.restart_after(|| {});
+    }
+
+    /// Stops the gateway, runs `between` (e.g. brings storage back), and starts it again on
+    /// the same storage (same port).
+    pub fn restart_after(&mut self, between: impl FnOnce()) {
         self.app.shutdown();
+        between();
         let mut cfg = self.cfg.clone();
         cfg.listen = self.app.data_addr;
         self.app = App::spawn(cfg).expect("gateway restart");

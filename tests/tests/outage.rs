@@ -237,6 +237,61 @@ async fn postgres_stopped_and_started_under_load_loses_nothing() {
     );
 }
 
+/// A refresh token rotated while storage is down, then the gateway stops before storage is
+/// back (a deploy, a crash): the rotation is in the held-token journal (sealed, in the data
+/// directory), the next start stores it, and the account refreshes again (the old refresh
+/// token would be `refresh_token_reused` and the account would need a new login).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotation_held_while_storage_is_down_survives_a_restart() {
+    logs();
+    let pg = PrivatePostgres::start();
+    let mut s = StackBuilder {
+        database_url: Some(pg.url()),
+        mock: MockConfig {
+            token_delay: Duration::from_millis(1000),
+            strict_tokens: true,
+            ..MockConfig::default()
+        },
+        ..StackBuilder::default()
+    }
+    .start();
+    let original = s.accounts[0].clone();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
+    let req = s
+        .post("/v1/responses")
+        .json(&serde_json::json!({"model": "gpt-5.5", "input": "x"}));
+    let pending = tokio::spawn(async move { req.send().await.unwrap().status().as_u16() });
+    until("a refresh in flight", Duration::from_secs(10), || async {
+        (s.mock.token_calls() > 0).then_some(())
+    })
+    .await;
+    tokio::task::block_in_place(|| pg.stop());
+    assert_eq!(pending.await.unwrap(), 200, "served on the held rotation");
+    let rotated = s.mock.account_tokens("acct-0").unwrap();
+    assert_ne!(rotated.refresh_token, original.refresh_token);
+    assert!(s.dir.path().join(admin::held::FILE).exists());
+
+    // Stopped while storage is still down; storage comes back; started again.
+    tokio::task::block_in_place(|| s.restart_after(|| pg.start_again()));
+    assert!(!s.dir.path().join(admin::held::FILE).exists(), "replayed");
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
+    let r = s
+        .post("/v1/responses")
+        .json(&serde_json::json!({"model": "gpt-5.5", "input": "after"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
+    assert_eq!(s.mock.token_calls(), 2);
+    assert_eq!(s.account("acct-0").status, "active");
+}
+
 /// A private Redis stopped and started under load: serving goes on, `/healthz` names Redis
 /// and per-key limits fall back to local enforcement, and both return when Redis is back.
 #[tokio::test(flavor = "multi_thread")]
