@@ -210,7 +210,15 @@ mod tests {
             }
         });
         let slot = health.sidecar_tasks().get("flaky").unwrap();
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Polled, not slept: printing a panic's backtrace can stall this thread for a while.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while runs.load(Ordering::SeqCst) < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never ran a fourth time"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(runs.load(Ordering::SeqCst), 4);
         assert_eq!(slot.restarts(), 3);
         assert!(slot.is_failing(), "three crashes in a row");

@@ -7,7 +7,7 @@
 //! - [`PrivateRedis`]: `redis-server` on a free port, killed and started again on that port.
 //! - [`Load`]: clients looping Responses requests (streamed and JSON) against a gateway; every
 //!   answer is checked complete, and [`Load::stop`] reports the counts.
-//! - [`usage_rows`]: the usage records a stack's storage holds.
+//! - [`usage_rows`] / [`until_usage_rows`]: the usage records a stack's storage holds.
 
 use std::{
     net::TcpListener,
@@ -375,6 +375,21 @@ pub fn usage_rows(db: &admin::DbTarget) -> u64 {
     })
     .join()
     .expect("usage rows thread")
+}
+
+/// Waits until `db` holds exactly `want` usage records (never more; at most `limit`).
+pub async fn until_usage_rows(db: &admin::DbTarget, want: u64, limit: Duration) {
+    until("usage rows == requests", limit, || {
+        let db = db.clone();
+        async move {
+            let n = tokio::task::spawn_blocking(move || usage_rows(&db))
+                .await
+                .expect("usage rows");
+            assert!(n <= want, "{n} rows for {want} requests");
+            (n == want).then_some(())
+        }
+    })
+    .await;
 }
 
 /// Polls `f` every 100 ms until it returns `Some` (at most `limit`; `what` names it in the

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind, MockConfig};
 use integration_tests::{
-    outage::{healthz, until, usage_rows, Load, PrivatePostgres, PrivateRedis},
+    outage::{healthz, until, until_usage_rows, Load, PrivatePostgres, PrivateRedis},
     StackBuilder,
 };
 
@@ -22,6 +22,42 @@ fn logs() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
+}
+
+/// A stack on `pg` whose token endpoint takes a second (a rotation can arrive after storage
+/// went away) and whose upstream accepts only the newest access token.
+fn pg_stack(pg: &PrivatePostgres) -> integration_tests::Stack {
+    StackBuilder {
+        database_url: Some(pg.url()),
+        mock: MockConfig {
+            token_delay: Duration::from_millis(1000),
+            strict_tokens: true,
+            ..MockConfig::default()
+        },
+        ..StackBuilder::default()
+    }
+    .start()
+}
+
+/// A 401 makes `acct-0` refresh: the request is answered on the new access token (strict
+/// tokens), the token endpoint took one more refresh (the refresh token the gateway holds is
+/// live; a dead one is `refresh_token_reused`), and the account stays active.
+async fn refreshes_on_a_401(s: &integration_tests::Stack) {
+    let calls = s.mock.token_calls();
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
+    );
+    let r = s
+        .post("/v1/responses")
+        .json(&serde_json::json!({"model": "gpt-5.5", "input": "after"}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    assert_eq!(status, 200, "{}", r.text().await.unwrap_or_default());
+    assert_eq!(s.mock.token_calls(), calls + 1);
+    assert_eq!(s.account("acct-0").status, "active");
 }
 
 /// Every supervised sidecar task made to panic while clients stream: each is restarted and
@@ -96,19 +132,7 @@ async fn panicking_sidecar_tasks_are_restarted_counted_and_lose_nothing() {
     assert_eq!(report.ok, report.requests);
 
     // Nothing lost: one usage row per request, once the restarted loop has flushed.
-    let db = s.db.clone();
-    let want = report.requests;
-    until("usage rows == requests", Duration::from_secs(30), || {
-        let db = db.clone();
-        async move {
-            let n = tokio::task::spawn_blocking(move || usage_rows(&db))
-                .await
-                .unwrap();
-            assert!(n <= want, "{n} rows for {want} requests");
-            (n == want).then_some(())
-        }
-    })
-    .await;
+    until_usage_rows(&s.db, report.requests, Duration::from_secs(30)).await;
     // The restarted admin server answers on the same socket.
     let r = s.admin_get("/api/admin/accounts").send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -128,16 +152,7 @@ async fn panicking_sidecar_tasks_are_restarted_counted_and_lose_nothing() {
 async fn postgres_stopped_and_started_under_load_loses_nothing() {
     logs();
     let pg = PrivatePostgres::start();
-    let mut s = StackBuilder {
-        database_url: Some(pg.url()),
-        mock: MockConfig {
-            token_delay: Duration::from_millis(1000),
-            strict_tokens: true,
-            ..MockConfig::default()
-        },
-        ..StackBuilder::default()
-    }
-    .start();
+    let mut s = pg_stack(&pg);
     let load = Load::start(&s.url(), &s.key, CLIENTS);
     load.advance(20, Duration::from_secs(20)).await;
 
@@ -189,47 +204,16 @@ async fn postgres_stopped_and_started_under_load_loses_nothing() {
     let report = load.stop().await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
 
-    let db = s.db.clone();
-    let want = report.requests;
-    until("usage rows == requests", Duration::from_secs(60), || {
-        let db = db.clone();
-        async move {
-            let n = tokio::task::spawn_blocking(move || usage_rows(&db))
-                .await
-                .unwrap();
-            assert!(n <= want, "{n} rows for {want} requests");
-            (n == want).then_some(())
-        }
-    })
-    .await;
+    until_usage_rows(&s.db, report.requests, Duration::from_secs(60)).await;
 
     // The rotated refresh token is the live one: another refresh succeeds now...
     let calls = s.mock.token_calls();
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
-    );
-    let r = s
-        .post("/v1/responses")
-        .json(&serde_json::json!({"model": "gpt-5.5", "input": "after"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert_eq!(s.mock.token_calls(), calls + 1);
+    refreshes_on_a_401(&s).await;
     let again = s.mock.account_tokens("acct-0").unwrap();
     assert_ne!(again.refresh_token, rotated.refresh_token);
-    assert_eq!(s.account("acct-0").status, "active");
     // ...and after a restart (the stored one is the newest).
     tokio::task::block_in_place(|| s.restart());
-    let db = s.db.clone();
-    let token_url = s.mock.token_url();
-    let res = tokio::task::spawn_blocking(move || {
-        admin::cli::accounts_refresh(&db, None, &token_url).unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    refreshes_on_a_401(&s).await;
     assert_eq!(s.mock.token_calls(), calls + 2);
     eprintln!(
         "{} requests answered across a PostgreSQL stop/start",
@@ -245,16 +229,7 @@ async fn postgres_stopped_and_started_under_load_loses_nothing() {
 async fn a_rotation_held_while_storage_is_down_survives_a_restart() {
     logs();
     let pg = PrivatePostgres::start();
-    let mut s = StackBuilder {
-        database_url: Some(pg.url()),
-        mock: MockConfig {
-            token_delay: Duration::from_millis(1000),
-            strict_tokens: true,
-            ..MockConfig::default()
-        },
-        ..StackBuilder::default()
-    }
-    .start();
+    let mut s = pg_stack(&pg);
     let original = s.accounts[0].clone();
     s.mock.set_behaviour(
         "acct-0",
@@ -277,19 +252,7 @@ async fn a_rotation_held_while_storage_is_down_survives_a_restart() {
     // Stopped while storage is still down; storage comes back; started again.
     tokio::task::block_in_place(|| s.restart_after(|| pg.start_again()));
     assert!(!s.dir.path().join(admin::held::FILE).exists(), "replayed");
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour::error(ErrorKind::TokenInvalidated).times(1),
-    );
-    let r = s
-        .post("/v1/responses")
-        .json(&serde_json::json!({"model": "gpt-5.5", "input": "after"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap_or_default());
-    assert_eq!(s.mock.token_calls(), 2);
-    assert_eq!(s.account("acct-0").status, "active");
+    refreshes_on_a_401(&s).await;
 }
 
 /// A private Redis stopped and started under load: serving goes on, `/healthz` names Redis

@@ -92,19 +92,25 @@ pub fn serve(dir: &str, upstream: &str) -> (Child, String) {
     (s.child, s.addr)
 }
 
-/// One HTTP/1.1 exchange on a fresh connection; returns the whole response text.
-pub fn http(addr: &str, head: &str, body: &str) -> String {
+/// One HTTP/1.1 exchange on a fresh connection (`head`: request line and headers, without
+/// `connection` and `content-length`); returns the whole response text.
+fn exchange(addr: &str, head: &str, body: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "{head}\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "{head}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
+}
+
+/// One HTTP/1.1 exchange on a fresh connection; returns the whole response text.
+pub fn http(addr: &str, head: &str, body: &str) -> String {
+    exchange(addr, &format!("{head}\r\nhost: x"), body)
 }
 
 /// A metric of the data plane (0 when absent).
@@ -150,15 +156,9 @@ pub fn prepare(dir: &std::path::Path, mock: &MockHandle, name: &str) -> (IssuedT
 
 /// An admin API request (static admin token, loopback `Host`, JSON); the response text.
 pub fn admin(admin: &str, method: &str, path: &str, body: &str) -> String {
-    let mut s = TcpStream::connect(admin).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
+    exchange(
+        admin,
+        &format!("{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/json"),
+        body,
     )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
