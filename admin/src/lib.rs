@@ -22,6 +22,9 @@
 //!   configured), sessions, admin API tokens and login rate limiting: the admin API is closed
 //!   by default. The API itself is one file per resource under `api/`; [`web`] serves the
 //!   embedded admin web app (`frontend/dist`) under `/` of the admin listener.
+//! - [`supervisor`]: every long-running sidecar task runs under it (restarted with backoff
+//!   after a panic or an unexpected exit, counted, a task that keeps failing shown in
+//!   `/healthz`).
 //! - [`cli`]: blocking helpers for the `accounts` / `keys` / `settings` subcommands.
 //!
 //! # Usage
@@ -78,6 +81,7 @@ pub mod crypto;
 pub mod egress;
 pub mod error;
 pub mod forecast;
+pub mod held;
 pub mod import;
 pub mod lease;
 pub mod models;
@@ -89,6 +93,7 @@ pub mod settings;
 mod sidecar;
 pub mod spool;
 pub mod storage;
+pub mod supervisor;
 pub mod web;
 
 pub use error::{AdminError, SidecarError, StorageError};

@@ -17,7 +17,9 @@
 //!   The old refresh token is dead once the token endpoint answered, so they are the only
 //!   live ones: every reload lays them over what storage returns (the data plane uses them
 //!   at once) until [`Publisher::release_tokens`] after they were stored, and
-//!   [`Publisher::publish_held`] publishes them even while storage cannot be read.
+//!   [`Publisher::publish_held`] publishes them even while storage cannot be read. With a
+//!   journal ([`crate::held`]) every change is also written to the data directory, so a
+//!   shutdown or a crash before storage takes them does not lose them.
 //!
 //! - Fleet invalidations ([`Publisher::announce`], [`Publisher::announced`]): a reload that
 //!   published this instance's own change (an admin mutation, a refresh) and every persisted
@@ -83,6 +85,8 @@ pub struct Publisher {
     state: Mutex<PubState>,
     /// Rotated tokens not stored yet, by account id (see the module docs).
     held: SyncMutex<HashMap<i64, TokenUpdate>>,
+    /// Where the held tokens are also written, so a restart does not lose them.
+    journal: std::sync::OnceLock<crate::held::HeldJournal>,
     /// Egress proxies' live health, by proxy id.
     egress: crate::egress::EgressBook,
     /// Woken when this instance changed something the fleet must see (`crate::pubsub`).
@@ -102,6 +106,7 @@ impl Publisher {
             defaults,
             state: Mutex::new(PubState::default()),
             held: SyncMutex::new(HashMap::new()),
+            journal: std::sync::OnceLock::new(),
             egress: crate::egress::EgressBook::default(),
             announce: tokio::sync::Notify::new(),
             token_versions: SyncMutex::new(HashMap::new()),
@@ -143,15 +148,39 @@ impl Publisher {
     /// tokens until [`Self::release_tokens`]. Returns `true` when none were held before (the
     /// caller starts the writer; otherwise the running writer picks the newer ones up).
     pub(crate) fn hold_tokens(&self, id: i64, tokens: TokenUpdate) -> bool {
-        self.held_map().insert(id, tokens).is_none()
+        let mut held = self.held_map();
+        let first = held.insert(id, tokens).is_none();
+        self.journal_held(&held);
+        first
+    }
+
+    /// From now on, every change of the held tokens is also written to `journal`.
+    pub(crate) fn set_journal(&self, journal: crate::held::HeldJournal) {
+        let _ = self.journal.set(journal);
+        self.journal_held(&self.held_map());
+    }
+
+    /// Writes the held tokens to the journal (logged, not returned: they stay held in memory
+    /// and their writer keeps trying storage).
+    fn journal_held(&self, held: &HashMap<i64, TokenUpdate>) {
+        let Some(j) = self.journal.get() else {
+            return;
+        };
+        let snap = self.snapshot.load();
+        let acct = |id| snap.account(id).map(|a| a.chatgpt_account_id.clone());
+        if let Err(e) = j.save(held, acct) {
+            tracing::error!(error = %e, "cannot write the held-token journal; held tokens are in memory only");
+        }
     }
 
     /// Replaces the tokens held for `id` with `tokens` when some are held (their writer
     /// stores the newest); `false` when none are held.
     pub(crate) fn replace_held(&self, id: i64, tokens: &TokenUpdate) -> bool {
-        match self.held_map().get_mut(&id) {
+        let mut held = self.held_map();
+        match held.get_mut(&id) {
             Some(t) => {
                 *t = tokens.clone();
+                self.journal_held(&held);
                 true
             }
             None => false,
@@ -170,6 +199,7 @@ impl Publisher {
         match held.get(&id) {
             Some(t) if t.access_token == stored.access_token => {
                 held.remove(&id);
+                self.journal_held(&held);
                 true
             }
             Some(_) => false,

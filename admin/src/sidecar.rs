@@ -22,6 +22,9 @@
 //!   - fleet invalidations over Redis pub/sub ([`crate::pubsub`]), with Redis only;
 //!   - the Axum admin server ([`crate::api`]).
 //!
+//!   Each runs under the [`crate::supervisor`]: a panic or an unexpected return is counted
+//!   and restarted with backoff (`spawn_tasks` names them).
+//!
 //! # Error handling
 //! Startup errors go back to [`crate::spawn`]'s caller. After startup nothing is fatal:
 //! storage outages are logged on transition, spooled and retried.
@@ -33,7 +36,7 @@ use std::{
 };
 
 use shared_state::Health;
-use tokio::sync::watch;
+use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
     error::SidecarError,
@@ -43,6 +46,7 @@ use crate::{
     publish::Publisher,
     quota::UsageClient,
     storage::Storage,
+    supervisor::Supervisor,
     SidecarConfig, SidecarShared,
 };
 
@@ -202,6 +206,12 @@ pub(crate) async fn run(
         .await
         .map_err(SidecarError::AdminAuth)?;
         let publisher = Publisher::new(snapshot, mailboxes, cfg.settings.clone());
+        // Rotated tokens an earlier process could not store (storage was down) go first.
+        let journal = crate::held::HeldJournal::open(&cfg.db.data_dir);
+        let held = match &journal {
+            Ok(j) => crate::held::replay(j, storage.as_ref(), &publisher).await,
+            Err(_) => Vec::new(),
+        };
         publisher.reload(storage.as_ref(), true).await?;
         let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
             .await
@@ -238,6 +248,15 @@ pub(crate) async fn run(
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);
         }
+        match journal {
+            Ok(j) => core.publisher.set_journal(j),
+            Err(e) => {
+                tracing::error!(error = %e, "no held-token journal; tokens refreshed while storage is down are kept in memory only")
+            }
+        }
+        for id in held {
+            tokio::spawn(refresh::persist_held(Arc::clone(&core), id));
+        }
         Ok::<_, SidecarError>((core, listener, addr))
     };
     let (core, listener, addr) = match started.await {
@@ -255,59 +274,7 @@ pub(crate) async fn run(
         "sidecar ready"
     );
 
-    // The durable usage spool (adopting what an earlier process left); without one (the data
-    // directory is not writable) usage is kept in memory only, as the log says.
-    let spool = match crate::spool::Spool::new(
-        &cfg.db.data_dir,
-        cfg.usage.spool_max_bytes,
-        events::USAGE_MEM_CAP,
-        Arc::clone(events.stats()),
-    ) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::error!(error = %e, dir = %cfg.db.data_dir.display(), "cannot create the usage spool file; usage records are kept in memory only until stored");
-            None
-        }
-    };
-    let server = tokio::spawn(crate::api::serve(listener, Arc::clone(&core), stop.clone()));
-    let events_task = tokio::spawn(events::run(
-        Arc::clone(&core),
-        events,
-        spool,
-        cfg.usage,
-        stop.clone(),
-    ));
-    let reload_task = tokio::spawn(reload_loop(
-        Arc::clone(&core),
-        cfg.reload_interval,
-        stop.clone(),
-    ));
-    let health_task = tokio::spawn(health_loop(
-        Arc::clone(&core),
-        cfg.redis_url.clone().filter(|u| !u.trim().is_empty()),
-        cfg.refresh_lease_ttl,
-        stop.clone(),
-    ));
-    // Fleet invalidations (`crate::pubsub`), only with Redis.
-    let pubsub_task = cfg
-        .redis_url
-        .clone()
-        .filter(|u| !u.trim().is_empty())
-        .map(|url| tokio::spawn(crate::pubsub::run(Arc::clone(&core), url, stop.clone())));
-    let limits_task = tokio::spawn(key_limits::run(Arc::clone(&core), stop.clone()));
-    let quota_task = (!cfg.quota_poll_interval.is_zero()).then(|| {
-        tokio::spawn(quota::run(
-            Arc::clone(&core),
-            core.usage.clone(),
-            cfg.quota_poll_interval,
-            stop.clone(),
-        ))
-    });
-
-    let forecast_task = tokio::spawn(forecast_loop(Arc::clone(&core), stop.clone()));
-
-    let models_task = (!cfg.catalog_refresh_interval.is_zero())
-        .then(|| tokio::spawn(models::run(Arc::clone(&core), stop.clone())));
+    let tasks = spawn_tasks(&core, &cfg, events, listener, &health, &stop);
 
     if ready.send(Ok(addr)).is_err() {
         // The caller is gone; nothing will ever ask us to stop, so stop now.
@@ -318,23 +285,7 @@ pub(crate) async fn run(
     }
 
     tracing::info!("sidecar stopping");
-    reload_task.abort();
-    health_task.abort();
-    if let Some(t) = pubsub_task {
-        t.abort();
-    }
-    forecast_task.abort();
-    // It sees the stop signal, pushes its last counts and stores the keys' last use.
-    let _ = tokio::time::timeout(Duration::from_secs(3), limits_task).await;
-    if let Some(t) = quota_task {
-        t.abort();
-    }
-    if let Some(t) = models_task {
-        t.abort();
-    }
-    // The event loop sees the same signal, drains and flushes (bounded) before returning.
-    let _ = tokio::time::timeout(FLUSH_ON_SHUTDOWN + Duration::from_secs(1), events_task).await;
-    let _ = tokio::time::timeout(Duration::from_secs(3), server).await;
+    tasks.stop().await;
     // A refresh between "endpoint rotated the token" and "stored it" must not be cut off.
     let _ = tokio::time::timeout(REFRESH_DRAIN, async {
         while !core.refresh.is_idle() {
@@ -344,6 +295,147 @@ pub(crate) async fn run(
     .await;
     let _ = tokio::time::timeout(Duration::from_secs(2), core.storage.close()).await;
     tracing::info!("sidecar stopped");
+}
+
+/// The sidecar's long-running tasks, each under the [`Supervisor`].
+struct Tasks {
+    server: JoinHandle<()>,
+    usage: JoinHandle<()>,
+    control: JoinHandle<()>,
+    limits: JoinHandle<()>,
+    /// Stopped by abort: nothing to flush.
+    abortable: Vec<JoinHandle<()>>,
+}
+
+// === impl Tasks ===
+
+impl Tasks {
+    /// After `stop` was sent: aborts what has nothing to flush, then waits (bounded) for the
+    /// rest to see the signal and finish.
+    async fn stop(self) {
+        for t in &self.abortable {
+            t.abort();
+        }
+        // It sees the stop signal, pushes its last counts and stores the keys' last use.
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.limits).await;
+        // The event loops see the same signal, drain and flush (bounded) before returning.
+        let _ = tokio::time::timeout(FLUSH_ON_SHUTDOWN + Duration::from_secs(1), async {
+            let _ = tokio::join!(self.usage, self.control);
+        })
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(3), self.server).await;
+    }
+}
+
+/// Starts every long-running task under the supervisor (names: the `task` label of
+/// `codex_gateway_sidecar_task_restarts_total` and `/healthz`'s `sidecar.failing`).
+fn spawn_tasks(
+    core: &Arc<Core>,
+    cfg: &SidecarConfig,
+    events: shared_state::Events,
+    listener: tokio::net::TcpListener,
+    health: &Arc<Health>,
+    stop: &watch::Receiver<bool>,
+) -> Tasks {
+    let sup = Supervisor::new(Arc::clone(health), stop.clone());
+    // Each factory clones what a run needs; what must outlive a crashed run is shared.
+    let events = Arc::new(events);
+    // The admin listener's socket outlives a crashed server: each run serves a duplicate.
+    let listener = listener.into_std().map(Arc::new);
+    let server = sup.spawn("admin_server", {
+        let (core, stop) = (Arc::clone(core), stop.clone());
+        move || {
+            let (core, stop) = (Arc::clone(&core), stop.clone());
+            let listener = listener.as_ref().map_err(|e| e.to_string()).and_then(|l| {
+                l.try_clone()
+                    .and_then(tokio::net::TcpListener::from_std)
+                    .map_err(|e| e.to_string())
+            });
+            async move {
+                match listener {
+                    Ok(l) => crate::api::serve(l, core, stop).await,
+                    Err(e) => tracing::error!(error = %e, "admin listener unusable"),
+                }
+            }
+        }
+    });
+    // A run's spool adopts the file of a crashed run (unlocked once dropped) and replays it;
+    // without one (the data directory is not writable) usage is kept in memory only.
+    let usage = sup.spawn("events_usage", {
+        let (core, events, stop) = (Arc::clone(core), Arc::clone(&events), stop.clone());
+        let (dir, usage_cfg) = (cfg.db.data_dir.clone(), cfg.usage);
+        move || {
+            let spool = match crate::spool::Spool::new(
+                &dir,
+                usage_cfg.spool_max_bytes,
+                events::USAGE_MEM_CAP,
+                Arc::clone(events.stats()),
+            ) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, dir = %dir.display(), "cannot create the usage spool file; usage records are kept in memory only until stored");
+                    None
+                }
+            };
+            events::usage_loop(
+                Arc::clone(&core),
+                Arc::clone(&events),
+                spool,
+                usage_cfg,
+                stop.clone(),
+            )
+        }
+    });
+    let control = sup.spawn("events_control", {
+        let (core, events, stop) = (Arc::clone(core), Arc::clone(&events), stop.clone());
+        move || events::control_loop(Arc::clone(&core), Arc::clone(&events), stop.clone())
+    });
+    let limits = sup.spawn("key_limits", {
+        let (core, stop) = (Arc::clone(core), stop.clone());
+        move || key_limits::run(Arc::clone(&core), stop.clone())
+    });
+    let mut abortable = vec![
+        sup.spawn("reload", {
+            let (core, stop, every) = (Arc::clone(core), stop.clone(), cfg.reload_interval);
+            move || reload_loop(Arc::clone(&core), every, stop.clone())
+        }),
+        sup.spawn("health", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            let redis = cfg.redis_url.clone().filter(|u| !u.trim().is_empty());
+            let ttl = cfg.refresh_lease_ttl;
+            move || health_loop(Arc::clone(&core), redis.clone(), ttl, stop.clone())
+        }),
+        sup.spawn("forecast", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || forecast_loop(Arc::clone(&core), stop.clone())
+        }),
+    ];
+    // Fleet invalidations (`crate::pubsub`), only with Redis.
+    if let Some(url) = cfg.redis_url.clone().filter(|u| !u.trim().is_empty()) {
+        abortable.push(sup.spawn("pubsub", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || crate::pubsub::run(Arc::clone(&core), url.clone(), stop.clone())
+        }));
+    }
+    if !cfg.quota_poll_interval.is_zero() {
+        abortable.push(sup.spawn("quota", {
+            let (core, stop, every) = (Arc::clone(core), stop.clone(), cfg.quota_poll_interval);
+            move || quota::run(Arc::clone(&core), core.usage.clone(), every, stop.clone())
+        }));
+    }
+    if !cfg.catalog_refresh_interval.is_zero() {
+        abortable.push(sup.spawn("models", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || models::run(Arc::clone(&core), stop.clone())
+        }));
+    }
+    Tasks {
+        server,
+        usage,
+        control,
+        limits,
+        abortable,
+    }
 }
 
 async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver<bool>) {
@@ -361,11 +453,18 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+        if !core.health.storage_up() {
+            // The probe says storage is down: a reload would hold the publisher's lock for
+            // the pool's connect timeout, delaying a refresh's publish from memory. The probe
+            // says when it is back (within HEALTH_INTERVAL).
+            refresh::refresh_expiring(&core);
+            continue;
+        }
         match core
             .publisher
             .reload_quiet(core.storage.as_ref(), false)
             .await
-        {
+         {
             Ok(_) => {
                 if failing {
                     tracing::info!("snapshot reload recovered");

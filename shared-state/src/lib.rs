@@ -15,6 +15,8 @@
 //!   returns) over the live quota atomics and the published burn rates.
 //! - [`secret`]: [`secret::Secret`], a string that never reaches logs or `Debug` output, and
 //!   [`secret::redact_url`].
+//! - [`tasks`]: the sidecar's supervised tasks (restarts, failing) for `/healthz` and
+//!   `/metrics`.
 //! - [`transcripts`]: HTTP response transcripts for `previous_response_id`, shared by workers.
 //! - [`jwt`] and [`keys`]: pure helpers both sides need (JWT claim decoding, client-key hashing).
 //!
@@ -31,6 +33,7 @@ pub mod jwt;
 pub mod keys;
 pub mod secret;
 pub mod snapshot;
+pub mod tasks;
 pub mod transcripts;
 
 pub use account::{AccountEffect, AccountLive, AccountStatus, Lease, QuotaUpdate};
@@ -42,6 +45,7 @@ pub use channels::{
 pub use egress::{ProxyEntry, ProxyLive, ProxyUrl};
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};
+pub use tasks::{SidecarTasks, TaskHealth};
 pub use transcripts::TranscriptStore;
 
 /// Milliseconds since the Unix epoch, the one clock unit used in live state.

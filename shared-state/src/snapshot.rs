@@ -245,7 +245,7 @@ impl fmt::Display for Strategy {
 }
 
 /// What `/healthz` reports, written by whoever observes it: the sidecar (storage and Redis
-/// probes), each worker (a heartbeat every 250 ms), the lifecycle (upstream connects).
+/// probes, its supervised tasks), each worker (a heartbeat every 250 ms), the lifecycle (upstream connects).
 #[derive(Debug)]
 pub struct Health {
     storage_up: AtomicBool,
@@ -257,6 +257,8 @@ pub struct Health {
     upstream_failing_since_ms: AtomicU64,
     /// Per-key limits are enforced fleet-wide (Redis reconciliation succeeding).
     key_limits_fleet: AtomicBool,
+    /// The sidecar's supervised tasks (restarts, failing).
+    tasks: crate::tasks::SidecarTasks,
 }
 
 // === impl Health ===
@@ -276,7 +278,13 @@ impl Health {
             beats: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             upstream_failing_since_ms: AtomicU64::new(0),
             key_limits_fleet: AtomicBool::new(false),
+            tasks: crate::tasks::SidecarTasks::default(),
         }
+    }
+
+    /// The sidecar's supervised tasks.
+    pub fn sidecar_tasks(&self) -> &crate::tasks::SidecarTasks {
+        &self.tasks
     }
 
     /// Whether per-key counters are reconciled across the fleet (Redis up); false: each

@@ -5,9 +5,11 @@
 //! - [`Stack`] / [`StackBuilder`]: a mock upstream, a data directory with imported accounts and
 //!   a client key, and a running gateway.
 //! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
+//! - [`outage`]: private PostgreSQL and Redis servers to stop and start, a counted client load.
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 
 pub mod egress_proxy;
+pub mod outage;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -40,7 +42,14 @@ pub struct Stack {
 impl Stack {
     /// Stops the gateway and starts it again on the same storage (same port).
     pub fn restart(&mut self) {
+        self.restart_after(|| {});
+    }
+
+    /// Stops the gateway, runs `between` (e.g. brings storage back), and starts it again on
+    /// the same storage (same port).
+    pub fn restart_after(&mut self, between: impl FnOnce()) {
         self.app.shutdown();
+        between();
         let mut cfg = self.cfg.clone();
         cfg.listen = self.app.data_addr;
         self.app = App::spawn(cfg).expect("gateway restart");
@@ -161,6 +170,8 @@ pub struct StackBuilder {
     pub workers: usize,
     /// Use PostgreSQL instead of SQLite.
     pub postgres: bool,
+    /// Use this database URL (e.g. a [`outage::PrivatePostgres`]) instead of SQLite.
+    pub database_url: Option<String>,
     /// Force the legacy driver.
     pub legacy: bool,
     /// Plain-HTTP upstream protocol.
@@ -183,6 +194,7 @@ impl Default for StackBuilder {
             accounts: 1,
             workers: 2,
             postgres: false,
+            database_url: None,
             legacy: false,
             plain_http: PlainHttp::H1,
             upstream_host: None,
@@ -203,7 +215,7 @@ impl StackBuilder {
         let pg = self.postgres.then(pg_database);
         let db = admin::DbTarget {
             data_dir: dir.path().to_path_buf(),
-            database_url: pg.as_ref().map(|p| p.url.clone()),
+            database_url: pg.as_ref().map(|p| p.url.clone()).or(self.database_url),
         };
         let mut accounts = Vec::new();
         let mut files = Vec::new();

@@ -1,7 +1,7 @@
 //! The worker -> sidecar event loops.
 //!
 //! # Key Components
-//! - [`run`]: two loops over the two queues of [`Events`], so a usage backlog (a database
+//! - [`control_loop`] and [`usage_loop`]: two loops over the two queues of [`Events`], so a usage backlog (a database
 //!   outage, a full spool) never delays an account event or a refresh request:
 //!   - the **control** loop: [`WorkerEvent::Account`] -> status (then republish) or cooldown
 //!     persisted; quota observations coalesced per account, persisted; in-memory effects
@@ -209,25 +209,14 @@ impl Pending {
     }
 }
 
-/// Both event loops; returns after their final flushes once `stop` is set.
-pub(crate) async fn run(
+/// The control loop (account effects, quota, refresh requests); returns after its final
+/// flush once `stop` is set. Supervised on its own (`events.control`), so a crash of the
+/// usage loop never stops account events, and the reverse.
+pub(crate) async fn control_loop(
     core: Arc<Core>,
-    events: Events,
-    spool: Option<Spool>,
-    cfg: UsageConfig,
-    stop: watch::Receiver<bool>,
+    events: Arc<Events>,
+    mut stop: watch::Receiver<bool>,
 ) {
-    let events = Arc::new(events);
-    let control = tokio::spawn(control_loop(
-        Arc::clone(&core),
-        Arc::clone(&events),
-        stop.clone(),
-    ));
-    usage_loop(core, events, spool, cfg, stop).await;
-    let _ = control.await;
-}
-
-async fn control_loop(core: Arc<Core>, events: Arc<Events>, mut stop: watch::Receiver<bool>) {
     let mut p = Pending::default();
     loop {
         let idle = if p.is_empty() {
@@ -429,7 +418,10 @@ async fn prune(core: &Arc<Core>, cfg: &UsageConfig) {
     }
 }
 
-async fn usage_loop(
+/// The usage loop over the durable spool; returns after its final flush once `stop` is set.
+/// Supervised (`events.usage`): a run that crashes drops its [`Spool`], whose file (no longer
+/// locked) the next run's spool adopts and replays, so no record the loop took is lost.
+pub(crate) async fn usage_loop(
     core: Arc<Core>,
     events: Arc<Events>,
     spool: Option<Spool>,

@@ -346,6 +346,17 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
         // An earlier rotation is still waiting for storage: its writer stores these instead
         // (one writer per account, so an older rotation never lands after a newer one).
         false
+    } else if !core.health.storage_up() {
+        // Storage is known down: hold them at once rather than wait for the pool's connect
+        // timeout while requests wait for this token (the writer stores them later).
+        tracing::error!(
+            account = id,
+            "storage is down; using the refreshed tokens from memory until they can be stored"
+        );
+        if core.publisher.hold_tokens(id, upd) {
+            tokio::spawn(persist_held(Arc::clone(core), id));
+        }
+        false
     } else {
         match core.storage.update_tokens(id, &upd).await {
             Ok(TokenWrite::Stored) => true,
@@ -380,7 +391,13 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
     if auth_cooldown && stored {
         let _ = core.storage.set_cooldown(id, 0, None).await;
     }
-    publish_refreshed(core, id).await;
+    if stored {
+        publish_refreshed(core, id).await;
+    } else {
+        // Held in memory: publish them now, without first trying a reload from the storage
+        // that just failed (each try waits for the pool's timeout while requests wait).
+        publish_held(core, id).await;
+    }
     tracing::info!(account = id, stored, "refreshed account tokens");
     Step::Done
 }
@@ -502,6 +519,16 @@ pub(crate) async fn exchange(
 
 /// Publishes the account's new tokens (from storage, or held ones laid over it; from memory
 /// alone when storage cannot be read) and remembers the version.
+/// Publishes the tokens held in memory for `id` over the current snapshot.
+async fn publish_held(core: &Arc<Core>, id: i64) {
+    match core.publisher.publish_held(id).await {
+        Some(v) => {
+            core.refresh.lock().refreshed_version.insert(id, v);
+        }
+        None => publish_refreshed(core, id).await,
+    }
+}
+
 async fn publish_refreshed(core: &Arc<Core>, id: i64) {
     let v = match core.publisher.reload(core.storage.as_ref(), true).await {
         Ok(v) => v,

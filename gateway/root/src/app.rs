@@ -62,6 +62,8 @@ pub struct AppHandle {
     pub snapshot: SharedSnapshot,
     /// Model catalog cell.
     pub catalog: shared_state::SharedCatalog,
+    /// What `/healthz` reports (tests reach the sidecar's supervised tasks through it).
+    pub health: Arc<Health>,
     mailboxes: WorkerMailboxes,
     workers: Vec<JoinHandle<()>>,
     sidecar: Option<admin::SidecarHandle>,
@@ -250,6 +252,7 @@ impl App {
             registry,
             snapshot,
             catalog,
+            health,
             mailboxes: mb,
             workers,
             sidecar: Some(sidecar),

@@ -5,88 +5,12 @@
 //! (A binary test lives here, where Cargo sets `CARGO_BIN_EXE_codex-gateway`; the in-process
 //! usage tests are in `tests/tests/usage.rs`.)
 
-use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
-};
+mod support;
 
-use benches::{MockAccount, MockCodex, MockConfig};
+use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_codex-gateway");
-
-fn gw() -> Command {
-    let mut c = Command::new(BIN);
-    c.env("RUST_LOG", "info");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CODEX_GATEWAY_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
-
-/// Starts `serve` on `dir`; returns the child and the data-plane address.
-fn serve(dir: &str, upstream: &str) -> (Child, String) {
-    let mut child = gw()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--data-dir",
-            dir,
-            "--upstream-base-url",
-            upstream,
-        ])
-        .env("CODEX_GATEWAY_ADMIN_TOKEN", "usage-crash-admin")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        let mut line = String::new();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gateway exited before listening"
-        );
-        if let Some(rest) = line.strip_prefix("codex-gateway listening on http://") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = stderr.read_to_string(&mut sink);
-    });
-    (child, addr)
-}
-
-/// One HTTP/1.1 exchange on a fresh connection; returns the whole response text.
-fn http(addr: &str, head: &str, body: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{head}\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// A metric of the data plane (0 when absent).
-fn metric(addr: &str, name: &str) -> u64 {
-    let text = http(addr, "GET /metrics HTTP/1.1", "");
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0)
-}
+use benches::{MockCodex, MockConfig};
+use support::{http, metric, prepare, serve};
 
 fn stored_rows(dir: &std::path::Path) -> u64 {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -110,34 +34,9 @@ fn stored_rows(dir: &std::path::Path) -> u64 {
 fn kill_9_right_after_requests_loses_no_usage_record() {
     const N: u64 = 30;
     let mock = MockCodex::start(MockConfig::default()).unwrap();
-    let t = mock.add_account(MockAccount::new("acct-crash"));
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_owned();
-    let auth = dir.path().join("auth.json");
-    std::fs::write(
-        &auth,
-        format!(
-            r#"{{"auth_mode":"chatgpt","tokens":{{"id_token":"{}","access_token":"{}","refresh_token":"{}","account_id":"{}"}},"last_refresh":"2026-11-29T00:00:00Z"}}"#,
-            t.id_token, t.access_token, t.refresh_token, t.account_id
-        ),
-    )
-    .unwrap();
-    assert!(gw()
-        .args(["accounts", "import", "--data-dir", &d])
-        .arg(&auth)
-        .output()
-        .unwrap()
-        .status
-        .success());
-    let key = String::from_utf8(
-        gw().args(["keys", "create", "k", "--data-dir", &d])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap()
-    .trim()
-    .to_owned();
+    let (_, key) = prepare(dir.path(), &mock, "acct-crash");
 
     let (mut child, addr) = serve(&d, &mock.base_url());
     let head = format!(

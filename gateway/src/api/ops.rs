@@ -16,9 +16,10 @@ const STALL_MS: u64 = 3_000;
 
 /// `GET|HEAD /healthz`: whether this instance serves, and what is degraded. 503 only when it
 /// cannot serve as it should: draining, or a worker stalled (its share of the listener's
-/// connections would hang). Storage or Redis down, an unreachable upstream or accounts whose
-/// tokens do not decrypt are reported (`"status":"degraded"`) with 200: the data plane still
-/// serves from its last snapshot.
+/// connections would hang). Storage or Redis down, an unreachable upstream, accounts whose
+/// tokens do not decrypt or a sidecar task that keeps failing (`sidecar.failing`) are
+/// reported (`"status":"degraded"`) with 200: the data plane still serves from its last
+/// snapshot.
 pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
@@ -30,6 +31,8 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     let storage = h.storage_up();
     let redis = h.redis_up();
     let upstream_failing = h.upstream_failing_since();
+    let tasks = h.sidecar_tasks();
+    let failing = tasks.failing();
     let snap = ctx.snapshot.load();
     let active = snap
         .accounts
@@ -48,7 +51,12 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         "draining"
     } else if alive < workers {
         "worker_stalled"
-    } else if !storage || redis == Some(false) || upstream_failing.is_some() || no_token > 0 {
+    } else if !storage
+        || redis == Some(false)
+        || upstream_failing.is_some()
+        || no_token > 0
+        || !failing.is_empty()
+    {
         "degraded"
     } else {
         "ok"
@@ -63,7 +71,8 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         concat!(
             r#"{{"status":"{}","storage":"{}","redis":"{}","#,
             r#""workers":{{"alive":{},"total":{}}},"upstream":"{}","#,
-            r#""accounts":{{"schedulable":{},"undecryptable":{}}},"key_limits":"{}"}}"#
+            r#""accounts":{{"schedulable":{},"undecryptable":{}}},"key_limits":"{}","#,
+            r#""sidecar":{{"restarts":{},"failing":[{}]}}}}"#
         ),
         status,
         if storage { "up" } else { "down" },
@@ -82,6 +91,12 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         schedulable,
         no_token,
         crate::limits::enforcement(h),
+        tasks.restarts(),
+        failing
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(","),
     );
     conn.write_response(code, &[JSON], body.as_bytes(), keep)
         .await?;
@@ -102,6 +117,7 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
     ));
     crate::limits::render_metrics(&ctx.health, &mut body);
     ctx.usage_stats().render(&mut body);
+    ctx.health.sidecar_tasks().render(&mut body);
     conn.write_response(
         200,
         &[("content-type", "text/plain; version=0.0.4")],
