@@ -260,29 +260,44 @@ fn slowloris_connections_are_closed_and_do_not_starve_others() {
     assert_eq!(ok_request(&s), 200);
 }
 
+/// One worker on `legacy` or io_uring, a 1 s write deadline, and an account whose answers
+/// are 5 million tokens long (a stream that outlasts any test).
+fn endless_answer_stack(legacy: bool) -> (Stack, String) {
+    let s = StackBuilder {
+        legacy,
+        workers: 1,
+        tweak: Some(Box::new(|c| {
+            c.client_write_timeout = Duration::from_secs(1);
+        })),
+        ..Default::default()
+    }
+    .start();
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(5_000_000),
+            ..Default::default()
+        },
+    );
+    (s, acct)
+}
+
+/// Waits (up to 30 s) until `acct` holds no slot.
+fn wait_slot_released(s: &Stack, acct: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.in_flight(acct) != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A streaming client that stops reading (tiny receive buffer) while the upstream sends a
 /// large answer: past the write deadline the stream is closed, the upstream stream and the
 /// account's slot are released, and other requests are served by that account meanwhile.
 #[test]
 fn a_slow_reader_releases_its_account_slot() {
     for legacy in [true, false] {
-        let s = StackBuilder {
-            legacy,
-            workers: 1,
-            tweak: Some(Box::new(|c| {
-                c.client_write_timeout = Duration::from_secs(1);
-            })),
-            ..Default::default()
-        }
-        .start();
-        let acct = s.accounts[0].account_id.clone();
-        s.mock.set_behaviour(
-            &acct,
-            benches::Behaviour {
-                tokens: Some(5_000_000),
-                ..Default::default()
-            },
-        );
+        let (s, acct) = endless_answer_stack(legacy);
         let sock =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.set_recv_buffer_size(4096).unwrap();
@@ -305,10 +320,7 @@ fn a_slow_reader_releases_its_account_slot() {
             1,
             "legacy={legacy}: the stream holds the slot"
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while s.in_flight(&acct) != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_slot_released(&s, &acct);
         assert_eq!(
             s.in_flight(&acct),
             0,
@@ -577,23 +589,7 @@ fn ws_read_frame(c: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
 #[test]
 fn a_websocket_client_that_stops_reading_releases_its_slot() {
     for legacy in [true, false] {
-        let s = StackBuilder {
-            legacy,
-            workers: 1,
-            tweak: Some(Box::new(|c| {
-                c.client_write_timeout = Duration::from_secs(1);
-            })),
-            ..Default::default()
-        }
-        .start();
-        let acct = s.accounts[0].account_id.clone();
-        s.mock.set_behaviour(
-            &acct,
-            benches::Behaviour {
-                tokens: Some(5_000_000),
-                ..Default::default()
-            },
-        );
+        let (s, acct) = endless_answer_stack(legacy);
         let mut c = ws_connect(&s, Some(4096)).unwrap();
         ws_send_text(
             &mut c,
@@ -607,10 +603,7 @@ fn a_websocket_client_that_stops_reading_releases_its_slot() {
             1,
             "legacy={legacy}: the turn holds the slot"
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while s.in_flight(&acct) != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_slot_released(&s, &acct);
         assert_eq!(
             s.in_flight(&acct),
             0,
