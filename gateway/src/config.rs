@@ -89,6 +89,7 @@ pub struct FileConfig {
     max_stream_output_bytes: Option<u64>,
     max_connections: Option<usize>,
     max_connections_per_ip: Option<usize>,
+    max_ws_sessions_per_key: Option<u32>,
     #[serde(default)]
     upstream: FileUpstream,
     #[serde(default)]
@@ -410,6 +411,9 @@ pub struct GatewayConfig {
     pub max_connections: usize,
     /// Most open client connections per client IP (0: no cap); past it: 429.
     pub max_connections_per_ip: usize,
+    /// Most open client WebSocket sessions per client key in this process (0: no cap); past
+    /// it the upgrade is refused with 429 (`gateway::limits::open_ws_session`).
+    pub max_ws_sessions_per_key: u32,
     /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
     pub ws_idle_timeout: Duration,
     /// Memory for HTTP response transcripts (`previous_response_id` over HTTP), bytes.
@@ -467,6 +471,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("client_write_timeout", &self.client_write_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field("max_ws_sessions_per_key", &self.max_ws_sessions_per_key)
             .finish_non_exhaustive()
     }
 }
@@ -527,6 +532,7 @@ impl GatewayConfig {
             max_stream_output_bytes: 256 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,
+            max_ws_sessions_per_key: 0,
             ws_idle_timeout: Duration::from_secs(900),
             transcript_cache_bytes: 256 << 20,
             transcript_ttl: Duration::from_secs(3600),
@@ -775,6 +781,9 @@ impl GatewayConfig {
         }
         if let Some(v) = file.max_connections_per_ip {
             c.max_connections_per_ip = v;
+        }
+        if let Some(v) = file.max_ws_sessions_per_key {
+            c.max_ws_sessions_per_key = v;
         }
         if let Some(st) = &file.pool.strategy {
             c.pool.strategy = st.parse().map_err(|_| {

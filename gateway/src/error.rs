@@ -96,6 +96,8 @@ pub enum KeyLimit {
     Rpm(u32),
     /// Requests in flight.
     Concurrency(u32),
+    /// Open client WebSocket sessions (`max_ws_sessions_per_key`).
+    WsSessions(u32),
     /// Tokens per UTC day.
     TokensPerDay(u64),
     /// Tokens per UTC month.
@@ -289,7 +291,9 @@ impl Error {
             ErrorKind::Internal => "internal",
             ErrorKind::OutputLimit { .. } => "output_limit",
             ErrorKind::KeyLimit { limit, .. } => match limit {
-                KeyLimit::Rpm(_) | KeyLimit::Concurrency(_) => "key_rate_limit",
+                KeyLimit::Rpm(_) | KeyLimit::Concurrency(_) | KeyLimit::WsSessions(_) => {
+                    "key_rate_limit"
+                }
                 KeyLimit::TokensPerDay(_)
                 | KeyLimit::TokensPerMonth(_)
                 | KeyLimit::CostPerDay(_)
@@ -456,6 +460,11 @@ impl Error {
                         format!("Too many concurrent requests on this key: limit {n}. Please try again when one finishes."),
                         "requests",
                         "rate_limit_exceeded",
+                    ),
+                    KeyLimit::WsSessions(n) => (
+                        format!("Too many open WebSocket sessions on this key: limit {n}. Close one or try again later."),
+                        "requests",
+                        "too_many_websocket_sessions",
                     ),
                     KeyLimit::TokensPerDay(n) => (
                         format!("This key exceeded its daily token budget ({n} tokens). It resets at 00:00 UTC."),

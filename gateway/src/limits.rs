@@ -13,6 +13,10 @@
 //! - The model allow-list and the account group are applied by `lifecycle::open` (the model
 //!   is known only after the body is parsed); the cost of a request is computed and counted
 //!   by `pipeline::UsageGuard` when it finishes.
+//! - [`open_ws_session`]: the per-key cap on open client WebSocket sessions
+//!   (`max_ws_sessions_per_key`; 429 `too_many_websocket_sessions`, `Retry-After: 1`), taken
+//!   before the 101 and held by a [`WsSessionSlot`] for the socket's life. An HTTP connection
+//!   is bound to no key between its requests, so a key's HTTP share is its concurrency limit.
 //! - [`usage`]: `GET /v1/usage`, the calling key's usage today and this month and its limits.
 //!
 //! # Error handling
@@ -51,10 +55,20 @@ pub enum Rejection {
     Cost,
     /// The model allow-list.
     Model,
+    /// Open WebSocket sessions.
+    WsSessions,
 }
 
-const REJECTION_NAMES: [&str; 5] = ["rpm", "concurrency", "tokens", "cost", "model"];
-static REJECTIONS: [AtomicU64; 5] = [
+const REJECTION_NAMES: [&str; 6] = [
+    "rpm",
+    "concurrency",
+    "tokens",
+    "cost",
+    "model",
+    "ws_sessions",
+];
+static REJECTIONS: [AtomicU64; 6] = [
+    AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
     AtomicU64::new(0),
@@ -83,6 +97,7 @@ fn refuse(limit: KeyLimit, retry_after_ms: u64) -> Error {
     rejected(match limit {
         KeyLimit::Rpm(_) => Rejection::Rpm,
         KeyLimit::Concurrency(_) => Rejection::Concurrency,
+        KeyLimit::WsSessions(_) => Rejection::WsSessions,
         KeyLimit::TokensPerDay(_) | KeyLimit::TokensPerMonth(_) => Rejection::Tokens,
         KeyLimit::CostPerDay(_) | KeyLimit::CostPerMonth(_) => Rejection::Cost,
     });
@@ -93,6 +108,31 @@ fn refuse(limit: KeyLimit, retry_after_ms: u64) -> Error {
         },
         Side::Downstream,
     )
+}
+
+/// An open client WebSocket session of one key, given back on drop.
+#[derive(Debug)]
+pub struct WsSessionSlot {
+    live: Arc<KeyLive>,
+}
+
+impl Drop for WsSessionSlot {
+    fn drop(&mut self) {
+        self.live.close_ws();
+    }
+}
+
+/// Opens a client WebSocket session of `key` under the per-key cap `limit` (0: none), or
+/// refuses it with 429 `too_many_websocket_sessions`.
+// The data plane's one error type, as every handler returns it.
+#[allow(clippy::result_large_err)]
+pub fn open_ws_session(key: &ClientKey, limit: u32) -> Result<WsSessionSlot, Error> {
+    if !key.live.try_open_ws(limit) {
+        return Err(refuse(KeyLimit::WsSessions(limit), 1000));
+    }
+    Ok(WsSessionSlot {
+        live: Arc::clone(&key.live),
+    })
 }
 
 /// Admits one request of `key` at `now_ms`, or refuses it (see the module docs). Budgets are
@@ -215,6 +255,7 @@ pub fn usage_json(key: &ClientKey, health: &Health, now_ms: u64) -> Vec<u8> {
         "current": {
             "requests_this_minute": live.minute.value(keys::minute_of(now_ms)),
             "in_flight": live.in_flight(),
+            "websocket_sessions": live.ws_sessions(),
         },
         "limits": {
             "rpm": l.rpm,
@@ -263,6 +304,32 @@ mod tests {
     }
 
     const NOW: u64 = 1_796_058_030_000; // 2026-11-30T17:00:30Z
+
+    #[test]
+    fn websocket_sessions_are_capped_per_key() {
+        let k = key(KeyLimits::unlimited());
+        let a = open_ws_session(&k, 2).unwrap();
+        let _b = open_ws_session(&k, 2).unwrap();
+        let e = open_ws_session(&k, 2).unwrap_err();
+        assert_eq!(
+            kind(e.clone()),
+            ErrorKind::KeyLimit {
+                limit: KeyLimit::WsSessions(2),
+                retry_after: 1
+            }
+        );
+        let r = e.to_openai();
+        assert_eq!(r.status, 429);
+        assert_eq!(r.body.code.as_deref(), Some("too_many_websocket_sessions"));
+        drop(a);
+        assert_eq!(k.live.ws_sessions(), 1);
+        let _c = open_ws_session(&k, 2).unwrap();
+        // 0: no cap
+        let more: Vec<_> = (0..10).map(|_| open_ws_session(&k, 0).unwrap()).collect();
+        assert_eq!(k.live.ws_sessions(), 12);
+        drop(more);
+        assert_eq!(k.live.ws_sessions(), 2);
+    }
 
     #[test]
     fn rpm_refuses_until_the_minute_ends() {

@@ -214,6 +214,8 @@ pub struct PeriodCounters {
 #[derive(Debug, Default)]
 pub struct KeyLive {
     in_flight: AtomicU32,
+    /// Client WebSocket sessions open now (this process).
+    ws_sessions: AtomicU32,
     /// Requests admitted in the current UTC minute.
     pub minute: Counter,
     /// Today (UTC).
@@ -254,6 +256,29 @@ impl KeyLive {
     /// Requests in flight now.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Opens a WebSocket session when fewer than `limit` are open (0: unlimited).
+    pub fn try_open_ws(&self, limit: u32) -> bool {
+        self.ws_sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (limit == 0 || n < limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Closes a session opened by [`Self::try_open_ws`].
+    pub fn close_ws(&self) {
+        let _ = self
+            .ws_sessions
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            });
+    }
+
+    /// WebSocket sessions open now.
+    pub fn ws_sessions(&self) -> u32 {
+        self.ws_sessions.load(Ordering::Acquire)
     }
 
     /// Records a finished request at `now_ms` (counted against today's and this month's
@@ -482,6 +507,24 @@ mod tests {
         assert_eq!(l.day.tokens.value(day_of(t)), 40);
         assert_eq!(l.month.cost_micros.value(month_of(t)), 1_500);
         assert_eq!(l.day.requests.value(day_of(t)), 2);
+    }
+
+    #[test]
+    fn websocket_sessions_are_capped_and_given_back() {
+        let l = KeyLive::default();
+        assert!(l.try_open_ws(2));
+        assert!(l.try_open_ws(2));
+        assert!(!l.try_open_ws(2));
+        assert_eq!(l.ws_sessions(), 2);
+        l.close_ws();
+        assert!(l.try_open_ws(2));
+        // 0: no cap, still counted
+        assert!(l.try_open_ws(0));
+        assert_eq!(l.ws_sessions(), 3);
+        for _ in 0..5 {
+            l.close_ws();
+        }
+        assert_eq!(l.ws_sessions(), 0);
     }
 
     #[test]

@@ -260,29 +260,44 @@ fn slowloris_connections_are_closed_and_do_not_starve_others() {
     assert_eq!(ok_request(&s), 200);
 }
 
+/// One worker on `legacy` or io_uring, a 1 s write deadline, and an account whose answers
+/// are 5 million tokens long (a stream that outlasts any test).
+fn endless_answer_stack(legacy: bool) -> (Stack, String) {
+    let s = StackBuilder {
+        legacy,
+        workers: 1,
+        tweak: Some(Box::new(|c| {
+            c.client_write_timeout = Duration::from_secs(1);
+        })),
+        ..Default::default()
+    }
+    .start();
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(5_000_000),
+            ..Default::default()
+        },
+    );
+    (s, acct)
+}
+
+/// Waits (up to 30 s) until `acct` holds no slot.
+fn wait_slot_released(s: &Stack, acct: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.in_flight(acct) != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A streaming client that stops reading (tiny receive buffer) while the upstream sends a
 /// large answer: past the write deadline the stream is closed, the upstream stream and the
 /// account's slot are released, and other requests are served by that account meanwhile.
 #[test]
 fn a_slow_reader_releases_its_account_slot() {
     for legacy in [true, false] {
-        let s = StackBuilder {
-            legacy,
-            workers: 1,
-            tweak: Some(Box::new(|c| {
-                c.client_write_timeout = Duration::from_secs(1);
-            })),
-            ..Default::default()
-        }
-        .start();
-        let acct = s.accounts[0].account_id.clone();
-        s.mock.set_behaviour(
-            &acct,
-            benches::Behaviour {
-                tokens: Some(5_000_000),
-                ..Default::default()
-            },
-        );
+        let (s, acct) = endless_answer_stack(legacy);
         let sock =
             socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.set_recv_buffer_size(4096).unwrap();
@@ -305,10 +320,7 @@ fn a_slow_reader_releases_its_account_slot() {
             1,
             "legacy={legacy}: the stream holds the slot"
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while s.in_flight(&acct) != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_slot_released(&s, &acct);
         assert_eq!(
             s.in_flight(&acct),
             0,
@@ -488,65 +500,187 @@ fn metrics_can_be_put_behind_a_token() {
     }
 }
 
-/// The client WebSocket too: a client that stops reading while a large turn streams ends
-/// its session at the write deadline, releasing the account's slot.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_websocket_client_that_stops_reading_releases_its_slot() {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+/// A client WebSocket opened by hand over a blocking socket whose receive buffer is
+/// `rcvbuf` bytes (set before connecting, so the window agrees): the 101 is read, nothing
+/// after it. Returns the status line when the upgrade was refused, with the rest of the answer.
+fn ws_connect(s: &Stack, rcvbuf: Option<usize>) -> Result<TcpStream, (u16, String, Vec<u8>)> {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(n) = rcvbuf {
+        sock.set_recv_buffer_size(n).unwrap();
+    }
+    sock.connect(&s.app.data_addr.into()).unwrap();
+    let mut c: TcpStream = sock.into();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "GET /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\nupgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        s.key
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    // Byte by byte up to the blank line: nothing after the 101 is consumed.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut b).unwrap(), 1, "closed in the handshake answer");
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status: u16 = text[9..12].parse().unwrap();
+    if status == 101 {
+        return Ok(c);
+    }
+    let len: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    Err((status, text, body))
+}
+
+/// Sends one masked text frame.
+fn ws_send_text(c: &mut TcpStream, payload: &[u8]) {
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut f = vec![0x81u8];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n <= 0xffff => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    c.write_all(&f).unwrap();
+}
+
+/// Reads one server frame (unmasked, uncompressed: no extension was offered): opcode and
+/// payload.
+fn ws_read_frame(c: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut read = |n: usize| -> std::io::Result<Vec<u8>> {
+        let mut out = vec![0u8; n];
+        let mut got = 0;
+        while got < n {
+            let k = c.read(&mut out[got..])?;
+            if k == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            got += k;
+        }
+        Ok(out)
+    };
+    let h = read(2)?;
+    assert_eq!(h[0] & 0x70, 0, "no extension was negotiated");
+    let len = match h[1] & 0x7f {
+        126 => u16::from_be_bytes(read(2)?.try_into().unwrap()) as usize,
+        127 => u64::from_be_bytes(read(8)?.try_into().unwrap()) as usize,
+        n => n as usize,
+    };
+    Ok((h[0] & 0x0f, read(len)?))
+}
+
+/// The client WebSocket, on both drivers: a client that stops reading while a large turn
+/// streams ends its session at the write deadline (the account's slot is released and the
+/// deadline counted); when it reads again it finds the frames already on the wire, then a
+/// Close 1008, then the end of the stream.
+#[test]
+fn a_websocket_client_that_stops_reading_releases_its_slot() {
+    for legacy in [true, false] {
+        let (s, acct) = endless_answer_stack(legacy);
+        let mut c = ws_connect(&s, Some(4096)).unwrap();
+        ws_send_text(
+            &mut c,
+            br#"{"type":"response.create","model":"gpt-5.5","input":"write a lot"}"#,
+        );
+        // The first event: the turn is running and holds the slot; then stop reading.
+        let (op, _) = ws_read_frame(&mut c).unwrap();
+        assert_eq!(op, 1, "legacy={legacy}: a text frame");
+        assert_eq!(
+            s.in_flight(&acct),
+            1,
+            "legacy={legacy}: the turn holds the slot"
+        );
+        wait_slot_released(&s, &acct);
+        assert_eq!(
+            s.in_flight(&acct),
+            0,
+            "legacy={legacy}: the stalled session released its slot"
+        );
+        // Reading again: the frames on the wire, then our Close 1008, then EOF.
+        let mut frames = 0;
+        let close = loop {
+            match ws_read_frame(&mut c) {
+                Ok((1, _)) => frames += 1,
+                Ok((8, p)) => break p,
+                Ok((op, _)) => panic!("legacy={legacy}: unexpected opcode {op}"),
+                Err(e) => panic!("legacy={legacy}: no Close after {frames} frames: {e}"),
+            }
+        };
+        assert_eq!(
+            u16::from_be_bytes([close[0], close[1]]),
+            1008,
+            "legacy={legacy}: {:?}",
+            String::from_utf8_lossy(&close[2..])
+        );
+        assert!(
+            closed(&mut c),
+            "legacy={legacy}: the socket closes after the Close"
+        );
+        s.mock.clear_behaviour(&acct);
+        assert_eq!(ok_request(&s), 200);
+        let m = metrics(&s);
+        assert!(
+            m.contains("codex_gateway_client_timeouts_total{phase=\"write\"} 1"),
+            "legacy={legacy}: {m}"
+        );
+    }
+}
+
+/// `max_ws_sessions_per_key`: past the cap an upgrade gets 429 in OpenAI's shape with
+/// `retry-after`, before any 101; a closed session gives its place back.
+#[test]
+fn websocket_sessions_are_capped_per_key() {
     let s = StackBuilder {
-        workers: 1,
-        tweak: Some(Box::new(|c| {
-            c.client_write_timeout = Duration::from_secs(1);
-        })),
+        tweak: Some(Box::new(|c| c.max_ws_sessions_per_key = 2)),
         ..Default::default()
     }
     .start();
-    let acct = s.accounts[0].account_id.clone();
-    s.mock.set_behaviour(
-        &acct,
-        benches::Behaviour {
-            tokens: Some(5_000_000),
-            ..Default::default()
-        },
+    let a = ws_connect(&s, None).unwrap();
+    let _b = ws_connect(&s, None).unwrap();
+    let (status, head, body) = ws_connect(&s, None).unwrap_err();
+    assert_eq!(status, 429, "{head}");
+    assert!(head.contains("retry-after: 1"), "{head}");
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["code"], "too_many_websocket_sessions", "{v}");
+    assert_eq!(v["error"]["type"], "requests", "{v}");
+    // An HTTP request of the same key is not refused by the cap.
+    assert_eq!(ok_request(&s), 200);
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut refused = 1;
+    let _c = loop {
+        match ws_connect(&s, None) {
+            Ok(c) => break c,
+            Err((st, ..)) => {
+                // Until the gateway has seen the close.
+                refused += 1;
+                assert_eq!(st, 429);
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed session's place came back"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    let m = metrics(&s);
+    assert!(
+        m.contains(&format!(
+            "codex_gateway_key_limit_rejections_total{{limit=\"ws_sessions\"}} {refused}"
+        )),
+        "{m}"
     );
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.set_recv_buffer_size(4096).unwrap();
-    sock.connect(&s.app.data_addr.into()).unwrap();
-    sock.set_nonblocking(true).unwrap();
-    let tcp = tokio::net::TcpStream::from_std(sock.into()).unwrap();
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
-    assert_eq!(resp.status(), 101);
-    let create =
-        serde_json::json!({"type":"response.create","model":"gpt-5.5","input":"write a lot"});
-    ws.send(Message::text(create.to_string())).await.unwrap();
-    // The first event: the turn is running and holds the slot; then stop reading.
-    let first = tokio::time::timeout(Duration::from_secs(20), ws.next())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(matches!(first, Message::Text(_)));
-    assert_eq!(s.in_flight(&acct), 1, "the turn holds the slot");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while s.in_flight(&acct) != 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        s.in_flight(&acct),
-        0,
-        "the stalled session released its slot"
-    );
-    drop(ws);
-    s.mock.clear_behaviour(&acct);
-    let s2 = &s;
-    let status = tokio::task::block_in_place(|| ok_request(s2));
-    assert_eq!(status, 200);
 }

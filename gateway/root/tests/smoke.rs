@@ -350,3 +350,70 @@ fn unsafe_kill(pid: i32) -> i32 {
         .status()
         .map_or(-1, |s| if s.success() { 0 } else { 1 })
 }
+
+/// Log output follows the terminal: stderr piped to a file or a journal gets no ANSI escape
+/// codes, and `--log-format json` writes one JSON object per log line (the address banner
+/// is a plain line).
+#[test]
+fn logs_have_no_colours_when_piped_and_json_by_option() {
+    let mock = MockCodex::start(MockConfig::default()).unwrap();
+    for json in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap().to_owned();
+        let mut cmd = gw();
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--data-dir",
+            &d,
+        ])
+        .args(["--upstream-base-url", &mock.base_url()])
+        .env("CODEX_GATEWAY_ADMIN_PASSWORD", "smoke-admin-pw")
+        .stderr(Stdio::piped());
+        if json {
+            cmd.args(["--log-format", "json"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut logs = Vec::new();
+        loop {
+            let mut line = String::new();
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "gateway exited before listening: {logs:?}"
+            );
+            if line.starts_with("codex-gateway listening on") {
+                break;
+            }
+            logs.push(line);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            !logs.is_empty(),
+            "json={json}: no log line before the banner"
+        );
+        for l in &logs {
+            assert!(
+                !l.contains('\u{1b}'),
+                "json={json}: an escape code in {l:?}"
+            );
+            if json {
+                let v: sonic_rs::Value = sonic_rs::from_str(l.trim_end())
+                    .unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}"));
+                use sonic_rs::JsonValueTrait;
+                assert!(
+                    v.get("level").is_some() && v.get("message").is_some(),
+                    "{l}"
+                );
+            } else {
+                assert!(!l.trim_start().starts_with('{'), "{l}");
+            }
+        }
+    }
+}

@@ -8,7 +8,9 @@
 //! - One task per socket direction (a read is never cancelled and resumed, monoio-notes §5.4):
 //!   the **reader** decodes client frames, answers pings, refuses a second `response.create`
 //!   while one is in flight (an `error` event; nothing is lost) and hands requests to the
-//!   session; the **writer** writes frames in order. Frames are encoded where they are
+//!   session; the **writer** writes frames in order, each write making progress within
+//!   `client_write_timeout` (a client that stops reading ends the session, see [`writer`]).
+//!   Frames are encoded where they are
 //!   produced, synchronously, through the one [`WsShared`] encoder, so the deflate context and
 //!   the frame order always agree.
 //! - The session runs one turn at a time: [`ResponsesWs`] (the pipeline encoder: each upstream
@@ -29,6 +31,7 @@ use std::{
     io,
     panic::AssertUnwindSafe,
     rc::Rc,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -36,10 +39,10 @@ use bytes::Bytes;
 use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
 use futures_util::FutureExt;
 use monoio::{
-    buf::IoBufMut,
+    buf::{IoBuf, IoBufMut},
     io::{
-        AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, OwnedReadHalf,
-        OwnedWriteHalf, Splitable,
+        AsyncWriteRent, CancelableAsyncReadRent, CancelableAsyncWriteRent, Canceller,
+        OwnedReadHalf, OwnedWriteHalf, Splitable,
     },
     net::TcpStream,
 };
@@ -52,6 +55,7 @@ use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
     lifecycle::RequestPlan,
+    metrics::{Guard, WorkerMetrics},
     models,
     pipeline::{self, Encoder, Sink, UsageGuard},
     server::h1::{Conn, Framing, Request},
@@ -115,6 +119,15 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
             return;
         }
     };
+    // The key's cap on open sessions, held for the socket's life.
+    let _session_slot = match crate::limits::open_ws_session(&key, ctx.cfg.max_ws_sessions_per_key)
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = write_error(ctx, &mut conn, ROUTE, &e, false).await;
+            return;
+        }
+    };
     if conn
         .write_all(handshake::response_head(&hs, &[]))
         .await
@@ -140,6 +153,7 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
             from_session,
             Rc::clone(&shared),
             ctx.cfg.client_write_timeout,
+            Arc::clone(&ctx.metrics),
         ))
         .catch_unwind()
         .map(|_| ()),
@@ -158,6 +172,13 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
     );
     session(ctx, &key, &req, &shared, from_reader).await;
     shared.close(close_code::GOING_AWAY, "");
+    // A write deadline no turn reported (the session was between turns) is counted here; one
+    // that comes later is counted by the writer.
+    shared.session_over.set(true);
+    if shared.write_timeout.get() == WriteTimeout::Pending {
+        shared.write_timeout.set(WriteTimeout::Reported);
+        ctx.metrics.guard(Guard::WriteTimeout);
+    }
 }
 
 /// Runs `f` when dropped.
@@ -445,6 +466,15 @@ fn warm_up(
     chains.insert(id, Chain { parent, items });
 }
 
+/// Whether the writer hit the write deadline, and whether that was counted (once: by the
+/// turn whose stream it ended, as `client_write_timeout`, else by the session or the writer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteTimeout {
+    None,
+    Pending,
+    Reported,
+}
+
 /// The socket state the reader, the writer and the session share (one worker, `!Send`).
 pub struct WsShared {
     enc: RefCell<codec::Encoder>,
@@ -458,6 +488,10 @@ pub struct WsShared {
     /// Wakes the reader to cancel its read when the session closes.
     closing: Notify,
     last_seen: Cell<Instant>,
+    /// The writer's deadline passed (the client stopped reading).
+    write_timeout: Cell<WriteTimeout>,
+    /// `serve` has returned: the writer counts a later deadline itself.
+    session_over: Cell<bool>,
 }
 
 // === impl WsShared ===
@@ -473,6 +507,8 @@ impl WsShared {
             closed: Cell::new(false),
             closing: Notify::new(),
             last_seen: Cell::new(Instant::now()),
+            write_timeout: Cell::new(WriteTimeout::None),
+            session_over: Cell::new(false),
         }
     }
 
@@ -520,31 +556,121 @@ impl WsShared {
         self.closing.notify_one();
         self.drained.notify_waiters();
     }
+
+    /// Why nothing more can be sent: `TimedOut` once for the write deadline (the turn that
+    /// meets it reports it), `BrokenPipe` otherwise.
+    fn closed_error(&self) -> io::Error {
+        if self.write_timeout.get() == WriteTimeout::Pending {
+            self.write_timeout.set(WriteTimeout::Reported);
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client did not read the WebSocket in time",
+            )
+        } else {
+            io::ErrorKind::BrokenPipe.into()
+        }
+    }
 }
 
 /// Writes queued frames in order; ends when the queue closes, then half-closes the socket.
-/// A frame not written within `write_timeout` (the client stopped reading) ends the session
-/// as if the peer had gone: its turn's upstream stream and account slot are released.
+///
+/// The write deadline is progress-based, like the HTTP response writer's: every `write` must
+/// take some bytes within `write_timeout`, however long a large frame takes in all. A client
+/// that stops reading meets it: the session ends at once as if the peer had gone (the turn's
+/// upstream stream and account slot are released; the turn is recorded as
+/// `client_write_timeout`), queued frames are dropped, and the writer finishes the frame it
+/// was in and sends Close `1008` under the same progress deadline (a client that reads again
+/// sees a clean close; one that never does is cut one deadline later), then closes.
 async fn writer(
     mut wr: OwnedWriteHalf<TcpStream>,
     mut frames: mpsc::UnboundedReceiver<Vec<u8>>,
     shared: Rc<WsShared>,
     write_timeout: Duration,
+    metrics: Arc<WorkerMetrics>,
 ) {
     while let Some(frame) = frames.recv().await {
         let n = frame.len();
-        let res = match monoio::time::timeout(write_timeout, wr.write_all(frame)).await {
-            Ok((res, _)) => res.map(|_| ()),
-            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
-        };
+        let res = write_progressing(&mut wr, frame, write_timeout).await;
         shared.queued.set(shared.queued.get().saturating_sub(n));
         shared.drained.notify_waiters();
-        if res.is_err() {
-            shared.gone();
-            return;
+        match res {
+            Ok(()) => {}
+            Err(WriteFail::Stalled(mut rest)) => {
+                shared.write_timeout.set(WriteTimeout::Pending);
+                if shared.session_over.get() {
+                    shared.write_timeout.set(WriteTimeout::Reported);
+                    metrics.guard(Guard::WriteTimeout);
+                }
+                shared.gone();
+                drop(frames);
+                if rest.len() == n {
+                    // Nothing of this frame left: only the Close goes.
+                    rest.clear();
+                }
+                shared.enc.borrow_mut().close(
+                    &mut rest,
+                    close_code::POLICY,
+                    "client did not read in time",
+                );
+                if write_progressing(&mut wr, rest, write_timeout)
+                    .await
+                    .is_ok()
+                {
+                    let _ = wr.shutdown().await;
+                }
+                return;
+            }
+            Err(WriteFail::Broken) => {
+                shared.gone();
+                return;
+            }
         }
     }
     let _ = wr.shutdown().await;
+}
+
+/// Why [`write_progressing`] stopped.
+enum WriteFail {
+    /// No byte was taken for a whole deadline; the bytes not written (the rest of the buffer).
+    Stalled(Vec<u8>),
+    /// The socket failed or the peer closed.
+    Broken,
+}
+
+/// Writes all of `buf`, each `write` taking some bytes within `deadline`. A write past the
+/// deadline is cancelled and awaited (never abandoned: io_uring may have completed it), so
+/// exactly the bytes not written come back with [`WriteFail::Stalled`] and the frame can still
+/// be finished.
+async fn write_progressing<W: CancelableAsyncWriteRent>(
+    wr: &mut W,
+    buf: Vec<u8>,
+    deadline: Duration,
+) -> Result<(), WriteFail> {
+    let mut buf = buf;
+    let mut done = 0;
+    while done < buf.len() {
+        let canceller = Canceller::new();
+        let write = wr.cancelable_write(buf.slice(done..), canceller.handle());
+        let mut write = std::pin::pin!(write);
+        let mut late = false;
+        let (res, slice) = monoio::select! {
+            r = &mut write => r,
+            _ = monoio::time::sleep(deadline) => {
+                late = true;
+                canceller.cancel();
+                write.await
+            }
+        };
+        buf = slice.into_inner();
+        match res {
+            Ok(0) => return Err(WriteFail::Broken),
+            // Progress, even when it landed as the deadline passed.
+            Ok(n) => done += n,
+            Err(_) if late => return Err(WriteFail::Stalled(buf.split_off(done))),
+            Err(_) => return Err(WriteFail::Broken),
+        }
+    }
+    Ok(())
 }
 
 /// Decodes client frames; hands `response.create` requests to the session.
@@ -659,7 +785,7 @@ impl Sink for WsSink<'_> {
 
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         if self.shared.closed.get() {
-            return Err(io::ErrorKind::BrokenPipe.into());
+            return Err(self.shared.closed_error());
         }
         if bytes.is_empty() {
             return Ok(());
@@ -669,7 +795,7 @@ impl Sink for WsSink<'_> {
             self.shared.drained.notified().await;
         }
         if self.shared.closed.get() {
-            return Err(io::ErrorKind::BrokenPipe.into());
+            return Err(self.shared.closed_error());
         }
         Ok(())
     }
@@ -718,5 +844,114 @@ impl Encoder for ResponsesWs<'_> {
 
     fn finish(&mut self, _failed: Option<&Error>, _out: &mut Vec<u8>) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+
+    /// A connected pair: our monoio socket (its write half) and the peer, a blocking std socket
+    /// with a small receive buffer (set before connecting, so the window agrees).
+    fn pair() -> (
+        OwnedWriteHalf<TcpStream>,
+        OwnedReadHalf<TcpStream>,
+        std::net::TcpStream,
+    ) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&listener.local_addr().unwrap().into())
+            .unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let (rd, wr) = TcpStream::from_std(server).unwrap().into_split();
+        (wr, rd, sock.into())
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Progress, not a total: a peer reading 4 MiB at a time with 300 ms pauses takes about
+    /// 2 s for 24 MiB, twice the 1 s deadline, and every byte arrives in order (a deadline
+    /// around the whole write would have cut it).
+    #[monoio::test_all(timer_enabled = true)]
+    async fn a_slow_but_steady_peer_is_never_cut() {
+        let (mut wr, _rd, mut peer) = pair();
+        let data = pattern(24 << 20);
+        let want = data.clone();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::with_capacity(want.len());
+            let mut tmp = vec![0u8; 1 << 16];
+            let mut since = 0;
+            while got.len() < want.len() {
+                let n = peer.read(&mut tmp).unwrap();
+                assert!(n > 0, "EOF after {} bytes", got.len());
+                got.extend_from_slice(&tmp[..n]);
+                since += n;
+                if since >= 4 << 20 {
+                    std::thread::sleep(Duration::from_millis(300));
+                    since = 0;
+                }
+            }
+            got == want
+        });
+        let t0 = Instant::now();
+        let res = write_progressing(&mut wr, data, Duration::from_secs(1)).await;
+        assert!(res.is_ok(), "cut after {:?}", t0.elapsed());
+        assert!(t0.elapsed() > Duration::from_secs(1), "{:?}", t0.elapsed());
+        while !reader.is_finished() {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(reader.join().unwrap(), "bytes differ");
+    }
+
+    /// A peer that stops reading: the write stops at the deadline with exactly the bytes not
+    /// written (the cancelled write was awaited), so the rest can still follow in order once
+    /// the peer reads again.
+    #[monoio::test_all(timer_enabled = true)]
+    async fn a_stalled_write_returns_exactly_the_unwritten_rest() {
+        let (mut wr, _rd, mut peer) = pair();
+        let data = pattern(16 << 20);
+        let t0 = Instant::now();
+        let rest = match write_progressing(&mut wr, data.clone(), Duration::from_millis(300)).await
+        {
+            Err(WriteFail::Stalled(rest)) => rest,
+            Err(WriteFail::Broken) => panic!("broken, not stalled"),
+            Ok(()) => panic!("16 MiB went into a peer that never read"),
+        };
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        assert!(
+            !rest.is_empty() && rest.len() < data.len(),
+            "{}",
+            rest.len()
+        );
+        let sent = data.len() - rest.len();
+        assert_eq!(rest[..], data[sent..], "the rest is the tail of the buffer");
+        let want = data.clone();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::with_capacity(want.len());
+            let mut tmp = vec![0u8; 1 << 16];
+            while got.len() < want.len() {
+                let n = peer.read(&mut tmp).unwrap();
+                assert!(n > 0, "EOF after {} bytes", got.len());
+                got.extend_from_slice(&tmp[..n]);
+            }
+            got == want
+        });
+        assert!(
+            write_progressing(&mut wr, rest, Duration::from_secs(5))
+                .await
+                .is_ok(),
+            "the rest goes once the peer reads"
+        );
+        while !reader.is_finished() {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(reader.join().unwrap(), "every byte once, in order");
     }
 }
