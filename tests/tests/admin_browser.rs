@@ -182,7 +182,11 @@ fn admin_app_in_a_real_browser() {
     let before = candidates(&board("board_before"));
     let disabled = candidates(&board("board_disabled"));
     let enabled = candidates(&board("board_enabled"));
-    assert_eq!(board("board_before").len(), 4, "every account on the board");
+    assert_eq!(
+        board("board_before").len(),
+        5,
+        "every account on the board (three, the imported one, the OAuth one)"
+    );
     assert!(!before.contains(&"acct-0".to_owned()), "{before:?}");
     assert!(before.contains(&"acct-1".to_owned()), "{before:?}");
     assert!(!disabled.contains(&"acct-1".to_owned()), "{disabled:?}");
