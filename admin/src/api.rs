@@ -77,6 +77,8 @@ pub(crate) struct AdminState {
     pub logins: PendingLogins,
     /// Samples of the data plane's metrics (rates) and of the pool (quota burn).
     pub ops: OpsSampler,
+    /// The data plane's scheduler board, when one runs in this process.
+    pub board: Option<shared_state::board::BoardFn>,
 }
 
 // === impl AdminState ===
@@ -92,6 +94,7 @@ impl AdminState {
             ),
             logins: PendingLogins::default(),
             ops: OpsSampler::new(cfg.metrics_url.clone()),
+            board: cfg.scheduler_board,
         }
     }
 }

@@ -157,6 +157,10 @@ pub struct SidecarConfig {
     /// The data plane's Prometheus `/metrics` URL, scraped by the dashboard and the ops page
     /// (`None`: those pages show no data-plane numbers).
     pub metrics_url: Option<String>,
+    /// The data plane's scheduler board (`gateway::scheduler::board`), called by the ops
+    /// endpoint over the current snapshot (`None`: no data plane in this process; the ops
+    /// board then lists accounts by id without the scheduler's columns).
+    pub scheduler_board: Option<shared_state::board::BoardFn>,
     /// OAuth token endpoint.
     pub oauth_token_url: String,
     /// Codex upstream base URL (the usage URL derives from it, see [`quota::usage_url`]).
@@ -209,6 +213,7 @@ impl SidecarConfig {
             admin_password: None,
             admin_allowed_hosts: Vec::new(),
             metrics_url: None,
+            scheduler_board: None,
             oauth_token_url: DEFAULT_OAUTH_TOKEN_URL.to_owned(),
             upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),
             quota_usage_url: None,

@@ -9,7 +9,8 @@
 // against the gateway; see the requests on the dashboard and in usage; disable an account
 // and send more requests (the Rust side checks the upstream never saw that account again);
 // change the scheduler strategy (and see an invalid value refused inline); the ops page shows
-// every worker. A screenshot of each page goes to SCREENSHOT_DIR. The last line printed is
+// every worker and the scheduler board (the data plane's candidate order), where an account
+// the operator disables (MOVE_ACCOUNT) leaves the order and comes back. A screenshot of each page goes to SCREENSHOT_DIR. The last line printed is
 // `RESULT {json}` for the Rust side.
 import { chromium } from 'playwright-core'
 import { mkdirSync, readFileSync } from 'node:fs'
@@ -26,6 +27,7 @@ const PASSWORD = env('ADMIN_PASSWORD')
 const AUTH_FILE = env('AUTH_FILE')
 const IMPORT_ACCOUNT = env('IMPORT_ACCOUNT')
 const DISABLE_ACCOUNT = env('DISABLE_ACCOUNT')
+const MOVE_ACCOUNT = env('MOVE_ACCOUNT', 'acct-1')
 const BULK_FILE = env('BULK_FILE', '')
 const BULK_COUNT = Number(env('BULK_COUNT', '0'))
 const SHOTS = env('SCREENSHOT_DIR', 'target/admin-browser')
@@ -195,6 +197,34 @@ try {
   await byTest('ops-strategy').filter({ hasText: 'round_robin' }).waitFor({ timeout: T })
   await page.waitForFunction(() => Number(document.querySelector('[data-testid="worker-count"]')?.textContent ?? '0') > 0, null, { timeout: T })
   result.workers = Number(await byTest('worker-count').textContent())
+
+  // 7b. The scheduler board: the candidate order as the page shows it; an account disabled in
+  //     the app leaves the order (no position, after every candidate) and comes back.
+  const board = () => page.$$eval('[data-testid="board"] tbody tr', (rows) => rows.map((r) => ({
+    id: (r.getAttribute('data-testid') ?? '').replace(/^board-/, ''),
+    position: r.querySelector('[data-testid="board-position"]')?.textContent?.trim() ?? '',
+    tier: r.querySelector('[data-testid="board-tier"]')?.textContent?.trim() ?? null,
+  })))
+  const position = (id) => page.waitForFunction(([id, want]) => {
+    const c = document.querySelector(`[data-testid="board-${id}"] [data-testid="board-position"]`)
+    return c !== null && (c.textContent.trim() === '–') === want
+  }, [MOVE_ACCOUNT, id], { timeout: T })
+  await position(false)
+  result.board_before = await board()
+  await byTest('nav-accounts').click()
+  const moved = byTest(`account-${MOVE_ACCOUNT}`)
+  await moved.locator('[data-testid="disable"]').click()
+  await moved.locator('[data-testid="status"]').filter({ hasText: 'disabled' }).waitFor({ timeout: T })
+  await byTest('nav-ops').click()
+  await position(true)
+  result.board_disabled = await board()
+  await byTest('nav-accounts').click()
+  await moved.locator('[data-testid="enable"]').click()
+  await moved.locator('[data-testid="status"]').filter({ hasText: 'active' }).waitFor({ timeout: T })
+  await byTest('nav-ops').click()
+  await position(false)
+  result.board_enabled = await board()
+  log('board before/disabled/enabled', JSON.stringify([result.board_before, result.board_disabled, result.board_enabled]))
   await Promise.all(Array.from({ length: 12 }, (_, i) => ask(`ops traffic ${i}`)))
   await page.waitForTimeout(1500)
   await shot('ops')

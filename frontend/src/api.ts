@@ -134,10 +134,16 @@ export interface SeriesView {
   series: Series[]; totals: Totals
 }
 
+/** The scheduler's own view of one account (`gateway::scheduler::board`). */
+export interface SchedulerEntry {
+  account_id: number; position: number | null; tier: string; score: number; penalty: number
+  limit: number; in_flight: number; deferred: boolean
+}
 export interface Ops {
   now_ms: number; snapshot_version: number; strategy: string; data_plane: DataPlane
   workers: { id: number; driver: string; metrics: Record<string, number> }[]
-  board: (Account & { rank: number })[]; board_truncated: number
+  board_by_scheduler: boolean
+  board: (Account & { rank: number; scheduler: SchedulerEntry | null })[]; board_truncated: number
 }
 
 export interface ImportSummary {

@@ -10,9 +10,9 @@
 //!     latency, quota usage and load; near-equal scores are broken by weighted randomness
 //!     so load spreads. With an affinity key the session's rendezvous-hash home account goes
 //!     first while it is `Healthy` or `Warm` (soft affinity). Above [`SMART_SAMPLE`]
-//!     accounts it scores a pseudo-random sample instead of the whole pool (power of many
-//!     choices), widening the walk only while fewer than `max_candidates` healthy accounts
-//!     were seen.
+//!     accounts it scores a pseudo-random sample of two accounts per wanted candidate (at
+//!     least [`SMART_SAMPLE`]) instead of the whole pool (power of two choices), widening the
+//!     walk only while fewer than `max_candidates` healthy accounts were seen.
 //!   - `round_robin`: rotate by the worker's cursor; an account with weight `w` leads `w`
 //!     times per cycle.
 //!   - `fill_first`: fixed order by id, so one account fills up to its concurrency limit
@@ -36,6 +36,8 @@
 //!   to queue on.
 //! - Feedback the lifecycle records: [`record_success`], [`record_failure`] (with
 //!   [`FailureKind::from_class`]), [`note_request_start`], [`exclude_model`].
+//! - [`board`]: every account's assessment and the candidate order the current strategy
+//!   gives now, for the admin API's ops page (`shared_state::board`).
 //! - Dynamic concurrency: [`effective_limit`] is what the lifecycle passes to
 //!   `AccountLive::try_acquire`; unhealthy tiers get fewer slots ([`Tier::limit`]).
 //!
@@ -63,24 +65,27 @@
 //! ```
 //!
 //! # Cost
-//! Nothing here locks or allocates per account: every account read is a handful of atomic
-//! loads. Per worker, a [`PickScratch`] (thread-local behind [`order`]) caches per-snapshot
-//! arrays (rendezvous hashes, inverse weights, weight prefix sums) and reuses its buffers;
-//! selection keeps only the best `max_candidates` (bounded top-k, or `select_nth_unstable`
-//! then a sort of k). `round_robin` and `fill_first` stop after `k` ready accounts; `smart`
-//! scores a bounded sample; `sticky` hashes the whole pool (a mix and a compare per account;
-//! the weighted logarithm only for accounts that can still enter the top) but reads live
-//! state only for its top candidates; `quota_reset_priority` needs the global minimum, so it
-//! reads every account's reset instants and assesses only those that can still enter the
-//! top. `benches/pick.rs` (k = 5, busy mixed pool) measured on the 2-core dev box, per pick
-//! at 10 / 1k / 10k accounts: smart 0.6 / 8.7 / 13.5 µs, smart+key 1.2 / 18 / 90 µs,
-//! round_robin 0.2 / 0.25 / 0.25 µs, sticky 0.6 / 9.5 / 48 µs, fill_first 0.2 µs,
-//! quota_reset_priority 0.6 / 6.7 / 67 µs.
+//! No pick scans the pool (issue 11). Nothing here locks or allocates per account beyond the
+//! returned vector: every account read is a handful of atomic loads. Per worker, a
+//! [`PickScratch`] (thread-local behind [`order`]) caches arrays derived from the snapshot
+//! (rendezvous hashes, inverse weights, weight prefix sums, rendezvous buckets, the order by
+//! reset instants), rebuilt once per snapshot, and reuses its buffers; selection keeps only
+//! the best `max_candidates` (bounded top-k, or `select_nth_unstable` then a sort of k).
+//! `round_robin` and `fill_first` stop after `k` ready accounts; `smart` scores a bounded
+//! sample ([`SMART_SAMPLE`], two per wanted candidate); `sticky` and the soft affinity hash
+//! flat up to 256 accounts and through two-level rendezvous above (128 id buckets weighted by
+//! their accounts' weights, then the bucket's accounts: about 200 hashes at 10,000 accounts),
+//! reading live state only for the accounts they walk; `quota_reset_priority` walks its order
+//! by reset instants (re-sorted when `shared_state::account::reset_epoch` moves, at most every
+//! 250 ms, in between it scans) and stops once the next reset cannot beat the worst selected
+//! key. `benches/pick.rs` figures (before/after, per strategy and pool size) are in
+//! `benches/README.md`, "Account pick".
 //!
 //! # Error handling
 //! None: an empty result means no account is schedulable now; the lifecycle turns that into
 //! its own "no account" / "quota exhausted" error.
 
+mod board;
 mod hash;
 mod health;
 #[cfg(test)]
@@ -92,6 +97,7 @@ use std::{
     time::Duration,
 };
 
+pub use board::board;
 pub(crate) use health::quota_pcts;
 pub use health::{
     assess, base_limit, decayed_penalty, effective_limit, record_failure, record_success,
@@ -101,15 +107,31 @@ pub use health::{
 pub use shared_state::snapshot::{Strategy, UnknownStrategy};
 use shared_state::{AccountEntry, AccountLive, Settings, Snapshot};
 
-use self::hash::{coprime_stride, hrw_hash, hrw_key, id_hash, key_hash, mix64, unit_of, Rng, TopK};
+use self::hash::{
+    bucket_hash, coprime_stride, hrw_hash, hrw_key, id_hash, key_hash, mix64, random_of, unit_of,
+    Rng, TopK,
+};
 
 /// Pools up to this size are scored whole by `smart`; larger ones are sampled.
-pub const SMART_SAMPLE: usize = 128;
-/// `smart` scores at least this many accounts per wanted candidate.
-const SMART_SAMPLE_PER_CANDIDATE: usize = 8;
-/// Rendezvous candidates `sticky` reads beyond `max_candidates` before falling back to a
-/// full pass.
+pub const SMART_SAMPLE: usize = 8;
+/// `smart` scores at least this many accounts per wanted candidate (power of two choices).
+const SMART_SAMPLE_PER_CANDIDATE: usize = 2;
+/// Rendezvous candidates `sticky` ranks beyond `max_candidates` before ranking the rest.
 const STICKY_SLACK: usize = 8;
+/// Pools up to this size use flat rendezvous hashing; larger ones hash a session to a
+/// bucket of accounts first, then to an account of the bucket (two-level rendezvous), so a
+/// pick hashes about `HRW_BUCKETS + n / HRW_BUCKETS` accounts instead of `n`.
+const HRW_FLAT_MAX: usize = 256;
+/// log2 of the number of rendezvous buckets of a large pool. Fixed (not derived from the
+/// pool size), so an account's bucket depends on its id only and every instance agrees.
+const HRW_BUCKET_BITS: u32 = 7;
+/// Buckets ranked by the first selection of a two-level walk (the rest only when needed).
+const BUCKET_PROBE: usize = 4;
+/// `quota_reset_priority` rebuilds its reset order at most this often (ms) when reset
+/// instants moved earlier ([`shared_state::account::reset_epoch`]); in between it scans.
+const RESET_ORDER_MIN_AGE_MS: u64 = 250;
+/// ... and at least this often, so instants that passed since leave the front of the order.
+const RESET_ORDER_MAX_AGE_MS: u64 = 60_000;
 /// Rendezvous candidates examined for the soft-affinity home in `smart`.
 const AFFINITY_PROBE: usize = 8;
 /// Score points that count as "equal" in `smart` (randomness decides within a bucket).
@@ -156,6 +178,8 @@ pub struct PickScratch {
     index: Option<SnapshotIndex>,
     sel: Selector,
     hrw: Selector,
+    /// Bucket selection of the two-level rendezvous.
+    outer: Selector,
     picked: Vec<u32>,
     spill: Vec<u32>,
 }
@@ -172,6 +196,100 @@ struct SnapshotIndex {
     inv_weights: Option<Vec<f64>>,
     /// Inclusive prefix sums of the weights.
     cum_weight: Vec<u64>,
+    /// Rendezvous buckets of a pool larger than [`HRW_FLAT_MAX`].
+    buckets: Option<Buckets>,
+    /// `quota_reset_priority`'s order by reset instants (built on first use).
+    resets: Option<ResetOrder>,
+}
+
+/// A large pool's accounts grouped into rendezvous buckets by id.
+#[derive(Debug)]
+struct Buckets {
+    /// Rendezvous input per non-empty bucket.
+    hash: Vec<u64>,
+    /// `1 / (sum of the weights)` per non-empty bucket.
+    inv_weight: Vec<f64>,
+    /// Account indices grouped by bucket.
+    members: Vec<u32>,
+    /// Bucket `b` holds `members[start[b]..start[b + 1]]`.
+    start: Vec<u32>,
+}
+
+// === impl Buckets ===
+
+impl Buckets {
+    fn build(accounts: &[Arc<AccountEntry>], id_hash: &[u64]) -> Option<Self> {
+        if accounts.len() <= HRW_FLAT_MAX {
+            return None;
+        }
+        let mut by: Vec<Vec<u32>> = vec![Vec::new(); 1 << HRW_BUCKET_BITS];
+        for (i, &ih) in id_hash.iter().enumerate() {
+            by[(ih >> (64 - HRW_BUCKET_BITS)) as usize].push(i as u32);
+        }
+        let mut b = Self {
+            hash: Vec::new(),
+            inv_weight: Vec::new(),
+            members: Vec::with_capacity(accounts.len()),
+            start: vec![0],
+        };
+        for (bucket, members) in by.iter().enumerate() {
+            if members.is_empty() {
+                continue;
+            }
+            let total: u64 = members
+                .iter()
+                .map(|&i| u64::from(accounts[i as usize].weight.max(1)))
+                .sum();
+            b.hash.push(bucket_hash(bucket as u64));
+            b.inv_weight.push(1.0 / total as f64);
+            b.members.extend_from_slice(members);
+            b.start.push(b.members.len() as u32);
+        }
+        Some(b)
+    }
+
+    fn members(&self, b: usize) -> &[u32] {
+        &self.members[self.start[b] as usize..self.start[b + 1] as usize]
+    }
+}
+
+/// Accounts sorted by their reset key ([`reset_key`]) when it was built; see
+/// [`Pick::quota_reset_priority`].
+#[derive(Debug)]
+struct ResetOrder {
+    /// [`shared_state::account::reset_epoch`] read before the instants were.
+    epoch: u64,
+    /// The pick clock at build time.
+    built_ms: u64,
+    /// `(reset key at build time, account index)`, ascending.
+    order: Vec<(u128, u32)>,
+}
+
+// === impl ResetOrder ===
+
+impl ResetOrder {
+    fn build(accounts: &[Arc<AccountEntry>], now_ms: u64) -> Self {
+        let epoch = shared_state::account::reset_epoch();
+        let mut order: Vec<(u128, u32)> = accounts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (reset_key(&a.live, now_ms / 1000), i as u32))
+            .collect();
+        order.sort_unstable();
+        Self {
+            epoch,
+            built_ms: now_ms,
+            order,
+        }
+    }
+
+    /// True when no reset instant may have moved before its place in the order, and the
+    /// order is recent.
+    fn is_current(&self, now_ms: u64) -> bool {
+        self.epoch == shared_state::account::reset_epoch()
+            && now_ms >= self.built_ms
+            && now_ms - self.built_ms < RESET_ORDER_MAX_AGE_MS
+    }
 }
 
 // === impl SnapshotIndex ===
@@ -179,7 +297,7 @@ struct SnapshotIndex {
 impl SnapshotIndex {
     fn build(snap: &Arc<Snapshot>) -> Self {
         let accounts = &snap.accounts;
-        let id_hash = accounts.iter().map(|a| id_hash(a.id)).collect();
+        let id_hash: Vec<u64> = accounts.iter().map(|a| id_hash(a.id)).collect();
         let first = accounts.first().map_or(1, |a| a.weight.max(1));
         let uniform = accounts.iter().all(|a| a.weight.max(1) == first);
         let inv_weights = (!uniform).then(|| {
@@ -196,11 +314,14 @@ impl SnapshotIndex {
                 total
             })
             .collect();
+        let buckets = Buckets::build(accounts, &id_hash);
         Self {
             snap: Arc::downgrade(snap),
             id_hash,
             inv_weights,
             cum_weight,
+            buckets,
+            resets: None,
         }
     }
 
@@ -313,22 +434,24 @@ pub fn order_with(
         index,
         sel,
         hrw,
+        outer,
         picked,
         spill,
     } = scratch;
-    let Some(index) = index.as_ref() else {
+    let Some(index) = index.as_mut() else {
         return Vec::new();
     };
     picked.clear();
     spill.clear();
+    let mut hrw = Rendezvous { index, hrw, outer };
     match (snapshot.settings.strategy, req.affinity_key) {
         (Strategy::Smart, _) | (Strategy::Sticky, None) => {
-            pick.smart(index, sel, hrw, picked, snapshot.version)
+            pick.smart(&mut hrw, sel, picked, snapshot.version)
         }
-        (Strategy::RoundRobin, _) => pick.round_robin(index, picked, spill),
+        (Strategy::RoundRobin, _) => pick.round_robin(hrw.index, picked, spill),
         (Strategy::FillFirst, _) => pick.walk(0, picked, spill),
-        (Strategy::Sticky, Some(key)) => pick.sticky(index, key, sel, hrw, picked, spill),
-        (Strategy::QuotaResetPriority, _) => pick.quota_reset_priority(index, sel, picked),
+        (Strategy::Sticky, Some(key)) => pick.sticky(&mut hrw, key, picked, spill),
+        (Strategy::QuotaResetPriority, _) => pick.quota_reset_priority(hrw.index, sel, picked),
     }
     picked
         .iter()
@@ -394,6 +517,163 @@ pub fn exclude_model(live: &AccountLive, model: &str, until_ms: u64, now_ms: u64
         .exclude(model, until_ms, now_ms);
 }
 
+/// A session's rendezvous order over one snapshot, produced lazily: flat over a small pool,
+/// two-level (bucket, then account within the bucket) over a large one.
+struct Rendezvous<'s> {
+    index: &'s mut SnapshotIndex,
+    /// Account selection.
+    hrw: &'s mut Selector,
+    /// Bucket selection.
+    outer: &'s mut Selector,
+}
+
+// === impl Rendezvous ===
+
+impl Rendezvous<'_> {
+    /// Visits accounts in session `kh`'s rendezvous order, best first, until `visit`
+    /// returns true (or every account was visited). The first `want` of a flat pool (of a
+    /// bucket) are ranked first; the rest only when the walk gets there.
+    fn walk(&mut self, kh: u64, want: usize, mut visit: impl FnMut(usize) -> bool) {
+        let index = &*self.index;
+        let Some(b) = &index.buckets else {
+            walk_members(index, kh, None, want, self.hrw, &mut visit);
+            return;
+        };
+        let probe = BUCKET_PROBE.min(b.hash.len());
+        rank_buckets(b, kh, probe, self.outer);
+        let mut top = [0u32; BUCKET_PROBE];
+        for (slot, e) in top.iter_mut().zip(self.outer.finish()) {
+            *slot = e.1;
+        }
+        for &bk in &top[..probe] {
+            let members = b.members(bk as usize);
+            if walk_members(index, kh, Some(members), want, self.hrw, &mut visit) {
+                return;
+            }
+        }
+        if probe >= b.hash.len() {
+            return;
+        }
+        rank_buckets(b, kh, b.hash.len(), self.outer);
+        for e in &self.outer.finish()[probe..] {
+            let members = b.members(e.1 as usize);
+            if walk_members(index, kh, Some(members), want, self.hrw, &mut visit) {
+                return;
+            }
+        }
+    }
+}
+
+/// Fills `outer` with the `m` best buckets for session `kh` (weighted by their accounts'
+/// total weight, so an account's chance is its weight's share of the pool).
+fn rank_buckets(b: &Buckets, kh: u64, m: usize, outer: &mut Selector) {
+    outer.begin(m);
+    for (j, (&bh, &iw)) in b.hash.iter().zip(&b.inv_weight).enumerate() {
+        // Skip the logarithm when the lower bound (1 - u) / w already loses.
+        if let Some(bound) = outer.bound() {
+            let u = unit_of(hrw_hash(kh, bh));
+            if (1.0 - u) * iw >= f64::from_bits(bound as u64) {
+                continue;
+            }
+        }
+        outer.offer(u128::from(hrw_key(kh, bh, Some(iw))), j as u32);
+    }
+}
+
+/// Visits `members` (`None`: the whole pool) in rendezvous order; true when `visit`
+/// stopped the walk.
+fn walk_members(
+    index: &SnapshotIndex,
+    kh: u64,
+    members: Option<&[u32]>,
+    want: usize,
+    hrw: &mut Selector,
+    visit: &mut impl FnMut(usize) -> bool,
+) -> bool {
+    let len = members.map_or(index.id_hash.len(), <[u32]>::len);
+    let m = want.clamp(1, len.max(1));
+    rank_members(index, kh, members, m, hrw);
+    for e in hrw.finish() {
+        if visit(e.1 as usize) {
+            return true;
+        }
+    }
+    if m >= len {
+        return false;
+    }
+    rank_members(index, kh, members, len, hrw);
+    for e in &hrw.finish()[m..] {
+        if visit(e.1 as usize) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Fills `hrw` with the `m` best of `members` (`None`: the whole pool) for session `kh`.
+fn rank_members(
+    index: &SnapshotIndex,
+    kh: u64,
+    members: Option<&[u32]>,
+    m: usize,
+    hrw: &mut Selector,
+) {
+    hrw.begin(m);
+    match members {
+        None => rank_iter(index, kh, 0..index.id_hash.len() as u32, hrw),
+        Some(ms) => rank_iter(index, kh, ms.iter().copied(), hrw),
+    }
+}
+
+#[inline]
+fn rank_iter(index: &SnapshotIndex, kh: u64, it: impl Iterator<Item = u32>, hrw: &mut Selector) {
+    match &index.inv_weights {
+        None => {
+            for i in it {
+                let key = u128::from(hrw_key(kh, index.id_hash[i as usize], None));
+                if hrw.admits(key) {
+                    hrw.offer(key, i);
+                }
+            }
+        }
+        Some(iw) => {
+            for i in it {
+                let (ih, iw) = (index.id_hash[i as usize], iw[i as usize]);
+                // Skip the logarithm when the lower bound (1 - u) / w already loses.
+                if let Some(b) = hrw.bound() {
+                    let u = unit_of(hrw_hash(kh, ih));
+                    if (1.0 - u) * iw >= f64::from_bits(b as u64) {
+                        continue;
+                    }
+                }
+                hrw.offer(u128::from(hrw_key(kh, ih, Some(iw))), i);
+            }
+        }
+    }
+}
+
+/// `quota_reset_priority`'s reset part of the key: the primary window's reset instant, then
+/// the secondary's (unknown or already passed: after every known one).
+fn reset_key(live: &AccountLive, now_s: u64) -> u128 {
+    let reset = |at: u64| -> u128 {
+        if at > now_s {
+            u128::from(at.min(u64::from(u32::MAX)))
+        } else {
+            u128::from(u32::MAX)
+        }
+    };
+    (reset(live.primary_reset_at()) << 92) | (reset(live.secondary_reset_at()) << 60)
+}
+
+/// The lowest reset key an account ranked at `built` in a current [`ResetOrder`] can have
+/// now: its instants moved earlier by at most the jitter the reset epoch tolerates.
+fn reset_key_floor(built: u128) -> u128 {
+    let jitter = shared_state::account::RESET_JITTER_S;
+    let p = ((built >> 92) as u64 & 0xffff_ffff).saturating_sub(jitter);
+    let s = ((built >> 60) as u64 & 0xffff_ffff).saturating_sub(jitter);
+    (u128::from(p) << 92) | (u128::from(s) << 60)
+}
+
 /// One pick's inputs.
 struct Pick<'a> {
     accounts: &'a [Arc<AccountEntry>],
@@ -417,9 +697,25 @@ impl Pick<'_> {
         Some(assess(e, self.settings, self.req.now_ms))
     }
 
-    /// Takes eligible accounts in the order of `indices`: ready ones into `picked`, deferred
-    /// ones (saturated, refreshing) into `spill` (at most `k`). Returns true once `picked`
-    /// holds `k`.
+    /// Takes account `i` when eligible: a ready one into `picked`, a deferred one
+    /// (saturated, refreshing) into `spill` (at most `k`). Returns true once `picked` holds
+    /// `k`.
+    #[inline]
+    fn take(&self, i: usize, picked: &mut Vec<u32>, spill: &mut Vec<u32>) -> bool {
+        let Some(a) = self.candidate(i) else {
+            return false;
+        };
+        if !a.deferred() {
+            picked.push(i as u32);
+            return picked.len() >= self.k;
+        }
+        if spill.len() < self.k {
+            spill.push(i as u32);
+        }
+        false
+    }
+
+    /// [`Self::take`] in the order of `indices`; true once `picked` holds `k`.
     fn take_in_order(
         &self,
         indices: impl Iterator<Item = usize>,
@@ -427,16 +723,8 @@ impl Pick<'_> {
         spill: &mut Vec<u32>,
     ) -> bool {
         for i in indices {
-            let Some(a) = self.candidate(i) else {
-                continue;
-            };
-            if !a.deferred() {
-                picked.push(i as u32);
-                if picked.len() >= self.k {
-                    return true;
-                }
-            } else if spill.len() < self.k {
-                spill.push(i as u32);
+            if self.take(i, picked, spill) {
+                return true;
             }
         }
         false
@@ -463,86 +751,44 @@ impl Pick<'_> {
         self.walk(start, picked, spill);
     }
 
-    /// Rendezvous order of the whole pool: fills `hrw` with the `m` best pairs.
-    fn hrw_top(&self, index: &SnapshotIndex, kh: u64, m: usize, hrw: &mut Selector) {
-        hrw.begin(m);
-        match &index.inv_weights {
-            None => {
-                for (i, &ih) in index.id_hash.iter().enumerate() {
-                    let key = u128::from(hrw_key(kh, ih, None));
-                    if hrw.admits(key) {
-                        hrw.offer(key, i as u32);
-                    }
-                }
-            }
-            Some(iw) => {
-                for (i, (&ih, &iw)) in index.id_hash.iter().zip(iw).enumerate() {
-                    // Skip the logarithm when the lower bound (1 - u) / w already loses.
-                    if let Some(b) = hrw.bound() {
-                        let u = unit_of(hrw_hash(kh, ih));
-                        if (1.0 - u) * iw >= f64::from_bits(b as u64) {
-                            continue;
-                        }
-                    }
-                    hrw.offer(u128::from(hrw_key(kh, ih, Some(iw))), i as u32);
-                }
-            }
-        }
-    }
-
+    /// Ready accounts in the session's rendezvous order, then deferred ones in that order.
     fn sticky(
         &self,
-        index: &SnapshotIndex,
+        hrw: &mut Rendezvous<'_>,
         key: &str,
-        sel: &mut Selector,
-        hrw: &mut Selector,
         picked: &mut Vec<u32>,
         spill: &mut Vec<u32>,
     ) {
-        let n = self.accounts.len();
-        let kh = key_hash(key);
-        let m = (self.k + STICKY_SLACK).min(n);
-        self.hrw_top(index, kh, m, hrw);
-        let top = hrw.finish().iter().map(|e| e.1 as usize);
-        if self.take_in_order(top, picked, spill) {
-            return;
-        }
-        if m >= n {
+        hrw.walk(key_hash(key), self.k + STICKY_SLACK, |i| {
+            self.take(i, picked, spill)
+        });
+        if picked.len() < self.k {
             self.fill_from_spill(picked, spill);
-            return;
         }
-        // Too many of the top hashes are unschedulable or busy: rank every candidate, free
-        // ones first.
-        picked.clear();
-        sel.begin(self.k);
-        for i in 0..n {
-            let key = u128::from(hrw_key(kh, index.id_hash[i], index.inv_weight(i)));
-            if !sel.admits(key) {
-                continue;
-            }
-            if let Some(a) = self.candidate(i) {
-                sel.offer(key | (u128::from(a.deferred()) << 127), i as u32);
-            }
-        }
-        picked.extend(sel.finish().iter().map(|e| e.1));
     }
 
-    /// The session's home under soft affinity: the first account in rendezvous order that
-    /// is a candidate and at most `Warm`.
-    fn affinity_home(&self, index: &SnapshotIndex, key: &str, hrw: &mut Selector) -> Option<u32> {
-        let m = AFFINITY_PROBE.min(self.accounts.len());
-        self.hrw_top(index, key_hash(key), m, hrw);
-        hrw.finish().iter().map(|e| e.1).find(|&i| {
-            self.candidate(i as usize)
+    /// The session's home under soft affinity: the first of its [`AFFINITY_PROBE`]
+    /// rendezvous choices that is a candidate and at most `Warm`.
+    fn affinity_home(&self, hrw: &mut Rendezvous<'_>, key: &str) -> Option<u32> {
+        let (mut seen, mut home) = (0usize, None);
+        hrw.walk(key_hash(key), AFFINITY_PROBE, |i| {
+            seen += 1;
+            if self
+                .candidate(i)
                 .is_some_and(|a| !a.deferred() && a.tier <= Tier::Warm)
-        })
+            {
+                home = Some(i as u32);
+                return true;
+            }
+            seen >= AFFINITY_PROBE
+        });
+        home
     }
 
     fn smart(
         &self,
-        index: &SnapshotIndex,
+        hrw: &mut Rendezvous<'_>,
         sel: &mut Selector,
-        hrw: &mut Selector,
         picked: &mut Vec<u32>,
         version: u64,
     ) {
@@ -552,7 +798,8 @@ impl Pick<'_> {
         let home = self
             .req
             .affinity_key
-            .and_then(|key| self.affinity_home(index, key, hrw));
+            .and_then(|key| self.affinity_home(hrw, key));
+        let index = &*hrw.index;
         if let Some(h) = home {
             picked.push(h);
         }
@@ -588,49 +835,78 @@ impl Pick<'_> {
         picked.extend(sel.finish().iter().map(|e| e.1));
     }
 
+    /// Accounts by (deferred, unhealthy, exhausted, covered by the forecast, primary then
+    /// secondary reset instant, score bucket, weighted randomness). The reset instants are
+    /// the only unbounded-range part of the key, so a per-snapshot [`ResetOrder`] (rebuilt
+    /// when the reset epoch says an instant moved earlier, and at least every minute) lets
+    /// the walk stop once the next account's reset cannot beat the worst selected key;
+    /// every key itself is computed from live state.
     fn quota_reset_priority(
         &self,
-        index: &SnapshotIndex,
+        index: &mut SnapshotIndex,
         sel: &mut Selector,
         picked: &mut Vec<u32>,
     ) {
-        let now_s = self.req.now_ms / 1000;
-        let mut rng = Rng::new(mix64(self.req.cursor as u64) ^ self.req.now_ms);
-        // Unknown or already passed: after every known reset.
-        let reset = |at: u64| -> u128 {
-            if at > now_s {
-                u128::from(at.min(u64::from(u32::MAX)))
-            } else {
-                u128::from(u32::MAX)
+        let now = self.req.now_ms;
+        let seed = mix64(self.req.cursor as u64) ^ now;
+        let usable = match index
+            .resets
+            .as_ref()
+            .map(|r| (r.is_current(now), r.built_ms))
+        {
+            Some((true, _)) => true,
+            Some((false, built)) if now >= built && now - built < RESET_ORDER_MIN_AGE_MS => false,
+            _ => {
+                index.resets = Some(ResetOrder::build(self.accounts, now));
+                true
             }
         };
+        let index = &*index;
         sel.begin(self.k);
-        for i in 0..self.accounts.len() {
-            let live = &self.accounts[i].live;
-            let resets =
-                (reset(live.primary_reset_at()) << 92) | (reset(live.secondary_reset_at()) << 60);
-            // The reset instants alone are a lower bound of the key: skip the rest early.
-            if !sel.admits(resets) {
-                continue;
+        match index.resets.as_ref().filter(|_| usable) {
+            Some(r) => {
+                for &(built, i) in &r.order {
+                    if sel.bound().is_some_and(|w| reset_key_floor(built) >= w) {
+                        break;
+                    }
+                    self.offer_by_reset(index, i as usize, seed, sel);
+                }
             }
-            let Some(a) = self.candidate(i) else {
-                continue;
-            };
-            let saturated = u128::from(a.deferred());
-            let unhealthy = u128::from(a.tier >= Tier::Risky);
-            let exhausted = u128::from(a.quota_exhausted());
-            let covered = u128::from(covered_before_reset(&self.accounts[i], self.req.now_ms));
-            let rand = u128::from(random_key(index.inv_weight(i), &mut rng) >> 20);
-            let key = (saturated << 127)
-                | (unhealthy << 126)
-                | (exhausted << 125)
-                | (covered << 124)
-                | resets
-                | (u128::from(score_bucket(a.score).min(0xffff)) << 44)
-                | rand;
-            sel.offer(key, i as u32);
+            // Instants moved earlier since a recent build: scan instead of re-sorting.
+            None => {
+                for i in 0..self.accounts.len() {
+                    self.offer_by_reset(index, i, seed, sel);
+                }
+            }
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
+    }
+
+    /// Offers account `i` to `quota_reset_priority`'s selection.
+    #[inline]
+    fn offer_by_reset(&self, index: &SnapshotIndex, i: usize, seed: u64, sel: &mut Selector) {
+        let resets = reset_key(&self.accounts[i].live, self.req.now_ms / 1000);
+        // The reset instants alone are a lower bound of the key: skip the rest early.
+        if !sel.admits(resets) {
+            return;
+        }
+        let Some(a) = self.candidate(i) else {
+            return;
+        };
+        let saturated = u128::from(a.deferred());
+        let unhealthy = u128::from(a.tier >= Tier::Risky);
+        let exhausted = u128::from(a.quota_exhausted());
+        let covered = u128::from(covered_before_reset(&self.accounts[i], self.req.now_ms));
+        // Randomness from (pick, account), so the visiting order does not matter.
+        let rand = random_of(index.inv_weight(i), mix64(seed ^ index.id_hash[i]));
+        let key = (saturated << 127)
+            | (unhealthy << 126)
+            | (exhausted << 125)
+            | (covered << 124)
+            | resets
+            | (u128::from(score_bucket(a.score).min(0xffff)) << 44)
+            | u128::from(rand >> 20);
+        sel.offer(key, i as u32);
     }
 }
 
@@ -656,10 +932,7 @@ fn score_bucket(score: f64) -> u64 {
 /// come first among equals is proportional to the weight; `inv_weight` is `1/w`), or a
 /// plain random number.
 fn random_key(inv_weight: Option<f64>, rng: &mut Rng) -> u64 {
-    match inv_weight {
-        None => rng.next_u64(),
-        Some(iw) => (-rng.unit().ln() * iw).to_bits(),
-    }
+    random_of(inv_weight, rng.next_u64())
 }
 
 /// `smart`'s sort key, lower is better: free before saturated, then tier, then score

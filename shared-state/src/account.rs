@@ -168,6 +168,46 @@ impl AccountEffect {
     }
 }
 
+/// Bumped whenever a window's reset instant may now sort earlier than a reader assumed: it
+/// became known (was 0), moved earlier by more than [`RESET_JITTER_S`], or jumped later by
+/// more than [`RESET_RENEWAL_S`] (a new window after the old one passed, which a reader that
+/// saw the old instant as passed ranked last). Per-worker orders sorted by reset instants
+/// (`gateway::scheduler`, `quota_reset_priority`) are rebuilt when it changes; ordinary
+/// header jitter (a few seconds either way) does not bump it.
+static RESET_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// Earlier moves of a reset instant up to this many seconds do not bump [`reset_epoch`]
+/// (`reset_at` is derived from a relative `reset-after` header, so it jitters).
+pub const RESET_JITTER_S: u64 = 5;
+
+/// A later move of a reset instant by more than this many seconds is a renewed window and
+/// bumps [`reset_epoch`] (a window renews at least its own length after the last reset).
+pub const RESET_RENEWAL_S: u64 = 600;
+
+/// The current reset epoch: equal values mean no reset instant
+/// of any account moved earlier than the jitter allows in between.
+pub fn reset_epoch() -> u64 {
+    RESET_EPOCH.load(Ordering::Acquire)
+}
+
+/// Stores a reset instant, bumping the reset epoch when it may sort earlier than before.
+fn store_reset(cell: &AtomicU64, new: u64) {
+    let old = cell.swap(new, Ordering::AcqRel);
+    if reset_may_sort_earlier(old, new) {
+        RESET_EPOCH.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether replacing reset instant `old` by `new` (unix seconds, 0 = unknown) may make the
+/// account sort earlier for a reader that ranked it by `old` (passed or unknown instants
+/// rank last).
+fn reset_may_sort_earlier(old: u64, new: u64) -> bool {
+    new != 0
+        && (old == 0
+            || new.saturating_add(RESET_JITTER_S) < old
+            || new > old.saturating_add(RESET_RENEWAL_S))
+}
+
 /// Lock-free live state of one account, shared by all workers and the sidecar.
 #[derive(Debug, Default)]
 pub struct AccountLive {
@@ -280,13 +320,13 @@ impl AccountLive {
             self.primary_used_centi.store(centi(p), Ordering::Release);
         }
         if let Some(r) = q.primary_reset_at {
-            self.primary_reset_at.store(r, Ordering::Release);
+            store_reset(&self.primary_reset_at, r);
         }
         if let Some(p) = q.secondary_pct {
             self.secondary_used_centi.store(centi(p), Ordering::Release);
         }
         if let Some(r) = q.secondary_reset_at {
-            self.secondary_reset_at.store(r, Ordering::Release);
+            store_reset(&self.secondary_reset_at, r);
         }
     }
 
@@ -651,6 +691,24 @@ mod tests {
         assert_eq!(live.in_flight(), 1);
         assert!(live.try_acquire(2).is_some());
         assert!(live.try_acquire(0).is_some(), "0 means unlimited");
+    }
+
+    #[test]
+    fn reset_epoch_moves_when_a_reset_may_sort_earlier() {
+        // Learned, moved clearly earlier, renewed after passing: a reader must re-sort.
+        assert!(reset_may_sort_earlier(0, 1_000));
+        assert!(reset_may_sort_earlier(1_000, 1_000 - RESET_JITTER_S - 1));
+        assert!(reset_may_sort_earlier(1_000, 1_000 + 18_000));
+        // Header jitter either way, forgetting, or no change: no re-sort.
+        assert!(!reset_may_sort_earlier(1_000, 1_000));
+        assert!(!reset_may_sort_earlier(1_000, 1_000 - RESET_JITTER_S));
+        assert!(!reset_may_sort_earlier(1_000, 1_000 + 3));
+        assert!(!reset_may_sort_earlier(1_000, 0));
+        // And `apply` bumps the shared epoch for such a move.
+        let live = AccountLive::default();
+        let before = reset_epoch();
+        live.apply(&AccountEffect::quota(None, Some(5_000), None, None));
+        assert!(reset_epoch() > before);
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!   cooldown, quota), the one vocabulary of account state changes ([`AccountEffect`]) with
 //!   the one function applying them ([`AccountLive::apply`]), and the RAII
 //!   [`account::Lease`] on a concurrency slot.
+//! - [`board`]: the scheduler board (tier, score and candidate order per account), computed
+//!   by the data plane's scheduler and handed to the sidecar as a function.
 //! - [`channels`]: the worker -> sidecar fact channel and the sidecar -> worker command channels
 //!   (crossbeam queues paired with a cross-runtime waker).
 //! - [`config`]: start-up values the gateway's configuration parses and the sidecar uses
@@ -24,6 +26,7 @@
 //! Nothing here performs I/O or depends on a runtime, so both crates link it freely.
 
 pub mod account;
+pub mod board;
 pub mod catalog;
 pub mod channels;
 pub mod config;

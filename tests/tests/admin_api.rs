@@ -592,6 +592,18 @@ async fn resources_answer_what_the_data_plane_did() {
     assert_eq!(o["board"].as_array().unwrap().len(), 3);
     assert_eq!(o["board"][0]["rank"], 1);
     assert_eq!(o["board"][0]["schedulable"], true);
+    // The board is the data plane scheduler's own: its order, tier and score per account.
+    assert_eq!(o["board_by_scheduler"], true, "{o}");
+    for (i, row) in o["board"].as_array().unwrap().iter().enumerate() {
+        let sched = &row["scheduler"];
+        assert_eq!(sched["account_id"], row["id"], "{row}");
+        assert_eq!(sched["position"], i + 1, "every account a candidate: {o}");
+        assert!(
+            ["healthy", "warm", "risky", "quarantine"].contains(&sched["tier"].as_str().unwrap()),
+            "{row}"
+        );
+        assert!(sched["score"].as_f64().is_some(), "{row}");
+    }
 
     // Bulk disable: the data plane stops using those accounts.
     let others: Vec<i64> = accounts

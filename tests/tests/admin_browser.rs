@@ -3,8 +3,10 @@
 //! The script logs in, imports an account file by drag and drop, adds one through the ChatGPT
 //! login (PKCE, against mock-codex's token endpoint), creates a key and uses it,
 //! sees the requests on the dashboard and in usage, disables an account, changes the
-//! scheduler strategy and looks at the ops page; this test then checks what the upstream saw
-//! (never the disabled account after the click) and what the data plane runs with.
+//! scheduler strategy and looks at the ops page, where the scheduler board shows the data
+//! plane's candidate order and an account disabled in the app leaves it and comes back; this
+//! test then checks what the upstream saw (never the disabled account after the click), the
+//! boards the page showed, and what the data plane runs with.
 //! Screenshots of every page are kept under `target/admin-browser/`.
 //!
 //! Needs node, `frontend/node_modules` (`npm ci` in `frontend/`) and Chromium
@@ -108,6 +110,7 @@ fn admin_app_in_a_real_browser() {
         .env("BULK_FILE", &bulk_file)
         .env("BULK_COUNT", BULK_ACCOUNTS.to_string())
         .env("DISABLE_ACCOUNT", "acct-0")
+        .env("MOVE_ACCOUNT", "acct-1")
         .env("SCREENSHOT_DIR", &shots)
         .env("CHROMIUM", &chromium)
         .output()
@@ -139,6 +142,58 @@ fn admin_app_in_a_real_browser() {
         serde_json::json!([]),
         "no script errors in the page: {result}"
     );
+
+    // The scheduler board as the page showed it: candidates first, numbered 1..n in the
+    // scheduler's order, each with the scheduler's tier; then the accounts it cannot pick
+    // (the disabled acct-0 always; acct-1 while disabled, back among the candidates after).
+    let board = |k: &str| -> Vec<(String, Option<u32>, Option<String>)> {
+        result[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} missing: {result}"))
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap_or_default().to_owned(),
+                    r["position"].as_str().and_then(|p| p.parse().ok()),
+                    r["tier"].as_str().map(str::to_owned),
+                )
+            })
+            .collect()
+    };
+    let candidates = |rows: &[(String, Option<u32>, Option<String>)]| -> Vec<String> {
+        let n = rows.iter().take_while(|r| r.1.is_some()).count();
+        assert!(
+            rows[n..].iter().all(|r| r.1.is_none()),
+            "candidates first: {rows:?}"
+        );
+        let pos: Vec<u32> = rows[..n].iter().filter_map(|r| r.1).collect();
+        assert_eq!(pos, (1..=n as u32).collect::<Vec<_>>(), "{rows:?}");
+        for r in rows {
+            assert!(
+                matches!(
+                    r.2.as_deref(),
+                    Some("healthy" | "warm" | "risky" | "quarantine")
+                ),
+                "the scheduler's tier on every row: {rows:?}"
+            );
+        }
+        rows[..n].iter().map(|r| r.0.clone()).collect()
+    };
+    let before = candidates(&board("board_before"));
+    let disabled = candidates(&board("board_disabled"));
+    let enabled = candidates(&board("board_enabled"));
+    assert_eq!(
+        board("board_before").len(),
+        5,
+        "every account on the board (three, the imported one, the OAuth one)"
+    );
+    assert!(!before.contains(&"acct-0".to_owned()), "{before:?}");
+    assert!(before.contains(&"acct-1".to_owned()), "{before:?}");
+    assert!(!disabled.contains(&"acct-1".to_owned()), "{disabled:?}");
+    let mut rest = before.clone();
+    rest.retain(|a| a != "acct-1");
+    assert_eq!(disabled, rest, "the others keep their order");
+    assert!(enabled.contains(&"acct-1".to_owned()), "{enabled:?}");
 
     // What the upstream saw: nothing for the disabled account after the click.
     let served = s.served_by();

@@ -112,25 +112,6 @@ pub(crate) struct HealthView {
     tier: &'static str,
 }
 
-// === impl AccountView ===
-
-impl AccountView {
-    /// The scheduler board's order: schedulable first, then health tier, error rate, quota use.
-    pub(super) fn board_key(&self) -> (u8, u8, f64, f64) {
-        let t = match self.health.tier {
-            "healthy" => 0,
-            "degraded" => 1,
-            _ => 2,
-        };
-        (
-            u8::from(!self.schedulable),
-            t,
-            self.health.error_rate,
-            self.primary_used_pct.unwrap_or(0.0),
-        )
-    }
-}
-
 fn tier(error_rate: f64, streak: u32) -> &'static str {
     if streak >= 3 || error_rate >= 0.5 {
         "failing"

@@ -8,8 +8,11 @@
 //! - `GET /api/admin/ops` -> [`OpsView`]: one entry per worker with its I/O driver and every
 //!   per-worker gauge the data plane exports (`worker="N"` samples of `/metrics`: upstream h2
 //!   connections and streams, idle upstream WebSockets, ...), the totals, and the scheduler
-//!   board: every account in the order of its live signals (schedulable first, then health
-//!   tier, error rate, quota use) with those signals.
+//!   board: every account in the data plane's own candidate order for the current strategy
+//!   (`gateway::scheduler::board`, handed over as `SidecarConfig::scheduler_board` and called
+//!   here over the current snapshot), with the scheduler's tier, score, dynamic limit and
+//!   position, then the accounts that are not candidates now. Without a data plane in the
+//!   process the board lists the accounts by id without those columns.
 //!
 //! The data plane's metrics come from its own `/metrics` (`SidecarConfig::metrics_url`, set
 //! by the gateway to its data address); without it the worker list is empty and
@@ -17,13 +20,14 @@
 //! background task.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::Mutex,
     time::Duration,
 };
 
 use axum::{extract::State, routing::get, Json, Router};
 use serde::Serialize;
+use shared_state::board::BoardEntry;
 
 use super::{accounts::account_view, ApiResult, AppState};
 use crate::{
@@ -455,6 +459,9 @@ pub(crate) struct WorkerView {
 pub(crate) struct BoardRow {
     /// 1-based position in the board's order.
     rank: usize,
+    /// The scheduler's assessment and candidate position (`null`: no data plane in this
+    /// process, or the account is not in the published snapshot yet).
+    scheduler: Option<BoardEntry>,
     #[serde(flatten)]
     account: super::accounts::AccountView,
 }
@@ -468,6 +475,8 @@ pub(crate) struct OpsView {
     strategy: &'static str,
     data_plane: DataPlaneView,
     workers: Vec<WorkerView>,
+    /// Whether the board's order and columns come from the data plane's scheduler.
+    board_by_scheduler: bool,
     /// Accounts in board order (see the module docs).
     board: Vec<BoardRow>,
     /// Rows the board left out (it shows the first 200).
@@ -482,25 +491,27 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
     let (dp, scrape) = data_plane(&core, now).await;
     let snap = core.publisher.current();
     let rows = core.storage.list_accounts().await?;
-    let mut views = Vec::with_capacity(rows.len());
-    for r in &rows {
-        views.push(account_view(&core, r).await);
-    }
-    views.sort_by(|a, b| {
-        board_key(a)
-            .partial_cmp(&board_key(b))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    let truncated = views.len().saturating_sub(BOARD_ROWS);
-    let board = views
+    // The scheduler's order and assessment, by account id.
+    let mut sched: HashMap<i64, (usize, BoardEntry)> = core
+        .admin
+        .board
+        .map(|f| f(&snap, now).entries)
+        .unwrap_or_default()
         .into_iter()
-        .take(BOARD_ROWS)
         .enumerate()
-        .map(|(i, account)| BoardRow {
-            rank: i + 1,
-            account,
-        })
+        .map(|(i, e)| (e.account_id, (i, e)))
         .collect();
+    let mut rows: Vec<_> = rows.iter().map(|r| (sched.remove(&r.id), r)).collect();
+    rows.sort_by_key(|(s, r)| (s.as_ref().map_or(usize::MAX, |s| s.0), r.id));
+    let truncated = rows.len().saturating_sub(BOARD_ROWS);
+    let mut board = Vec::with_capacity(rows.len().min(BOARD_ROWS));
+    for (i, (s, r)) in rows.into_iter().take(BOARD_ROWS).enumerate() {
+        board.push(BoardRow {
+            rank: i + 1,
+            scheduler: s.map(|s| s.1),
+            account: account_view(&core, r).await,
+        });
+    }
     Ok(Json(OpsView {
         object: "ops",
         now_ms: now,
@@ -520,13 +531,10 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
                 metrics,
             })
             .collect(),
+        board_by_scheduler: core.admin.board.is_some(),
         board,
         board_truncated: truncated,
     }))
-}
-
-fn board_key(a: &super::accounts::AccountView) -> (u8, u8, f64, f64) {
-    a.board_key()
 }
 
 #[cfg(test)]

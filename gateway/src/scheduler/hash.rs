@@ -33,6 +33,11 @@ pub(crate) fn id_hash(id: i64) -> u64 {
     mix64((id as u64) ^ 0x5ced_a7e5_0c0d_e6a7)
 }
 
+/// Stable rendezvous input of bucket `b` of a large pool (two-level rendezvous).
+pub(crate) fn bucket_hash(b: u64) -> u64 {
+    mix64(b ^ 0x6275_636b_6574_2d31)
+}
+
 /// The rendezvous hash of (session, account).
 #[inline]
 pub(crate) fn hrw_hash(key_hash: u64, id_hash: u64) -> u64 {
@@ -58,6 +63,17 @@ pub(crate) fn hrw_key(key_hash: u64, id_hash: u64, inv_weight: Option<f64>) -> u
     }
 }
 
+/// A random key from the hash `h`, lower is better: an exponential clock `-ln(u)/w` when
+/// weighted (`inv_weight` is `1/w`, so the chance to come first among equals is proportional
+/// to the weight), else `h` itself.
+#[inline]
+pub(crate) fn random_of(inv_weight: Option<f64>, h: u64) -> u64 {
+    match inv_weight {
+        None => h,
+        Some(iw) => (-unit_of(h).ln() * iw).to_bits(),
+    }
+}
+
 /// splitmix64 PRNG.
 #[derive(Debug, Clone)]
 pub(crate) struct Rng(u64);
@@ -72,11 +88,6 @@ impl Rng {
     pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         mix64(self.0)
-    }
-
-    /// Uniform in (0, 1].
-    pub(crate) fn unit(&mut self) -> f64 {
-        unit_of(self.next_u64())
     }
 }
 

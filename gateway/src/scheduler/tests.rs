@@ -910,3 +910,284 @@ fn accounts_waiting_for_a_token_refresh_come_after_ready_ones() {
     assert!(assess(&accs[0], &Settings::default(), NOW).deferred());
     assert!(!assess(&accs[0], &Settings::default(), NOW + 30_000).deferred());
 }
+
+// === large pools: two-level rendezvous and the reset order ===
+
+/// A pool above [`HRW_FLAT_MAX`], so `sticky` and the soft affinity use buckets.
+const LARGE: usize = 2_000;
+
+#[test]
+fn large_pools_hash_through_buckets_that_cover_every_account_once() {
+    let s = snap(pool(LARGE), Strategy::Sticky);
+    let ix = SnapshotIndex::build(&s);
+    let b = ix.buckets.as_ref().expect("buckets above HRW_FLAT_MAX");
+    let mut seen: Vec<u32> = b.members.clone();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..LARGE as u32).collect::<Vec<_>>());
+    assert!(
+        b.hash.len() > 64,
+        "ids spread over the buckets: {}",
+        b.hash.len()
+    );
+    assert!(
+        SnapshotIndex::build(&snap(pool(HRW_FLAT_MAX), Strategy::Sticky))
+            .buckets
+            .is_none()
+    );
+    // The full rendezvous order visits every account exactly once.
+    let mut ix = ix;
+    let (mut hrw, mut outer) = (Selector::default(), Selector::default());
+    let mut r = Rendezvous {
+        index: &mut ix,
+        hrw: &mut hrw,
+        outer: &mut outer,
+    };
+    let mut visited = Vec::new();
+    r.walk(key_hash("k"), 3, |i| {
+        visited.push(i);
+        false
+    });
+    assert_eq!(visited.len(), LARGE);
+    assert_unique(&visited.iter().map(|&i| i as i64).collect::<Vec<_>>());
+}
+
+#[test]
+fn large_pool_sticky_is_stable_deterministic_and_moves_only_when_ineligible() {
+    let s = snap(pool(LARGE), Strategy::Sticky);
+    let other = snap(pool(LARGE), Strategy::Sticky);
+    let keys: Vec<String> = (0..300).map(|i| format!("session-{i}")).collect();
+    let home = |s: &Arc<Snapshot>, key: &str, cursor: usize| -> Vec<i64> {
+        let r = PickRequest {
+            affinity_key: Some(key),
+            ..req(cursor, 3)
+        };
+        pick(s, &r)
+    };
+    let before: Vec<Vec<i64>> = keys.iter().map(|k| home(&s, k, 0)).collect();
+    let mut scratch = PickScratch::default();
+    for (k, b) in keys.iter().zip(&before) {
+        assert_eq!(&home(&s, k, 9), b, "stable across cursors");
+        assert_eq!(&home(&other, k, 0), b, "same on another instance");
+        let r = PickRequest {
+            affinity_key: Some(k),
+            ..req(1, 3)
+        };
+        assert_eq!(&ids(&order_with(&s, &r, &mut scratch)), b, "reused scratch");
+    }
+    let used: HashSet<i64> = before.iter().map(|b| b[0]).collect();
+    assert!(used.len() >= 250, "300 sessions spread: {}", used.len());
+    // The home of session 0 goes away: exactly the sessions living there move, each to its
+    // own next choice; the others stay.
+    let gone = before[0][0];
+    s.accounts[(gone - 1) as usize]
+        .live
+        .apply(&AccountEffect::cooldown(NOW + 60_000, "test"));
+    for (k, b) in keys.iter().zip(&before) {
+        let now = home(&s, k, 0);
+        if b[0] == gone {
+            assert_eq!(now[0], b[1], "moves to its next rendezvous choice");
+        } else {
+            assert_eq!(now[0], b[0], "unaffected sessions stay");
+        }
+        assert!(!now.contains(&gone));
+    }
+    // Its next 40 choices (beyond the first ranked slice of its bucket) go away too: the
+    // walk ranks the rest and still finds the next ones in order.
+    let r = PickRequest {
+        affinity_key: Some(keys[0].as_str()),
+        ..req(0, 45)
+    };
+    let order = pick(&s, &r);
+    for id in &order[..40] {
+        s.accounts[(*id - 1) as usize]
+            .live
+            .apply(&AccountEffect::cooldown(NOW + 60_000, "test"));
+    }
+    assert_eq!(home(&s, &keys[0], 0), order[40..43].to_vec());
+}
+
+#[test]
+fn large_pool_sticky_respects_weights() {
+    // Odd ids weigh 3, even ids 1: odd accounts should win about 3/4 of the sessions.
+    let accs: Vec<_> = (1..=LARGE as i64)
+        .map(|id| entry_with(id, if id % 2 == 1 { 3 } else { 1 }, 0))
+        .collect();
+    let s = snap(accs, Strategy::Sticky);
+    let mut scratch = PickScratch::default();
+    let mut heavy = 0u32;
+    for i in 0..4_000 {
+        let key = format!("s{i}");
+        let r = PickRequest {
+            affinity_key: Some(&key),
+            ..req(0, 1)
+        };
+        heavy += u32::from(first(&s, &r, &mut scratch) % 2 == 1);
+    }
+    let share = f64::from(heavy) / 4_000.0;
+    assert!((0.72..0.78).contains(&share), "{share}");
+}
+
+#[test]
+fn large_pool_smart_affinity_keeps_its_home() {
+    let s = snap(pool(LARGE), Strategy::Smart);
+    let r = |c: usize| PickRequest {
+        affinity_key: Some("conv-7"),
+        ..req(c, 3)
+    };
+    let home = pick(&s, &r(0))[0];
+    for c in 1..30 {
+        assert_eq!(pick(&s, &r(c))[0], home);
+    }
+    fail_n(&s.accounts[(home - 1) as usize], FailureKind::Auth, 1, NOW);
+    let moved = pick(&s, &r(0))[0];
+    assert_ne!(moved, home);
+    for c in 1..30 {
+        assert_eq!(pick(&s, &r(c))[0], moved);
+    }
+}
+
+/// Quota with random-ish reset instants over a large pool.
+fn reset_pool() -> Vec<Arc<AccountEntry>> {
+    let accs = pool(LARGE);
+    for (i, a) in accs.iter().enumerate() {
+        let i = i as u64;
+        a.live.apply(&AccountEffect::quota(
+            Some((i * 7 % 90) as f64),
+            Some(NOW_S + 60 + (i * 7_919) % 18_000),
+            Some(10.0),
+            Some(NOW_S + 86_400 + (i * 104_729) % 500_000),
+        ));
+    }
+    accs
+}
+
+#[test]
+fn quota_reset_priority_order_is_exact_while_live_state_moves() {
+    let accs = reset_pool();
+    let s = snap(accs.clone(), Strategy::QuotaResetPriority);
+    let mut scratch = PickScratch::default();
+    // `k = 0` ranks every account; a bounded pick must be its prefix, whatever the index.
+    let check = |scratch: &mut PickScratch, now: u64| -> Vec<i64> {
+        let r = PickRequest {
+            now_ms: now,
+            ..req(3, 0)
+        };
+        let full = pick(&s, &r);
+        let got = ids(&order_with(
+            &s,
+            &PickRequest {
+                max_candidates: 5,
+                ..r
+            },
+            scratch,
+        ));
+        assert_eq!(got, full[..5].to_vec());
+        got
+    };
+    let top = check(&mut scratch, NOW);
+    assert!(scratch.index.as_ref().is_some_and(|ix| ix.resets.is_some()));
+    // The best become ineligible (live, no new snapshot): never offered.
+    for id in &top[..3] {
+        accs[(*id - 1) as usize]
+            .live
+            .apply(&AccountEffect::cooldown(NOW + 3_600_000, "test"));
+    }
+    let got = check(&mut scratch, NOW);
+    assert_eq!(got[..2], top[3..5]);
+    for id in &top[..3] {
+        assert!(!got.contains(id));
+    }
+    // A late account learns a reset far earlier than anyone's: first at once (the epoch
+    // moved; within the rebuild interval the pick scans), and after a rebuild.
+    let late = accs
+        .iter()
+        .max_by_key(|a| a.live.primary_reset_at())
+        .map(|a| a.id)
+        .unwrap();
+    accs[(late - 1) as usize]
+        .live
+        .apply(&AccountEffect::quota(None, Some(NOW_S + 5), None, None));
+    assert_eq!(check(&mut scratch, NOW)[0], late);
+    assert_eq!(check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[0], late);
+    // Jitter (a few seconds earlier, no epoch move) keeps the order exact too.
+    let second = check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[1];
+    let a = &accs[(second - 1) as usize].live;
+    let at = a.primary_reset_at();
+    a.apply(&AccountEffect::quota(
+        None,
+        Some(at - shared_state::account::RESET_JITTER_S),
+        None,
+        None,
+    ));
+    check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS);
+    // A window that passed and renewed (its instant jumps later) moves back.
+    a.apply(&AccountEffect::quota(None, Some(at + 18_000), None, None));
+    assert_ne!(check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[1], second);
+}
+
+// === the board ===
+
+#[test]
+fn board_shows_the_schedulers_order_and_assessment() {
+    let accs = pool(6);
+    fail_n(&accs[1], FailureKind::Auth, 2, NOW); // quarantine: last candidate
+    accs[3]
+        .live
+        .apply(&AccountEffect::cooldown(NOW + 60_000, "test")); // not a candidate
+    let grouped = Arc::new(AccountEntry {
+        group: Some("team".into()),
+        ..raw_entry(7, 1, 0)
+    });
+    let mut all = accs.clone();
+    all.push(Arc::clone(&grouped));
+    let s = snap(all, Strategy::FillFirst);
+    let b = board(&s, NOW);
+    assert_eq!(b.strategy, "fill_first");
+    assert_eq!(b.entries.len(), 7, "every account");
+    let order: Vec<(i64, Option<u32>)> = b
+        .entries
+        .iter()
+        .map(|e| (e.account_id, e.position))
+        .collect();
+    // fill_first: id order per group (the group's own order numbered apart); the cooling
+    // account after every candidate, without a position.
+    assert_eq!(
+        order,
+        vec![
+            (1, Some(1)),
+            (7, Some(1)),
+            (2, Some(2)),
+            (3, Some(3)),
+            (5, Some(4)),
+            (6, Some(5)),
+            (4, None)
+        ]
+    );
+    for e in &b.entries {
+        let a = assess(&s.accounts[(e.account_id - 1) as usize], &s.settings, NOW);
+        assert_eq!(
+            (e.tier, e.score, e.limit),
+            (a.tier.as_str(), a.score, a.limit)
+        );
+    }
+    assert_eq!(b.entries[2].tier, "quarantine");
+    // The same order a request of the shared pool gets.
+    assert_eq!(pick(&s, &req(0, 0)), vec![1, 2, 3, 5, 6]);
+    // Live changes show at the next call: account 4 cools down no more, 1 is disabled.
+    accs[3].live.apply(&AccountEffect::OperatorStatus {
+        status: AccountStatus::Active,
+        cooldown_until_ms: 0,
+    });
+    accs[0]
+        .live
+        .apply(&AccountEffect::Status(AccountStatus::Disabled));
+    let b = board(&s, NOW);
+    let order: Vec<(i64, Option<u32>)> = b
+        .entries
+        .iter()
+        .map(|e| (e.account_id, e.position))
+        .collect();
+    assert_eq!(order[0], (2, Some(1)));
+    assert_eq!(order[6], (1, None));
+    assert!(order.contains(&(4, Some(3))));
+}
