@@ -259,7 +259,8 @@ pub async fn forward<E: Encoder, S: Sink>(
                 .await
                 .map_err(|e| client_failed(ctx, usage, e))?;
         }
-        out.clear();
+        let used = out.len();
+        crate::wire::recycle(&mut out, used);
         held = false;
         match c.next_events(&mut batch).await {
             Next::Events => {}

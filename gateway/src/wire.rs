@@ -41,6 +41,21 @@ pub async fn read_more<R: AsyncReadRent>(
     res
 }
 
+/// Write buffers at or below this capacity are always kept for the next write.
+pub const KEEP_WRITE_BUF: usize = 1024;
+
+/// Empties a reused write buffer after a write of `used` bytes, keeping its allocation only
+/// while it is in proportion to what it carries: a stream whose first write (head and held
+/// leading events) or one large event grew the buffer gives it back once its writes are small
+/// again, so an idle stream pins little memory; a fast stream whose batches stay large keeps
+/// reusing it (no allocation per batch).
+pub fn recycle(buf: &mut Vec<u8>, used: usize) {
+    buf.clear();
+    if buf.capacity() > KEEP_WRITE_BUF.max(2 * used) {
+        *buf = Vec::new();
+    }
+}
+
 /// Outcome of looking for a line at the start of a buffer.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Line {
@@ -167,6 +182,33 @@ pub fn is_tchar(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_buffers_are_kept_in_proportion_to_their_use() {
+        // A large first write, then small ones: the buffer is given back.
+        let mut b = Vec::with_capacity(8 * 1024);
+        b.extend_from_slice(&[0u8; 6000]);
+        recycle(&mut b, 6000);
+        assert!(
+            b.is_empty() && b.capacity() >= 6000,
+            "kept while writes are large"
+        );
+        b.extend_from_slice(&[0u8; 300]);
+        recycle(&mut b, 300);
+        assert_eq!(b.capacity(), 0, "released once writes are small");
+        // Small buffers are always kept.
+        let mut s = Vec::with_capacity(KEEP_WRITE_BUF);
+        s.push(1);
+        recycle(&mut s, 1);
+        assert!(s.is_empty() && s.capacity() == KEEP_WRITE_BUF);
+        // Steady large batches keep theirs (no allocation per batch).
+        let mut f = Vec::with_capacity(64 * 1024);
+        for _ in 0..3 {
+            f.extend_from_slice(&[0u8; 40 * 1024]);
+            recycle(&mut f, 40 * 1024);
+            assert!(f.capacity() >= 64 * 1024);
+        }
+    }
 
     #[test]
     fn chunk_sizes_strict() {

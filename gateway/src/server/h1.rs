@@ -539,13 +539,11 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             self.wbuf = w;
             return Ok(());
         }
+        let used = w.len();
         let (res, mut w) = self.write_owned(w).await;
-        // Keep a small buffer for the next event: the first write (head and leading
-        // events) or a large event must not pin a large one for the rest of the stream.
-        w.clear();
-        if w.capacity() > 2048 {
-            w = Vec::new();
-        }
+        // The first write (head and leading events) or a large event must not pin a large
+        // buffer for the rest of a slow stream; steady large batches keep theirs.
+        crate::wire::recycle(&mut w, used);
         self.wbuf = w;
         res
     }

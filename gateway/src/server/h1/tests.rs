@@ -666,3 +666,67 @@ async fn limits_do_not_depend_on_the_split() {
         }
     }
 }
+
+/// A slow stream does not pin the buffer of its first, larger write (head and held leading
+/// events) once its writes are small, while steady large writes keep reusing theirs; the
+/// bytes are the same either way.
+#[monoio::test_all(timer_enabled = true)]
+async fn the_write_buffer_follows_the_size_of_the_writes() {
+    for (first, keeps_first) in [(1500usize, true), (6000, true)] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::net::TcpStream::connect(addr).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut peer = peer;
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut peer, &mut got).unwrap();
+            got
+        });
+        let mut conn = Conn::with_limits(
+            monoio::net::TcpStream::from_std(server).unwrap(),
+            short_limits(),
+        );
+        conn.start_stream(200, &[], false).await.unwrap();
+        let big = body(first);
+        conn.write_chunk(&big, false).await.unwrap();
+        assert_eq!(
+            conn.wbuf.capacity() >= first,
+            keeps_first,
+            "first write of {first} bytes"
+        );
+        // Steady writes of one size reuse a buffer of that size (after at most one
+        // reallocation from the head's growth).
+        for _ in 0..3 {
+            conn.write_chunk(&big, false).await.unwrap();
+        }
+        assert!(
+            conn.wbuf.capacity() >= first,
+            "steady {first}-byte writes reuse the buffer"
+        );
+        let small = body(200);
+        conn.write_chunk(&small, false).await.unwrap();
+        assert!(
+            conn.wbuf.capacity() <= crate::wire::KEEP_WRITE_BUF,
+            "after a small write: capacity {}",
+            conn.wbuf.capacity()
+        );
+        conn.finish_stream(&[], false).await.unwrap();
+        drop(conn);
+        // The close runs on this runtime: wait without blocking it.
+        while !reader.is_finished() {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let got = reader.join().unwrap();
+        let mut want = Vec::new();
+        for part in [&big[..], &big[..], &big[..], &big[..], &small[..]] {
+            push_hex(&mut want, part.len());
+            want.extend_from_slice(b"\r\n");
+            want.extend_from_slice(part);
+            want.extend_from_slice(b"\r\n");
+        }
+        want.extend_from_slice(b"0\r\n\r\n");
+        assert!(got.ends_with(&want), "the chunks arrive whole and in order");
+    }
+}
