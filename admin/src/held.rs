@@ -43,6 +43,10 @@ struct Entry {
     access_expires_at: Option<i64>,
     email: Option<String>,
     plan_type: Option<String>,
+    /// The refresh lease's fencing token the rotation was made under (the replayed write is
+    /// fenced like the original one).
+    #[serde(default)]
+    fence: Option<i64>,
 }
 
 /// One held rotation read back from the journal.
@@ -123,6 +127,7 @@ impl HeldJournal {
                 access_expires_at: t.access_expires_at,
                 email: t.email.clone(),
                 plan_type: t.plan_type.clone(),
+                fence: t.fence,
                 chatgpt_account_id: acct,
             });
         }
@@ -189,6 +194,7 @@ impl HeldJournal {
                         access_expires_at: e.access_expires_at,
                         email: e.email.clone(),
                         plan_type: e.plan_type.clone(),
+                        fence: e.fence,
                     })
                 })();
                 match tokens {
@@ -269,6 +275,7 @@ mod tests {
             access_expires_at: Some(42),
             email: None,
             plan_type: Some("plus".into()),
+            fence: None,
         }
     }
 

@@ -35,7 +35,7 @@ pub const LEASE_PREFIX: &str = "codex-gateway:refresh:";
 /// Key prefix of the per-account fencing counters (`<prefix>{<account id>}`).
 pub const FENCE_PREFIX: &str = "codex-gateway:refresh-fence:";
 /// Default lease time to live.
-pub const LEASE_TTL: Duration = Duration::from_secs(30);
+pub const LEASE_TTL: Duration = shared_state::config::REFRESH_LEASE_TTL;
 
 /// KEYS: lease, fence counter. ARGV: instance, ttl ms, stored fence. 0 when held elsewhere.
 const ACQUIRE_LUA: &str = r#"if redis.call("EXISTS", KEYS[1]) == 1 then return 0 end

@@ -109,7 +109,7 @@ pub const DEFAULT_OAUTH_TOKEN_URL: &str = oauth::DEFAULT_TOKEN_URL;
 /// Default Codex upstream base URL.
 pub const DEFAULT_UPSTREAM_BASE_URL: &str = "https://chatgpt.com/backend-api/codex";
 /// Default storage reload interval.
-pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(2);
+pub const DEFAULT_RELOAD_INTERVAL: Duration = shared_state::config::DEFAULT_RELOAD_INTERVAL;
 /// Default interval between two usage polls of the same account.
 pub const DEFAULT_QUOTA_POLL_INTERVAL: Duration = Duration::from_secs(15 * 60);
 /// Default `originator` header of sidecar requests upstream (the Codex CLI's).

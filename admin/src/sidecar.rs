@@ -464,7 +464,7 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             .publisher
             .reload_quiet(core.storage.as_ref(), false)
             .await
-         {
+        {
             Ok(_) => {
                 if failing {
                     tracing::info!("snapshot reload recovered");

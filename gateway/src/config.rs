@@ -542,8 +542,8 @@ impl GatewayConfig {
             strict_models: false,
             chatgpt_origin: None,
             forecast_clock: shared_state::forecast::Clock::system(),
-            reload_interval: admin::DEFAULT_RELOAD_INTERVAL,
-            refresh_lease_ttl: admin::lease::LEASE_TTL,
+            reload_interval: shared_state::config::DEFAULT_RELOAD_INTERVAL,
+            refresh_lease_ttl: shared_state::config::REFRESH_LEASE_TTL,
             prices: shared_state::keys::PriceTable::default(),
             usage: shared_state::config::UsageConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")

@@ -4,6 +4,12 @@
 //! # Key Components
 //! - [`UsageConfig`]: the durable usage spool's bound and the retention of usage records.
 
+/// The sidecar's periodic snapshot reload (the fallback behind Redis invalidations).
+pub const DEFAULT_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Time to live of a Redis refresh lease (renewed every third of it while a refresh runs).
+pub const REFRESH_LEASE_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Usage records: the durable spool and retention (see `docs/architecture.md`, "Usage
 /// records").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

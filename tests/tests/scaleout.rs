@@ -15,10 +15,8 @@
 use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
-use gateway::{
-    app::{App, AppHandle},
-    config::GatewayConfig,
-};
+use codex_gateway::app::{App, AppHandle};
+use gateway::config::GatewayConfig;
 use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
 use serde_json::{json, Value};
 

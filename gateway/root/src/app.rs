@@ -174,7 +174,7 @@ impl App {
             )
         ));
         // The ops page's scheduler board comes from the scheduler itself.
-        sc.scheduler_board = Some(crate::scheduler::board);
+        sc.scheduler_board = Some(gateway::scheduler::board);
         sc.oauth_token_url = cfg.oauth_token_url.clone();
         sc.upstream_base_url = cfg.upstream_base_url.clone();
         sc.upstream_ca = cfg.upstream.ca_file.clone();
