@@ -308,6 +308,29 @@ impl Drop for SidecarHandle {
     }
 }
 
+/// Marks the sidecar thread dead (`/healthz` `sidecar.thread`, `codex_gateway_sidecar_up`)
+/// when it ends without having been asked to stop: a panic outside the supervised tasks, or
+/// its main future returning early. The data plane keeps serving from the last snapshot.
+struct ExitGuard {
+    health: Arc<Health>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        let tasks = self.health.sidecar_tasks();
+        // Before its first beat the sidecar was starting: `spawn` reports that failure.
+        let started = tasks.thread(shared_state::now_ms()) != shared_state::SidecarThread::Absent;
+        if started && (std::thread::panicking() || !*self.stop.borrow()) {
+            tasks.thread_ended();
+            tracing::error!(
+                panicked = std::thread::panicking(),
+                "the sidecar thread ended: token refresh, usage persistence and the admin API have stopped; the data plane serves from its last snapshot until the process is restarted"
+            );
+        }
+    }
+}
+
 /// Starts the sidecar thread and blocks until it is ready or failed.
 ///
 /// Ready means: storage open and migrated, Redis reachable (when configured), the first
@@ -316,9 +339,14 @@ pub fn spawn(cfg: SidecarConfig, shared: SidecarShared) -> Result<SidecarHandle,
     let (ready_tx, ready_rx) = mpsc::sync_channel(1);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (done_tx, done_rx) = mpsc::channel::<()>();
+    let exit = ExitGuard {
+        health: Arc::clone(&shared.health),
+        stop: stop_rx.clone(),
+    };
     let thread = std::thread::Builder::new()
         .name("codex-sidecar".into())
         .spawn(move || {
+            let _exit = exit;
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

@@ -276,12 +276,16 @@ pub(crate) async fn run(
 
     let tasks = spawn_tasks(&core, &cfg, events, listener, &health, &stop);
 
+    health.sidecar_tasks().beat(shared_state::now_ms());
     if ready.send(Ok(addr)).is_err() {
         // The caller is gone; nothing will ever ask us to stop, so stop now.
         tracing::warn!("spawn() caller vanished during startup; stopping the sidecar");
     } else {
         let mut stop = stop;
-        let _ = stop.wait_for(|s| *s).await;
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => {}
+            () = beat(&health) => {}
+        }
     }
 
     tracing::info!("sidecar stopping");
@@ -295,6 +299,27 @@ pub(crate) async fn run(
     .await;
     let _ = tokio::time::timeout(Duration::from_secs(2), core.storage.close()).await;
     tracing::info!("sidecar stopped");
+}
+
+/// The sidecar thread's heartbeat (`/healthz`'s `sidecar.thread`), on the thread's main
+/// future: it stops when the runtime is blocked or the thread is gone. With the
+/// `fault-injection` feature a test makes it panic here, outside every supervised task, which
+/// ends the thread.
+async fn beat(health: &Health) {
+    let tasks = health.sidecar_tasks();
+    let mut every =
+        tokio::time::interval(Duration::from_millis(shared_state::tasks::SIDECAR_BEAT_MS));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        tasks.beat(shared_state::now_ms());
+        if cfg!(feature = "fault-injection") && tasks.take_injected_thread_panic() {
+            #[allow(clippy::panic)]
+            {
+                panic!("injected fault in the sidecar thread");
+            }
+        }
+    }
 }
 
 /// The sidecar's long-running tasks, each under the [`Supervisor`].

@@ -48,7 +48,7 @@ pub use channels::{
 pub use egress::{ProxyEntry, ProxyLive, ProxyUrl};
 pub use secret::Secret;
 pub use snapshot::{AccountEntry, ClientKey, Health, Settings, SharedSnapshot, Snapshot};
-pub use tasks::{SidecarTasks, TaskHealth};
+pub use tasks::{SidecarTasks, SidecarThread, TaskHealth};
 pub use transcripts::TranscriptStore;
 
 /// Milliseconds since the Unix epoch, the one clock unit used in live state.

@@ -5,6 +5,10 @@
 //!   sidecar's supervisor, read lock-free by the data plane's `/healthz` and `/metrics`).
 //! - [`TaskHealth`]: one task: its restarts and whether it keeps failing (a streak of
 //!   [`FAILING_AFTER`] crashes without a stable run in between).
+//! - The sidecar thread itself ([`SidecarTasks::beat`], [`SidecarTasks::thread_ended`],
+//!   [`SidecarTasks::thread`]): its main loop beats every [`SIDECAR_BEAT_MS`]; a thread that
+//!   died (a panic outside the supervised tasks) or whose runtime is stuck (a blocking call on
+//!   the current-thread runtime) stops beating, and `/healthz` says so (`sidecar.thread`).
 //!
 //! # Usage
 //! The supervisor (`admin::supervisor`) calls [`TaskHealth::crashed`] after each panic or
@@ -14,7 +18,7 @@
 use std::{
     fmt::Write,
     sync::{
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
         Arc,
     },
 };
@@ -23,6 +27,45 @@ use arc_swap::ArcSwap;
 
 /// Crashes in a row (without a stable run between them) after which a task is "failing".
 pub const FAILING_AFTER: u32 = 3;
+
+/// How often the sidecar thread's main loop beats.
+pub const SIDECAR_BEAT_MS: u64 = 500;
+
+/// A sidecar thread whose last beat is older than this is reported stalled: its
+/// current-thread runtime is blocked (every sidecar task with it: refreshes, usage, admin).
+pub const SIDECAR_STALL_MS: u64 = 10_000;
+
+/// The sidecar thread as `/healthz` sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SidecarThread {
+    /// No sidecar beats in this process (a data plane started without one, e.g. unit tests).
+    Absent,
+    /// It beat within [`SIDECAR_STALL_MS`].
+    Alive,
+    /// It beat once but not within [`SIDECAR_STALL_MS`]: its runtime is blocked.
+    Stalled,
+    /// The thread ended without being asked to stop (a panic outside the supervised tasks).
+    Dead,
+}
+
+// === impl SidecarThread ===
+
+impl SidecarThread {
+    /// The `/healthz` word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Absent => "absent",
+            Self::Alive => "alive",
+            Self::Stalled => "stalled",
+            Self::Dead => "dead",
+        }
+    }
+
+    /// Whether the sidecar is not doing its work (stalled or dead).
+    pub fn is_down(self) -> bool {
+        matches!(self, Self::Stalled | Self::Dead)
+    }
+}
 
 /// One supervised task.
 #[derive(Debug)]
@@ -96,10 +139,16 @@ impl TaskHealth {
     }
 }
 
-/// The board of supervised sidecar tasks.
+/// The board of supervised sidecar tasks, and the sidecar thread's own liveness.
 #[derive(Debug, Default)]
 pub struct SidecarTasks {
     tasks: ArcSwap<Vec<Arc<TaskHealth>>>,
+    /// The sidecar thread's last beat (ms since epoch; 0: never beat).
+    beat_ms: AtomicU64,
+    /// The sidecar thread ended without being asked to stop.
+    dead: AtomicBool,
+    /// Test-only: the sidecar thread's main loop panics at its next beat.
+    injected_thread_panic: AtomicBool,
 }
 
 // === impl SidecarTasks ===
@@ -147,8 +196,49 @@ impl SidecarTasks {
         self.tasks.load().iter().map(|t| t.restarts()).sum()
     }
 
+    /// The sidecar thread is alive at `now_ms` (its main loop calls this every
+    /// [`SIDECAR_BEAT_MS`]).
+    pub fn beat(&self, now_ms: u64) {
+        self.beat_ms.store(now_ms.max(1), Ordering::Release);
+    }
+
+    /// The sidecar thread ended without being asked to stop (called from its exit guard).
+    pub fn thread_ended(&self) {
+        self.dead.store(true, Ordering::Release);
+    }
+
+    /// The sidecar thread at `now_ms`.
+    pub fn thread(&self, now_ms: u64) -> SidecarThread {
+        if self.dead.load(Ordering::Acquire) {
+            return SidecarThread::Dead;
+        }
+        match self.beat_ms.load(Ordering::Acquire) {
+            0 => SidecarThread::Absent,
+            t if now_ms.saturating_sub(t) > SIDECAR_STALL_MS => SidecarThread::Stalled,
+            _ => SidecarThread::Alive,
+        }
+    }
+
+    /// Test-only fault hook: the sidecar thread's main loop panics at its next beat (outside
+    /// every supervised task, so the thread dies). Consulted only when the admin crate is
+    /// built with its `fault-injection` feature.
+    pub fn inject_thread_panic(&self) {
+        self.injected_thread_panic.store(true, Ordering::Release);
+    }
+
+    /// Takes the injected thread panic, if any.
+    pub fn take_injected_thread_panic(&self) -> bool {
+        self.injected_thread_panic.swap(false, Ordering::AcqRel)
+    }
+
     /// Appends the tasks' Prometheus series to `o`.
     pub fn render(&self, o: &mut String) {
+        let up = !self.thread(crate::now_ms()).is_down();
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_sidecar_up 1 while the sidecar thread beats (0: dead or its runtime blocked; refreshes, usage persistence and the admin API stop with it).\n# TYPE codex_gateway_sidecar_up gauge\ncodex_gateway_sidecar_up {}",
+            u8::from(up)
+        );
         let tasks = self.tasks.load();
         let _ = writeln!(
             o,
@@ -204,6 +294,30 @@ mod tests {
         assert!(o.contains("codex_gateway_sidecar_task_restarts_total{task=\"reload\"} 3\n"));
         assert!(o.contains("codex_gateway_sidecar_task_restarts_total{task=\"events.usage\"} 0\n"));
         assert!(o.contains("codex_gateway_sidecar_task_failing{task=\"reload\"} 0\n"));
+    }
+
+    #[test]
+    fn the_thread_is_alive_while_it_beats_and_dead_once_ended() {
+        let board = SidecarTasks::default();
+        assert_eq!(board.thread(5_000), SidecarThread::Absent);
+        board.beat(5_000);
+        assert_eq!(board.thread(5_000 + SIDECAR_STALL_MS), SidecarThread::Alive);
+        assert_eq!(
+            board.thread(5_001 + SIDECAR_STALL_MS),
+            SidecarThread::Stalled
+        );
+        board.beat(5_001 + SIDECAR_STALL_MS);
+        assert_eq!(board.thread(5_001 + SIDECAR_STALL_MS), SidecarThread::Alive);
+        board.thread_ended();
+        assert_eq!(board.thread(5_001 + SIDECAR_STALL_MS), SidecarThread::Dead);
+        assert!(board.thread(0).is_down());
+        let mut o = String::new();
+        board.render(&mut o);
+        assert!(o.contains("codex_gateway_sidecar_up 0\n"), "{o}");
+        assert!(!board.take_injected_thread_panic());
+        board.inject_thread_panic();
+        assert!(board.take_injected_thread_panic());
+        assert!(!board.take_injected_thread_panic());
     }
 
     #[test]

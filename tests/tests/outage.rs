@@ -143,6 +143,55 @@ async fn panicking_sidecar_tasks_are_restarted_counted_and_lose_nothing() {
     );
 }
 
+/// The sidecar thread itself made to die (a panic on its main future, outside every
+/// supervised task): `/healthz` says so (`sidecar.thread: dead`, 200 degraded: the data plane
+/// still serves), `codex_gateway_sidecar_up` turns 0, the admin API is gone with the thread,
+/// and clients keep getting complete answers from the last snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dead_sidecar_thread_is_reported_while_the_data_plane_serves() {
+    logs();
+    let s = StackBuilder {
+        accounts: 2,
+        ..StackBuilder::default()
+    }
+    .start();
+    let (code, h) = healthz(&s.url()).await;
+    assert_eq!(code, 200, "{h}");
+    assert_eq!(h["sidecar"]["thread"], "alive", "{h}");
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(s.metric("codex_gateway_sidecar_up").await, 1);
+    let load = Load::start(&s.url(), &s.key, CLIENTS);
+    load.advance(20, Duration::from_secs(20)).await;
+
+    s.app.health.sidecar_tasks().inject_thread_panic();
+    let h = until(
+        "/healthz naming the dead sidecar thread",
+        Duration::from_secs(10),
+        || async {
+            let (code, h) = healthz(&s.url()).await;
+            assert_eq!(code, 200, "{h}");
+            (h["sidecar"]["thread"] == "dead").then_some(h)
+        },
+    )
+    .await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert_eq!(s.metric("codex_gateway_sidecar_up").await, 0);
+    assert!(
+        s.admin_get("/api/admin/accounts").send().await.is_err(),
+        "the admin API died with the sidecar thread"
+    );
+    // Clients are still answered, completely, from the last snapshot.
+    load.advance(40, Duration::from_secs(20)).await;
+    let report = load.stop().await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.ok, report.requests);
+    let (_, h) = healthz(&s.url()).await;
+    assert_eq!(
+        h["sidecar"]["thread"], "dead",
+        "a dead thread stays reported: {h}"
+    );
+}
+
 /// A private PostgreSQL stopped and started under load: every request is answered from the
 /// snapshot while it is down, `/healthz` says `storage: down` (200, degraded), the usage rows
 /// equal the requests made once it is back, and a refresh token rotated while it was down

@@ -10,18 +10,8 @@ use std::{
 
 use benches::{MockAccount, MockCodex, MockConfig};
 
-const BIN: &str = env!("CARGO_BIN_EXE_codex-gateway");
-
-fn gw() -> Command {
-    let mut c = Command::new(BIN);
-    c.env("RUST_LOG", "info");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CODEX_GATEWAY_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
+mod support;
+use support::{gw, serve_with, Served};
 
 #[test]
 fn bad_configuration_exits_2_with_one_message() {
@@ -196,37 +186,9 @@ fn serve_streams_and_drains_on_sigterm() {
     .trim()
     .to_owned();
 
-    let mut child = gw()
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--workers",
-            "2",
-            "--data-dir",
-            &d,
-        ])
-        .args(["--upstream-base-url", &mock.base_url()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        let mut line = String::new();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gateway exited before listening"
-        );
-        if let Some(rest) = line.strip_prefix("codex-gateway listening on http://") {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = stderr.read_to_string(&mut sink);
-    });
+    let Served {
+        mut child, addr, ..
+    } = serve_with(&d, &mock.base_url(), &[]);
 
     let mut s = TcpStream::connect(&addr).unwrap();
     let body = r#"{"model":"gpt-5.5","input":"hi","stream":true}"#;

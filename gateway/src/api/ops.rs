@@ -17,9 +17,10 @@ const STALL_MS: u64 = 3_000;
 /// `GET|HEAD /healthz`: whether this instance serves, and what is degraded. 503 only when it
 /// cannot serve as it should: draining, or a worker stalled (its share of the listener's
 /// connections would hang). Storage or Redis down, an unreachable upstream, accounts whose
-/// tokens do not decrypt or a sidecar task that keeps failing (`sidecar.failing`) are
-/// reported (`"status":"degraded"`) with 200: the data plane still serves from its last
-/// snapshot.
+/// tokens do not decrypt, a sidecar task that keeps failing (`sidecar.failing`) or the sidecar
+/// thread itself dead or blocked (`sidecar.thread`: no refreshes, no usage persistence, no
+/// admin API until the process is restarted) are reported (`"status":"degraded"`) with 200:
+/// the data plane still serves from its last snapshot.
 pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
@@ -33,6 +34,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     let upstream_failing = h.upstream_failing_since();
     let tasks = h.sidecar_tasks();
     let failing = tasks.failing();
+    let thread = tasks.thread(now);
     let snap = ctx.snapshot.load();
     let active = snap
         .accounts
@@ -56,6 +58,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         || upstream_failing.is_some()
         || no_token > 0
         || !failing.is_empty()
+        || thread.is_down()
     {
         "degraded"
     } else {
@@ -72,7 +75,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
             r#"{{"status":"{}","storage":"{}","redis":"{}","#,
             r#""workers":{{"alive":{},"total":{}}},"upstream":"{}","#,
             r#""accounts":{{"schedulable":{},"undecryptable":{}}},"key_limits":"{}","#,
-            r#""sidecar":{{"restarts":{},"failing":[{}]}}}}"#
+            r#""sidecar":{{"thread":"{}","restarts":{},"failing":[{}]}}}}"#
         ),
         status,
         if storage { "up" } else { "down" },
@@ -91,6 +94,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
         schedulable,
         no_token,
         crate::limits::enforcement(h),
+        thread.as_str(),
         tasks.restarts(),
         failing
             .iter()
