@@ -242,26 +242,31 @@ pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, 
 }
 
 /// Renders an error as an HTTP response in the route's dialect (the one HTTP mapping point).
-pub async fn write_error<S: AsyncReadRent + AsyncWriteRent>(
-    ctx: &WorkerCtx,
-    conn: &mut Conn<S>,
+///
+/// The future is boxed: error answers are rare, and an inline write (with its timer, 1.5 KiB)
+/// at every call site would be carried by every handler's state, so by every open stream.
+pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
+    ctx: &'a WorkerCtx,
+    conn: &'a mut Conn<S>,
     route: &'static str,
-    e: &Error,
+    e: &'a Error,
     keep: bool,
-) -> io::Result<bool> {
-    let r = e.render(Dialect::of_route(route));
-    ctx.metrics.request(route, r.status);
-    if e.side != Side::Downstream {
-        tracing::warn!(route, status = r.status, error = %e, "request failed");
-    }
-    let retry = r.retry_after.map(|s| s.to_string());
-    let mut headers: Vec<(&str, &str)> = vec![JSON];
-    if let Some(v) = &retry {
-        headers.push(("retry-after", v));
-    }
-    conn.write_response(r.status, &headers, &r.body, keep)
-        .await?;
-    Ok(keep)
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<bool>> + 'a>> {
+    Box::pin(async move {
+        let r = e.render(Dialect::of_route(route));
+        ctx.metrics.request(route, r.status);
+        if e.side != Side::Downstream {
+            tracing::warn!(route, status = r.status, error = %e, "request failed");
+        }
+        let retry = r.retry_after.map(|s| s.to_string());
+        let mut headers: Vec<(&str, &str)> = vec![JSON];
+        if let Some(v) = &retry {
+            headers.push(("retry-after", v));
+        }
+        conn.write_response(r.status, &headers, &r.body, keep)
+            .await?;
+        Ok(keep)
+    })
 }
 
 /// Answers a request that could not be read (malformed framing, over a limit) and returns
@@ -389,7 +394,7 @@ pub(crate) async fn open_and_forward<S, E>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     route: &'static str,
-    plan: &crate::lifecycle::RequestPlan,
+    plan: crate::lifecycle::RequestPlan,
     usage: &mut crate::pipeline::UsageGuard<'_>,
     enc: &mut E,
     http10: bool,
@@ -401,12 +406,15 @@ where
 {
     // Boxed: the attempt machinery (retries, refresh waits) must not stay resident in every
     // connection's task for the whole stream (benches/README.md, "next costs" 2).
-    let committed = match Box::pin(crate::pipeline::open(ctx, plan, usage)).await {
+    let committed = match Box::pin(crate::pipeline::open(ctx, &plan, usage)).await {
         Ok(c) => c,
         Err(e) => {
             return write_error(ctx, conn, route, &e, keep).await;
         }
     };
+    // Committed: no other attempt will send the upstream body (a Codex CLI request is 40-60
+    // KB), so the stream, which can last minutes, does not hold it.
+    drop(plan);
     let mut sink = HttpSink {
         ctx,
         conn,

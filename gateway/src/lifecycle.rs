@@ -135,7 +135,7 @@ impl Committed {
             return None;
         }
         match std::mem::replace(&mut self.body, UpstreamBody::Full(None)) {
-            UpstreamBody::H1(b) => Some(b),
+            UpstreamBody::H1(b) => Some(*b),
             _ => None,
         }
     }

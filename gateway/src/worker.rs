@@ -359,7 +359,8 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
         let keep = match req {
             Ok(req) if api::ws::wants_upgrade(&req) => {
                 // The connection becomes a WebSocket and never serves HTTP again.
-                api::ws::serve(&ctx, conn, req).await;
+                // Boxed: an HTTP connection's task must not reserve a WebSocket session's state.
+                Box::pin(api::ws::serve(&ctx, conn, req)).await;
                 return;
             }
             Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),

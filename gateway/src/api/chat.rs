@@ -101,18 +101,15 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         affinity_key: affinity_key(&req).or_else(|| creq.prompt_cache_key.clone()),
         upstream_ws: None,
     };
+    // The raw request body is not needed past this point: not held for the stream's life.
+    let http10 = req.http10;
+    drop(req);
     if creq.stream {
         let mut enc = ChatSse(ChatStream::for_request(&creq, now_s()));
-        open_and_forward(
-            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
-        )
-        .await
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     } else {
         let mut enc = AggregateJson::new(ChatAggregator::for_request(&creq, now_s()));
-        open_and_forward(
-            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
-        )
-        .await
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     }
 }
 

@@ -141,18 +141,15 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         affinity_key: affinity_key(&req).or_else(|| mreq.prompt_cache_key.clone()),
         upstream_ws: None,
     };
+    // The raw request body is not needed past this point: not held for the stream's life.
+    let http10 = req.http10;
+    drop(req);
     if mreq.stream {
         let mut enc = MessagesSse(MessagesStream::for_request(&mreq, now_s()));
-        open_and_forward(
-            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
-        )
-        .await
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     } else {
         let mut enc = AggregateJson::new(MessagesAggregator::for_request(&mreq, now_s()));
-        open_and_forward(
-            ctx, conn, ROUTE, &plan, &mut usage, &mut enc, req.http10, keep,
-        )
-        .await
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     }
 }
 

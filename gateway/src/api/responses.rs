@@ -57,9 +57,8 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     let parent = norm.previous_response_id.clone();
     let mut norm = norm;
     if let Some(id) = &parent {
-        let spliced = ctx
-            .transcripts
-            .history(id, key.id)
+        // Boxed: the lookup (Redis included) is larger than the rest of this handler.
+        let spliced = Box::pin(ctx.transcripts.history(id, key.id))
             .await
             .ok()
             .and_then(|parts| with_history(&norm.body, &parts));
@@ -83,6 +82,10 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         upstream_ws: None,
     };
     let http10 = req.http10;
+    let panic_after_commit = fault_requested(&req, "panic-after-commit");
+    // The raw request body (a Codex CLI request is 40-60 KB) is not needed past this point:
+    // not held for the stream's life.
+    drop(req);
     // The transcript is kept the moment the terminal event is seen, before the client can
     // read it (and send a continuation to another worker).
     let keeper = keep_transcript.then(|| Keeper {
@@ -92,14 +95,11 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         input: new_items,
     });
     if norm.stream {
-        let mut enc = Capturing::new(ResponsesSse {
-            panic_after_commit: fault_requested(&req, "panic-after-commit"),
-        })
-        .keeping(keeper);
-        open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await
+        let mut enc = Capturing::new(ResponsesSse { panic_after_commit }).keeping(keeper);
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     } else {
         let mut enc = Capturing::new(ResponsesJson::default()).keeping(keeper);
-        open_and_forward(ctx, conn, ROUTE, &plan, &mut usage, &mut enc, http10, keep).await
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
     }
 }
 

@@ -237,12 +237,12 @@ where
     Ok(UpstreamResponse {
         status,
         headers,
-        body: UpstreamBody::H1(Body {
+        body: UpstreamBody::H1(Box::new(Body {
             io: Some(BodyIo::from(io)),
             buf,
             mode,
             keep,
-        }),
+        })),
         protocol: "http/1.1",
     })
 }

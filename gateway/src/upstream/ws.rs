@@ -575,7 +575,7 @@ impl super::Upstream {
             return Ok(UpstreamResponse {
                 status: 200,
                 headers,
-                body: UpstreamBody::Ws(turn),
+                body: UpstreamBody::Ws(Box::new(turn)),
                 protocol: "ws",
             });
         }

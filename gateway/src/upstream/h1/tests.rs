@@ -191,7 +191,7 @@ async fn pooled(wire: &[u8], plan: Plan, p: &std::rc::Rc<super::H1Pool>) -> supe
     let UpstreamBody::H1(body) = resp.body else {
         panic!("h1 body expected")
     };
-    body
+    *body
 }
 
 /// A keep-alive response read exactly to its end gives its connection back to the pool, in
