@@ -138,7 +138,8 @@ for r in $(seq 1 "$ROUNDS"); do
     sleep 1
     if [[ $PERF == 1 && $r == 1 ]] && command -v perf >/dev/null; then
       # Flat profile of the measured load (self time by thread, then by symbol).
-      perf record -F 999 -p "$GW_PID" -o "$OUT/perf-$name.data" >"$OUT/perf-$name.log" 2>&1 &
+      # PERF_ARGS="--call-graph dwarf,16384 -F 299" for call graphs (perf-$name.data is kept).
+      perf record ${PERF_ARGS:--F 999} -p "$GW_PID" -o "$OUT/perf-$name.data" >"$OUT/perf-$name.log" 2>&1 &
       perf_pid=$!
       sleep 0.5
     fi
@@ -151,7 +152,7 @@ for r in $(seq 1 "$ROUNDS"); do
         perf report -i "$OUT/perf-$name.data" --no-children --sort comm --stdio 2>/dev/null | grep -v '^#' | grep .
         perf report -i "$OUT/perf-$name.data" --no-children --sort comm,dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep .
       } >"$OUT/perf-$name.txt"
-      rm -f "$OUT/perf-$name.data"
+      [[ -z ${PERF_ARGS:-} ]] && rm -f "$OUT/perf-$name.data"
     fi
     stop
     label=$r

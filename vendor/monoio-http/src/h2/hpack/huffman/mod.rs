@@ -48,27 +48,24 @@ pub fn encoded_len(src: &[u8]) -> usize {
 }
 
 pub fn encode(src: &[u8], dst: &mut BytesMut) {
-    let mut bits: u64 = 0;
-    let mut bits_left = 40;
-
+    // codex-gateway patch (vendor/README.md): 32 bits are written at a time (upstream wrote
+    // one byte per `put_u8`); the bytes are the same.
+    let mut bits: u64 = 0; // pending bits, from the top
+    let mut n: usize = 0; // how many (< 32 between symbols; a code has at most 30)
     for &b in src {
         let (nbits, code) = ENCODE_TABLE[b as usize];
-
-        bits |= code << (bits_left - nbits);
-        bits_left -= nbits;
-
-        while bits_left <= 32 {
-            dst.put_u8((bits >> 32) as u8);
-
-            bits <<= 8;
-            bits_left += 8;
+        bits |= code << (64 - n - nbits);
+        n += nbits;
+        if n >= 32 {
+            dst.extend_from_slice(&((bits >> 32) as u32).to_be_bytes());
+            bits <<= 32;
+            n -= 32;
         }
     }
-
-    if bits_left != 40 {
-        // This writes the EOS token
-        bits |= (1 << bits_left) - 1;
-        dst.put_u8((bits >> 32) as u8);
+    if n > 0 {
+        // The rest of the last byte is the start of EOS: ones.
+        bits |= u64::MAX >> n;
+        dst.extend_from_slice(&bits.to_be_bytes()[..n.div_ceil(8)]);
     }
 }
 
