@@ -457,6 +457,36 @@ pub(crate) fn rollup_key(
     )
 }
 
+/// Sums of one rollup row: requests, errors, input, cached, output and reasoning tokens,
+/// failovers, summed latency, cost.
+pub(crate) type RollupSums = [i64; 9];
+
+/// Adds one stored record to the rollups of its batch (keyed by [`rollup_key`]). One record
+/// adds at most 2^40 per column (raw rows keep the exact value): absurd values cannot
+/// overflow an hour's sums.
+pub(crate) fn add_to_rollup(
+    rollup: &mut std::collections::BTreeMap<(i64, i64, i64, String), RollupSums>,
+    r: &shared_state::UsageRecord,
+) {
+    let v = |x: u64| to_i64(x).clamp(0, 1 << 40);
+    let add: RollupSums = [
+        1,
+        i64::from(r.status >= 400 || r.error_code.is_some()),
+        v(r.input_tokens),
+        v(r.cached_tokens),
+        v(r.output_tokens),
+        v(r.reasoning_tokens),
+        v(u64::from(r.failovers)),
+        v(r.latency_ms),
+        v(r.cost_micros),
+    ];
+    let k = rollup_key(to_i64(r.started_at_ms), r.key_id, r.account_id, &r.model);
+    let e = rollup.entry(k).or_insert([0; 9]);
+    for (x, a) in e.iter_mut().zip(add) {
+        *x = x.saturating_add(a);
+    }
+}
+
 /// One hour in ms (rollup width).
 pub const HOUR_MS: i64 = 3_600_000;
 

@@ -455,6 +455,54 @@ async fn h2c_upstream_and_legacy_driver() {
     );
 }
 
+/// Request bodies of every size reach an h2c upstream byte for byte: below and above the
+/// 256-byte size where the h2 codec used to send a DATA payload apart from its frame head,
+/// around one 16 KiB frame, and over several frames (the vendored codec copies payloads of
+/// up to 16 KiB into its write buffer: `vendor/README.md`). The bearer token (HPACK-encoded
+/// in place, over 127 bytes) reaches the mock intact on every request.
+#[tokio::test(flavor = "multi_thread")]
+async fn h2c_request_bodies_of_every_size_arrive_whole() {
+    let s = StackBuilder {
+        plain_http: PlainHttp::H2c,
+        ..StackBuilder::default()
+    }
+    .start();
+    for (i, len) in [10usize, 200, 300, 5_000, 16_300, 16_400, 40_000, 100_000]
+        .into_iter()
+        .enumerate()
+    {
+        // Numbered words: a lost, doubled or reordered byte range changes the text.
+        let mut input = format!("BODY-{i} ");
+        let mut w = 0u32;
+        while input.len() < len {
+            input.push_str(&format!("w{w:06} "));
+            w += 1;
+        }
+        let stream = i % 2 == 0;
+        let r = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input": input,"stream": stream}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{len} bytes");
+        assert!(r.text().await.unwrap().contains("resp"), "{len} bytes");
+        let reqs = s.mock.requests();
+        let hits: Vec<_> = reqs
+            .iter()
+            .filter(|r| r.path.ends_with("/responses") && r.body_text().contains(&input))
+            .collect();
+        assert_eq!(hits.len(), 1, "{len} bytes: the whole input upstream once");
+        assert_eq!(hits[0].version, "HTTP/2.0");
+        let auth = hits[0].header("authorization").unwrap_or_default();
+        assert!(
+            auth.starts_with("Bearer ") && auth.len() > 127,
+            "{len} bytes: authorization {} bytes",
+            auth.len()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn http1_upstream_on_io_uring() {
     let s = stack();

@@ -4,10 +4,11 @@
 //! - [`control_loop`] and [`usage_loop`]: two loops over the two queues of [`Events`], so a usage backlog (a database
 //!   outage, a full spool) never delays an account event or a refresh request:
 //!   - the **control** loop: [`WorkerEvent::Account`] -> status (then republish) or cooldown
-//!     persisted; quota observations coalesced per account, persisted; in-memory effects
+//!     persisted; quota observations coalesced per account, persisted at most every
+//!     [`QUOTA_EVERY`]; in-memory effects
 //!     skipped; [`WorkerEvent::RefreshRequest`] -> [`super::refresh::request`] at once;
 //!   - the **usage** loop: records go into the durable [`Spool`] as soon as they arrive (one
-//!     write per wake-up), then into the database in batches of [`USAGE_BATCH`] after a short
+//!     write per wake-up, at most one wake-up per [`INTAKE_EVERY`]), then into the database in batches of [`USAGE_BATCH`] after a short
 //!     window ([`BATCH_WINDOW`]), with their hourly rollups; while storage is down the spool
 //!     keeps them (on disk, bounded) and the loop retries with backoff; at the spool's bound
 //!     the loop stops taking records off the queue (see [`crate::spool`]). Retention prunes
@@ -38,6 +39,17 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// How long the usage loop lets records accumulate after a wake-up before writing them to
 /// the database (they are in the spool file at once).
 pub const BATCH_WINDOW: Duration = Duration::from_millis(200);
+/// The shortest time between two intakes of the usage queue: a record that arrives within
+/// this of the last intake waits for the next one, so under load the sidecar wakes (and
+/// writes the spool) about every `INTAKE_EVERY` instead of once per record, and the
+/// workers' `notify_one` finds no waiter to wake (an atomic store, no syscall). An isolated
+/// record is taken at once.
+pub const INTAKE_EVERY: Duration = Duration::from_millis(10);
+/// How often the data plane's quota observations are written (coalesced per account, the
+/// newest value of each field): every response carries them, and one `UPDATE` per response
+/// was most of the sidecar's storage work under load. The workers apply them to the live
+/// account state at once; only the stored copy (other instances, restarts) waits.
+pub const QUOTA_EVERY: Duration = Duration::from_secs(1);
 /// How often retention runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -94,6 +106,8 @@ impl Backoff {
 struct Pending {
     effects: VecDeque<(i64, AccountEffect)>,
     quota: HashMap<i64, QuotaUpdate>,
+    /// When quota observations were last written ([`QUOTA_EVERY`]).
+    quota_written: Option<Instant>,
     backoff: Backoff,
 }
 
@@ -102,6 +116,17 @@ struct Pending {
 impl Pending {
     fn is_empty(&self) -> bool {
         self.effects.is_empty() && self.quota.is_empty()
+    }
+
+    /// When pending quota observations are due to be written (`None`: none pending).
+    fn quota_due(&self) -> Option<Instant> {
+        if self.quota.is_empty() {
+            return None;
+        }
+        Some(
+            self.quota_written
+                .map_or_else(Instant::now, |t| t + QUOTA_EVERY),
+        )
     }
 
     fn take(&mut self, core: &Arc<Core>, ev: WorkerEvent) {
@@ -133,8 +158,9 @@ impl Pending {
         }
     }
 
-    /// Writes what is pending; stops at the first storage failure (and backs off).
-    async fn flush(&mut self, core: &Arc<Core>) {
+    /// Writes what is pending (quota only when due, or with `all`); stops at the first
+    /// storage failure (and backs off).
+    async fn flush(&mut self, core: &Arc<Core>, all: bool) {
         if self.backoff.waiting() {
             return;
         }
@@ -176,8 +202,11 @@ impl Pending {
         if republish {
             core.republish().await;
         }
+        if !all && self.quota_due().is_some_and(|t| Instant::now() < t) {
+            return self.persisted();
+        }
         let ids: Vec<i64> = self.quota.keys().copied().collect();
-        for id in ids {
+        for &id in &ids {
             let Some(q) = self.quota.get(&id).copied() else {
                 continue;
             };
@@ -188,6 +217,14 @@ impl Pending {
                 Err(e) => return self.failed("quota", self.quota.len(), &e),
             }
         }
+        if !ids.is_empty() {
+            self.quota_written = Some(Instant::now());
+        }
+        self.persisted();
+    }
+
+    /// Storage took what was written: the backoff ends.
+    fn persisted(&mut self) {
         if self.backoff.failures > 0 {
             tracing::info!("account effects persisted again");
         }
@@ -218,25 +255,40 @@ pub(crate) async fn control_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut p = Pending::default();
+    let mut last_intake: Option<Instant> = None;
     loop {
         let idle = if p.is_empty() {
             Duration::from_secs(3600)
-        } else {
-            p.backoff
-                .retry_at
-                .map(|t| t.saturating_duration_since(Instant::now()))
-                .unwrap_or(Duration::from_millis(250))
+        } else if let Some(t) = p.backoff.retry_at {
+            t.saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(50))
+        } else if !p.effects.is_empty() {
+            Duration::from_millis(250)
+        } else {
+            // Only quota observations: when they are due.
+            p.quota_due().map_or(Duration::from_millis(250), |t| {
+                t.saturating_duration_since(Instant::now())
+            })
         };
         tokio::select! {
             _ = events.wait_control() => {}
             _ = tokio::time::sleep(idle) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        if let Some(next) = last_intake.map(|t| t + INTAKE_EVERY) {
+            if Instant::now() < next {
+                // As the usage loop: the facts of the next few milliseconds join these.
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        }
         for ev in events.drain_control() {
             p.take(&core, ev);
         }
-        p.flush(&core).await;
+        last_intake = Some(Instant::now());
+        p.flush(&core, false).await;
     }
     for ev in events.drain_control() {
         p.take(&core, ev);
@@ -244,7 +296,7 @@ pub(crate) async fn control_loop(
     let deadline = Instant::now() + super::FLUSH_ON_SHUTDOWN;
     while !p.is_empty() && Instant::now() < deadline {
         p.backoff.retry_at = None;
-        if tokio::time::timeout_at(deadline, p.flush(&core))
+        if tokio::time::timeout_at(deadline, p.flush(&core, true))
             .await
             .is_err()
         {
@@ -440,6 +492,7 @@ pub(crate) async fn usage_loop(
         u.since = Some(Instant::now() - BATCH_WINDOW);
     }
     let mut last_full_warning: Option<Instant> = None;
+    let mut last_intake: Option<Instant> = None;
     let mut next_prune = Instant::now() + Duration::from_secs(60);
     loop {
         // When to write to the database next: the batch window after the oldest pending
@@ -463,7 +516,18 @@ pub(crate) async fn usage_loop(
             _ = tokio::time::sleep_until(wake) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        if let Some(next) = last_intake.map(|t| t + INTAKE_EVERY) {
+            if Instant::now() < next {
+                // Let the records of the next few milliseconds join this one (the stop
+                // path below takes whatever is queued).
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        }
         u.intake(&events);
+        last_intake = Some(Instant::now());
         if !u.has_room()
             && events.usage_queued() > 0
             && last_full_warning.is_none_or(|t| t.elapsed() > Duration::from_secs(10))

@@ -556,6 +556,36 @@ async fn usage_dedup_rollups_and_retention(db: &TestDb) {
         .is_empty());
 }
 
+/// A record twice in one batch (the same id) is stored once and rolled up once; the rollup
+/// sums come from the records whose ids the INSERT returned.
+async fn usage_repeated_record_in_a_batch_counts_once(db: &TestDb) {
+    use admin::storage::{UsageFilter, HOUR_MS};
+    let s = db.open().await;
+    let mut a = usage(3);
+    a.id = UsageRecord::new_id();
+    a.started_at_ms = 7 * HOUR_MS as u64;
+    let mut b = usage(6);
+    b.id = UsageRecord::new_id();
+    b.started_at_ms = a.started_at_ms;
+    b.model = a.model.clone();
+    assert_eq!(
+        s.insert_usage(&[a.clone(), a.clone(), b.clone()])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(s.usage_count().await.unwrap(), 2);
+    let roll = s.usage_rollups(UsageFilter::default()).await.unwrap();
+    assert_eq!(roll.len(), 1, "{roll:?}");
+    assert_eq!(roll[0].totals.requests, 2);
+    assert_eq!(roll[0].totals.input_tokens, a.input_tokens + b.input_tokens);
+    assert_eq!(roll[0].cost_micros, a.cost_micros + b.cost_micros);
+    // All of them again (a replay): nothing stored, nothing added.
+    assert_eq!(s.insert_usage(&[a, b]).await.unwrap(), 0);
+    let again = s.usage_rollups(UsageFilter::default()).await.unwrap();
+    assert_eq!(again[0].totals.requests, 2);
+}
+
 async fn snapshot_reuses_live_arcs(db: &TestDb) {
     let s = db.open().await;
     let a = s
@@ -955,5 +985,6 @@ both_backends!(
     key_limits_groups_and_spend,
     usage_insert_batch,
     usage_dedup_rollups_and_retention,
+    usage_repeated_record_in_a_batch_counts_once,
     snapshot_reuses_live_arcs,
 );

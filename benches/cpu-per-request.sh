@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# CPU per request of two gateway binaries, measured in the same run (benches/README.md,
+# "Per-request CPU, 2026-12-01").
+#
+# For each binary (BASE, then NEW; ROUNDS times, alternating, so machine load drifts over both
+# alike) the gateway serves REQUESTS requests of the `short` workload (12-event streamed
+# answers; `--no-stream` with STREAM=0) from CONCURRENCY clients after a warm-up, and loadgen
+# samples its CPU (utime + stime of every thread, and per thread name). Then, unless
+# CALLGRIND=0, each binary runs once under `valgrind --tool=callgrind` and the user-space
+# instructions of CG_REQUESTS requests (counters zeroed after the warm-up) are counted: a
+# figure immune to the machine's load (but blind to kernel work: syscalls, wake-ups).
+#
+# Build first:  cargo build --release -p codex-gateway -p codex-gateway-benches
+# Run:          BASE=/path/to/old/codex-gateway benches/cpu-per-request.sh
+# Results:      target/bench-results/cpu-<timestamp>/{summary.txt,*.json,*.log}
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/target/release}
+NEW=${NEW:-$BIN/codex-gateway}
+BASE=${BASE:?BASE=path of the baseline codex-gateway binary}
+OUT=${OUT:-$ROOT/target/bench-results/cpu-$(date +%Y%m%d-%H%M%S)}
+REQUESTS=${REQUESTS:-10000}
+CONCURRENCY=${CONCURRENCY:-16}
+ROUNDS=${ROUNDS:-2}
+STREAM=${STREAM:-1}
+CALLGRIND=${CALLGRIND:-1}
+PERF=${PERF:-0} # 1: a flat perf profile of each binary's first round (perf-{base,new}.txt)
+CG_REQUESTS=${CG_REQUESTS:-400}
+WORKERS=${WORKERS:-2}
+# Characters of the request's input text (empty: loadgen's default, a body of about 190 B;
+# 40000: a Codex-sized body of 3 h2 DATA frames).
+INPUT_CHARS=${INPUT_CHARS:-}
+MODEL=${MODEL:-gpt-5.5}
+
+mkdir -p "$OUT"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-cpu.XXXXXX")
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do
+    [[ -n $p ]] && kill "$p" 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+log() { echo "[cpu-per-request] $*" >&2; }
+
+wait_line() {
+  local file=$1 re=$2 i
+  # Up to 10 minutes (a gateway under valgrind starts slowly).
+  for i in $(seq 1 6000); do
+    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "timed out waiting for /$re/ in $file" >&2
+  cat "$file" >&2
+  return 1
+}
+
+RUST_LOG=warn "$BIN/mock-codex" --listen 127.0.0.1:0 --workers 1 --max-recorded 0 \
+  --h2-max-concurrent-streams 128 --write-auth-json "$WORK/auth" \
+  --account acct-cpu-1 --account acct-cpu-2 >"$OUT/mock.log" 2>&1 &
+MOCK_PID=$!
+PIDS+=("$MOCK_PID")
+MOCK=$(wait_line "$OUT/mock.log" 'http://127\.0\.0\.1:[0-9]+')
+wait_line "$OUT/mock.log" acct-cpu-2 >/dev/null
+log "mock-codex $MOCK"
+
+# setup NAME BINARY: a data directory with the accounts and a key.
+setup() {
+  local name=$1 bin=$2 data=$WORK/$1
+  mkdir -p "$data"
+  cat >"$WORK/$name.toml" <<EOF
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+data_dir = "$data"
+workers = $WORKERS
+
+[upstream]
+base_url = "$MOCK/backend-api/codex"
+oauth_token_url = "$MOCK/oauth/token"
+plain_http = "h2c"
+h2_max_streams_per_connection = 128
+EOF
+  RUST_LOG=warn "$bin" accounts import --data-dir "$data" --oauth-token-url "$MOCK/oauth/token" \
+    "$WORK"/auth/*.json >>"$OUT/$name-setup.log" 2>&1
+  RUST_LOG=warn "$bin" keys create cpu --data-dir "$data" 2>>"$OUT/$name-setup.log" | tail -1 >"$WORK/$name.key"
+}
+
+# serve NAME BINARY [WRAPPER...]: starts the gateway; sets GW_PID and GW_URL.
+serve() {
+  local name=$1 bin=$2
+  shift 2
+  : >"$OUT/$name-serve.log"
+  RUST_LOG=warn "$@" "$bin" serve --config "$WORK/$name.toml" >>"$OUT/$name-serve.log" 2>&1 &
+  GW_PID=$!
+  PIDS+=("$GW_PID")
+  GW_URL=$(wait_line "$OUT/$name-serve.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
+}
+
+stop() {
+  kill -INT "$GW_PID" 2>/dev/null || true
+  wait "$GW_PID" 2>/dev/null || true
+}
+
+load() {
+  local name=$1 n=$2 json=$3
+  local stream=--stream
+  [[ $STREAM == 0 ]] && stream=--no-stream
+  local input=()
+  [[ -n $INPUT_CHARS ]] && input=(--input "$(head -c "$INPUT_CHARS" /dev/zero | tr '\0' 'x')")
+  "$BIN/loadgen" --url "$GW_URL/v1/responses" --key "$(cat "$WORK/$name.key")" \
+    --target-pid "$GW_PID" --model "$MODEL" $stream --concurrency "$CONCURRENCY" \
+    --requests "$n" --client-metadata x-mock-deltas=4 --label "$name" "${input[@]}" ${json:+--json}
+}
+
+setup base "$BASE"
+setup new "$NEW"
+{
+  echo "date: $(date -u +%FT%TZ); host: $(uname -srm); $(nproc) CPUs; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "workload: $REQUESTS requests, $CONCURRENCY clients, stream=$STREAM, input chars=${INPUT_CHARS:-default}, gateway workers=$WORKERS"
+  echo "base: $BASE"
+  echo "new:  $NEW"
+  echo
+  echo "| round | binary | req/s | CPU µs/req | per thread (µs/req) |"
+  echo "|---|---|---|---|---|"
+} >"$OUT/summary.txt"
+
+for r in $(seq 1 "$ROUNDS"); do
+  for name in base new; do
+    bin=$BASE
+    [[ $name == new ]] && bin=$NEW
+    serve "$name" "$bin"
+    load "$name" 200 "" >/dev/null
+    sleep 1
+    if [[ $PERF == 1 && $r == 1 ]] && command -v perf >/dev/null; then
+      # Flat profile of the measured load (self time by thread, then by symbol).
+      # PERF_ARGS="--call-graph dwarf,16384 -F 299" for call graphs (perf-$name.data is kept).
+      perf record ${PERF_ARGS:--F 999} -p "$GW_PID" -o "$OUT/perf-$name.data" >"$OUT/perf-$name.log" 2>&1 &
+      perf_pid=$!
+      sleep 0.5
+    fi
+    load "$name" "$REQUESTS" 1 >"$OUT/$name-$r.json"
+    if [[ -n ${perf_pid:-} ]]; then
+      kill -INT "$perf_pid" 2>/dev/null || true
+      wait "$perf_pid" 2>/dev/null || true
+      perf_pid=
+      {
+        perf report -i "$OUT/perf-$name.data" --no-children --sort comm --stdio 2>/dev/null | grep -v '^#' | grep .
+        perf report -i "$OUT/perf-$name.data" --no-children --sort comm,dso,sym --stdio --percent-limit 0.4 2>/dev/null | grep -v '^#' | grep .
+      } >"$OUT/perf-$name.txt"
+      [[ -z ${PERF_ARGS:-} ]] && rm -f "$OUT/perf-$name.data"
+    fi
+    stop
+    label=$r
+    [[ $PERF == 1 && $r == 1 ]] && label="$r (under perf)"
+    python3 - "$OUT/$name-$r.json" "$label" "$name" >>"$OUT/summary.txt" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = r.get("target") or {}
+ok = r.get("requests_completed") or 0
+threads = t.get("threads_cpu_secs_window") or {}
+per = ", ".join(f"{k} {v * 1e6 / max(ok, 1):.1f}" for k, v in sorted(threads.items(), key=lambda kv: -kv[1]))
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {r.get('requests_per_sec', 0):.0f} | {t.get('cpu_us_per_request', 0):.1f} | {per} |")
+PY
+    log "round $r $name: $(tail -1 "$OUT/summary.txt")"
+  done
+done
+
+if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
+  echo >>"$OUT/summary.txt"
+  echo "| binary | user-space instructions per request (callgrind, legacy driver, $CG_REQUESTS requests) |" >>"$OUT/summary.txt"
+  echo "|---|---|" >>"$OUT/summary.txt"
+  for name in base new; do
+    bin=$BASE
+    [[ $name == new ]] && bin=$NEW
+    # io_uring submissions are invisible to valgrind (the workers would wait forever): the
+    # legacy (epoll) driver, for both binaries.
+    MONOIO_FORCE_LEGACY_DRIVER=1 serve "$name" "$bin" valgrind --tool=callgrind \
+      --callgrind-out-file="$OUT/callgrind-$name.%p"
+    load "$name" 50 "" >/dev/null
+    sleep 2
+    callgrind_control -z "$GW_PID" >/dev/null
+    load "$name" "$CG_REQUESTS" 1 >"$OUT/$name-callgrind.json"
+    sleep 1
+    callgrind_control -d "$GW_PID" >/dev/null
+    sleep 2
+    stop
+    f=$(ls -t "$OUT"/callgrind-"$name".*.1 2>/dev/null | head -1 || true)
+    ir=$(grep -h '^summary:\|^totals:' "$f" 2>/dev/null | head -1 | awk '{print $2}')
+    echo "| $name | $(awk -v i="${ir:-0}" -v n="$CG_REQUESTS" 'BEGIN { printf "%.0f", i / n }') |" >>"$OUT/summary.txt"
+  done
+fi
+cat "$OUT/summary.txt"

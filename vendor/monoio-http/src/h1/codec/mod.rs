@@ -1,0 +1,7 @@
+mod client;
+mod server;
+
+pub mod decoder;
+pub mod encoder;
+pub use client::ClientCodec;
+pub use server::ServerCodec;
