@@ -590,6 +590,7 @@ pub fn is_eligible(entry: &AccountEntry, settings: &Settings, model: &str, now_m
 }
 
 /// The request-independent half of [`is_eligible`]: schedulable, and not paused by quota.
+#[inline]
 fn is_available(entry: &AccountEntry, settings: &Settings, now_ms: u64) -> bool {
     if !entry.is_schedulable(now_ms) {
         return false;
@@ -865,6 +866,12 @@ fn reset_key_floor(built: u128) -> u128 {
     (u128::from(p) << 92) | (u128::from(s) << 60)
 }
 
+/// The per-account inputs of `quota_reset_priority`'s weighted randomness.
+struct RandomInputs<'a> {
+    id_hash: &'a [u64],
+    inv_weights: Option<&'a [f64]>,
+}
+
 /// One pick's inputs.
 struct Pick<'a> {
     accounts: &'a [Arc<AccountEntry>],
@@ -1125,39 +1132,48 @@ impl Pick<'_> {
         let seed = mix64(self.req.cursor as u64) ^ now;
         let current = index
             .resets
-            .take()
-            .filter(|r| r.is_fresh(now))
-            .and_then(|mut r| r.catch_up().then_some(r));
-        let mut resets = match current {
-            Some(mut r) => {
-                if r.moved.len() > RESET_MOVED_MAX {
-                    r.merge_moved(self.accounts, now);
-                }
-                r
-            }
-            None => ResetOrder::build(self.accounts, now),
+            .as_mut()
+            .is_some_and(|r| r.is_fresh(now) && r.catch_up());
+        if !current {
+            index.resets = Some(ResetOrder::build(self.accounts, now));
+        }
+        let SnapshotIndex {
+            resets,
+            id_hash,
+            inv_weights,
+            ..
+        } = index;
+        let Some(r) = resets.as_mut() else {
+            return;
+        };
+        if r.moved.len() > RESET_MOVED_MAX {
+            r.merge_moved(self.accounts, now);
+        }
+        r.addrs.clear();
+        let rand = RandomInputs {
+            id_hash,
+            inv_weights: inv_weights.as_deref(),
         };
         sel.begin(self.k);
-        for &i in &resets.moved {
-            self.offer_by_reset(index, i as usize, seed, sel);
+        for &i in &r.moved {
+            self.offer_by_reset(&rand, i as usize, seed, sel);
         }
-        for &(built, i) in &resets.order {
+        let moved = !r.moved.is_empty();
+        for &(built, i) in &r.order {
             if sel.bound().is_some_and(|w| reset_key_floor(built) >= w) {
                 break;
             }
-            if resets.is_moved[i as usize] {
+            if moved && r.is_moved[i as usize] {
                 continue;
             }
-            self.offer_by_reset(index, i as usize, seed, sel);
+            self.offer_by_reset(&rand, i as usize, seed, sel);
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
-        resets.addrs.clear();
-        index.resets = Some(resets);
     }
 
     /// Offers account `i` to `quota_reset_priority`'s selection.
     #[inline]
-    fn offer_by_reset(&self, index: &SnapshotIndex, i: usize, seed: u64, sel: &mut Selector) {
+    fn offer_by_reset(&self, rand: &RandomInputs<'_>, i: usize, seed: u64, sel: &mut Selector) {
         let resets = reset_key(&self.accounts[i].live, self.req.now_ms / 1000);
         // The reset instants alone are a lower bound of the key: skip the rest early.
         if !sel.admits(resets) {
@@ -1171,7 +1187,10 @@ impl Pick<'_> {
         let exhausted = u128::from(a.quota_exhausted());
         let covered = u128::from(covered_before_reset(&self.accounts[i], self.req.now_ms));
         // Randomness from (pick, account), so the visiting order does not matter.
-        let rand = random_of(index.inv_weight(i), mix64(seed ^ index.id_hash[i]));
+        let rand = random_of(
+            rand.inv_weights.map(|w| w[i]),
+            mix64(seed ^ rand.id_hash[i]),
+        );
         let key = (saturated << 127)
             | (unhealthy << 126)
             | (exhausted << 125)

@@ -766,6 +766,34 @@ mod tests {
     }
 
     #[test]
+    fn reset_moves_name_the_accounts_that_moved() {
+        let (a, b) = (AccountLive::default(), AccountLive::default());
+        let from = reset_epoch();
+        a.apply(&AccountEffect::quota(None, Some(1_000), None, None));
+        b.apply(&AccountEffect::quota(None, None, None, Some(9_000)));
+        // Jitter: no move logged.
+        a.apply(&AccountEffect::quota(None, Some(1_003), None, None));
+        let to = reset_epoch();
+        // Other tests may log moves meanwhile; ours are in the log once each, a before b.
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < to {
+            at = reset_moves(at, to, &mut out).expect("within the log");
+            std::thread::yield_now();
+        }
+        let (pa, pb) = (&a as *const _ as usize, &b as *const _ as usize);
+        assert_eq!(out.iter().filter(|x| **x == pa).count(), 1);
+        assert_eq!(out.iter().filter(|x| **x == pb).count(), 1);
+        assert!(out.iter().position(|x| *x == pa) < out.iter().position(|x| *x == pb));
+        // More moves than the log holds: the reader must re-read everything.
+        assert_eq!(
+            reset_moves(from, from + RESET_LOG_LEN as u64 + 1, &mut out),
+            None
+        );
+        assert_eq!(reset_moves(to, to, &mut out), Some(to));
+    }
+
+    #[test]
     fn cooldown_only_extends() {
         let live = AccountLive::default();
         live.apply(&AccountEffect::cooldown(2_000, "a"));
