@@ -1066,9 +1066,7 @@ impl Pick<'_> {
             let mut next = tiers.group(g).next_rank(0);
             'ranks: while let Some(r) = next {
                 let full = offered >= want;
-                if (r == OUT_RANK && full)
-                    || (full && sel.bound().is_some_and(|w| rank_floor(r) >= w))
-                {
+                if full && (r == OUT_RANK || sel.bound().is_some_and(|w| rank_floor(r) >= w)) {
                     break;
                 }
                 let next_floor = if r + 1 < OUT_RANK {
