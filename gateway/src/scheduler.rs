@@ -215,6 +215,8 @@ struct SnapshotIndex {
     /// Inverse weights, `None` when all weights are equal (then unweighted hashing gives the
     /// same order, cheaper).
     inv_weights: Option<Vec<f64>>,
+    /// The largest weight (at least 1).
+    max_weight: f64,
     /// Inclusive prefix sums of the weights.
     cum_weight: Vec<u64>,
     /// Rendezvous buckets of a pool larger than [`HRW_FLAT_MAX`].
@@ -421,8 +423,10 @@ impl SnapshotIndex {
             })
             .collect();
         let buckets = Buckets::build(accounts, &id_hash);
+        let max_weight = f64::from(accounts.iter().map(|a| a.weight.max(1)).max().unwrap_or(1));
         Self {
             snap: Arc::downgrade(snap),
+            max_weight,
             accounts_sig: accounts_sig(accounts),
             id_hash,
             inv_weights,
@@ -1043,7 +1047,10 @@ impl Pick<'_> {
     /// good as anything the next rank promises are selected (the rest of the rank could
     /// only win the random tie-break among equals, which the random visiting order already
     /// drew), and stops at a rank whose best possible key cannot beat the worst selected
-    /// one. Out accounts are read only while candidates are too few. Due wake-ups and one
+    /// one. Weights thin the first pass over a rank (an account is read with probability
+    /// `weight / max_weight`, ties broken uniformly), so the accounts read and the first of
+    /// them come weight-proportionally. Out accounts are read only while candidates are too
+    /// few. Due wake-ups and one
     /// repair read run first, so an account that came back is found by this pick already;
     /// every account read is re-ranked after the pick. A pick over an idle, healthy pool
     /// reads about `want` accounts plus the repair read.
@@ -1063,6 +1070,8 @@ impl Pick<'_> {
         if let Some(g) = tiers.group_of(self.req.group) {
             tiers.refresh(g, self.accounts, self.settings, now);
             let (mut visited, mut offered) = (0usize, 0usize);
+            let mut read = std::mem::take(&mut tiers.read);
+            read.clear();
             let mut next = tiers.group(g).next_rank(0);
             'ranks: while let Some(r) = next {
                 let full = offered >= want;
@@ -1076,35 +1085,59 @@ impl Pick<'_> {
                 };
                 let len = tiers.group(g).list(r).len();
                 let stride = coprime_stride(len, rng.next_u64());
-                let mut pos = (rng.next_u64() % len as u64) as usize;
-                for _ in 0..len {
-                    if offered >= want {
-                        if sel.bound().is_some_and(|w| w < next_floor) {
-                            break;
+                let start = (rng.next_u64() % len as u64) as usize;
+                // Weights: the first pass over the rank reads an account with probability
+                // `w / max_weight` (a skipped one costs no live read), so the accounts read,
+                // and the first of them (ties are broken uniformly then), come weight-
+                // proportionally; a second pass reads what it skipped when the rank runs
+                // out first.
+                let mut skipped = false;
+                for pass in 0..2 {
+                    let thin = pass == 0 && index.inv_weights.is_some();
+                    let mut pos = start;
+                    for _ in 0..len {
+                        if offered >= want {
+                            if sel.bound().is_some_and(|w| w < next_floor) {
+                                break;
+                            }
+                            if visited >= SMART_WIDEN_MAX {
+                                break 'ranks;
+                            }
                         }
-                        if visited >= SMART_WIDEN_MAX {
-                            break 'ranks;
+                        let i = tiers.group(g).list(r)[pos] as usize;
+                        pos += stride;
+                        if pos >= len {
+                            pos -= len;
                         }
+                        if home == Some(i as u32) {
+                            continue;
+                        }
+                        if thin {
+                            let iw = index.inv_weight(i).unwrap_or(1.0);
+                            if unit_of(rng.next_u64()) * iw * index.max_weight > 1.0 {
+                                skipped = true;
+                                continue;
+                            }
+                        } else if pass == 1 && read.contains(&(i as u32)) {
+                            continue;
+                        }
+                        visited += 1;
+                        read.push(i as u32);
+                        let (live, a) = self.observe(i);
+                        tiers.saw(i, live);
+                        let Some(a) = a else {
+                            continue;
+                        };
+                        offered += 1;
+                        sel.offer(smart_key(&a, None, rng), i as u32);
                     }
-                    let i = tiers.group(g).list(r)[pos] as usize;
-                    pos += stride;
-                    if pos >= len {
-                        pos -= len;
+                    if !skipped || offered >= want {
+                        break;
                     }
-                    if home == Some(i as u32) {
-                        continue;
-                    }
-                    visited += 1;
-                    let (live, a) = self.observe(i);
-                    tiers.saw(i, live);
-                    let Some(a) = a else {
-                        continue;
-                    };
-                    offered += 1;
-                    sel.offer(smart_key(&a, index.inv_weight(i), rng), i as u32);
                 }
                 next = tiers.group(g).next_rank(usize::from(r) + 1);
             }
+            tiers.read = read;
             tiers.settle(g, self.accounts, self.settings, now);
         }
         index.tiers = Some(tiers);

@@ -164,6 +164,8 @@ pub(super) struct TierIndex {
     pos: Vec<u32>,
     /// Ranks read during a pick, applied after it: `(account index, live rank)`.
     seen: Vec<(u32, Rank)>,
+    /// The accounts a pick read (a reusable buffer of `super::Pick::smart_ranked`).
+    pub(super) read: Vec<u32>,
 }
 
 // === impl TierIndex ===
@@ -176,6 +178,7 @@ impl TierIndex {
             rank: vec![OUT_RANK; accounts.len()],
             pos: vec![0; accounts.len()],
             seen: Vec::new(),
+            read: Vec::new(),
         };
         for (i, e) in accounts.iter().enumerate() {
             let g = match ix

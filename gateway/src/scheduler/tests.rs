@@ -1162,6 +1162,26 @@ fn ranked_index_prefers_healthy_accounts_after_live_failures() {
 }
 
 #[test]
+fn ranked_smart_spreads_load_over_a_large_pool_by_weight() {
+    // Odd ids weigh 3, even ids 1: about 3/4 of the first candidates should be odd, and
+    // the load should reach most of the pool, not a few accounts the index ranks first.
+    let accs: Vec<_> = (1..=LARGE as i64)
+        .map(|id| entry_with(id, if id % 2 == 1 { 3 } else { 1 }, 0))
+        .collect();
+    let s = snap(accs, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    let (mut heavy, mut firsts) = (0u32, HashSet::new());
+    for c in 0..6_000 {
+        let got = smart_pick(&s, &mut scratch, c, 3, NOW);
+        heavy += u32::from(got[0] % 2 == 1);
+        firsts.insert(got[0]);
+    }
+    let share = f64::from(heavy) / 6_000.0;
+    assert!((0.71..0.79).contains(&share), "{share}");
+    assert!(firsts.len() >= 1_500, "{} distinct firsts", firsts.len());
+}
+
+#[test]
 fn ranked_index_brings_back_accounts_whose_cooldown_ended() {
     let accs = pool(LARGE);
     let s = snap(accs.clone(), Strategy::Smart);
