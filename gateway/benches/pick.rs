@@ -12,18 +12,33 @@
 //! Times are the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time, so a
 //! busy shared machine (other builds descheduling the bench) does not inflate them.
 //!
+//! Every case runs twice: `new` is `gateway::scheduler`, `old` is the scheduler before the
+//! ranked index and the session cache (`benches/baseline/`, a copy of `3a58ad1`'s files built
+//! into this binary), so both are measured in the same run on the same machine state.
+//! `+newkey` uses a fresh session key per pick (the session cache never hits).
+//!
 //! Run: `cargo bench -p gateway --bench pick -- --warm-up-time 1 --measurement-time 2`
+//!
+//! Instructions per pick (immune to a noisy machine): `PICK_COUNT=N PICK_CASE=<case>
+//! PICK_SIZE=<n> PICK_CODE=new|old valgrind --tool=callgrind <bench binary>` runs N picks of
+//! one case without criterion (the pool and the index are built before the first pick;
+//! subtract a run with `PICK_COUNT=0` and divide by N). `gateway/benches/pick-instructions.sh`
+//! does that for the 10,000-account cases.
 
 use std::{hint::black_box, sync::Arc};
 
 use criterion::{
-    criterion_group, criterion_main,
+    criterion_group,
     measurement::{Measurement, ValueFormatter, WallTime},
     BenchmarkId, Criterion,
 };
 use gateway::scheduler::{
     order_with, record_failure, FailureKind, PickRequest, PickScratch, Strategy,
 };
+
+#[allow(dead_code, unused_imports, clippy::all)]
+#[path = "baseline/scheduler.rs"]
+mod baseline;
 use shared_state::{
     AccountEffect, AccountEntry, AccountLive, AccountStatus, Lease, Secret, Settings, Snapshot,
 };
@@ -31,6 +46,8 @@ use shared_state::{
 const NOW: u64 = 1_700_000_000_000;
 const SIZES: [usize; 3] = [100, 1_000, 10_000];
 const K: usize = 5;
+/// Picks before the counted ones in `PICK_COUNT` mode.
+const WARM_PICKS: usize = 2_048;
 
 /// The calling thread's CPU time as a criterion measurement (formatted like wall time).
 struct ThreadCpu;
@@ -152,35 +169,160 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
     (snap, leases)
 }
 
+/// Which scheduler a case runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Code {
+    New,
+    Old,
+}
+
+/// Session keys: the first 1,024 cycle (`+key`); `fresh` makes one per pick (`+newkey`).
+struct Keys {
+    cycle: Vec<String>,
+    fresh: String,
+}
+
+impl Keys {
+    fn new() -> Self {
+        Self {
+            cycle: (0..1_024).map(|i| format!("session-{i:08x}")).collect(),
+            fresh: String::new(),
+        }
+    }
+
+    fn key(&mut self, mode: KeyMode, cursor: usize) -> Option<&str> {
+        match mode {
+            KeyMode::None => None,
+            KeyMode::Cycle => Some(self.cycle[cursor % self.cycle.len()].as_str()),
+            KeyMode::Fresh => {
+                use std::fmt::Write;
+                self.fresh.clear();
+                let _ = write!(self.fresh, "fresh-{cursor:016x}");
+                Some(self.fresh.as_str())
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyMode {
+    None,
+    Cycle,
+    Fresh,
+}
+
+/// One pick's state: the scratch of either scheduler.
+struct Picker {
+    code: Code,
+    new: PickScratch,
+    old: baseline::PickScratch,
+}
+
+impl Picker {
+    fn new(code: Code) -> Self {
+        Self {
+            code,
+            new: PickScratch::default(),
+            old: baseline::PickScratch::default(),
+        }
+    }
+
+    #[inline]
+    fn pick(&mut self, snap: &Arc<Snapshot>, cursor: usize, key: Option<&str>) -> usize {
+        match self.code {
+            Code::New => {
+                let req = PickRequest {
+                    model: "gpt-5-codex",
+                    affinity_key: key,
+                    now_ms: NOW,
+                    cursor,
+                    max_candidates: K,
+                    group: None,
+                };
+                black_box(order_with(snap, &req, &mut self.new)).len()
+            }
+            Code::Old => {
+                let req = baseline::PickRequest {
+                    model: "gpt-5-codex",
+                    affinity_key: key,
+                    now_ms: NOW,
+                    cursor,
+                    max_candidates: K,
+                    group: None,
+                };
+                black_box(baseline::order_with(snap, &req, &mut self.old)).len()
+            }
+        }
+    }
+}
+
+fn cases() -> Vec<(Strategy, KeyMode, String)> {
+    let mut v = Vec::new();
+    for s in Strategy::ALL {
+        for (mode, suffix) in [
+            (KeyMode::None, ""),
+            (KeyMode::Cycle, "+key"),
+            (KeyMode::Fresh, "+newkey"),
+        ] {
+            // Only the strategies that use the key get the fresh-key case.
+            if mode == KeyMode::Fresh && !matches!(s, Strategy::Smart | Strategy::Sticky) {
+                continue;
+            }
+            v.push((s, mode, format!("{}{suffix}", s.as_str())));
+        }
+    }
+    v
+}
+
 fn bench_pick(c: &mut Criterion<ThreadCpu>) {
-    let keys: Vec<String> = (0..1_024).map(|i| format!("session-{i:08x}")).collect();
-    let cases = Strategy::ALL
-        .into_iter()
-        .flat_map(|s| [(s, false), (s, true)]);
-    for (strategy, keyed) in cases {
-        let name = format!("{}{}", strategy.as_str(), if keyed { "+key" } else { "" });
+    let mut keys = Keys::new();
+    for (strategy, mode, name) in cases() {
         let mut group = c.benchmark_group(format!("order/{name}"));
         for n in SIZES {
             let (snap, _leases) = build(n, strategy);
-            let mut scratch = PickScratch::default();
-            let mut cursor = 0usize;
-            group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
-                b.iter(|| {
-                    cursor = cursor.wrapping_add(1);
-                    let req = PickRequest {
-                        model: "gpt-5-codex",
-                        affinity_key: keyed.then(|| keys[cursor % keys.len()].as_str()),
-                        now_ms: NOW,
-                        cursor,
-                        max_candidates: K,
-                        group: None,
-                    };
-                    black_box(order_with(&snap, &req, &mut scratch))
-                })
-            });
+            for code in [Code::Old, Code::New] {
+                let mut picker = Picker::new(code);
+                let mut cursor = 0usize;
+                let label = if code == Code::New { "new" } else { "old" };
+                group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
+                    b.iter(|| {
+                        cursor = cursor.wrapping_add(1);
+                        picker.pick(&snap, cursor, keys.key(mode, cursor))
+                    })
+                });
+            }
         }
         group.finish();
     }
+}
+
+/// `PICK_COUNT` mode: a fixed number of picks of one case, for an instruction counter.
+fn fixed_count() -> Option<()> {
+    let count: usize = std::env::var("PICK_COUNT").ok()?.parse().ok()?;
+    let case = std::env::var("PICK_CASE").unwrap_or_else(|_| "smart".into());
+    let n: usize = std::env::var("PICK_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let code = match std::env::var("PICK_CODE").as_deref() {
+        Ok("old") => Code::Old,
+        _ => Code::New,
+    };
+    let (strategy, mode, _) = cases().into_iter().find(|c| c.2 == case)?;
+    let (snap, _leases) = build(n, strategy);
+    let mut keys = Keys::new();
+    let mut picker = Picker::new(code);
+    // Warm-up picks build the per-snapshot index and see every cycled key once (in both
+    // the counted run and the `PICK_COUNT=0` run, so they cancel out).
+    let mut total = 0;
+    for cursor in 0..WARM_PICKS {
+        total += picker.pick(&snap, cursor, keys.key(mode, cursor));
+    }
+    for cursor in WARM_PICKS..WARM_PICKS + count {
+        total += picker.pick(&snap, cursor, keys.key(mode, cursor));
+    }
+    black_box(total);
+    Some(())
 }
 
 criterion_group! {
@@ -188,4 +330,10 @@ criterion_group! {
     config = Criterion::default().with_measurement(ThreadCpu);
     targets = bench_pick
 }
-criterion_main!(benches);
+fn main() {
+    if fixed_count().is_some() {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

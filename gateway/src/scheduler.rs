@@ -9,10 +9,12 @@
 //!     penalties (401, 429, timeouts, 5xx, Cloudflare), the EWMA error rate and first-token
 //!     latency, quota usage and load; near-equal scores are broken by weighted randomness
 //!     so load spreads. With an affinity key the session's rendezvous-hash home account goes
-//!     first while it is `Healthy` or `Warm` (soft affinity). Above [`SMART_SAMPLE`]
-//!     accounts it scores a pseudo-random sample of two accounts per wanted candidate (at
-//!     least [`SMART_SAMPLE`]) instead of the whole pool (power of two choices), widening the
-//!     walk only while fewer than `max_candidates` healthy accounts were seen.
+//!     first while it is `Healthy` or `Warm` (soft affinity). Small pools (fewer than two
+//!     accounts per wanted candidate, at least [`SMART_SAMPLE`]) are scored whole; larger
+//!     ones through a per-worker ranked index (`rank::TierIndex`: accounts by the sort key
+//!     they had when last read, without the random part), best rank first, each rank in a
+//!     pseudo-random order, every account read live; the walk stops once the selection
+//!     holds `max_candidates` accounts that nothing in the next rank can beat.
 //!   - `round_robin`: rotate by the worker's cursor; an account with weight `w` leads `w`
 //!     times per cycle.
 //!   - `fill_first`: fixed order by id, so one account fills up to its concurrency limit
@@ -67,19 +69,26 @@
 //! # Cost
 //! No pick scans the pool (issue 11). Nothing here locks or allocates per account beyond the
 //! returned vector: every account read is a handful of atomic loads. Per worker, a
-//! [`PickScratch`] (thread-local behind [`order`]) caches arrays derived from the snapshot
-//! (rendezvous hashes, inverse weights, weight prefix sums, rendezvous buckets, the order by
-//! reset instants), rebuilt once per snapshot, and reuses its buffers; selection keeps only
+//! [`PickScratch`] (thread-local behind [`order`]) caches what it derives from the snapshot
+//! (rendezvous hashes, inverse weights, weight prefix sums, rendezvous buckets, smart's
+//! ranked index, the session cache, the order by reset instants), built once per snapshot
+//! and then corrected lazily, never rebuilt from the whole pool per pick; selection keeps only
 //! the best `max_candidates` (bounded top-k, or `select_nth_unstable` then a sort of k).
-//! `round_robin` and `fill_first` stop after `k` ready accounts; `smart` scores a bounded
-//! sample ([`SMART_SAMPLE`], two per wanted candidate); `sticky` and the soft affinity hash
-//! flat up to 256 accounts and through two-level rendezvous above (128 id buckets weighted by
-//! their accounts' weights, then the bucket's accounts: about 200 hashes at 10,000 accounts),
-//! reading live state only for the accounts they walk; `quota_reset_priority` walks its order
-//! by reset instants (re-sorted when `shared_state::account::reset_epoch` moves, at most every
-//! 250 ms, in between it scans) and stops once the next reset cannot beat the worst selected
-//! key. `benches/pick.rs` figures (before/after, per strategy and pool size) are in
-//! `benches/README.md`, "Account pick".
+//! `round_robin` and `fill_first` stop after `k` ready accounts. `smart` reads about
+//! `max_candidates` accounts from its ranked index plus one repair read (the index is only
+//! where to look: eligibility and keys come from the live atomics, so a stale rank never
+//! makes an ineligible account a candidate; see `rank`). `sticky` and the soft affinity walk
+//! the session's rendezvous order (flat up to 256 accounts, two-level above: 128 id buckets
+//! weighted by their accounts' weights, then the bucket's accounts, about 200 hashes at
+//! 10,000 accounts), and a session's first `rank::SESSION_PREFIX` accounts of it come from a
+//! per-worker cache after its first request, so a known session hashes its key once.
+//! `quota_reset_priority` walks its order by reset instants and stops once the next reset
+//! cannot beat the worst selected key; accounts whose instants moved earlier since are named
+//! by `shared_state::account::reset_moves` (a bounded log) and offered beside the order, then
+//! merged into it (a pass over the worker's array, no live read of the pool); it re-reads the
+//! whole pool only when the log overflowed between two of its picks, and once a minute.
+//! `benches/pick.rs` figures (old and new code in one run, CPU time and instructions per
+//! pick) are in `benches/README.md`, "Account pick".
 //!
 //! # Error handling
 //! None: an empty result means no account is schedulable now; the lifecycle turns that into
@@ -88,11 +97,13 @@
 mod board;
 mod hash;
 mod health;
+mod rank;
 #[cfg(test)]
 mod tests;
 
 use std::{
     cell::RefCell,
+    collections::HashMap,
     sync::{Arc, Weak},
     time::Duration,
 };
@@ -107,9 +118,12 @@ pub use health::{
 pub use shared_state::snapshot::{Strategy, UnknownStrategy};
 use shared_state::{AccountEntry, AccountLive, Settings, Snapshot};
 
-use self::hash::{
-    bucket_hash, coprime_stride, hrw_hash, hrw_key, id_hash, key_hash, mix64, random_of, unit_of,
-    Rng, TopK,
+use self::{
+    hash::{
+        bucket_hash, coprime_stride, hrw_hash, hrw_key, id_hash, key_hash, mix64, random_of,
+        unit_of, Rng, TopK,
+    },
+    rank::{rank_floor, Rank, Sessions, TierIndex, OUT_RANK, SESSION_PREFIX},
 };
 
 /// Pools up to this size are scored whole by `smart`; larger ones are sampled.
@@ -127,11 +141,16 @@ const HRW_FLAT_MAX: usize = 256;
 const HRW_BUCKET_BITS: u32 = 7;
 /// Buckets ranked by the first selection of a two-level walk (the rest only when needed).
 const BUCKET_PROBE: usize = 4;
-/// `quota_reset_priority` rebuilds its reset order at most this often (ms) when reset
-/// instants moved earlier ([`shared_state::account::reset_epoch`]); in between it scans.
-const RESET_ORDER_MIN_AGE_MS: u64 = 250;
-/// ... and at least this often, so instants that passed since leave the front of the order.
+/// `quota_reset_priority` re-sorts its reset order at least this often, so instants that
+/// passed since leave the front of the order.
 const RESET_ORDER_MAX_AGE_MS: u64 = 60_000;
+/// Accounts whose reset instants moved earlier ([`shared_state::account::reset_moves`])
+/// that `quota_reset_priority` offers beside its order before merging them into it.
+const RESET_MOVED_MAX: usize = 64;
+/// Once it holds `max_candidates` candidates, `smart` stops widening its walk past this many
+/// accounts (a pool where nearly every account is busy or unhealthy): the order then comes
+/// from the best of a bounded sample instead of the whole pool.
+const SMART_WIDEN_MAX: usize = 256;
 /// Rendezvous candidates examined for the soft-affinity home in `smart`.
 const AFFINITY_PROBE: usize = 8;
 /// Score points that count as "equal" in `smart` (randomness decides within a bucket).
@@ -189,17 +208,25 @@ pub struct PickScratch {
 struct SnapshotIndex {
     /// Identity of the snapshot (the `Weak` keeps its allocation, so the address is not reused).
     snap: Weak<Snapshot>,
+    /// [`accounts_sig`] of the snapshot's accounts.
+    accounts_sig: u64,
     /// Rendezvous input per account.
     id_hash: Vec<u64>,
     /// Inverse weights, `None` when all weights are equal (then unweighted hashing gives the
     /// same order, cheaper).
     inv_weights: Option<Vec<f64>>,
+    /// The largest weight (at least 1).
+    max_weight: f64,
     /// Inclusive prefix sums of the weights.
     cum_weight: Vec<u64>,
     /// Rendezvous buckets of a pool larger than [`HRW_FLAT_MAX`].
     buckets: Option<Buckets>,
     /// `quota_reset_priority`'s order by reset instants (built on first use).
     resets: Option<ResetOrder>,
+    /// `smart`'s ranked index by health class (built on first use).
+    tiers: Option<TierIndex>,
+    /// Session prefixes of the rendezvous order (`sticky`, soft affinity).
+    sessions: Sessions,
 }
 
 /// A large pool's accounts grouped into rendezvous buckets by id.
@@ -253,21 +280,31 @@ impl Buckets {
     }
 }
 
-/// Accounts sorted by their reset key ([`reset_key`]) when it was built; see
-/// [`Pick::quota_reset_priority`].
+/// Accounts sorted by their reset key ([`reset_key`]) when it was built, plus the accounts
+/// whose reset instants moved earlier since; see [`Pick::quota_reset_priority`].
 #[derive(Debug)]
 struct ResetOrder {
-    /// [`shared_state::account::reset_epoch`] read before the instants were.
+    /// [`shared_state::account::reset_epoch`] up to which the moves are known.
     epoch: u64,
     /// The pick clock at build time.
     built_ms: u64,
     /// `(reset key at build time, account index)`, ascending.
     order: Vec<(u128, u32)>,
+    /// Accounts whose instants moved earlier since their place in `order` was computed.
+    moved: Vec<u32>,
+    /// Per account index: in `moved`.
+    is_moved: Vec<bool>,
+    /// Account index by the address of its live state (what the move log records).
+    by_live: HashMap<usize, u32>,
+    /// Reusable buffer of the move log's addresses.
+    addrs: Vec<usize>,
 }
 
 // === impl ResetOrder ===
 
 impl ResetOrder {
+    /// Reads every account's reset instants and sorts them (once per snapshot and worker,
+    /// then only when the move log overflowed or the order is a minute old).
     fn build(accounts: &[Arc<AccountEntry>], now_ms: u64) -> Self {
         let epoch = shared_state::account::reset_epoch();
         let mut order: Vec<(u128, u32)> = accounts
@@ -280,16 +317,87 @@ impl ResetOrder {
             epoch,
             built_ms: now_ms,
             order,
+            moved: Vec::new(),
+            is_moved: vec![false; accounts.len()],
+            by_live: accounts
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (Arc::as_ptr(&a.live) as usize, i as u32))
+                .collect(),
+            addrs: Vec::new(),
         }
     }
 
-    /// True when no reset instant may have moved before its place in the order, and the
-    /// order is recent.
-    fn is_current(&self, now_ms: u64) -> bool {
-        self.epoch == shared_state::account::reset_epoch()
-            && now_ms >= self.built_ms
-            && now_ms - self.built_ms < RESET_ORDER_MAX_AGE_MS
+    /// Brings the order up to date with the move log: the accounts it names join `moved`;
+    /// false when the log no longer holds every move since `epoch` (rebuild).
+    fn catch_up(&mut self) -> bool {
+        let now = shared_state::account::reset_epoch();
+        if now == self.epoch {
+            return true;
+        }
+        self.addrs.clear();
+        let Some(upto) = shared_state::account::reset_moves(self.epoch, now, &mut self.addrs)
+        else {
+            return false;
+        };
+        self.epoch = upto;
+        for a in &self.addrs {
+            if let Some(&i) = self.by_live.get(a) {
+                if !self.is_moved[i as usize] {
+                    self.is_moved[i as usize] = true;
+                    self.moved.push(i);
+                }
+            }
+        }
+        true
     }
+
+    /// Merges the moved accounts back into the order at their current keys: a pass over
+    /// the worker's own array plus a read of the moved accounts only.
+    fn merge_moved(&mut self, accounts: &[Arc<AccountEntry>], now_ms: u64) {
+        let is_moved = &self.is_moved;
+        self.order.retain(|e| !is_moved[e.1 as usize]);
+        let mut fresh: Vec<(u128, u32)> = self
+            .moved
+            .iter()
+            .map(|&i| (reset_key(&accounts[i as usize].live, now_ms / 1000), i))
+            .collect();
+        fresh.sort_unstable();
+        let old = std::mem::take(&mut self.order);
+        let mut merged = Vec::with_capacity(old.len() + fresh.len());
+        let (mut a, mut b) = (old.into_iter().peekable(), fresh.into_iter().peekable());
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x <= y => a.next(),
+                (Some(_), Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => break,
+            };
+            merged.extend(next);
+        }
+        self.order = merged;
+        for &i in &self.moved {
+            self.is_moved[i as usize] = false;
+        }
+        self.moved.clear();
+    }
+
+    /// True when the order is recent enough to walk.
+    fn is_fresh(&self, now_ms: u64) -> bool {
+        now_ms >= self.built_ms && now_ms - self.built_ms < RESET_ORDER_MAX_AGE_MS
+    }
+}
+
+/// A signature of what the per-snapshot indexes depend on, per account in order: id,
+/// weight, group and the identity of its live state.
+fn accounts_sig(accounts: &[Arc<AccountEntry>]) -> u64 {
+    accounts.iter().fold(accounts.len() as u64, |h, a| {
+        let mut x = mix64(h ^ a.id as u64);
+        x = mix64(x ^ u64::from(a.weight));
+        x = mix64(x ^ Arc::as_ptr(&a.live) as usize as u64);
+        a.group.as_deref().map_or(x, |g| mix64(x ^ key_hash(g)))
+    })
 }
 
 // === impl SnapshotIndex ===
@@ -315,18 +423,35 @@ impl SnapshotIndex {
             })
             .collect();
         let buckets = Buckets::build(accounts, &id_hash);
+        let max_weight = f64::from(accounts.iter().map(|a| a.weight.max(1)).max().unwrap_or(1));
         Self {
             snap: Arc::downgrade(snap),
+            max_weight,
+            accounts_sig: accounts_sig(accounts),
             id_hash,
             inv_weights,
             cum_weight,
             buckets,
             resets: None,
+            tiers: None,
+            sessions: Sessions::default(),
         }
     }
 
     fn is_for(&self, snap: &Arc<Snapshot>) -> bool {
         std::ptr::eq(self.snap.as_ptr(), Arc::as_ptr(snap))
+    }
+
+    /// Takes over the lazily corrected parts of the previous snapshot's index (smart's
+    /// ranked index, the session cache, the reset order) when the new snapshot holds the
+    /// same accounts in the same places (ids, weights, groups and live state: a token
+    /// refresh or a settings change), so such a publish costs no rebuild from the pool.
+    fn inherit(&mut self, old: SnapshotIndex) {
+        if old.accounts_sig == self.accounts_sig {
+            self.tiers = old.tiers;
+            self.sessions = old.sessions;
+            self.resets = old.resets;
+        }
     }
 
     fn inv_weight(&self, i: usize) -> Option<f64> {
@@ -417,7 +542,11 @@ pub fn order_with(
         return Vec::new();
     }
     if !scratch.index.as_ref().is_some_and(|ix| ix.is_for(snapshot)) {
-        scratch.index = Some(SnapshotIndex::build(snapshot));
+        let mut fresh = SnapshotIndex::build(snapshot);
+        if let Some(old) = scratch.index.take() {
+            fresh.inherit(old);
+        }
+        scratch.index = Some(fresh);
     }
     let k = if req.max_candidates == 0 {
         n
@@ -461,17 +590,29 @@ pub fn order_with(
 
 /// True when `entry` may be picked for `model` at `now_ms` (concurrency aside).
 pub fn is_eligible(entry: &AccountEntry, settings: &Settings, model: &str, now_ms: u64) -> bool {
+    is_available(entry, settings, now_ms) && request_allows(entry, settings, model, now_ms)
+}
+
+/// The request-independent half of [`is_eligible`]: schedulable, and not paused by quota.
+#[inline]
+fn is_available(entry: &AccountEntry, settings: &Settings, now_ms: u64) -> bool {
     if !entry.is_schedulable(now_ms) {
         return false;
     }
-    let live = &*entry.live;
-    let s = live.scheduler();
     if let Some(th) = settings.pause_threshold_pct {
-        let (p, q) = health::quota_pcts(live, now_ms);
+        let (p, q) = health::quota_pcts(&entry.live, now_ms);
         if p >= th || q >= th {
             return false;
         }
     }
+    true
+}
+
+/// The request's half of [`is_eligible`]: the model is not excluded on the account, and its
+/// minimum request interval has elapsed.
+#[inline]
+fn request_allows(entry: &AccountEntry, settings: &Settings, model: &str, now_ms: u64) -> bool {
+    let s = entry.live.scheduler();
     if s.excluded_models.is_excluded(model, now_ms) {
         return false;
     }
@@ -530,6 +671,61 @@ struct Rendezvous<'s> {
 // === impl Rendezvous ===
 
 impl Rendezvous<'_> {
+    /// Visits the accounts of `group` in session `key`'s rendezvous order, best first, until
+    /// `visit` returns true (or every account of the group was visited). The first
+    /// [`SESSION_PREFIX`] come from the session cache (hashed once per snapshot and worker);
+    /// the walk goes on with [`Self::walk`] only past them.
+    fn walk_session(
+        &mut self,
+        accounts: &[Arc<AccountEntry>],
+        key: &str,
+        group: Option<&str>,
+        want: usize,
+        mut visit: impl FnMut(usize) -> bool,
+    ) {
+        let kh = key_hash(key);
+        let tag = (kh ^ group.map_or(0, |g| key_hash(g).rotate_left(17))) | 1;
+        let in_group = |i: usize| accounts[i].group.as_deref() == group;
+        let mut prefix = [0u32; SESSION_PREFIX];
+        let len = match self.index.sessions.get(tag) {
+            Some(p) => {
+                prefix[..p.len()].copy_from_slice(p);
+                p.len()
+            }
+            None => {
+                let mut n = 0;
+                self.walk(kh, SESSION_PREFIX, |i| {
+                    if in_group(i) {
+                        prefix[n] = i as u32;
+                        n += 1;
+                    }
+                    n >= SESSION_PREFIX
+                });
+                self.index.sessions.put(tag, &prefix[..n]);
+                n
+            }
+        };
+        for &i in &prefix[..len] {
+            if visit(i as usize) {
+                return;
+            }
+        }
+        if len < SESSION_PREFIX {
+            return;
+        }
+        let mut skip = len;
+        self.walk(kh, want + SESSION_PREFIX, |i| {
+            if !in_group(i) {
+                return false;
+            }
+            if skip > 0 {
+                skip -= 1;
+                return false;
+            }
+            visit(i)
+        });
+    }
+
     /// Visits accounts in session `kh`'s rendezvous order, best first, until `visit`
     /// returns true (or every account was visited). The first `want` of a flat pool (of a
     /// bucket) are ranked first; the rest only when the walk gets there.
@@ -674,6 +870,12 @@ fn reset_key_floor(built: u128) -> u128 {
     (u128::from(p) << 92) | (u128::from(s) << 60)
 }
 
+/// The per-account inputs of `quota_reset_priority`'s weighted randomness.
+struct RandomInputs<'a> {
+    id_hash: &'a [u64],
+    inv_weights: Option<&'a [f64]>,
+}
+
 /// One pick's inputs.
 struct Pick<'a> {
     accounts: &'a [Arc<AccountEntry>],
@@ -759,19 +961,23 @@ impl Pick<'_> {
         picked: &mut Vec<u32>,
         spill: &mut Vec<u32>,
     ) {
-        hrw.walk(key_hash(key), self.k + STICKY_SLACK, |i| {
-            self.take(i, picked, spill)
-        });
+        hrw.walk_session(
+            self.accounts,
+            key,
+            self.req.group,
+            self.k + STICKY_SLACK,
+            |i| self.take(i, picked, spill),
+        );
         if picked.len() < self.k {
             self.fill_from_spill(picked, spill);
         }
     }
 
     /// The session's home under soft affinity: the first of its [`AFFINITY_PROBE`]
-    /// rendezvous choices that is a candidate and at most `Warm`.
+    /// rendezvous choices (in its group) that is a candidate and at most `Warm`.
     fn affinity_home(&self, hrw: &mut Rendezvous<'_>, key: &str) -> Option<u32> {
         let (mut seen, mut home) = (0usize, None);
-        hrw.walk(key_hash(key), AFFINITY_PROBE, |i| {
+        hrw.walk_session(self.accounts, key, self.req.group, AFFINITY_PROBE, |i| {
             seen += 1;
             if self
                 .candidate(i)
@@ -783,6 +989,16 @@ impl Pick<'_> {
             seen >= AFFINITY_PROBE
         });
         home
+    }
+
+    /// Class and assessment of account `i` of the request's group, read live: the
+    /// assessment only when it is a candidate for this request.
+    #[inline]
+    fn observe(&self, i: usize) -> (Rank, Option<Assessment>) {
+        let e = &self.accounts[i];
+        let (c, a) = rank::classify(e, self.settings, self.req.now_ms);
+        let a = a.filter(|_| request_allows(e, self.settings, self.req.model, self.req.now_ms));
+        (c, a)
     }
 
     fn smart(
@@ -799,7 +1015,6 @@ impl Pick<'_> {
             .req
             .affinity_key
             .and_then(|key| self.affinity_home(hrw, key));
-        let index = &*hrw.index;
         if let Some(h) = home {
             picked.push(h);
         }
@@ -808,39 +1023,136 @@ impl Pick<'_> {
             return;
         }
         let sample = SMART_SAMPLE.max(SMART_SAMPLE_PER_CANDIDATE * want);
-        let stride = coprime_stride(n, rng.next_u64());
-        let mut pos = (rng.next_u64() % n as u64) as usize;
-        let mut healthy = 0usize;
         sel.begin(want);
-        for visited in 0..n {
-            if visited >= sample && healthy >= want {
-                break;
+        if sample >= n {
+            // A small pool, or (nearly) every account wanted: score them all.
+            let index = &*hrw.index;
+            for i in 0..n {
+                if home == Some(i as u32) {
+                    continue;
+                }
+                if let Some(a) = self.candidate(i) {
+                    sel.offer(smart_key(&a, index.inv_weight(i), &mut rng), i as u32);
+                }
             }
-            let i = pos;
-            pos += stride;
-            if pos >= n {
-                pos -= n;
-            }
-            if home == Some(i as u32) {
-                continue;
-            }
-            let Some(a) = self.candidate(i) else {
-                continue;
-            };
-            if a.tier == Tier::Healthy && !a.deferred() {
-                healthy += 1;
-            }
-            sel.offer(smart_key(&a, index.inv_weight(i), &mut rng), i as u32);
+        } else {
+            self.smart_ranked(hrw.index, sel, home, want, &mut rng);
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
     }
 
+    /// `smart` over a large pool through the ranked index ([`TierIndex`]): ranks best
+    /// first, each rank's accounts in a pseudo-random order, every account read live and
+    /// offered with its live key. The walk leaves a rank once `want` accounts at least as
+    /// good as anything the next rank promises are selected (the rest of the rank could
+    /// only win the random tie-break among equals, which the random visiting order already
+    /// drew), and stops at a rank whose best possible key cannot beat the worst selected
+    /// one. Weights thin the first pass over a rank (an account is read with probability
+    /// `weight / max_weight`, ties broken uniformly), so the accounts read and the first of
+    /// them come weight-proportionally. Out accounts are read only while candidates are too
+    /// few. Due wake-ups and one
+    /// repair read run first, so an account that came back is found by this pick already;
+    /// every account read is re-ranked after the pick. A pick over an idle, healthy pool
+    /// reads about `want` accounts plus the repair read.
+    fn smart_ranked(
+        &self,
+        index: &mut SnapshotIndex,
+        sel: &mut Selector,
+        home: Option<u32>,
+        want: usize,
+        rng: &mut Rng,
+    ) {
+        let now = self.req.now_ms;
+        let mut tiers = match index.tiers.take() {
+            Some(t) => t,
+            None => TierIndex::build(self.accounts, self.settings, now),
+        };
+        if let Some(g) = tiers.group_of(self.req.group) {
+            tiers.refresh(g, self.accounts, self.settings, now);
+            let (mut visited, mut offered) = (0usize, 0usize);
+            let mut read = std::mem::take(&mut tiers.read);
+            read.clear();
+            let mut next = tiers.group(g).next_rank(0);
+            'ranks: while let Some(r) = next {
+                let full = offered >= want;
+                if full && (r == OUT_RANK || sel.bound().is_some_and(|w| rank_floor(r) >= w)) {
+                    break;
+                }
+                let next_floor = if r + 1 < OUT_RANK {
+                    rank_floor(r + 1)
+                } else {
+                    u128::MAX
+                };
+                let len = tiers.group(g).list(r).len();
+                let stride = coprime_stride(len, rng.next_u64());
+                let start = (rng.next_u64() % len as u64) as usize;
+                // Weights: the first pass over the rank reads an account with probability
+                // `w / max_weight` (a skipped one costs no live read), so the accounts read,
+                // and the first of them (ties are broken uniformly then), come weight-
+                // proportionally; a second pass reads what it skipped when the rank runs
+                // out first.
+                let mut skipped = false;
+                for pass in 0..2 {
+                    let thin = pass == 0 && index.inv_weights.is_some();
+                    let mut pos = start;
+                    for _ in 0..len {
+                        if offered >= want {
+                            if sel.bound().is_some_and(|w| w < next_floor) {
+                                break;
+                            }
+                            if visited >= SMART_WIDEN_MAX {
+                                break 'ranks;
+                            }
+                        }
+                        let i = tiers.group(g).list(r)[pos] as usize;
+                        pos += stride;
+                        if pos >= len {
+                            pos -= len;
+                        }
+                        if home == Some(i as u32) {
+                            continue;
+                        }
+                        if thin {
+                            let iw = index.inv_weight(i).unwrap_or(1.0);
+                            if unit_of(rng.next_u64()) * iw * index.max_weight > 1.0 {
+                                skipped = true;
+                                continue;
+                            }
+                        } else if pass == 1 && read.contains(&(i as u32)) {
+                            continue;
+                        }
+                        visited += 1;
+                        read.push(i as u32);
+                        let (live, a) = self.observe(i);
+                        tiers.saw(i, live);
+                        let Some(a) = a else {
+                            continue;
+                        };
+                        offered += 1;
+                        sel.offer(smart_key(&a, None, rng), i as u32);
+                    }
+                    if !skipped || offered >= want {
+                        break;
+                    }
+                }
+                next = tiers.group(g).next_rank(usize::from(r) + 1);
+            }
+            tiers.read = read;
+            tiers.settle(g, self.accounts, self.settings, now);
+        }
+        index.tiers = Some(tiers);
+    }
+
     /// Accounts by (deferred, unhealthy, exhausted, covered by the forecast, primary then
     /// secondary reset instant, score bucket, weighted randomness). The reset instants are
-    /// the only unbounded-range part of the key, so a per-snapshot [`ResetOrder`] (rebuilt
-    /// when the reset epoch says an instant moved earlier, and at least every minute) lets
-    /// the walk stop once the next account's reset cannot beat the worst selected key;
-    /// every key itself is computed from live state.
+    /// the only unbounded-range part of the key, so a per-snapshot [`ResetOrder`] lets the
+    /// walk stop once the next account's reset cannot beat the worst selected key; every
+    /// key itself is computed from live state. Accounts whose instants moved earlier since
+    /// the order was sorted are named by the move log
+    /// ([`shared_state::account::reset_moves`]): they are offered beside the order, and
+    /// merged into it once there are [`RESET_MOVED_MAX`] of them. No pick reads the whole
+    /// pool: the order is re-sorted from live state only when the log overflowed (more than
+    /// its length of moves since this worker's last pick) or once a minute.
     fn quota_reset_priority(
         &self,
         index: &mut SnapshotIndex,
@@ -849,42 +1161,50 @@ impl Pick<'_> {
     ) {
         let now = self.req.now_ms;
         let seed = mix64(self.req.cursor as u64) ^ now;
-        let usable = match index
+        let current = index
             .resets
-            .as_ref()
-            .map(|r| (r.is_current(now), r.built_ms))
-        {
-            Some((true, _)) => true,
-            Some((false, built)) if now >= built && now - built < RESET_ORDER_MIN_AGE_MS => false,
-            _ => {
-                index.resets = Some(ResetOrder::build(self.accounts, now));
-                true
-            }
+            .as_mut()
+            .is_some_and(|r| r.is_fresh(now) && r.catch_up());
+        if !current {
+            index.resets = Some(ResetOrder::build(self.accounts, now));
+        }
+        let SnapshotIndex {
+            resets,
+            id_hash,
+            inv_weights,
+            ..
+        } = index;
+        let Some(r) = resets.as_mut() else {
+            return;
         };
-        let index = &*index;
+        if r.moved.len() > RESET_MOVED_MAX {
+            r.merge_moved(self.accounts, now);
+        }
+        r.addrs.clear();
+        let rand = RandomInputs {
+            id_hash,
+            inv_weights: inv_weights.as_deref(),
+        };
         sel.begin(self.k);
-        match index.resets.as_ref().filter(|_| usable) {
-            Some(r) => {
-                for &(built, i) in &r.order {
-                    if sel.bound().is_some_and(|w| reset_key_floor(built) >= w) {
-                        break;
-                    }
-                    self.offer_by_reset(index, i as usize, seed, sel);
-                }
+        for &i in &r.moved {
+            self.offer_by_reset(&rand, i as usize, seed, sel);
+        }
+        let moved = !r.moved.is_empty();
+        for &(built, i) in &r.order {
+            if sel.bound().is_some_and(|w| reset_key_floor(built) >= w) {
+                break;
             }
-            // Instants moved earlier since a recent build: scan instead of re-sorting.
-            None => {
-                for i in 0..self.accounts.len() {
-                    self.offer_by_reset(index, i, seed, sel);
-                }
+            if moved && r.is_moved[i as usize] {
+                continue;
             }
+            self.offer_by_reset(&rand, i as usize, seed, sel);
         }
         picked.extend(sel.finish().iter().map(|e| e.1));
     }
 
     /// Offers account `i` to `quota_reset_priority`'s selection.
     #[inline]
-    fn offer_by_reset(&self, index: &SnapshotIndex, i: usize, seed: u64, sel: &mut Selector) {
+    fn offer_by_reset(&self, rand: &RandomInputs<'_>, i: usize, seed: u64, sel: &mut Selector) {
         let resets = reset_key(&self.accounts[i].live, self.req.now_ms / 1000);
         // The reset instants alone are a lower bound of the key: skip the rest early.
         if !sel.admits(resets) {
@@ -898,7 +1218,10 @@ impl Pick<'_> {
         let exhausted = u128::from(a.quota_exhausted());
         let covered = u128::from(covered_before_reset(&self.accounts[i], self.req.now_ms));
         // Randomness from (pick, account), so the visiting order does not matter.
-        let rand = random_of(index.inv_weight(i), mix64(seed ^ index.id_hash[i]));
+        let rand = random_of(
+            rand.inv_weights.map(|w| w[i]),
+            mix64(seed ^ rand.id_hash[i]),
+        );
         let key = (saturated << 127)
             | (unhealthy << 126)
             | (exhausted << 125)

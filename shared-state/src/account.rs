@@ -22,7 +22,7 @@
 //! the returned [`Lease`] until the stream is finalized (or the client goes away).
 
 use std::sync::{
-    atomic::{AtomicU32, AtomicU64, Ordering},
+    atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering},
     Arc,
 };
 
@@ -190,12 +190,53 @@ pub fn reset_epoch() -> u64 {
     RESET_EPOCH.load(Ordering::Acquire)
 }
 
-/// Stores a reset instant, bumping the reset epoch when it may sort earlier than before.
-fn store_reset(cell: &AtomicU64, new: u64) {
-    let old = cell.swap(new, Ordering::AcqRel);
-    if reset_may_sort_earlier(old, new) {
-        RESET_EPOCH.fetch_add(1, Ordering::AcqRel);
+/// Length of the reset move log ([`reset_moves`]).
+pub const RESET_LOG_LEN: usize = 4_096;
+
+/// One entry of the reset move log: which account (the address of its [`AccountLive`])
+/// made the move numbered `seq - 1` (0: never written).
+#[derive(Debug)]
+struct ResetLogSlot {
+    seq: AtomicU64,
+    live: AtomicUsize,
+}
+
+/// The reset move log: move `e` (the reset epoch before it) sits in slot
+/// `e % RESET_LOG_LEN`, so a reader that knows the epoch it last saw can tell which
+/// accounts moved since, without reading the pool.
+static RESET_LOG: [ResetLogSlot; RESET_LOG_LEN] = [const {
+    ResetLogSlot {
+        seq: AtomicU64::new(0),
+        live: AtomicUsize::new(0),
     }
+}; RESET_LOG_LEN];
+
+/// Appends the addresses of the [`AccountLive`]s whose reset instants moved (in the sense
+/// of [`reset_epoch`]) between epochs `from` and `to` to `out`, oldest first, and returns
+/// the epoch up to which the log was read (a move whose entry is still being written ends
+/// the read early: read on from there next time). `None` when the log no longer holds every
+/// move since `from` (more than [`RESET_LOG_LEN`] of them): re-read every account instead.
+/// Addresses identify an account while its `Arc<AccountLive>` lives (snapshots share it).
+pub fn reset_moves(from: u64, to: u64, out: &mut Vec<usize>) -> Option<u64> {
+    if to < from || to - from > RESET_LOG_LEN as u64 {
+        return None;
+    }
+    for e in from..to {
+        let slot = &RESET_LOG[(e % RESET_LOG_LEN as u64) as usize];
+        let seq = slot.seq.load(Ordering::Acquire);
+        if seq <= e {
+            return Some(e);
+        }
+        if seq != e + 1 {
+            return None;
+        }
+        let live = slot.live.load(Ordering::Acquire);
+        if slot.seq.load(Ordering::Acquire) != e + 1 {
+            return None;
+        }
+        out.push(live);
+    }
+    Some(to)
 }
 
 /// Whether replacing reset instant `old` by `new` (unix seconds, 0 = unknown) may make the
@@ -320,13 +361,26 @@ impl AccountLive {
             self.primary_used_centi.store(centi(p), Ordering::Release);
         }
         if let Some(r) = q.primary_reset_at {
-            store_reset(&self.primary_reset_at, r);
+            self.store_reset(&self.primary_reset_at, r);
         }
         if let Some(p) = q.secondary_pct {
             self.secondary_used_centi.store(centi(p), Ordering::Release);
         }
         if let Some(r) = q.secondary_reset_at {
-            store_reset(&self.secondary_reset_at, r);
+            self.store_reset(&self.secondary_reset_at, r);
+        }
+    }
+
+    /// Stores a reset instant; when it may sort earlier than before, bumps the reset epoch
+    /// and logs the move ([`reset_moves`]).
+    fn store_reset(&self, cell: &AtomicU64, new: u64) {
+        let old = cell.swap(new, Ordering::AcqRel);
+        if reset_may_sort_earlier(old, new) {
+            let e = RESET_EPOCH.fetch_add(1, Ordering::AcqRel);
+            let slot = &RESET_LOG[(e % RESET_LOG_LEN as u64) as usize];
+            slot.live
+                .store(self as *const Self as usize, Ordering::Release);
+            slot.seq.store(e + 1, Ordering::Release);
         }
     }
 
@@ -709,6 +763,34 @@ mod tests {
         let before = reset_epoch();
         live.apply(&AccountEffect::quota(None, Some(5_000), None, None));
         assert!(reset_epoch() > before);
+    }
+
+    #[test]
+    fn reset_moves_name_the_accounts_that_moved() {
+        let (a, b) = (AccountLive::default(), AccountLive::default());
+        let from = reset_epoch();
+        a.apply(&AccountEffect::quota(None, Some(1_000), None, None));
+        b.apply(&AccountEffect::quota(None, None, None, Some(9_000)));
+        // Jitter: no move logged.
+        a.apply(&AccountEffect::quota(None, Some(1_003), None, None));
+        let to = reset_epoch();
+        // Other tests may log moves meanwhile; ours are in the log once each, a before b.
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < to {
+            at = reset_moves(at, to, &mut out).expect("within the log");
+            std::thread::yield_now();
+        }
+        let (pa, pb) = (&a as *const _ as usize, &b as *const _ as usize);
+        assert_eq!(out.iter().filter(|x| **x == pa).count(), 1);
+        assert_eq!(out.iter().filter(|x| **x == pb).count(), 1);
+        assert!(out.iter().position(|x| *x == pa) < out.iter().position(|x| *x == pb));
+        // More moves than the log holds: the reader must re-read everything.
+        assert_eq!(
+            reset_moves(from, from + RESET_LOG_LEN as u64 + 1, &mut out),
+            None
+        );
+        assert_eq!(reset_moves(to, to, &mut out), Some(to));
     }
 
     #[test]

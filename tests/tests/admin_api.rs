@@ -603,7 +603,48 @@ async fn resources_answer_what_the_data_plane_did() {
             "{row}"
         );
         assert!(sched["score"].as_f64().is_some(), "{row}");
+        // One owner for the tier: the accounts API shows the scheduler's.
+        assert_eq!(row["health"]["tier"], sched["tier"], "{row}");
     }
+    // Two 401s on the data plane: the scheduler quarantines the account, and the accounts
+    // API, the single account view and the ops board all say so (no rule of their own).
+    let live = s
+        .app
+        .snapshot
+        .load()
+        .account(imported_id)
+        .map(|a| std::sync::Arc::clone(&a.live))
+        .unwrap();
+    let now = shared_state::now_ms();
+    for _ in 0..2 {
+        gateway::scheduler::record_failure(&live, gateway::scheduler::FailureKind::Auth, now);
+    }
+    let path = format!("/api/admin/accounts/{imported_id}");
+    let (_, _, one) = call(&s, "GET", &path, t, None, None).await;
+    assert_eq!(one["health"]["tier"], "quarantine", "{one}");
+    let (_, _, list) = call(&s, "GET", "/api/admin/accounts", t, None, None).await;
+    let listed = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == imported_id)
+        .cloned()
+        .unwrap();
+    assert_eq!(listed["health"]["tier"], "quarantine", "{listed}");
+    let (_, _, o) = call(&s, "GET", "/api/admin/ops", t, None, None).await;
+    let row = o["board"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == imported_id)
+        .cloned()
+        .unwrap();
+    assert_eq!(row["scheduler"]["tier"], "quarantine", "{row}");
+    assert_eq!(row["health"]["tier"], "quarantine", "{row}");
+    // Reset health: healthy again, for every view.
+    let (st, _, v) = call(&s, "POST", &format!("{path}/reset-health"), t, None, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["health"]["tier"], "healthy", "{v}");
 
     // Bulk disable: the data plane stops using those accounts.
     let others: Vec<i64> = accounts

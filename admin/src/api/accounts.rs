@@ -32,7 +32,7 @@ use axum::{
     Json, Router,
 };
 use serde::{Deserialize, Serialize};
-use shared_state::{AccountEffect, AccountStatus, Secret};
+use shared_state::{board::BoardEntry, AccountEffect, AccountStatus, Secret};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::{import::ImportSummary, sidecar::Core, storage::AccountRow};
@@ -95,7 +95,8 @@ pub(crate) struct AccountView {
 }
 
 /// The scheduler's live feedback for one account (owned by `gateway::scheduler`: the admin
-/// API shows the inputs; the tier and score are computed on the data plane).
+/// API shows the inputs, and the tier as the scheduler computes it, through the board
+/// function the data plane hands over, `SidecarConfig::scheduler_board`).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct HealthView {
     /// EWMA of the attempt error rate, 0..1.
@@ -108,22 +109,35 @@ pub(crate) struct HealthView {
     last_request_ms: u64,
     /// Models this account must not serve for now.
     excluded_models: Vec<String>,
-    /// `healthy` / `degraded` / `failing` from the EWMA error rate and the failure streak.
+    /// The scheduler's health tier (`healthy` / `warm` / `risky` / `quarantine`, from
+    /// `gateway::scheduler::assess`), or `unknown` when no data plane runs in this process
+    /// or the account is not in the published snapshot yet.
     tier: &'static str,
 }
 
-fn tier(error_rate: f64, streak: u32) -> &'static str {
-    if streak >= 3 || error_rate >= 0.5 {
-        "failing"
-    } else if streak >= 1 || error_rate >= 0.15 {
-        "degraded"
-    } else {
-        "healthy"
-    }
+/// The tier shown for an account the scheduler board does not cover.
+const TIER_UNKNOWN: &str = "unknown";
+
+/// The scheduler board of the published snapshot now, by account id (empty without a data
+/// plane in this process). One call covers every account: list views compute it once.
+pub(super) fn scheduler_entries(core: &Core) -> HashMap<i64, BoardEntry> {
+    let Some(board) = core.admin.board else {
+        return HashMap::new();
+    };
+    board(&core.publisher.current(), shared_state::now_ms())
+        .entries
+        .into_iter()
+        .map(|e| (e.account_id, e))
+        .collect()
 }
 
-/// The view of `r`, with the live state of the published snapshot.
-pub(super) async fn account_view(core: &Core, r: &AccountRow) -> AccountView {
+/// The view of `r`, with the live state of the published snapshot and the scheduler's
+/// entry for it (`sched`, from [`scheduler_entries`] or the ops board).
+pub(super) async fn account_view(
+    core: &Core,
+    r: &AccountRow,
+    sched: Option<&BoardEntry>,
+) -> AccountView {
     use std::sync::atomic::Ordering;
     let live = core.publisher.live(r.id).await;
     let now = shared_state::now_ms();
@@ -159,11 +173,11 @@ pub(super) async fn account_view(core: &Core, r: &AccountRow) -> AccountView {
                     .into_iter()
                     .map(|e| e.model.to_string())
                     .collect(),
-                tier: tier(error_rate, streak),
+                tier: sched.map_or(TIER_UNKNOWN, |e| e.tier),
             }
         })
         .unwrap_or_else(|| HealthView {
-            tier: "healthy",
+            tier: sched.map_or(TIER_UNKNOWN, |e| e.tier),
             ..HealthView::default()
         });
     let pct = |live_pct: Option<f64>, stored: Option<f64>| match (live_pct, stored) {
@@ -226,14 +240,16 @@ async fn find_account(core: &Core, id: i64) -> Result<AccountRow, ApiError> {
 
 async fn view_of(core: &Core, id: i64) -> ApiResult<AccountView> {
     let row = find_account(core, id).await?;
-    Ok(Json(account_view(core, &row).await))
+    let sched = scheduler_entries(core);
+    Ok(Json(account_view(core, &row, sched.get(&id)).await))
 }
 
 async fn list_accounts(State(core): State<AppState>) -> ApiResult<List<AccountView>> {
     let rows = core.storage.list_accounts().await?;
+    let sched = scheduler_entries(&core);
     let mut data = Vec::with_capacity(rows.len());
     for r in &rows {
-        data.push(account_view(&core, r).await);
+        data.push(account_view(&core, r, sched.get(&r.id)).await);
     }
     Ok(Json(List::of(data)))
 }
@@ -845,12 +861,5 @@ mod tests {
         assert!(p.take("s", 1_000 + 1).is_none(), "single use");
         p.insert("t".into(), Secret::new("v"), 1_000);
         assert!(p.take("t", 1_000 + 16 * 60_000).is_none(), "expired");
-    }
-
-    #[test]
-    fn tiers() {
-        assert_eq!(tier(0.0, 0), "healthy");
-        assert_eq!(tier(0.2, 0), "degraded");
-        assert_eq!(tier(0.0, 3), "failing");
     }
 }

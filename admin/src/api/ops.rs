@@ -506,10 +506,11 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
     let truncated = rows.len().saturating_sub(BOARD_ROWS);
     let mut board = Vec::with_capacity(rows.len().min(BOARD_ROWS));
     for (i, (s, r)) in rows.into_iter().take(BOARD_ROWS).enumerate() {
+        let account = account_view(&core, r, s.as_ref().map(|s| &s.1)).await;
         board.push(BoardRow {
             rank: i + 1,
             scheduler: s.map(|s| s.1),
-            account: account_view(&core, r).await,
+            account,
         });
     }
     Ok(Json(OpsView {

@@ -1046,6 +1046,318 @@ fn large_pool_smart_affinity_keeps_its_home() {
     }
 }
 
+// === the ranked index (smart over a large pool) and the session cache ===
+
+/// A smart pick of `k` on a shared scratch (the ranked index persists between picks).
+fn smart_pick(
+    s: &Arc<Snapshot>,
+    scratch: &mut PickScratch,
+    c: usize,
+    k: usize,
+    now: u64,
+) -> Vec<i64> {
+    let r = PickRequest {
+        now_ms: now,
+        ..req(c, k)
+    };
+    ids(&order_with(s, &r, scratch))
+}
+
+#[test]
+fn ranked_index_never_offers_an_account_that_went_out_since_it_was_built() {
+    let accs = pool(LARGE);
+    let s = snap_with(
+        accs.clone(),
+        Settings {
+            strategy: Strategy::Smart,
+            pause_threshold_pct: Some(95.0),
+            ..Settings::default()
+        },
+    );
+    let mut scratch = PickScratch::default();
+    // Build the index: every account is healthy and idle, all in the best rank.
+    let first = smart_pick(&s, &mut scratch, 0, 5, NOW);
+    assert_eq!(first.len(), 5);
+    assert!(scratch.index.as_ref().is_some_and(|ix| ix.tiers.is_some()));
+    // Live changes the index does not know of: the accounts just picked and a third of the
+    // pool go out in three ways (cooldown, a worker's status override, quota past the pause
+    // threshold), without a new snapshot.
+    let mut gone: HashSet<i64> = first.iter().copied().collect();
+    gone.extend((1..=LARGE as i64).filter(|id| id % 3 == 0));
+    for (n, id) in gone.iter().enumerate() {
+        let live = &accs[(*id - 1) as usize].live;
+        match n % 3 {
+            0 => live.apply(&AccountEffect::cooldown(NOW + 3_600_000, "test")),
+            1 => live.apply(&AccountEffect::Status(AccountStatus::Disabled)),
+            _ => live.apply(&AccountEffect::quota(
+                Some(100.0),
+                Some(NOW_S + 3_600),
+                None,
+                None,
+            )),
+        }
+    }
+    for c in 1..400 {
+        let k = [1, 5, 40][c % 3];
+        let got = smart_pick(&s, &mut scratch, c, k, NOW + c as u64);
+        assert_eq!(got.len(), k, "enough healthy accounts remain");
+        assert_unique(&got);
+        for id in &got {
+            assert!(
+                !gone.contains(id),
+                "pick {c}: account {id} is out but was picked"
+            );
+        }
+    }
+    // The index learned it: the accounts it read are ranked out now.
+    let ix = scratch
+        .index
+        .as_ref()
+        .and_then(|ix| ix.tiers.as_ref())
+        .unwrap();
+    for id in &first {
+        assert_eq!(ix.rank_of_account((*id - 1) as usize), rank::OUT_RANK);
+    }
+}
+
+#[test]
+fn ranked_index_prefers_healthy_accounts_after_live_failures() {
+    let accs = pool(LARGE);
+    let s = snap(accs.clone(), Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    let mut sick = HashSet::new();
+    // Every first candidate fails with a 401 right after it was picked (risky tier): the
+    // next picks must lead with a healthy account every time.
+    for c in 0..300 {
+        let got = smart_pick(&s, &mut scratch, c, 3, NOW);
+        assert!(
+            !sick.contains(&got[0]),
+            "pick {c} leads with sick {}",
+            got[0]
+        );
+        for id in &got {
+            assert!(!sick.contains(id), "pick {c}: a sick account among {got:?}");
+        }
+        fail_n(&accs[(got[0] - 1) as usize], FailureKind::Auth, 1, NOW);
+        sick.insert(got[0]);
+    }
+    // With no healthy account left in reach, sick ones are still candidates (tier first).
+    let few = pool(40);
+    for a in &few[..38] {
+        fail_n(a, FailureKind::Auth, 1, NOW);
+    }
+    let s = snap(few, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    for c in 0..20 {
+        let got = smart_pick(&s, &mut scratch, c, 5, NOW);
+        assert_eq!(got.len(), 5);
+        let mut head = got[..2].to_vec();
+        head.sort_unstable();
+        assert_eq!(
+            head,
+            vec![39, 40],
+            "the two healthy accounts first: {got:?}"
+        );
+    }
+}
+
+#[test]
+fn ranked_smart_spreads_load_over_a_large_pool_by_weight() {
+    // Odd ids weigh 3, even ids 1: about 3/4 of the first candidates should be odd, and
+    // the load should reach most of the pool, not a few accounts the index ranks first.
+    let accs: Vec<_> = (1..=LARGE as i64)
+        .map(|id| entry_with(id, if id % 2 == 1 { 3 } else { 1 }, 0))
+        .collect();
+    let s = snap(accs, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    let (mut heavy, mut firsts) = (0u32, HashSet::new());
+    for c in 0..6_000 {
+        let got = smart_pick(&s, &mut scratch, c, 3, NOW);
+        heavy += u32::from(got[0] % 2 == 1);
+        firsts.insert(got[0]);
+    }
+    let share = f64::from(heavy) / 6_000.0;
+    assert!((0.71..0.79).contains(&share), "{share}");
+    assert!(firsts.len() >= 1_500, "{} distinct firsts", firsts.len());
+}
+
+#[test]
+fn ranked_index_brings_back_accounts_whose_cooldown_ended() {
+    let accs = pool(LARGE);
+    let s = snap(accs.clone(), Strategy::Smart);
+    // All but ten accounts cool down for a second before the index is built.
+    for a in &accs[10..] {
+        a.live.apply(&AccountEffect::cooldown(NOW + 1_000, "test"));
+    }
+    let mut scratch = PickScratch::default();
+    let got = smart_pick(&s, &mut scratch, 0, 5, NOW);
+    assert!(got.iter().all(|id| *id <= 10), "{got:?}");
+    // The ten get busy (a lease each lowers their score), so the accounts that come back
+    // lead the order as soon as the pick knows of them.
+    let leases: Vec<_> = accs[..10].iter().map(|a| a.live.try_acquire(0)).collect();
+    // After the cooldown, the accounts that came back are found by the next picks.
+    let mut back = HashSet::new();
+    for c in 1..50 {
+        for id in smart_pick(&s, &mut scratch, c, 5, NOW + 2_000) {
+            if id > 10 {
+                back.insert(id);
+            }
+        }
+    }
+    assert!(
+        back.len() >= 20,
+        "accounts back from cooldown: {}",
+        back.len()
+    );
+    drop(leases);
+}
+
+#[test]
+fn session_cache_gives_the_walks_order_within_the_group() {
+    // Two groups over a large pool; the cached prefix must equal the walk's order of the
+    // request's group, beyond the prefix too, with ineligible accounts in between.
+    let accs: Vec<_> = (1..=LARGE as i64)
+        .map(|id| {
+            let mut e = raw_entry(id, 1 + (id % 3) as u32, 0);
+            if id % 4 == 0 {
+                e.group = Some("team".into());
+            }
+            Arc::new(e)
+        })
+        .collect();
+    for a in accs.iter().filter(|a| a.id % 7 == 0) {
+        a.live.apply(&AccountEffect::cooldown(NOW + 60_000, "test"));
+    }
+    let s = snap(accs, Strategy::Sticky);
+    let mut warm = PickScratch::default();
+    for round in 0..2 {
+        for i in 0..200 {
+            let key = format!("sess-{i}");
+            for group in [None, Some("team")] {
+                for k in [1, 5, SESSION_PREFIX + 8] {
+                    let r = PickRequest {
+                        affinity_key: Some(&key),
+                        group,
+                        ..req(i, k)
+                    };
+                    let cold = pick(&s, &r);
+                    let hot = ids(&order_with(&s, &r, &mut warm));
+                    assert_eq!(cold, hot, "round {round} key {key} group {group:?} k {k}");
+                    assert_eq!(hot.len(), k);
+                    for id in &hot {
+                        assert_eq!(id % 4 == 0, group.is_some(), "group respected");
+                        assert_ne!(id % 7, 0, "cooling account {id}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quota_reset_priority_follows_many_moves_without_a_rescan() {
+    let accs = reset_pool();
+    let s = snap(accs.clone(), Strategy::QuotaResetPriority);
+    let mut scratch = PickScratch::default();
+    let check = |scratch: &mut PickScratch, now: u64| -> Vec<i64> {
+        let r = PickRequest {
+            now_ms: now,
+            ..req(3, 0)
+        };
+        let full = pick(&s, &r);
+        let got = ids(&order_with(
+            &s,
+            &PickRequest {
+                max_candidates: 5,
+                ..r
+            },
+            scratch,
+        ));
+        assert_eq!(got, full[..5].to_vec());
+        got
+    };
+    check(&mut scratch, NOW);
+    let built = scratch
+        .index
+        .as_ref()
+        .unwrap()
+        .resets
+        .as_ref()
+        .unwrap()
+        .built_ms;
+    // Many accounts learn earlier resets, one after another (more than the moved set
+    // holds, so some are merged into the order): each pick stays exact.
+    for (n, a) in accs.iter().rev().take(3 * RESET_MOVED_MAX).enumerate() {
+        let at = a.live.primary_reset_at();
+        a.live.apply(&AccountEffect::quota(
+            None,
+            Some((NOW_S + 30 + (n as u64 * 13) % 3_000).min(at)),
+            None,
+            None,
+        ));
+        check(&mut scratch, NOW + 1 + n as u64);
+    }
+    let r = scratch.index.as_ref().unwrap().resets.as_ref().unwrap();
+    assert_eq!(r.built_ms, built, "no rebuild from live state");
+    assert!(r.moved.len() <= RESET_MOVED_MAX);
+    // Past the log's reach (more moves than it holds between two picks): rebuilt, exact.
+    let a = &accs[0].live;
+    for n in 0..shared_state::account::RESET_LOG_LEN as u64 + 1 {
+        a.apply(&AccountEffect::quota(
+            None,
+            Some(NOW_S + 100_000 + n * 700),
+            None,
+            None,
+        ));
+        a.apply(&AccountEffect::quota(
+            None,
+            Some(NOW_S + 40 + n % 2),
+            None,
+            None,
+        ));
+    }
+    check(&mut scratch, NOW + 5_000);
+    let r = scratch.index.as_ref().unwrap().resets.as_ref().unwrap();
+    assert_eq!(r.built_ms, NOW + 5_000, "rebuilt after the log overflowed");
+}
+
+#[test]
+fn indexes_survive_a_publish_that_changes_no_account() {
+    let accs = pool(LARGE);
+    let a = snap(accs.clone(), Strategy::Sticky);
+    let mut scratch = PickScratch::default();
+    let r = PickRequest {
+        affinity_key: Some("sess"),
+        ..req(0, 3)
+    };
+    let home = ids(&order_with(&a, &r, &mut scratch));
+    let cached = |scratch: &PickScratch| {
+        let ix = scratch.index.as_ref().unwrap();
+        let tag = key_hash("sess") | 1;
+        ix.sessions.get(tag).map(<[u32]>::to_vec)
+    };
+    let prefix = cached(&scratch).expect("cached after the first pick");
+    // A new snapshot of the same accounts (a token refresh, a settings change): the
+    // session cache carries over (a round_robin pick touches neither index).
+    let b = snap_with(
+        accs.clone(),
+        Settings {
+            strategy: Strategy::RoundRobin,
+            default_max_concurrency: 7,
+            ..Settings::default()
+        },
+    );
+    order_with(&b, &req(0, 3), &mut scratch);
+    assert!(scratch.index.as_ref().unwrap().is_for(&b));
+    assert_eq!(cached(&scratch), Some(prefix));
+    let c = snap(accs.clone(), Strategy::Sticky);
+    assert_eq!(ids(&order_with(&c, &r, &mut scratch)), home);
+    // One account fewer: everything is rebuilt.
+    let d = snap(accs[1..].to_vec(), Strategy::RoundRobin);
+    order_with(&d, &req(0, 3), &mut scratch);
+    assert_eq!(cached(&scratch), None);
+}
+
 /// Quota with random-ish reset instants over a large pool.
 fn reset_pool() -> Vec<Arc<AccountEntry>> {
     let accs = pool(LARGE);
@@ -1097,8 +1409,8 @@ fn quota_reset_priority_order_is_exact_while_live_state_moves() {
     for id in &top[..3] {
         assert!(!got.contains(id));
     }
-    // A late account learns a reset far earlier than anyone's: first at once (the epoch
-    // moved; within the rebuild interval the pick scans), and after a rebuild.
+    // A late account learns a reset far earlier than anyone's: first at once (the move log
+    // names it: offered beside the order), and later too.
     let late = accs
         .iter()
         .max_by_key(|a| a.live.primary_reset_at())
@@ -1108,9 +1420,9 @@ fn quota_reset_priority_order_is_exact_while_live_state_moves() {
         .live
         .apply(&AccountEffect::quota(None, Some(NOW_S + 5), None, None));
     assert_eq!(check(&mut scratch, NOW)[0], late);
-    assert_eq!(check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[0], late);
+    assert_eq!(check(&mut scratch, NOW + 250)[0], late);
     // Jitter (a few seconds earlier, no epoch move) keeps the order exact too.
-    let second = check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[1];
+    let second = check(&mut scratch, NOW + 250)[1];
     let a = &accs[(second - 1) as usize].live;
     let at = a.primary_reset_at();
     a.apply(&AccountEffect::quota(
@@ -1119,10 +1431,10 @@ fn quota_reset_priority_order_is_exact_while_live_state_moves() {
         None,
         None,
     ));
-    check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS);
+    check(&mut scratch, NOW + 250);
     // A window that passed and renewed (its instant jumps later) moves back.
     a.apply(&AccountEffect::quota(None, Some(at + 18_000), None, None));
-    assert_ne!(check(&mut scratch, NOW + RESET_ORDER_MIN_AGE_MS)[1], second);
+    assert_ne!(check(&mut scratch, NOW + 250)[1], second);
 }
 
 // === the board ===
