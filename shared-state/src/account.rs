@@ -497,6 +497,25 @@ pub struct SchedulerLive {
     pub burn_secondary_pct_h: AtomicF64,
 }
 
+// === impl SchedulerLive ===
+
+impl SchedulerLive {
+    /// Forgets all feedback (an operator's "reset health", a re-login): penalties, error rate,
+    /// first-token latency, both streaks and model exclusions. The one reset: the scheduler
+    /// and the admin API both call it. Burn estimates and the last request time are
+    /// observations, not feedback, and stay.
+    pub fn reset(&self) {
+        for p in &self.penalties {
+            p.clear();
+        }
+        self.error_rate.store(0.0);
+        self.first_token_ms.store(0.0);
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.consecutive_successes.store(0, Ordering::Relaxed);
+        self.excluded_models.clear();
+    }
+}
+
 /// An `f64` in an [`AtomicU64`] (its bit pattern), updated with a CAS loop.
 #[derive(Debug, Default)]
 pub struct AtomicF64(AtomicU64);
@@ -696,6 +715,11 @@ impl ModelExclusions {
         });
     }
 
+    /// Lifts every exclusion.
+    pub fn clear(&self) {
+        self.list.store(Arc::new(Vec::new()));
+    }
+
     /// The exclusions still in force at `now_ms` (for admin display).
     pub fn active(&self, now_ms: u64) -> Vec<ModelExclusion> {
         if self.until_max_ms.load(Ordering::Acquire) <= now_ms {
@@ -733,6 +757,30 @@ impl Drop for Lease {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn scheduler_reset_forgets_every_piece_of_feedback() {
+        let s = SchedulerLive::default();
+        let now = 1_700_000_000_000;
+        s.penalties[0].add(40.0, 100.0, now, 60_000);
+        s.penalties[7].add(10.0, 100.0, now, 60_000);
+        s.error_rate.store(0.5);
+        s.first_token_ms.store(900.0);
+        s.consecutive_failures.store(3, Ordering::Relaxed);
+        s.consecutive_successes.store(2, Ordering::Relaxed);
+        s.last_request_ms.store(now, Ordering::Relaxed);
+        s.excluded_models.exclude("gpt-5.5", now + 60_000, now);
+        s.reset();
+        assert!(s.penalties.iter().all(|p| p.value(now, 60_000) == 0.0));
+        assert_eq!(s.error_rate.load(), 0.0);
+        assert_eq!(s.first_token_ms.load(), 0.0);
+        assert_eq!(s.consecutive_failures.load(Ordering::Relaxed), 0);
+        assert_eq!(s.consecutive_successes.load(Ordering::Relaxed), 0);
+        assert!(s.excluded_models.active(now).is_empty());
+        assert!(!s.excluded_models.is_excluded("gpt-5.5", now));
+        // An observation, not feedback.
+        assert_eq!(s.last_request_ms.load(Ordering::Relaxed), now);
+    }
     use super::*;
 
     #[test]

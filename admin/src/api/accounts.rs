@@ -418,9 +418,9 @@ async fn poll_account_quota(
 
 /// Clears what the data plane learned against an account: cooldown (live and stored) and the
 /// status override (as an operator status change, [`AccountEffect::OperatorStatus`]), and the
-/// scheduler's feedback: penalties, failure streak, error-rate EWMA and model exclusions.
+/// scheduler's feedback (`SchedulerLive::reset`: penalties, streaks, error rate, latency,
+/// model exclusions).
 async fn reset_health_of(core: &Core, id: i64) -> Result<bool, ApiError> {
-    use std::sync::atomic::Ordering;
     if !core.storage.set_cooldown(id, 0, None).await? {
         return Ok(false);
     }
@@ -433,16 +433,8 @@ async fn reset_health_of(core: &Core, id: i64) -> Result<bool, ApiError> {
             status: row.status,
             cooldown_until_ms: 0,
         });
-        // The scheduler's feedback starts afresh.
-        let s = live.scheduler();
-        for p in &s.penalties {
-            p.clear();
-        }
-        s.error_rate.store(0.0);
-        s.consecutive_failures.store(0, Ordering::Relaxed);
-        for e in s.excluded_models.active(shared_state::now_ms()) {
-            s.excluded_models.lift(&e.model);
-        }
+        // The scheduler's feedback starts afresh (the one reset the scheduler uses too).
+        live.scheduler().reset();
     }
     Ok(true)
 }

@@ -397,14 +397,8 @@ pub fn record_failure(live: &AccountLive, kind: FailureKind, now_ms: u64) {
         });
 }
 
-/// Forgets all feedback of an account (operator "reset health", or after re-login).
+/// Forgets all feedback of an account (operator "reset health", or after re-login):
+/// [`shared_state::account::SchedulerLive::reset`], which the admin API calls too.
 pub fn reset_feedback(live: &AccountLive) {
-    let s = live.scheduler();
-    for p in &s.penalties {
-        p.clear();
-    }
-    s.error_rate.store(0.0);
-    s.first_token_ms.store(0.0);
-    s.consecutive_failures.store(0, Ordering::Relaxed);
-    s.consecutive_successes.store(0, Ordering::Relaxed);
+    live.scheduler().reset();
 }
