@@ -34,31 +34,10 @@ INPUT_CHARS=${INPUT_CHARS:-}
 MODEL=${MODEL:-gpt-5.5}
 
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-cpu.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do
-    [[ -n $p ]] && kill "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-log() { echo "[cpu-per-request] $*" >&2; }
-
-wait_line() {
-  local file=$1 re=$2 i
-  # Up to 10 minutes (a gateway under valgrind starts slowly).
-  for i in $(seq 1 6000); do
-    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "timed out waiting for /$re/ in $file" >&2
-  cat "$file" >&2
-  return 1
-}
+NAME=cpu-per-request
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup codex-cpu
 
 RUST_LOG=warn "$BIN/mock-codex" --listen 127.0.0.1:0 --workers 1 --max-recorded 0 \
   --h2-max-concurrent-streams 128 --write-auth-json "$WORK/auth" \
@@ -98,7 +77,7 @@ serve() {
   RUST_LOG=warn "$@" "$bin" serve --config "$WORK/$name.toml" >>"$OUT/$name-serve.log" 2>&1 &
   GW_PID=$!
   PIDS+=("$GW_PID")
-  GW_URL=$(wait_line "$OUT/$name-serve.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
+  GW_URL=$(wait_line "$OUT/$name-serve.log" 'listening on http://127\.0\.0\.1:[0-9]+' 6000 | sed 's/listening on //')
 }
 
 stop() {

@@ -45,37 +45,17 @@ for b in mock-codex memory-hold codex-gateway; do
   fi
 done
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-memory.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do
-    [[ -n $p ]] && kill "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-# Every connection is a descriptor in memory-hold and in the gateway (both inherit this).
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+NAME=memory.sh
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup codex-memory
+# Every connection is a descriptor in memory-hold and in the gateway (both inherit the limit
+# bench_setup raised).
 if (($(ulimit -n) < IDLE + SLOW + 1000)); then
   echo "memory.sh: the open-file limit $(ulimit -n) is too low for $IDLE + $SLOW connections" >&2
   exit 1
 fi
 
-log() { echo "[memory.sh] $*" >&2; }
-
-wait_line() {
-  local file=$1 re=$2 i
-  for i in $(seq 1 300); do
-    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "memory.sh: timed out waiting for /$re/ in $file" >&2
-  cat "$file" >&2
-  return 1
-}
 
 {
   echo "date: $(date -u +%FT%TZ)"

@@ -97,19 +97,10 @@ for b in mock-codex loadgen bench-report codex-gateway; do
   fi
 done
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-bench.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do
-    [[ -n $p ]] && kill "$p" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-
-log() { echo "[run.sh] $*" >&2; }
+NAME=run.sh
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup codex-bench
 
 # pinned CPUS CMD...: runs CMD under taskset when CPUS is set.
 pinned() {
@@ -123,28 +114,6 @@ pinned_exec() {
   local cpus=$1
   shift
   if [[ -n $cpus ]]; then exec taskset -c "$cpus" "$@"; else exec "$@"; fi
-}
-
-free_port() {
-  if command -v python3 >/dev/null; then
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-  else
-    echo $((20000 + RANDOM % 20000))
-  fi
-}
-
-# Waits until FILE has a line matching REGEX; prints the first match.
-wait_line() {
-  local file=$1 re=$2 i
-  for i in $(seq 1 300); do
-    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "run.sh: timed out waiting for /$re/ in $file" >&2
-  cat "$file" >&2
-  return 1
 }
 
 machine() {

@@ -27,26 +27,10 @@ SECS=${SECS:-8}
 ACCOUNTS=${ACCOUNTS:-16}
 MODEL=${MODEL:-gpt-5.5}
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/codex-scaling.XXXXXX")
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]:-}"; do [[ -n $p ]] && kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-log() { echo "[scaling.sh] $*" >&2; }
-wait_line() {
-  local file=$1 re=$2 i
-  for i in $(seq 1 300); do
-    if grep -Eo "$re" "$file" 2>/dev/null | head -1 | grep .; then return 0; fi
-    sleep 0.1
-  done
-  echo "scaling.sh: timed out waiting for /$re/ in $file" >&2
-  cat "$file" >&2
-  return 1
-}
+NAME=scaling.sh
+# shellcheck source=benches/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_setup codex-scaling
 
 {
   echo "date: $(date -u +%FT%TZ)"
