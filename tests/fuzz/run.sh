@@ -7,8 +7,9 @@
 #   tests/fuzz/run.sh smoke [SECONDS]       every target for SECONDS (default 8) each (CI)
 #   tests/fuzz/run.sh run TARGET [ARGS...]  one target, libFuzzer ARGS (e.g. -runs=10000000,
 #                                           -max_total_time=600, -jobs=2 -workers=2)
-#   tests/fuzz/run.sh merge TARGET          add what a long run found that covers new code to
-#                                           the committed corpus (minimized)
+#   tests/fuzz/run.sh merge TARGET [ARGS]   add what a long run found that covers new code to
+#                                           the committed corpus (minimized; -set_cover_merge=1
+#                                           keeps fewer inputs)
 #   tests/fuzz/run.sh list                  the targets
 #
 # The committed corpus (tests/fuzz/corpus/TARGET) is only read; new inputs go to
@@ -82,8 +83,9 @@ case "${1:-}" in
     ;;
   merge)
     t="${2:?target}"
+    shift 2
     [ -x "$bin" ] || build
-    GLIBC_TUNABLES="$tunables" FUZZ_TARGET="$t" "$bin" -merge=1 -rss_limit_mb=2048 "$corpus/$t" "$work/$t"
+    GLIBC_TUNABLES="$tunables" FUZZ_TARGET="$t" "$bin" -merge=1 -rss_limit_mb=2048 "$@" "$corpus/$t" "$work/$t"
     ;;
   *)
     sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
