@@ -340,9 +340,11 @@ where
             }
 
             Frame::Priority(_) => {
-                // v.encode(self.buf.get_mut());
-                // tracing::trace!("encoded priority; rem={:?}", self.buf.remaining());
-                unimplemented!();
+                // codex-gateway patch: the published crate panicked here (`unimplemented!`).
+                // Priority signalling is deprecated (RFC 9113 §5.3.2) and advisory, and this
+                // client never queues a PRIORITY frame; should one be queued, it is dropped
+                // rather than taking the connection task down.
+                tracing::debug!("PRIORITY frame not sent (priority signalling is deprecated)");
             }
             Frame::Reset(v) => {
                 v.encode(self.buf.get_mut());
