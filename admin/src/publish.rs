@@ -320,15 +320,18 @@ impl Publisher {
     /// and announces the change to the fleet ([`Self::announce`]): the reload after this
     /// instance changed something. Returns the published version, or `None` when nothing
     /// changed.
+    ///
+    /// The announcement is made even when this reload publishes nothing: a quiet reload
+    /// running at the same time (the periodic one, or one after another instance's
+    /// invalidation) may have read and published this instance's change first, and the
+    /// other instances must hear of it all the same.
     pub async fn reload(
         &self,
         storage: &dyn Storage,
         force: bool,
     ) -> Result<Option<u64>, StorageError> {
         let v = self.reload_quiet(storage, force).await?;
-        if v.is_some() {
-            self.announce();
-        }
+        self.announce();
         Ok(v)
     }
 

@@ -62,6 +62,8 @@ pub const HEALTH_INTERVAL: Duration = Duration::from_secs(2);
 pub const REFRESH_AHEAD: Duration = Duration::from_secs(15 * 60);
 /// How long shutdown waits for refreshes in flight.
 pub const REFRESH_DRAIN: Duration = Duration::from_secs(3);
+/// Longest an operator's account action waits for the queued data-plane effects.
+pub const SETTLE_MAX: Duration = Duration::from_secs(2);
 /// How long shutdown waits for the final usage flush.
 pub const FLUSH_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 
@@ -90,11 +92,22 @@ pub(crate) struct Core {
     pub upstream_base_url: String,
     /// The quota burn estimator (`crate::forecast`).
     pub forecast: crate::forecast::Forecaster,
+    /// Operator account actions wait here for the data-plane effects queued before them.
+    pub settle: events::Settle,
 }
 
 // === impl Core ===
 
 impl Core {
+    /// Before an operator's account action (enable, disable, reset health): waits until the
+    /// account effects the data plane queued before now are persisted, so none of them lands
+    /// after the operator's write and undoes it ([`events::Settle`]).
+    pub async fn settle_account_events(&self) {
+        if !self.settle.wait(SETTLE_MAX).await {
+            tracing::debug!("account events not settled in time; applying the operator action");
+        }
+    }
+
     /// Republishes if storage changed; logs (does not return) storage errors.
     pub async fn republish(&self) -> Option<u64> {
         match self.publisher.reload(self.storage.as_ref(), false).await {
@@ -244,6 +257,7 @@ pub(crate) async fn run(
             upstream_ca: cfg.upstream_ca.clone(),
             upstream_base_url: cfg.upstream_base_url.clone(),
             forecast: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
+            settle: events::Settle::default(),
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);

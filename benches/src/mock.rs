@@ -590,6 +590,18 @@ impl MockHandle {
         oauth::current_tokens(&self.shared, chatgpt_account_id)
     }
 
+    /// Revokes the account's current access token, as the backend does when it invalidates a
+    /// session: under `strict_tokens` every request bearing it is answered 401
+    /// `token_invalidated` until a refresh issues a new one (the refresh token stays valid),
+    /// however many requests arrive meanwhile. [`MockHandle::account_tokens`] is `None` until
+    /// then.
+    pub fn revoke_access_token(&self, chatgpt_account_id: &str) {
+        self.shared
+            .lock()
+            .account_mut(chatgpt_account_id, &self.shared.cfg)
+            .access_token = None;
+    }
+
     /// Installs the behaviour of an account (replacing the previous one and resetting its
     /// `fail_times` counter). The account need not be registered.
     pub fn set_behaviour(&self, chatgpt_account_id: &str, b: Behaviour) {

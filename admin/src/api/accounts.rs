@@ -285,6 +285,7 @@ async fn set_status_only(core: &Core, id: i64, status: AccountStatus) -> Result<
 }
 
 async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult<AccountView> {
+    core.settle_account_events().await;
     if !set_status_only(core, id, status).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
@@ -444,6 +445,7 @@ async fn reset_health(
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
     let id = parse_id(&id)?;
+    core.settle_account_events().await;
     if !reset_health_of(&core, id).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
@@ -491,6 +493,7 @@ async fn bulk(State(core): State<AppState>, body: Bytes) -> ApiResult<BulkResult
     if req.ids.is_empty() || req.ids.len() > BULK_MAX {
         return Err(ApiError::bad_request(format!("give 1 to {BULK_MAX} ids")).with_param("ids"));
     }
+    core.settle_account_events().await;
     let mut results = Vec::with_capacity(req.ids.len());
     for &id in &req.ids {
         let r: Result<bool, ApiError> = match req.action.as_str() {

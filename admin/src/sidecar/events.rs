@@ -21,7 +21,10 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -246,6 +249,44 @@ impl Pending {
     }
 }
 
+/// Orders an operator's account action after the data-plane facts decided before it.
+///
+/// A worker queues an account effect (a cooldown, a status) when it decides it, and the
+/// control loop persists it up to [`INTAKE_EVERY`] later. An operator who enables an account
+/// (or resets its health) right after a failure would otherwise have the failure's cooldown
+/// stored after the enable and undo it. The admin handlers call [`Settle::wait`] first: it
+/// returns once every effect queued before the call has been persisted (or after `max`, when
+/// the loop cannot: storage down, loop restarting), so the operator's write comes last.
+#[derive(Default)]
+pub(crate) struct Settle {
+    /// Tickets handed out; the loop serves all of them that exist when it drains.
+    asked: AtomicU64,
+    wake: tokio::sync::Notify,
+    /// The highest ticket whose effects were persisted (or attempted).
+    done: watch::Sender<u64>,
+}
+
+// === impl Settle ===
+
+impl Settle {
+    /// Waits until the effects queued before this call are persisted; false on timeout.
+    pub async fn wait(&self, max: Duration) -> bool {
+        let mut done = self.done.subscribe();
+        let ticket = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        self.wake.notify_one();
+        tokio::time::timeout(max, done.wait_for(|d| *d >= ticket))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// The tickets the loop's next drain serves (read before the drain: an effect queued
+    /// before a ticket was taken is in the queue by then).
+    fn pending(&self) -> Option<u64> {
+        let asked = self.asked.load(Ordering::SeqCst);
+        (asked > *self.done.borrow()).then_some(asked)
+    }
+}
+
 /// The control loop (account effects, quota, refresh requests); returns after its final
 /// flush once `stop` is set. Supervised on its own (`events.control`), so a crash of the
 /// usage loop never stops account events, and the reverse.
@@ -272,14 +313,18 @@ pub(crate) async fn control_loop(
         };
         tokio::select! {
             _ = events.wait_control() => {}
+            _ = core.settle.wake.notified() => {}
             _ = tokio::time::sleep(idle) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        let mut settling = core.settle.pending();
         if let Some(next) = last_intake.map(|t| t + INTAKE_EVERY) {
-            if Instant::now() < next {
-                // As the usage loop: the facts of the next few milliseconds join these.
+            if settling.is_none() && Instant::now() < next {
+                // As the usage loop: the facts of the next few milliseconds join these (an
+                // operator waiting on `Settle` ends the wait at once).
                 tokio::select! {
                     _ = tokio::time::sleep_until(next) => {}
+                    _ = core.settle.wake.notified() => settling = core.settle.pending(),
                     _ = stop.wait_for(|s| *s) => break,
                 }
             }
@@ -289,7 +334,15 @@ pub(crate) async fn control_loop(
         }
         last_intake = Some(Instant::now());
         p.flush(&core, false).await;
+        if let Some(t) = settling {
+            core.settle.done.send_replace(t);
+        }
     }
+    // Operators waiting now get their answer at once (their own write follows the final
+    // flush's or is refused with storage).
+    core.settle
+        .done
+        .send_replace(core.settle.asked.load(Ordering::SeqCst));
     for ev in events.drain_control() {
         p.take(&core, ev);
     }

@@ -637,7 +637,57 @@ async fn unstorable_text_does_not_stall_usage(db: &TestDb) {
     run.stop();
 }
 
+/// A failure the data plane decided just before an operator enabled the account (its cooldown
+/// still queued for the control loop, which persists effects up to 10 ms later) does not land
+/// after the enable and undo it: the enable waits for the effects queued before it.
+async fn an_enable_is_not_undone_by_a_failure_queued_before_it(db: &TestDb) {
+    let s = db.open().await;
+    let id = seed_account(s.as_ref(), "acc-settle", "rt").await;
+    let run = Running::start(config(db));
+    assert!(wait_until(WAIT, || async { run.snapshot.load().account(id).is_some() }).await);
+    const FAR: u64 = 4_000_000_000_000;
+    for round in 0..5 {
+        // An intake now, so the cooldown below waits for the next one.
+        run.send(WorkerEvent::Account {
+            account_id: id,
+            effect: AccountEffect::quota(Some(10.0 + f64::from(round)), None, None, None),
+        });
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        run.send(WorkerEvent::Account {
+            account_id: id,
+            effect: AccountEffect::CooldownUntil {
+                until_ms: FAR,
+                reason: "server_error".into(),
+            },
+        });
+        let path = if round % 2 == 0 {
+            format!("/api/admin/accounts/{id}/enable")
+        } else {
+            format!("/api/admin/accounts/{id}/reset-health")
+        };
+        let (st, body) = run.req(reqwest::Method::POST, &path, None, None).await;
+        assert_eq!(st, 200, "{path}: {body}");
+        // Past the control loop's intake and flush: nothing queued before the enable may
+        // change it afterwards.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let row = s.get_account(id).await.unwrap().unwrap().0;
+        assert_eq!(
+            row.cooldown_until_ms, 0,
+            "round {round} ({path}): stored cooldown"
+        );
+        let live = run
+            .snapshot
+            .load()
+            .account(id)
+            .unwrap()
+            .live
+            .cooldown_until_ms();
+        assert_eq!(live, 0, "round {round} ({path}): live cooldown");
+    }
+}
+
 both_backends!(
+    an_enable_is_not_undone_by_a_failure_queued_before_it,
     unstorable_text_does_not_stall_usage,
     settings_and_usage_api,
     spawn_publishes_snapshot_and_serves_healthz,

@@ -586,6 +586,32 @@ async fn usage_repeated_record_in_a_batch_counts_once(db: &TestDb) {
     assert_eq!(again[0].totals.requests, 2);
 }
 
+/// The reload after this instance's own change announces it to the fleet even when a quiet
+/// reload (the periodic one, or one after another instance's invalidation) got there first and
+/// published the change itself: otherwise the other instances would hear of it only at their
+/// next periodic reload.
+async fn own_change_is_announced_after_a_quiet_reload_published_it(db: &TestDb) {
+    let s = db.open().await;
+    let snap = Snapshot::shared();
+    let (mailboxes, _boxes) = channels::mailboxes(1);
+    let p = Publisher::new(Arc::clone(&snap), mailboxes, Settings::default());
+    p.reload_quiet(s.as_ref(), true).await.unwrap();
+    let announced = || async {
+        tokio::time::timeout(Duration::from_millis(200), p.announced())
+            .await
+            .is_ok()
+    };
+    // A mutation, then a quiet reload that publishes it before the mutation's own reload.
+    admin::cli::create_key(s.as_ref(), "k").await.unwrap();
+    assert!(p.reload_quiet(s.as_ref(), false).await.unwrap().is_some());
+    assert!(!announced().await, "a quiet reload announces nothing");
+    assert_eq!(p.reload(s.as_ref(), false).await.unwrap(), None);
+    assert!(
+        announced().await,
+        "the mutation's reload announces the change"
+    );
+}
+
 async fn snapshot_reuses_live_arcs(db: &TestDb) {
     let s = db.open().await;
     let a = s
@@ -987,4 +1013,5 @@ both_backends!(
     usage_dedup_rollups_and_retention,
     usage_repeated_record_in_a_batch_counts_once,
     snapshot_reuses_live_arcs,
+    own_change_is_announced_after_a_quiet_reload_published_it,
 );
