@@ -14,6 +14,7 @@
 //! - [`pipeline`]: the one post-commit forward loop (upstream events -> encoder -> sink) and
 //!   the usage guard.
 //! - [`ctx`]: the state one worker owns.
+//! - [`deadline`]: coarse per-worker deadlines for the idle waits of open streams.
 //! - [`lifecycle`]: Request -> Attempt -> Stream with the commit barrier.
 //! - [`policy`]: account effects of classified failures.
 //! - [`scheduler`]: the frozen candidate order (strategies, health tiers, dynamic concurrency).
@@ -29,6 +30,7 @@
 pub mod api;
 pub mod config;
 pub mod ctx;
+pub mod deadline;
 pub mod error;
 pub mod lifecycle;
 pub mod limits;

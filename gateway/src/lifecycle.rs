@@ -104,7 +104,8 @@ pub struct Committed {
     pub finished: bool,
     /// Upstream time to first byte.
     pub ttfb: Duration,
-    idle: Duration,
+    /// The upstream idle timeout between two chunks (the worker's deadline wheel).
+    idle: crate::deadline::Idle,
     /// The end (`Ok`) or break (`Err`) of the body, seen while draining chunks that were
     /// already received: reported after the events before it.
     ahead: Option<Result<(), UpstreamError>>,
@@ -151,7 +152,7 @@ impl Committed {
             Some(Err(e)) => return Next::Broken(transport_error(&e)),
             None => {}
         }
-        match self.body.chunk(self.idle).await {
+        match self.body.chunk_within(&mut self.idle).await {
             Ok(Some(b)) => {
                 self.splitter.push(&b);
                 let mut taken = b.len();
@@ -770,7 +771,7 @@ async fn attempt(
                         splitter,
                         finished,
                         ttfb,
-                        idle,
+                        idle: crate::deadline::Idle::new(idle),
                         ahead: None,
                     });
                 }

@@ -136,6 +136,41 @@ impl UpstreamBody {
         }
     }
 
+    /// The next chunk of a committed stream, failing with a timeout once `idle` passes
+    /// without one: the per-worker deadline wheel instead of a runtime timer per awaited
+    /// chunk (the h2 body; the others keep [`UpstreamBody::chunk`]'s timers). Every chunk
+    /// touches the deadline.
+    pub async fn chunk_within(
+        &mut self,
+        idle: &mut crate::deadline::Idle,
+    ) -> Result<Option<Bytes>, UpstreamError> {
+        let Self::H2(rs, _) = self else {
+            let r = self.chunk(idle.span()).await;
+            idle.touch();
+            return r;
+        };
+        let polled = std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(r) = rs.poll_data(cx) {
+                return std::task::Poll::Ready(Some(r));
+            }
+            idle.poll_expired(cx).map(|()| None)
+        })
+        .await;
+        match polled {
+            None => Err(UpstreamError::Timeout { sent: true }),
+            Some(None) => Ok(None),
+            Some(Some(Ok(b))) => {
+                idle.touch();
+                let _ = rs.flow_control().release_capacity(b.len());
+                Ok(Some(b))
+            }
+            Some(Some(Err(e))) => Err(UpstreamError::Protocol {
+                sent: true,
+                message: format!("h2 stream error: {e}"),
+            }),
+        }
+    }
+
     /// A chunk that is already received, without waiting: `None` when the next one needs a
     /// wait (or this body cannot tell without one: WebSocket turns).
     pub fn try_chunk(&mut self) -> Option<Result<Option<Bytes>, UpstreamError>> {

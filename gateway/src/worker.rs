@@ -182,6 +182,8 @@ async fn worker_main(
         transcripts,
     ));
     ctx.upstream.start_background();
+    // The idle deadlines of this worker's open streams (`crate::deadline`).
+    let _deadlines = crate::deadline::install();
     ctx.health.beat(id, shared_state::now_ms());
     tracing::info!(worker = id, driver, "worker ready");
     let _ = ready.send(Ok(driver));

@@ -9,6 +9,7 @@
 use std::{future::Future, time::Duration};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
+use gateway::config::PlainHttp;
 use integration_tests::{Stack, StackBuilder};
 use serde_json::{json, Value};
 
@@ -747,6 +748,71 @@ async fn first_byte_timeout_is_a_504_and_not_resent() {
         s.mock.clear_behaviour("acct-0");
         let (st, v) = ask(&s).await;
         assert_eq!(st, 200, "{v}");
+    })
+    .await;
+}
+
+/// The upstream idle timeout holds between any two chunks of a committed stream (the
+/// worker's deadline wheel): an answer whose events keep coming, each gap shorter than the
+/// timeout, streams to its end however long it lasts; one that hangs after its first output
+/// is ended at the timeout in the stream's dialect, not resent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
+    both(|legacy| async move {
+        for plain_http in [PlainHttp::H2c, PlainHttp::H1] {
+            const IDLE: Duration = Duration::from_millis(400);
+            let s = StackBuilder {
+                accounts: 2,
+                workers: 1,
+                legacy,
+                plain_http,
+                tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+                    c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+                    c.upstream.idle_timeout = IDLE;
+                })),
+                ..StackBuilder::default()
+            }
+            .start();
+            let stream = |s: &Stack| {
+                s.post("/v1/responses")
+                    .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+                    .send()
+            };
+            // Eight deltas 150 ms apart: 1.2 s in all, three times the idle timeout.
+            s.mock.set_behaviour(
+                "acct-0",
+                Behaviour {
+                    inter_event_delay: Some(Duration::from_millis(150)),
+                    deltas: Some(8),
+                    ..Behaviour::default()
+                },
+            );
+            let t = std::time::Instant::now();
+            let body = stream(&s).await.unwrap().text().await.unwrap();
+            assert!(t.elapsed() > IDLE * 2, "{:?}", t.elapsed());
+            assert!(body.contains("event: response.completed"), "{body}");
+
+            // Hangs after its first output delta.
+            s.mock.clear_requests();
+            s.mock.set_behaviour(
+                "acct-0",
+                Behaviour {
+                    stall_after: Some(5),
+                    ..Behaviour::default()
+                },
+            );
+            let t = std::time::Instant::now();
+            let r = stream(&s).await.unwrap();
+            assert_eq!(r.status(), 200);
+            let body = r.text().await.unwrap();
+            let took = t.elapsed();
+            assert!(took >= IDLE, "ended before the idle timeout: {took:?}");
+            assert!(took < IDLE * 10, "not ended at the idle timeout: {took:?}");
+            assert!(body.contains("response.output_text.delta"), "{body}");
+            assert!(!body.contains("event: response.completed"), "{body}");
+            assert!(body.contains("upstream_timeout"), "{plain_http:?}: {body}");
+            assert_eq!(s.served_by(), vec!["acct-0"], "committed: not resent");
+        }
     })
     .await;
 }

@@ -193,6 +193,9 @@ pub struct Behaviour {
     /// Abort the stream after this many events, without a terminal event
     /// (`x-mock-disconnect-after`).
     pub disconnect_after: Option<usize>,
+    /// After this many events, send nothing more and keep the stream open (an upstream that
+    /// hangs mid-answer) (`x-mock-stall-after`).
+    pub stall_after: Option<usize>,
     /// Delay before the response head (`x-mock-first-byte-delay-ms`).
     pub first_byte_delay: Option<Duration>,
     /// Delay between events (`x-mock-inter-event-delay-ms`).
@@ -278,6 +281,7 @@ impl Behaviour {
             "fail-in-stream" => self.fail_in_stream = Some(v.to_owned()),
             "fail-after-output" => self.fail_after_output = Some(v.to_owned()),
             "disconnect-after" => self.disconnect_after = Some(v.parse().map_err(|e| bad(&e))?),
+            "stall-after" => self.stall_after = Some(v.parse().map_err(|e| bad(&e))?),
             "first-byte-delay-ms" => self.first_byte_delay = Some(ms(v).map_err(|e| bad(&e))?),
             "inter-event-delay-ms" => self.inter_event_delay = Some(ms(v).map_err(|e| bad(&e))?),
             // Pacing by rate: the same field as `inter-event-delay-ms`.
@@ -320,6 +324,7 @@ impl Behaviour {
             fail_in_stream,
             fail_after_output,
             disconnect_after,
+            stall_after,
             first_byte_delay,
             inter_event_delay,
             deltas,

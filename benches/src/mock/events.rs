@@ -589,6 +589,8 @@ pub(crate) struct SseStream {
     terminal: bool,
     delay: Duration,
     disconnect_after: Option<usize>,
+    /// After this many events nothing more is sent; the stream stays open.
+    stall_after: Option<usize>,
     /// When the next event is due (fixed schedule: `delay` after the previous due time).
     due: Option<Instant>,
     sleep: Pin<Box<Sleep>>,
@@ -605,6 +607,7 @@ impl SseStream {
         rendered: Rendered,
         delay: Duration,
         disconnect_after: Option<usize>,
+        stall_after: Option<usize>,
         shared: Arc<Shared>,
     ) -> Self {
         shared
@@ -624,6 +627,7 @@ impl SseStream {
             terminal: rendered.terminal,
             delay,
             disconnect_after,
+            stall_after,
             due: None,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             armed: false,
@@ -659,6 +663,10 @@ impl Stream for SseStream {
         let this = self.get_mut();
         if this.done || this.is_exhausted() {
             return Poll::Ready(None);
+        }
+        if this.stall_after.is_some_and(|k| this.sent >= k) {
+            // Hung: never ready again (dropped when the peer resets the stream).
+            return Poll::Pending;
         }
         let disconnect = this.disconnect_after.is_some_and(|k| this.sent >= k);
         // Pause before every event but the unpaced ones (the first, or everything before a

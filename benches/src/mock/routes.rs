@@ -329,6 +329,7 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
         rendered,
         inter_event_delay,
         c.disconnect_after,
+        c.stall_after,
         shared.clone(),
     );
 

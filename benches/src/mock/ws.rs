@@ -572,6 +572,7 @@ impl Conn {
             rendered,
             inter_event_delay,
             c.disconnect_after,
+            c.stall_after,
             shared.clone(),
         ));
         a.id = Some(id);
