@@ -227,6 +227,11 @@ struct SnapshotIndex {
     tiers: Option<TierIndex>,
     /// Session prefixes of the rendezvous order (`sticky`, soft affinity).
     sessions: Sessions,
+    /// [`eligibility_sig`] per account: what a publish can change of an account's
+    /// eligibility outside its live atomics (status, token, egress).
+    eligibility: Vec<u64>,
+    /// The snapshot's settings (ranks depend on them).
+    settings: Settings,
 }
 
 /// A large pool's accounts grouped into rendezvous buckets by id.
@@ -389,6 +394,17 @@ impl ResetOrder {
     }
 }
 
+/// What a publish can change of an account's eligibility without changing its live state:
+/// its stored status, whether it has a token and which one (a refresh moves the expiry), its
+/// egress proxy and whether that is usable.
+fn eligibility_sig(a: &AccountEntry) -> u64 {
+    let mut x = mix64(a.status as u64 ^ (u64::from(a.access_token.is_empty()) << 8));
+    x = mix64(x ^ a.access_expires_at.map_or(0, |t| t as u64));
+    a.egress.as_ref().map_or(x, |p| {
+        mix64(x ^ (p.id as u64) ^ (u64::from(p.usable) << 63))
+    })
+}
+
 /// A signature of what the per-snapshot indexes depend on, per account in order: id,
 /// weight, group and the identity of its live state.
 fn accounts_sig(accounts: &[Arc<AccountEntry>]) -> u64 {
@@ -435,6 +451,8 @@ impl SnapshotIndex {
             resets: None,
             tiers: None,
             sessions: Sessions::default(),
+            eligibility: accounts.iter().map(|a| eligibility_sig(a)).collect(),
+            settings: snap.settings.clone(),
         }
     }
 
@@ -446,11 +464,26 @@ impl SnapshotIndex {
     /// ranked index, the session cache, the reset order) when the new snapshot holds the
     /// same accounts in the same places (ids, weights, groups and live state: a token
     /// refresh or a settings change), so such a publish costs no rebuild from the pool.
-    fn inherit(&mut self, old: SnapshotIndex) {
-        if old.accounts_sig == self.accounts_sig {
-            self.tiers = old.tiers;
-            self.sessions = old.sessions;
-            self.resets = old.resets;
+    /// The ranked index is corrected at once for the accounts whose status, token or egress
+    /// the publish changed (a re-enabled or re-logged account is back in this pick, not
+    /// after the repair walk reaches it), and rebuilt when the settings changed (the ranks
+    /// depend on them).
+    fn inherit(&mut self, old: SnapshotIndex, snap: &Snapshot, now_ms: u64) {
+        if old.accounts_sig != self.accounts_sig {
+            return;
+        }
+        self.sessions = old.sessions;
+        self.resets = old.resets;
+        if old.settings != self.settings {
+            return;
+        }
+        self.tiers = old.tiers;
+        if let Some(tiers) = &mut self.tiers {
+            for (i, (new, was)) in self.eligibility.iter().zip(&old.eligibility).enumerate() {
+                if new != was {
+                    tiers.revisit(i, &snap.accounts, &snap.settings, now_ms);
+                }
+            }
         }
     }
 
@@ -544,7 +577,7 @@ pub fn order_with(
     if !scratch.index.as_ref().is_some_and(|ix| ix.is_for(snapshot)) {
         let mut fresh = SnapshotIndex::build(snapshot);
         if let Some(old) = scratch.index.take() {
-            fresh.inherit(old);
+            fresh.inherit(old, snapshot, req.now_ms);
         }
         scratch.index = Some(fresh);
     }
@@ -1072,6 +1105,7 @@ impl Pick<'_> {
             let (mut visited, mut offered) = (0usize, 0usize);
             let mut read = std::mem::take(&mut tiers.read);
             read.clear();
+            let mut skipped = std::mem::take(&mut tiers.skipped);
             let mut next = tiers.group(g).next_rank(0);
             'ranks: while let Some(r) = next {
                 let full = offered >= want;
@@ -1091,11 +1125,12 @@ impl Pick<'_> {
                 // and the first of them (ties are broken uniformly then), come weight-
                 // proportionally; a second pass reads what it skipped when the rank runs
                 // out first.
-                let mut skipped = false;
+                skipped.clear();
                 for pass in 0..2 {
                     let thin = pass == 0 && index.inv_weights.is_some();
+                    let steps = if pass == 0 { len } else { skipped.len() };
                     let mut pos = start;
-                    for _ in 0..len {
+                    for step in 0..steps {
                         if offered >= want {
                             if sel.bound().is_some_and(|w| w < next_floor) {
                                 break;
@@ -1104,22 +1139,26 @@ impl Pick<'_> {
                                 break 'ranks;
                             }
                         }
-                        let i = tiers.group(g).list(r)[pos] as usize;
-                        pos += stride;
-                        if pos >= len {
-                            pos -= len;
-                        }
+                        let i = if pass == 0 {
+                            let i = tiers.group(g).list(r)[pos] as usize;
+                            pos += stride;
+                            if pos >= len {
+                                pos -= len;
+                            }
+                            i
+                        } else {
+                            // The second pass reads what the first one skipped, in its order.
+                            skipped[step] as usize
+                        };
                         if home == Some(i as u32) {
                             continue;
                         }
                         if thin {
                             let iw = index.inv_weight(i).unwrap_or(1.0);
                             if unit_of(rng.next_u64()) * iw * index.max_weight > 1.0 {
-                                skipped = true;
+                                skipped.push(i as u32);
                                 continue;
                             }
-                        } else if pass == 1 && read.contains(&(i as u32)) {
-                            continue;
                         }
                         visited += 1;
                         read.push(i as u32);
@@ -1131,13 +1170,14 @@ impl Pick<'_> {
                         offered += 1;
                         sel.offer(smart_key(&a, None, rng), i as u32);
                     }
-                    if !skipped || offered >= want {
+                    if skipped.is_empty() || offered >= want {
                         break;
                     }
                 }
                 next = tiers.group(g).next_rank(usize::from(r) + 1);
             }
             tiers.read = read;
+            tiers.skipped = skipped;
             tiers.settle(g, self.accounts, self.settings, now);
         }
         index.tiers = Some(tiers);

@@ -403,6 +403,11 @@ pub struct ProxyHealth {
 // === impl ProxyLive ===
 
 impl ProxyLive {
+    /// Until when (ms since epoch) the breaker stays open; 0 or a past instant: closed.
+    pub fn open_until_ms(&self) -> u64 {
+        self.open_until_ms.load(Ordering::Acquire)
+    }
+
     /// Whether a connect through the proxy may be tried at `now_ms` (breaker closed).
     pub fn allows(&self, now_ms: u64) -> bool {
         now_ms >= self.open_until_ms.load(Ordering::Acquire)

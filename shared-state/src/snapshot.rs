@@ -150,7 +150,7 @@ impl ClientKey {
 }
 
 /// Runtime settings published with every snapshot.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// Most upstream attempts (accounts tried) for one request.
     pub max_attempts: u32,

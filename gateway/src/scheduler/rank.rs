@@ -89,23 +89,40 @@ pub(super) fn classify(
 /// reset), ms since epoch; `None` when no instant is known (the repair walk re-reads it).
 fn wake_at(entry: &AccountEntry, settings: &Settings, now_ms: u64) -> Option<u64> {
     let live = &*entry.live;
+    // The latest of the known reasons' ends: the account is out while any of them holds.
+    let mut at = None::<u64>;
+    let mut later = |t: u64| at = Some(at.unwrap_or(0).max(t));
     let cd = live.cooldown_until_ms();
     if cd > now_ms {
-        return Some(cd);
+        later(cd);
     }
-    let th = settings.pause_threshold_pct?;
-    let (p, s) = quota_pcts(live, now_ms);
-    let mut at = None::<u64>;
-    for (pct, reset_s) in [(p, live.primary_reset_at()), (s, live.secondary_reset_at())] {
-        if pct >= th {
-            if reset_s == 0 {
-                return None;
+    if let Some(p) = &entry.egress {
+        if !p.usable {
+            return None;
+        }
+        // A proxy's breaker (a few seconds after a failed connect through it).
+        let open = p.live.open_until_ms();
+        if open > now_ms {
+            later(open);
+        }
+    }
+    if let Some(th) = settings.pause_threshold_pct {
+        let (p, s) = quota_pcts(live, now_ms);
+        for (pct, reset_s) in [(p, live.primary_reset_at()), (s, live.secondary_reset_at())] {
+            if pct >= th {
+                if reset_s == 0 {
+                    return None;
+                }
+                later(reset_s.saturating_mul(1000));
             }
-            at = Some(at.unwrap_or(0).max(reset_s.saturating_mul(1000)));
         }
     }
     at
 }
+
+/// How long a wake-up that found its account still out waits before the next look when the
+/// account's known comeback instant has already passed (stale quota figures, say).
+const REWAKE_MS: u64 = 1_000;
 
 /// One account group's accounts by rank.
 #[derive(Debug)]
@@ -166,6 +183,11 @@ pub(super) struct TierIndex {
     seen: Vec<(u32, Rank)>,
     /// The accounts a pick read (a reusable buffer of `super::Pick::smart_ranked`).
     pub(super) read: Vec<u32>,
+    /// The accounts a pick's first, weight-thinned pass over a rank skipped (a reusable
+    /// buffer of `super::Pick::smart_ranked`: its second pass reads exactly these).
+    pub(super) skipped: Vec<u32>,
+    /// Group (index into `groups`) per account index.
+    group: Vec<u32>,
 }
 
 // === impl TierIndex ===
@@ -179,6 +201,8 @@ impl TierIndex {
             pos: vec![0; accounts.len()],
             seen: Vec::new(),
             read: Vec::new(),
+            skipped: Vec::new(),
+            group: vec![0; accounts.len()],
         };
         for (i, e) in accounts.iter().enumerate() {
             let g = match ix
@@ -200,6 +224,7 @@ impl TierIndex {
                 }
             };
             let (r, _) = classify(e, settings, now_ms);
+            ix.group[i] = g as u32;
             ix.groups[g].members.push(i as u32);
             ix.insert(g, i, r, accounts, settings, now_ms);
         }
@@ -249,8 +274,18 @@ impl TierIndex {
             let Some(Reverse((_, i))) = r.wake.pop() else {
                 break;
             };
-            let (rank, _) = classify(&accounts[i as usize], settings, now_ms);
-            self.move_to(g, i as usize, rank, accounts, settings, now_ms);
+            let i = i as usize;
+            let (rank, _) = classify(&accounts[i], settings, now_ms);
+            if rank == OUT_RANK && self.rank[i] == OUT_RANK {
+                // Still out (cooling and paused at once, say): wait for the next known
+                // comeback, not only for the repair walk.
+                if let Some(at) = wake_at(&accounts[i], settings, now_ms) {
+                    let at = at.max(now_ms + REWAKE_MS);
+                    self.groups[g].wake.push(Reverse((at, i as u32)));
+                }
+            } else {
+                self.move_to(g, i, rank, accounts, settings, now_ms);
+            }
         }
         for _ in 0..REPAIR_PER_PICK.min(self.groups[g].members.len()) {
             let r = &mut self.groups[g];
@@ -259,6 +294,20 @@ impl TierIndex {
             let (rank, _) = classify(&accounts[i], settings, now_ms);
             self.move_to(g, i, rank, accounts, settings, now_ms);
         }
+    }
+
+    /// Re-ranks account `i` from its live state now: a publish changed what its rank
+    /// depends on outside the live atomics (its status, token or egress).
+    pub(super) fn revisit(
+        &mut self,
+        i: usize,
+        accounts: &[Arc<AccountEntry>],
+        settings: &Settings,
+        now_ms: u64,
+    ) {
+        let g = self.group[i] as usize;
+        let (rank, _) = classify(&accounts[i], settings, now_ms);
+        self.move_to(g, i, rank, accounts, settings, now_ms);
     }
 
     /// After a pick of group `g`: moves the accounts it read to the ranks it found.

@@ -1503,3 +1503,151 @@ fn board_shows_the_schedulers_order_and_assessment() {
     assert_eq!(order[6], (1, None));
     assert!(order.contains(&(4, Some(3))));
 }
+
+// === the ranked index across publishes and comebacks (large pools) ===
+
+/// An account the ranked index saw disabled, then re-enabled by a publish that keeps every
+/// account's live state (the index is carried over): the next pick has it, not a pick after
+/// the repair walk reaches it.
+#[test]
+fn a_publish_that_re_enables_an_account_brings_it_back_at_the_next_pick() {
+    let accs = pool(2_000);
+    let x = 777usize;
+    for (i, a) in accs.iter().enumerate() {
+        if i != x {
+            fail_n(a, FailureKind::Auth, 2, NOW);
+        }
+    }
+    let mut before = accs.clone();
+    before[x] = Arc::new(AccountEntry {
+        status: AccountStatus::Disabled,
+        live: Arc::clone(&accs[x].live),
+        ..raw_entry(x as i64 + 1, 1, 0)
+    });
+    let mut scratch = PickScratch::default();
+    let s1 = snap(before, Strategy::Smart);
+    for c in 0..5 {
+        assert_ne!(first(&s1, &req(c, 3), &mut scratch), x as i64 + 1);
+    }
+    let s2 = snap(accs, Strategy::Smart);
+    assert_eq!(first(&s2, &req(5, 3), &mut scratch), x as i64 + 1);
+}
+
+/// An account skipped while its egress proxy's breaker was open comes back once the breaker
+/// closes: the index schedules a wake-up at the breaker's end, not only the repair walk.
+#[test]
+fn an_account_behind_a_tripped_proxy_comes_back_when_the_breaker_closes() {
+    use shared_state::egress::{ProxyEntry, ProxyLive, ProxyUrl};
+    let x = 1_234usize;
+    let live = Arc::new(ProxyLive::default());
+    let proxy = Arc::new(ProxyEntry::new(
+        9,
+        "p".into(),
+        ProxyUrl::parse("http://127.0.0.1:3128").unwrap(),
+        vec!["127.0.0.1:3128".parse().unwrap()],
+        Arc::clone(&live),
+    ));
+    let mut accs = pool(2_000);
+    for (i, a) in accs.iter().enumerate() {
+        if i != x {
+            fail_n(a, FailureKind::Auth, 2, NOW);
+        }
+    }
+    accs[x] = Arc::new(AccountEntry {
+        egress: Some(proxy),
+        ..raw_entry(x as i64 + 1, 1, 0)
+    });
+    live.failed(NOW, "connect refused".into());
+    let open_until = live.open_until_ms();
+    assert!(open_until > NOW);
+    let s = snap(accs, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    for c in 0..5 {
+        assert_ne!(first(&s, &req(c, 3), &mut scratch), x as i64 + 1);
+    }
+    let later = PickRequest {
+        now_ms: open_until + 1,
+        ..req(5, 3)
+    };
+    assert_eq!(first(&s, &later, &mut scratch), x as i64 + 1);
+}
+
+/// A wake-up that finds its account still out (cooling, and paused by its quota until a later
+/// reset) looks again at the next known comeback instead of leaving it to the repair walk.
+#[test]
+fn an_account_out_for_two_reasons_comes_back_after_the_later_one() {
+    let x = 1_500usize;
+    let accs = pool(2_000);
+    for (i, a) in accs.iter().enumerate() {
+        if i != x {
+            fail_n(a, FailureKind::Auth, 2, NOW);
+        }
+    }
+    let cool_until = NOW + 10_000;
+    let reset_s = NOW_S + 60;
+    accs[x]
+        .live
+        .apply(&AccountEffect::cooldown(cool_until, "rate_limited"));
+    let s = snap_with(
+        accs.clone(),
+        Settings {
+            strategy: Strategy::Smart,
+            pause_threshold_pct: Some(95.0),
+            ..Settings::default()
+        },
+    );
+    let mut scratch = PickScratch::default();
+    let at = |now_ms: u64, c: usize| PickRequest {
+        now_ms,
+        ..req(c, 3)
+    };
+    // Indexed while cooling (a wake-up at the cooldown's end); the quota window is seen used
+    // up afterwards, while it is out.
+    assert_ne!(first(&s, &at(NOW, 0), &mut scratch), x as i64 + 1);
+    accs[x]
+        .live
+        .apply(&AccountEffect::quota(Some(99.0), Some(reset_s), None, None));
+    // The cooldown ends; the quota window is still used up.
+    assert_ne!(
+        first(&s, &at(cool_until + 1, 1), &mut scratch),
+        x as i64 + 1
+    );
+    // The window resets (the upstream reports it so).
+    accs[x].live.apply(&AccountEffect::quota(
+        Some(0.0),
+        Some(reset_s + 18_000),
+        None,
+        None,
+    ));
+    assert_eq!(
+        first(&s, &at(reset_s * 1000 + 1, 2), &mut scratch),
+        x as i64 + 1
+    );
+}
+
+/// Weighted pool, the model excluded on all but two accounts: the weight-thinned first pass
+/// skips most of a rank and the second pass reads what it skipped (once each), so both
+/// allowed accounts are found.
+#[test]
+fn a_weighted_pool_with_a_rare_allowed_model_finds_every_allowed_account() {
+    let accs: Vec<_> = (1..=5_000i64)
+        .map(|id| entry_with(id, if id % 2 == 0 { 3 } else { 1 }, 0))
+        .collect();
+    let allowed = [41usize, 4_100];
+    for (i, a) in accs.iter().enumerate() {
+        if !allowed.contains(&i) {
+            exclude_model(&a.live, "m", NOW + 60_000, NOW);
+        }
+    }
+    let s = snap(accs, Strategy::Smart);
+    let mut scratch = PickScratch::default();
+    for c in 0..20 {
+        let r = PickRequest {
+            model: "m",
+            ..req(c, 3)
+        };
+        let mut got = ids(&order_with(&s, &r, &mut scratch));
+        got.sort_unstable();
+        assert_eq!(got, vec![42, 4_101], "pick {c}");
+    }
+}
