@@ -494,4 +494,8 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
     async fn error(&mut self, e: &Error) -> io::Result<bool> {
         write_error(self.ctx, self.conn, self.route, e, self.keep).await
     }
+
+    fn trim(&mut self) {
+        self.conn.trim_write_buffer();
+    }
 }

@@ -106,6 +106,10 @@ pub struct Committed {
     pub ttfb: Duration,
     /// The upstream idle timeout between two chunks (the worker's deadline wheel).
     idle: crate::deadline::Idle,
+    /// [`QUIET_AFTER`] since the last chunk: the stream gives back its idle buffers.
+    quiet: crate::deadline::Idle,
+    /// `quiet` is waited on (until it passes once; the next chunk arms it again).
+    quiet_armed: bool,
     /// The end (`Ok`) or break (`Err`) of the body, seen while draining chunks that were
     /// already received: reported after the events before it.
     ahead: Option<Result<(), UpstreamError>>,
@@ -114,11 +118,20 @@ pub struct Committed {
 /// Most bytes of already-received upstream chunks taken into one batch (one client write).
 const COALESCE_MAX: usize = 64 * 1024;
 
+/// A committed stream silent this long gives back the buffers it holds for its next events
+/// ([`Next::Quiet`]): a slow stream (minutes of reasoning, a client's long tool call) then
+/// holds little more than its connection, while a stream whose events keep coming keeps
+/// reusing them.
+pub const QUIET_AFTER: Duration = Duration::from_secs(1);
+
 /// What the committed stream produced next.
 pub enum Next {
     /// More events, in the caller's batch (possibly none when a chunk held no complete
     /// event).
     Events,
+    /// Nothing for [`QUIET_AFTER`]: the caller may give back its write buffers, then waits
+    /// again (the stream's own split buffer is already given back).
+    Quiet,
     /// The upstream body ended without a terminal event, or broke.
     Broken(Error),
     /// The upstream body ended cleanly.
@@ -152,8 +165,20 @@ impl Committed {
             Some(Err(e)) => return Next::Broken(transport_error(&e)),
             None => {}
         }
-        match self.body.chunk_within(&mut self.idle).await {
+        let quiet = self.quiet_armed.then_some(&mut self.quiet);
+        let waited = match self.body.chunk_within(&mut self.idle, quiet).await {
+            crate::upstream::Waited::Chunk(r) => r,
+            crate::upstream::Waited::Quiet => {
+                self.quiet_armed = false;
+                self.splitter.trim();
+                batch.shrink_to(0);
+                return Next::Quiet;
+            }
+        };
+        match waited {
             Ok(Some(b)) => {
+                self.quiet.touch();
+                self.quiet_armed = true;
                 self.splitter.push(&b);
                 let mut taken = b.len();
                 while taken < COALESCE_MAX {
@@ -772,6 +797,8 @@ async fn attempt(
                         finished,
                         ttfb,
                         idle: crate::deadline::Idle::new(idle),
+                        quiet: crate::deadline::Idle::new(QUIET_AFTER),
+                        quiet_armed: true,
                         ahead: None,
                     });
                 }

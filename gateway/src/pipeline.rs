@@ -120,6 +120,8 @@ pub trait Sink {
     async fn whole(&mut self, headers: &[(&'static str, String)], body: &[u8]) -> io::Result<bool>;
     /// An error instead of a response (before anything was written).
     async fn error(&mut self, e: &Error) -> io::Result<bool>;
+    /// The stream went quiet: give back buffers kept for the next write.
+    fn trim(&mut self) {}
 }
 
 /// What the loop learned from the events, once.
@@ -262,7 +264,18 @@ pub async fn forward<E: Encoder, S: Sink>(
         let used = out.len();
         crate::wire::recycle(&mut out, used);
         held = false;
-        match c.next_events(&mut batch).await {
+        let next = loop {
+            match c.next_events(&mut batch).await {
+                // Silent for a while: what the stream kept for its next write goes back.
+                Next::Quiet => {
+                    out = Vec::new();
+                    sink.trim();
+                }
+                next => break next,
+            }
+        };
+        match next {
+            Next::Quiet => {}
             Next::Events => {}
             Next::End => {
                 broken = Some(

@@ -139,36 +139,45 @@ impl UpstreamBody {
     /// The next chunk of a committed stream, failing with a timeout once `idle` passes
     /// without one: the per-worker deadline wheel instead of a runtime timer per awaited
     /// chunk (the h2 body; the others keep [`UpstreamBody::chunk`]'s timers). Every chunk
-    /// touches the deadline.
+    /// touches `idle`. With `quiet`, [`Waited::Quiet`] once that deadline passes first (the
+    /// caller then gives back its idle buffers and waits again, without `quiet`).
     pub async fn chunk_within(
         &mut self,
         idle: &mut crate::deadline::Idle,
-    ) -> Result<Option<Bytes>, UpstreamError> {
+        mut quiet: Option<&mut crate::deadline::Idle>,
+    ) -> Waited {
         let Self::H2(rs, _) = self else {
             let r = self.chunk(idle.span()).await;
             idle.touch();
-            return r;
+            return Waited::Chunk(r);
         };
         let polled = std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(r) = rs.poll_data(cx) {
-                return std::task::Poll::Ready(Some(r));
+                return std::task::Poll::Ready(Some(Some(r)));
             }
-            idle.poll_expired(cx).map(|()| None)
+            if idle.poll_expired(cx).is_ready() {
+                return std::task::Poll::Ready(Some(None));
+            }
+            match quiet.as_deref_mut().map(|q| q.poll_expired(cx)) {
+                Some(std::task::Poll::Ready(())) => std::task::Poll::Ready(None),
+                _ => std::task::Poll::Pending,
+            }
         })
         .await;
-        match polled {
-            None => Err(UpstreamError::Timeout { sent: true }),
-            Some(None) => Ok(None),
-            Some(Some(Ok(b))) => {
+        Waited::Chunk(match polled {
+            None => return Waited::Quiet,
+            Some(None) => Err(UpstreamError::Timeout { sent: true }),
+            Some(Some(None)) => Ok(None),
+            Some(Some(Some(Ok(b)))) => {
                 idle.touch();
                 let _ = rs.flow_control().release_capacity(b.len());
                 Ok(Some(b))
             }
-            Some(Some(Err(e))) => Err(UpstreamError::Protocol {
+            Some(Some(Some(Err(e)))) => Err(UpstreamError::Protocol {
                 sent: true,
                 message: format!("h2 stream error: {e}"),
             }),
-        }
+        })
     }
 
     /// A chunk that is already received, without waiting: `None` when the next one needs a
@@ -208,6 +217,14 @@ impl UpstreamBody {
         }
         out
     }
+}
+
+/// What [`UpstreamBody::chunk_within`] waited for.
+pub enum Waited {
+    /// The next chunk, the end of the body (`Ok(None)`), or a failure.
+    Chunk(Result<Option<Bytes>, UpstreamError>),
+    /// The `quiet` deadline passed first: nothing was read.
+    Quiet,
 }
 
 /// A transport-level upstream failure.

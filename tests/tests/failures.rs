@@ -817,6 +817,50 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
     .await;
 }
 
+/// A stream silent for longer than the quiet period gives back its idle buffers (split
+/// buffer, encoder output, write buffer) and goes on byte-faithfully when its events resume.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_pauses_past_the_quiet_period_goes_on_intact() {
+    both(|legacy| async move {
+        let s = StackBuilder {
+            workers: 1,
+            legacy,
+            plain_http: PlainHttp::H2c,
+            ..StackBuilder::default()
+        }
+        .start();
+        let gap = gateway::lifecycle::QUIET_AFTER + Duration::from_millis(300);
+        s.mock.set_behaviour(
+            "acct-0",
+            Behaviour {
+                inter_event_delay: Some(gap),
+                text: Some("one two".into()),
+                deltas: Some(2),
+                ..Behaviour::default()
+            },
+        );
+        let body = s
+            .post("/v1/responses")
+            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(body.contains("event: response.completed"), "{body}");
+        let text: String = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(|v| v["type"] == "response.output_text.delta")
+            .map(|v| v["delta"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(text, "one two", "{body}");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn connect_refused_is_a_quick_502_without_penalizing_accounts() {
     both(|legacy| async move {

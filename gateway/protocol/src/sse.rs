@@ -89,6 +89,15 @@ impl SseSplitter {
         self.buf.extend_from_slice(data);
     }
 
+    /// Gives the buffer's allocation back when it holds no partial event (a stream gone
+    /// quiet); the next [`SseSplitter::push`] allocates what it needs.
+    pub fn trim(&mut self) {
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+            self.scanned = 0;
+        }
+    }
+
     /// Bytes buffered but not yet part of a complete event.
     pub fn pending(&self) -> usize {
         self.buf.len()
@@ -239,6 +248,31 @@ mod tests {
                 stream.len(),
                 "frames are byte-faithful"
             );
+        }
+    }
+
+    /// A trim between any two pushes (a stream gone quiet at any point) changes nothing of
+    /// what comes out, and gives the allocation back only when no partial event is held.
+    #[test]
+    fn trim_at_every_boundary_keeps_partial_events() {
+        let stream = b"event: a\ndata: {\"x\":1}\n\nevent: b\ndata: {\"y\":2}\r\n\r\n";
+        for cut in 1..stream.len() {
+            let mut s = SseSplitter::default();
+            let mut got = vec![];
+            for part in [&stream[..cut], &stream[cut..]] {
+                s.push(part);
+                while let Some(ev) = s.next_event().unwrap() {
+                    got.push(ev);
+                }
+                let pending = s.pending();
+                s.trim();
+                assert_eq!(s.pending(), pending, "cut {cut}");
+                if pending == 0 {
+                    assert_eq!(s.buf.capacity(), 0, "cut {cut}: allocation given back");
+                }
+            }
+            let frames: Vec<u8> = got.iter().flat_map(|e| e.frame.to_vec()).collect();
+            assert_eq!(frames, stream.to_vec(), "cut {cut}");
         }
     }
 

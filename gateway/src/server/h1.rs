@@ -541,6 +541,11 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         self.flush_wbuf(w).await
     }
 
+    /// Gives back the reused write buffer (a stream gone quiet); the next chunk allocates.
+    pub fn trim_write_buffer(&mut self) {
+        self.wbuf = Vec::new();
+    }
+
     /// Writes what `w` holds and keeps it, emptied, for the next chunk.
     async fn flush_wbuf(&mut self, w: Vec<u8>) -> io::Result<()> {
         if w.is_empty() {
