@@ -108,6 +108,18 @@ impl Stack {
             .header("content-type", "application/json")
     }
 
+    /// A streamed `POST /v1/responses` of `input` to `gpt-5.5`: the status and the whole body.
+    pub async fn stream_responses(&self, input: &str) -> (u16, String) {
+        let r = self
+            .post("/v1/responses")
+            .json(&serde_json::json!({"model": "gpt-5.5", "input": input, "stream": true}))
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.text().await.expect("body"))
+    }
+
     /// A metric from the data plane's `/metrics`, summed over its label sets (0 when absent).
     pub async fn metric(&self, name: &str) -> i64 {
         let text = client()

@@ -773,11 +773,6 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
                 ..StackBuilder::default()
             }
             .start();
-            let stream = |s: &Stack| {
-                s.post("/v1/responses")
-                    .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-                    .send()
-            };
             // Eight deltas 150 ms apart: 1.2 s in all, three times the idle timeout.
             s.mock.set_behaviour(
                 "acct-0",
@@ -788,7 +783,7 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
                 },
             );
             let t = std::time::Instant::now();
-            let body = stream(&s).await.unwrap().text().await.unwrap();
+            let (_, body) = s.stream_responses("x").await;
             assert!(t.elapsed() > IDLE * 2, "{:?}", t.elapsed());
             assert!(body.contains("event: response.completed"), "{body}");
 
@@ -802,9 +797,8 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
                 },
             );
             let t = std::time::Instant::now();
-            let r = stream(&s).await.unwrap();
-            assert_eq!(r.status(), 200);
-            let body = r.text().await.unwrap();
+            let (status, body) = s.stream_responses("x").await;
+            assert_eq!(status, 200, "{body}");
             let took = t.elapsed();
             assert!(took >= IDLE, "ended before the idle timeout: {took:?}");
             assert!(took < IDLE * 10, "not ended at the idle timeout: {took:?}");
@@ -839,21 +833,13 @@ async fn a_stream_that_pauses_past_the_quiet_period_goes_on_intact() {
                 ..Behaviour::default()
             },
         );
-        let body = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let (status, body) = s.stream_responses("x").await;
+        assert_eq!(status, 200, "{body}");
         assert!(body.contains("event: response.completed"), "{body}");
-        let text: String = body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .filter(|v| v["type"] == "response.output_text.delta")
+        let text: String = integration_tests::parse_sse(&body)
+            .iter()
+            .filter(|(ev, _)| ev == "response.output_text.delta")
+            .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
             .map(|v| v["delta"].as_str().unwrap_or_default().to_owned())
             .collect();
         assert_eq!(text, "one two", "{body}");
