@@ -15,6 +15,10 @@
 //!   When its filed tick comes the driver compares it with the current deadline: it refiles
 //!   the entry when the stream made progress since, and wakes the stream when it did not. An
 //!   entry is about 48 bytes in the wheel, and dropping an [`Idle`] removes it at once.
+//! - A quiet stage ([`Idle::with_quiet`]): the same entry is filed at the earlier quiet
+//!   deadline first; when it passes without progress [`Idle::poll_expired`] says
+//!   [`Expired::Quiet`] once and the entry moves on to the idle deadline. One entry and one
+//!   clock read per chunk serve both (a committed stream gives back its buffers when quiet).
 //! - On a thread without a wheel (unit tests on a bare runtime) [`Idle`] uses a boxed `Sleep`.
 //!
 //! Deadlines are rounded up to [`TICK`]: a timeout fires no earlier than asked and at most
@@ -186,7 +190,9 @@ impl Wheel {
         inner.free.push(idx);
     }
 
-    /// Moves an entry's deadline; an expired entry is filed again.
+    /// Moves an entry's deadline: later is a field write (the driver refiles it when its
+    /// filed tick comes), earlier refiles it (a quiet stage armed again), and an expired entry
+    /// is filed again.
     fn set_due(&self, idx: u32, due_at: Instant) {
         let mut inner = self.inner.borrow_mut();
         let due = Self::tick_after(&inner, due_at);
@@ -194,6 +200,9 @@ impl Wheel {
         e.due = due;
         if e.expired {
             e.expired = false;
+            Self::file(&mut inner, idx, due);
+        } else if e.filed.is_some_and(|t| due < t) {
+            Self::unfile(&mut inner, idx);
             Self::file(&mut inner, idx, due);
         }
     }
@@ -284,12 +293,27 @@ async fn drive(wheel: Rc<Wheel>) {
     }
 }
 
-/// One stream's idle deadline (see the module documentation).
+/// One stream's idle deadline (see the module documentation), with an optional earlier
+/// *quiet* stage: one wheel entry serves both, filed at the quiet deadline while that stage is
+/// armed and at the idle deadline after it passed.
 pub struct Idle {
     idle: Duration,
-    /// The deadline as of the last [`Idle::touch`].
-    due_at: Instant,
+    /// The quiet span (`Duration::ZERO`: none; never at or past `idle`).
+    quiet: Duration,
+    /// The last progress ([`Idle::touch`]; the creation before the first).
+    touched: Instant,
+    /// The quiet stage is armed: the next expiry reports [`Expired::Quiet`].
+    quiet_armed: bool,
     mode: Mode,
+}
+
+/// Which deadline passed without progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// The quiet span: reported once per [`Idle::touch`]; the idle deadline stays armed.
+    Quiet,
+    /// The idle timeout.
+    Idle,
 }
 
 enum Mode {
@@ -304,13 +328,22 @@ enum Mode {
 impl Idle {
     /// A deadline `idle` from now, renewed by every [`Idle::touch`].
     pub fn new(idle: Duration) -> Self {
+        Self::with_quiet(idle, Duration::ZERO)
+    }
+
+    /// A deadline `idle` from now, and before it a quiet stage of `quiet` (ignored when it
+    /// is zero or not shorter than `idle`), both renewed by every [`Idle::touch`].
+    pub fn with_quiet(idle: Duration, quiet: Duration) -> Self {
         let mode = match current() {
             Some(w) => Mode::Wheel(w, None),
             None => Mode::Sleep(None),
         };
+        let quiet = if quiet < idle { quiet } else { Duration::ZERO };
         Self {
             idle,
-            due_at: Instant::now() + idle,
+            quiet,
+            touched: Instant::now(),
+            quiet_armed: !quiet.is_zero(),
             mode,
         }
     }
@@ -320,30 +353,59 @@ impl Idle {
         self.idle
     }
 
-    /// The stream made progress: the deadline is `idle` from now.
-    pub fn touch(&mut self) {
-        self.due_at = Instant::now() + self.idle;
+    /// The deadline of the armed stage.
+    fn due_at(&self) -> Instant {
+        self.touched
+            + if self.quiet_armed {
+                self.quiet
+            } else {
+                self.idle
+            }
+    }
+
+    /// Points the filed entry (or the fallback timer) at the armed stage's deadline.
+    fn rearm(&mut self) {
+        let due_at = self.due_at();
         match &mut self.mode {
-            Mode::Wheel(w, Some(idx)) => w.set_due(*idx, self.due_at),
+            Mode::Wheel(w, Some(idx)) => w.set_due(*idx, due_at),
             Mode::Wheel(_, None) => {}
-            Mode::Sleep(Some(s)) => s.as_mut().reset(self.due_at),
+            Mode::Sleep(Some(s)) => s.as_mut().reset(due_at),
             Mode::Sleep(None) => {}
         }
     }
 
-    /// `Ready` once the deadline has passed without a [`Idle::touch`]; registers `cx`'s waker
+    /// The stream made progress: the deadline is `idle` from now (and the quiet stage, when
+    /// there is one, `quiet` from now).
+    pub fn touch(&mut self) {
+        self.touched = Instant::now();
+        self.quiet_armed = !self.quiet.is_zero();
+        self.rearm();
+    }
+
+    /// `Ready` once a deadline has passed without a [`Idle::touch`]: the quiet stage first
+    /// (once; the idle deadline is armed next), then the idle one. Registers `cx`'s waker
     /// otherwise.
-    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        match &mut self.mode {
+    pub fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
+        let due_at = self.due_at();
+        let ready = match &mut self.mode {
             Mode::Wheel(w, slot) => {
-                let idx = *slot.get_or_insert_with(|| w.register(self.due_at, cx.waker()));
+                let idx = *slot.get_or_insert_with(|| w.register(due_at, cx.waker()));
                 w.poll_entry(idx, cx)
             }
             Mode::Sleep(s) => s
-                .get_or_insert_with(|| Box::pin(monoio::time::sleep_until(self.due_at)))
+                .get_or_insert_with(|| Box::pin(monoio::time::sleep_until(due_at)))
                 .as_mut()
                 .poll(cx),
+        };
+        if ready.is_pending() {
+            return Poll::Pending;
         }
+        if self.quiet_armed {
+            self.quiet_armed = false;
+            self.rearm();
+            return Poll::Ready(Expired::Quiet);
+        }
+        Poll::Ready(Expired::Idle)
     }
 }
 
@@ -361,7 +423,7 @@ mod tests {
 
     use super::*;
 
-    async fn expired(idle: &mut Idle) {
+    async fn expired(idle: &mut Idle) -> Expired {
         poll_fn(|cx| idle.poll_expired(cx)).await
     }
 
@@ -449,6 +511,38 @@ mod tests {
             assert!(wheel.is_empty(), "{} entries left", wheel.len());
             assert!(wheel.inner.borrow().filed.is_empty());
         }
+    }
+
+    /// The quiet stage passes first (once), then the idle deadline, both counted from the
+    /// last touch; a touch after a pause arms the quiet stage again at its own, earlier
+    /// deadline (not at the idle one the entry was filed under). With and without a wheel.
+    async fn two_stages(wheel: bool) {
+        let _w = wheel.then(install);
+        let (quiet, idle) = (Duration::from_millis(40), Duration::from_millis(200));
+        let mut d = Idle::with_quiet(idle, quiet);
+        for round in 0..2 {
+            let t0 = std::time::Instant::now();
+            assert_eq!(expired(&mut d).await, Expired::Quiet, "round {round}");
+            let q = t0.elapsed();
+            assert!(q >= quiet && q < quiet + TICK * 10, "quiet after {q:?}");
+            if round == 0 {
+                // Progress after the pause: the quiet stage again, 40 ms from now.
+                d.touch();
+                continue;
+            }
+            assert_eq!(expired(&mut d).await, Expired::Idle);
+            let i = t0.elapsed();
+            assert!(i >= idle && i < idle + TICK * 10, "idle after {i:?}");
+        }
+        // A quiet span not shorter than the idle one is ignored.
+        let mut d = Idle::with_quiet(quiet, idle);
+        assert_eq!(expired(&mut d).await, Expired::Idle);
+    }
+
+    #[monoio::test_all(timer_enabled = true)]
+    async fn a_quiet_stage_passes_before_the_idle_deadline() {
+        two_stages(true).await;
+        two_stages(false).await;
     }
 
     #[monoio::test_all(timer_enabled = true)]

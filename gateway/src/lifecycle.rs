@@ -104,12 +104,10 @@ pub struct Committed {
     pub finished: bool,
     /// Upstream time to first byte.
     pub ttfb: Duration,
-    /// The upstream idle timeout between two chunks (the worker's deadline wheel).
+    /// The upstream idle timeout between two chunks (the worker's deadline wheel), with its
+    /// quiet stage: [`QUIET_AFTER`] since the last chunk, the stream gives back its idle
+    /// buffers (once per pause).
     idle: crate::deadline::Idle,
-    /// [`QUIET_AFTER`] since the last chunk: the stream gives back its idle buffers.
-    quiet: crate::deadline::Idle,
-    /// `quiet` is waited on (until it passes once; the next chunk arms it again).
-    quiet_armed: bool,
     /// The end (`Ok`) or break (`Err`) of the body, seen while draining chunks that were
     /// already received: reported after the events before it.
     ahead: Option<Result<(), UpstreamError>>,
@@ -165,11 +163,9 @@ impl Committed {
             Some(Err(e)) => return Next::Broken(transport_error(&e)),
             None => {}
         }
-        let quiet = self.quiet_armed.then_some(&mut self.quiet);
-        let waited = match self.body.chunk_within(&mut self.idle, quiet).await {
+        let waited = match self.body.chunk_within(&mut self.idle).await {
             crate::upstream::Waited::Chunk(r) => r,
             crate::upstream::Waited::Quiet => {
-                self.quiet_armed = false;
                 self.splitter.trim();
                 batch.shrink_to(0);
                 return Next::Quiet;
@@ -177,8 +173,6 @@ impl Committed {
         };
         match waited {
             Ok(Some(b)) => {
-                self.quiet.touch();
-                self.quiet_armed = true;
                 self.splitter.push(&b);
                 let mut taken = b.len();
                 while taken < COALESCE_MAX {
@@ -796,9 +790,7 @@ async fn attempt(
                         splitter,
                         finished,
                         ttfb,
-                        idle: crate::deadline::Idle::new(idle),
-                        quiet: crate::deadline::Idle::new(QUIET_AFTER),
-                        quiet_armed: true,
+                        idle: crate::deadline::Idle::with_quiet(idle, QUIET_AFTER),
                         ahead: None,
                     });
                 }

@@ -275,8 +275,8 @@ pub async fn forward<E: Encoder, S: Sink>(
             }
         };
         match next {
-            Next::Quiet => {}
-            Next::Events => {}
+            // (`Quiet` never comes out of the loop above.)
+            Next::Events | Next::Quiet => {}
             Next::End => {
                 broken = Some(
                     Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)

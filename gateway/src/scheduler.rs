@@ -1103,8 +1103,6 @@ impl Pick<'_> {
         if let Some(g) = tiers.group_of(self.req.group) {
             tiers.refresh(g, self.accounts, self.settings, now);
             let (mut visited, mut offered) = (0usize, 0usize);
-            let mut read = std::mem::take(&mut tiers.read);
-            read.clear();
             let mut skipped = std::mem::take(&mut tiers.skipped);
             let mut next = tiers.group(g).next_rank(0);
             'ranks: while let Some(r) = next {
@@ -1161,7 +1159,6 @@ impl Pick<'_> {
                             }
                         }
                         visited += 1;
-                        read.push(i as u32);
                         let (live, a) = self.observe(i);
                         tiers.saw(i, live);
                         let Some(a) = a else {
@@ -1176,7 +1173,6 @@ impl Pick<'_> {
                 }
                 next = tiers.group(g).next_rank(usize::from(r) + 1);
             }
-            tiers.read = read;
             tiers.skipped = skipped;
             tiers.settle(g, self.accounts, self.settings, now);
         }

@@ -117,15 +117,7 @@ impl UpstreamBody {
             // awaiting this one lives as long as the stream.
             Self::H2(rs, _) => match Box::pin(monoio::time::timeout(idle, rs.data())).await {
                 Err(_) => Err(UpstreamError::Timeout { sent: true }),
-                Ok(None) => Ok(None),
-                Ok(Some(Ok(b))) => {
-                    let _ = rs.flow_control().release_capacity(b.len());
-                    Ok(Some(b))
-                }
-                Ok(Some(Err(e))) => Err(UpstreamError::Protocol {
-                    sent: true,
-                    message: format!("h2 stream error: {e}"),
-                }),
+                Ok(r) => h2_data(rs, r),
             },
             Self::H1(b) => match Box::pin(monoio::time::timeout(idle, b.chunk())).await {
                 Err(_) => Err(UpstreamError::Timeout { sent: true }),
@@ -139,13 +131,10 @@ impl UpstreamBody {
     /// The next chunk of a committed stream, failing with a timeout once `idle` passes
     /// without one: the per-worker deadline wheel instead of a runtime timer per awaited
     /// chunk (the h2 body; the others keep [`UpstreamBody::chunk`]'s timers). Every chunk
-    /// touches `idle`. With `quiet`, [`Waited::Quiet`] once that deadline passes first (the
-    /// caller then gives back its idle buffers and waits again, without `quiet`).
-    pub async fn chunk_within(
-        &mut self,
-        idle: &mut crate::deadline::Idle,
-        mut quiet: Option<&mut crate::deadline::Idle>,
-    ) -> Waited {
+    /// touches `idle`. [`Waited::Quiet`] once `idle`'s quiet stage passes first (the caller
+    /// then gives back its idle buffers and waits again).
+    pub async fn chunk_within(&mut self, idle: &mut crate::deadline::Idle) -> Waited {
+        use crate::deadline::Expired;
         let Self::H2(rs, _) = self else {
             let r = self.chunk(idle.span()).await;
             idle.touch();
@@ -153,30 +142,20 @@ impl UpstreamBody {
         };
         let polled = std::future::poll_fn(|cx| {
             if let std::task::Poll::Ready(r) = rs.poll_data(cx) {
-                return std::task::Poll::Ready(Some(Some(r)));
+                return std::task::Poll::Ready(Ok(r));
             }
-            if idle.poll_expired(cx).is_ready() {
-                return std::task::Poll::Ready(Some(None));
-            }
-            match quiet.as_deref_mut().map(|q| q.poll_expired(cx)) {
-                Some(std::task::Poll::Ready(())) => std::task::Poll::Ready(None),
-                _ => std::task::Poll::Pending,
-            }
+            idle.poll_expired(cx).map(Err)
         })
         .await;
         Waited::Chunk(match polled {
-            None => return Waited::Quiet,
-            Some(None) => Err(UpstreamError::Timeout { sent: true }),
-            Some(Some(None)) => Ok(None),
-            Some(Some(Some(Ok(b)))) => {
-                idle.touch();
-                let _ = rs.flow_control().release_capacity(b.len());
-                Ok(Some(b))
+            Err(Expired::Quiet) => return Waited::Quiet,
+            Err(Expired::Idle) => Err(UpstreamError::Timeout { sent: true }),
+            Ok(r) => {
+                if matches!(r, Some(Ok(_))) {
+                    idle.touch();
+                }
+                h2_data(rs, r)
             }
-            Some(Some(Some(Err(e)))) => Err(UpstreamError::Protocol {
-                sent: true,
-                message: format!("h2 stream error: {e}"),
-            }),
         })
     }
 
@@ -189,15 +168,7 @@ impl UpstreamBody {
                 let cx = std::task::Context::from_waker(std::task::Waker::noop());
                 match rs.poll_data(&cx) {
                     std::task::Poll::Pending => None,
-                    std::task::Poll::Ready(None) => Some(Ok(None)),
-                    std::task::Poll::Ready(Some(Ok(b))) => {
-                        let _ = rs.flow_control().release_capacity(b.len());
-                        Some(Ok(Some(b)))
-                    }
-                    std::task::Poll::Ready(Some(Err(e))) => Some(Err(UpstreamError::Protocol {
-                        sent: true,
-                        message: format!("h2 stream error: {e}"),
-                    })),
+                    std::task::Poll::Ready(r) => Some(h2_data(rs, r)),
                 }
             }
             Self::H1(b) => b.try_chunk(),
@@ -216,6 +187,25 @@ impl UpstreamBody {
             }
         }
         out
+    }
+}
+
+/// What an h2 body's `data()` gave, as a chunk: a received frame's flow-control capacity is
+/// released at once (the chunk is the caller's now), a stream error is a protocol failure.
+fn h2_data(
+    rs: &mut monoio_http::h2::RecvStream,
+    r: Option<Result<Bytes, monoio_http::h2::Error>>,
+) -> Result<Option<Bytes>, UpstreamError> {
+    match r {
+        None => Ok(None),
+        Some(Ok(b)) => {
+            let _ = rs.flow_control().release_capacity(b.len());
+            Ok(Some(b))
+        }
+        Some(Err(e)) => Err(UpstreamError::Protocol {
+            sent: true,
+            message: format!("h2 stream error: {e}"),
+        }),
     }
 }
 

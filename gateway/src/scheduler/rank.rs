@@ -181,8 +181,6 @@ pub(super) struct TierIndex {
     pos: Vec<u32>,
     /// Ranks read during a pick, applied after it: `(account index, live rank)`.
     seen: Vec<(u32, Rank)>,
-    /// The accounts a pick read (a reusable buffer of `super::Pick::smart_ranked`).
-    pub(super) read: Vec<u32>,
     /// The accounts a pick's first, weight-thinned pass over a rank skipped (a reusable
     /// buffer of `super::Pick::smart_ranked`: its second pass reads exactly these).
     pub(super) skipped: Vec<u32>,
@@ -200,7 +198,6 @@ impl TierIndex {
             rank: vec![OUT_RANK; accounts.len()],
             pos: vec![0; accounts.len()],
             seen: Vec::new(),
-            read: Vec::new(),
             skipped: Vec::new(),
             group: vec![0; accounts.len()],
         };
