@@ -142,12 +142,14 @@ impl Committed {
     /// The HTTP/1.1 body of a stream that reached its terminal event, taken out so the rest
     /// of it (the last-chunk marker) can be read after the account's slot is freed and the
     /// client has its answer, and the keep-alive connection pooled (see `h1::Body::finish`).
-    pub fn take_h1_tail(&mut self) -> Option<crate::upstream::h1::Body> {
+    /// Boxed as it is held: the body is over 1 KiB, and the streaming loop that holds the
+    /// tail would otherwise reserve it inline for the whole life of every stream.
+    pub fn take_h1_tail(&mut self) -> Option<Box<crate::upstream::h1::Body>> {
         if !matches!(self.body, UpstreamBody::H1(_)) {
             return None;
         }
         match std::mem::replace(&mut self.body, UpstreamBody::Full(None)) {
-            UpstreamBody::H1(b) => Some(*b),
+            UpstreamBody::H1(b) => Some(b),
             _ => None,
         }
     }

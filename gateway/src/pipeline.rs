@@ -194,148 +194,154 @@ impl Observed {
 
 /// Forwards a committed stream through `enc` to `sink`, finalising `usage`. Returns whether
 /// the downstream connection may be reused.
-pub async fn forward<E: Encoder, S: Sink>(
-    ctx: &WorkerCtx,
+///
+/// Not an `async fn`: that would copy `c` into a local of its state and keep the argument's
+/// slot too (two `Committed` in every stream's state for its whole life); the `async move`
+/// block keeps the one it captured.
+pub fn forward<'a, 'u, E: Encoder, S: Sink>(
+    ctx: &'a WorkerCtx,
     mut c: Committed,
-    usage: &mut UsageGuard<'_>,
-    enc: &mut E,
-    sink: &mut S,
-) -> io::Result<bool> {
-    usage.committed(c.account.id, c.ttfb);
-    let streaming = enc.streaming();
-    let _gauge = streaming.then(|| StreamGauge::open(ctx));
-    if streaming {
-        sink.begin(&c.headers)
-            .await
-            .map_err(|e| client_failed(ctx, usage, e))?;
-    }
-    // The per-stream output cap (bytes of upstream frames forwarded; 0: none).
-    let cap = ctx.cfg.max_stream_output_bytes;
-    let mut forwarded = 0u64;
-    let mut over_cap = false;
-    let model = usage.model.clone();
-    let mut seen = Observed::default();
-    let mut broken: Option<Error> = None;
-    let mut out = Vec::new();
-    let mut batch = std::mem::take(&mut c.held);
-    let mut held = true;
-    loop {
-        let mut events = 0;
-        for ev in batch.drain(..) {
-            if seen.finished {
-                break;
-            }
-            if seen.observe(ctx, &c, &model, &ev, held) {
-                forwarded += ev.frame.len() as u64;
-                if cap > 0 && forwarded > cap && !seen.finished {
-                    over_cap = true;
-                    break;
-                }
-                enc.event(&ev, &mut out);
-                events += 1;
-            }
-        }
-        ctx.metrics.events(events);
-        if seen.output {
-            usage.first_output();
-        }
-        if seen.finished {
-            // The last events leave with the end of the response, in one write (below).
-            usage.tokens(seen.usage);
-            break;
-        }
-        if over_cap {
-            // A runaway stream: end it in the dialect, release the upstream and the slot.
-            ctx.metrics.guard(crate::metrics::Guard::OutputCap);
-            broken = Some(Error::new(
-                ErrorKind::OutputLimit { limit: cap },
-                Side::Internal,
-            ));
-            break;
-        }
+    usage: &'a mut UsageGuard<'u>,
+    enc: &'a mut E,
+    sink: &'a mut S,
+) -> impl std::future::Future<Output = io::Result<bool>> + use<'a, 'u, E, S> {
+    async move {
+        usage.committed(c.account.id, c.ttfb);
+        let streaming = enc.streaming();
+        let _gauge = streaming.then(|| StreamGauge::open(ctx));
         if streaming {
-            // One write per batch of events that arrived together (the first one carries
-            // the response head). Client gone (or not reading: the write deadline): dropping
-            // `c` resets the upstream stream and frees the slot; the guard records a 499.
-            sink.send(&out)
+            sink.begin(&c.headers)
                 .await
                 .map_err(|e| client_failed(ctx, usage, e))?;
         }
-        let used = out.len();
-        crate::wire::recycle(&mut out, used);
-        held = false;
-        let next = loop {
-            match c.next_events(&mut batch).await {
-                // Silent for a while: what the stream kept for its next write goes back.
-                Next::Quiet => {
-                    out = Vec::new();
-                    sink.trim();
+        // The per-stream output cap (bytes of upstream frames forwarded; 0: none).
+        let cap = ctx.cfg.max_stream_output_bytes;
+        let mut forwarded = 0u64;
+        let mut over_cap = false;
+        let model = usage.model.clone();
+        let mut seen = Observed::default();
+        let mut broken: Option<Error> = None;
+        let mut out = Vec::new();
+        let mut batch = std::mem::take(&mut c.held);
+        let mut held = true;
+        loop {
+            let mut events = 0;
+            for ev in batch.drain(..) {
+                if seen.finished {
+                    break;
                 }
-                next => break next,
+                if seen.observe(ctx, &c, &model, &ev, held) {
+                    forwarded += ev.frame.len() as u64;
+                    if cap > 0 && forwarded > cap && !seen.finished {
+                        over_cap = true;
+                        break;
+                    }
+                    enc.event(&ev, &mut out);
+                    events += 1;
+                }
+            }
+            ctx.metrics.events(events);
+            if seen.output {
+                usage.first_output();
+            }
+            if seen.finished {
+                // The last events leave with the end of the response, in one write (below).
+                usage.tokens(seen.usage);
+                break;
+            }
+            if over_cap {
+                // A runaway stream: end it in the dialect, release the upstream and the slot.
+                ctx.metrics.guard(crate::metrics::Guard::OutputCap);
+                broken = Some(Error::new(
+                    ErrorKind::OutputLimit { limit: cap },
+                    Side::Internal,
+                ));
+                break;
+            }
+            if streaming {
+                // One write per batch of events that arrived together (the first one carries
+                // the response head). Client gone (or not reading: the write deadline): dropping
+                // `c` resets the upstream stream and frees the slot; the guard records a 499.
+                sink.send(&out)
+                    .await
+                    .map_err(|e| client_failed(ctx, usage, e))?;
+            }
+            let used = out.len();
+            crate::wire::recycle(&mut out, used);
+            held = false;
+            let next = loop {
+                match c.next_events(&mut batch).await {
+                    // Silent for a while: what the stream kept for its next write goes back.
+                    Next::Quiet => {
+                        out = Vec::new();
+                        sink.trim();
+                    }
+                    next => break next,
+                }
+            };
+            match next {
+                // (`Quiet` never comes out of the loop above.)
+                Next::Events | Next::Quiet => {}
+                Next::End => {
+                    broken = Some(
+                        Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
+                            .with_cause("upstream closed the stream before a terminal event"),
+                    );
+                    break;
+                }
+                Next::Broken(e) => {
+                    broken = Some(e);
+                    break;
+                }
+            }
+        }
+        let visible = std::mem::take(&mut c.headers);
+        // A finished HTTP/1.1 stream's connection can carry the next request once read to its
+        // end: after the client has its answer, in a task of its own (below).
+        let mut h1_tail = if seen.finished {
+            c.take_h1_tail()
+        } else {
+            None
+        };
+        drop(c); // the account's slot is free before the last bytes are written
+        usage.tokens(seen.usage);
+        if !streaming {
+            // Buffered encoders answer from `finish` alone.
+            out.clear();
+        }
+        if let Some(e) = &broken {
+            enc.broken(e, seen.response_id.as_deref(), &mut out);
+        }
+        let failed = seen.failed.as_ref().or(broken.as_ref());
+        if let Some(e) = failed {
+            usage.error(e);
+        }
+        let done = enc.finish(failed, &mut out);
+        let answered = if streaming {
+            // A streamed response was a 200 whatever happened inside it.
+            usage.status(200);
+            sink.end(&out)
+                .await
+                .map_err(|e| client_failed(ctx, usage, e))
+        } else {
+            match done {
+                Ok(()) => {
+                    usage.status(200);
+                    sink.whole(&visible, &out).await
+                }
+                Err(e) => {
+                    usage.fail(&e);
+                    sink.error(&e).await
+                }
             }
         };
-        match next {
-            // (`Quiet` never comes out of the loop above.)
-            Next::Events | Next::Quiet => {}
-            Next::End => {
-                broken = Some(
-                    Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
-                        .with_cause("upstream closed the stream before a terminal event"),
-                );
-                break;
-            }
-            Next::Broken(e) => {
-                broken = Some(e);
-                break;
-            }
+        if let Some(mut tail) = h1_tail.take() {
+            // Off this request's path: the client's connection (or WebSocket turn) is free for
+            // its next request at once.
+            monoio::spawn(async move { tail.finish().await });
         }
+        answered
     }
-    let visible = std::mem::take(&mut c.headers);
-    // A finished HTTP/1.1 stream's connection can carry the next request once read to its
-    // end: after the client has its answer, in a task of its own (below).
-    let mut h1_tail = if seen.finished {
-        c.take_h1_tail()
-    } else {
-        None
-    };
-    drop(c); // the account's slot is free before the last bytes are written
-    usage.tokens(seen.usage);
-    if !streaming {
-        // Buffered encoders answer from `finish` alone.
-        out.clear();
-    }
-    if let Some(e) = &broken {
-        enc.broken(e, seen.response_id.as_deref(), &mut out);
-    }
-    let failed = seen.failed.as_ref().or(broken.as_ref());
-    if let Some(e) = failed {
-        usage.error(e);
-    }
-    let done = enc.finish(failed, &mut out);
-    let answered = if streaming {
-        // A streamed response was a 200 whatever happened inside it.
-        usage.status(200);
-        sink.end(&out)
-            .await
-            .map_err(|e| client_failed(ctx, usage, e))
-    } else {
-        match done {
-            Ok(()) => {
-                usage.status(200);
-                sink.whole(&visible, &out).await
-            }
-            Err(e) => {
-                usage.fail(&e);
-                sink.error(&e).await
-            }
-        }
-    };
-    if let Some(mut tail) = h1_tail.take() {
-        // Off this request's path: the client's connection (or WebSocket turn) is free for
-        // its next request at once.
-        monoio::spawn(async move { tail.finish().await });
-    }
-    answered
 }
 
 /// A write to the client failed: the client left, or stopped reading past the write deadline

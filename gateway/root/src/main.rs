@@ -12,6 +12,13 @@ use codex_gateway::{
 };
 use gateway::config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL};
 
+/// mimalloc instead of glibc's malloc: per-thread free lists without arena locks or
+/// consolidation passes. Every request and event allocates a little (buffers, header
+/// strings, parsed JSON), and glibc's allocator was about 14 % of a worker's CPU on short
+/// requests (benches/README.md, "The allocator").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "codex-gateway",
