@@ -527,7 +527,7 @@ impl Drop for UsageGuard<'_> {
         let error_class = self
             .error_class
             .or(self.status.is_none().then_some("client_gone"));
-        self.ctx.report(WorkerEvent::Usage(UsageRecord {
+        self.ctx.report(WorkerEvent::Usage(Box::new(UsageRecord {
             id: UsageRecord::new_id(),
             key_id: self.key_id,
             account_id: self.account_id,
@@ -550,6 +550,6 @@ impl Drop for UsageGuard<'_> {
             ttft_ms: self.ttft.map(|d| d.as_millis() as u64),
             failovers: self.trace.failovers,
             error_class: error_class.map(str::to_owned),
-        }));
+        })));
     }
 }

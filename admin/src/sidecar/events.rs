@@ -402,7 +402,8 @@ impl Usage {
         while self.has_room() {
             let mut batch = Vec::new();
             for ev in events.drain_usage().take(USAGE_BATCH) {
-                if let WorkerEvent::Usage(mut u) = ev {
+                if let WorkerEvent::Usage(u) = ev {
+                    let mut u = *u;
                     storable(&mut u);
                     batch.push(u);
                 }

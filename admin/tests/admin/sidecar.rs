@@ -231,7 +231,7 @@ async fn events_are_persisted_and_flushed_on_shutdown(db: &TestDb) {
     let mut run = Running::start(config(db));
     let v0 = run.version();
     for i in 0..250 {
-        run.send(WorkerEvent::Usage(usage(i)));
+        run.send(WorkerEvent::Usage(Box::new(usage(i))));
     }
     run.send(WorkerEvent::Account {
         account_id: id,
@@ -271,7 +271,7 @@ async fn events_are_persisted_and_flushed_on_shutdown(db: &TestDb) {
 
     // Events sent right before shutdown are flushed by it.
     for i in 0..100 {
-        run.send(WorkerEvent::Usage(usage(1000 + i)));
+        run.send(WorkerEvent::Usage(Box::new(usage(1000 + i))));
     }
     run.stop();
     assert_eq!(s.usage_count().await.unwrap(), 350);
@@ -629,9 +629,9 @@ async fn unstorable_text_does_not_stall_usage(db: &TestDb) {
     let mut bad = usage(1);
     bad.model = "gpt\0-5".into();
     bad.error_code = Some("x\0y".into());
-    run.send(WorkerEvent::Usage(bad));
+    run.send(WorkerEvent::Usage(Box::new(bad)));
     for i in 0..10 {
-        run.send(WorkerEvent::Usage(usage(i)));
+        run.send(WorkerEvent::Usage(Box::new(usage(i))));
     }
     assert!(wait_until(WAIT, || async { s.usage_count().await.unwrap() == 11 }).await);
     run.stop();
@@ -1104,7 +1104,7 @@ async fn healthz_reports_storage_down() {
     assert_eq!(st, 503);
     assert_eq!(body["storage"], "down");
     // Usage keeps being accepted (spooled) while storage is down; shutdown stays bounded.
-    run.send(WorkerEvent::Usage(usage(1)));
+    run.send(WorkerEvent::Usage(Box::new(usage(1))));
     let t = std::time::Instant::now();
     drop(run);
     assert!(t.elapsed() < Duration::from_secs(15));
