@@ -508,8 +508,7 @@ mod tests {
             seen_version: 2,
         })
         .unwrap();
-        tx.try_send(WorkerEvent::Usage(Box::default()))
-            .unwrap();
+        tx.try_send(WorkerEvent::Usage(Box::default())).unwrap();
         let got: Vec<_> = rx.drain_control().collect();
         assert_eq!(got.len(), 1, "the refresh request is on the control queue");
         let got: Vec<_> = rx.drain_usage().collect();

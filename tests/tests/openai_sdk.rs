@@ -58,6 +58,24 @@ fn openai_python_sdk_responses() {
     assert!(continued.get("previous_response_id").is_none());
 }
 
+/// Events more than the quiet period apart (the gateway gives back a quiet stream's buffers
+/// between them, `lifecycle::QUIET_AFTER`): the SDK still reads every event whole, in order.
+#[test]
+fn openai_python_sdk_streams_with_pauses_past_the_quiet_period() {
+    let s = StackBuilder::default().start();
+    s.mock.set_behaviour(
+        "acct-0",
+        benches::Behaviour {
+            tokens: Some(2),
+            inter_event_delay: Some(
+                gateway::lifecycle::QUIET_AFTER + std::time::Duration::from_millis(200),
+            ),
+            ..Default::default()
+        },
+    );
+    run_script("sdk_paused.py", &format!("{}/v1", s.url()), &s.key);
+}
+
 #[test]
 fn openai_python_sdk_chat_and_models() {
     let s = StackBuilder::default().start();
