@@ -322,11 +322,23 @@ pub(crate) fn affinity_key(req: &Request) -> Option<String> {
             if req.body.is_empty() {
                 return None;
             }
-            ["session_id", "conversation_id"].iter().find_map(|f| {
-                sonic_rs::get(req.body.as_slice(), &[*f])
-                    .ok()
-                    .and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
-            })
+            // One scan of the body for both fields (it can be hundreds of KiB), with a tree of
+            // paths built once per worker thread.
+            thread_local! {
+                static PATHS: sonic_rs::PointerTree = {
+                    let mut t = sonic_rs::PointerTree::new();
+                    t.add_path(["session_id"]);
+                    t.add_path(["conversation_id"]);
+                    t
+                };
+            }
+            PATHS
+                .with(|t| sonic_rs::get_many(req.body.as_slice(), t))
+                .ok()?
+                .into_iter()
+                .find_map(|v| {
+                    v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+                })
         })
 }
 

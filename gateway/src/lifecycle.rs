@@ -800,3 +800,15 @@ async fn attempt(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The h2 client sends every upstream header name as `HeaderName::from_static` (which
+    /// panics on a name that is not a lower-case token): every forwarded name must be one.
+    #[test]
+    fn forwarded_header_names_are_static_header_names() {
+        for n in super::PASSTHROUGH_HEADERS {
+            assert_eq!(http::HeaderName::from_static(n).as_str(), *n);
+        }
+    }
+}

@@ -713,10 +713,12 @@ impl Upstream {
         let uri = format!("{scheme}://{}{}", self.cfg.authority(), req.path);
         let mut b = http::Request::builder().method(req.method).uri(uri);
         for (n, v) in &req.headers {
-            b = b.header(*n, v.as_str());
+            // The names are the gateway's own lower-case constants: a static name costs no
+            // allocation (parsing one from a `&str` copies every non-standard name).
+            b = b.header(http::HeaderName::from_static(n), v.as_str());
         }
         if !req.body.is_empty() {
-            b = b.header("content-length", req.body.len().to_string());
+            b = b.header(http::header::CONTENT_LENGTH, req.body.len());
         }
         let request = b.body(()).map_err(|e| {
             H2SendError::Failed(UpstreamError::Protocol {
@@ -780,16 +782,13 @@ impl Upstream {
             }
         };
         let (parts, body) = resp.into_parts();
-        let headers = parts
-            .headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
+        let mut headers = Vec::with_capacity(parts.headers.len());
+        headers.extend(parts.headers.iter().map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        }));
         Ok(UpstreamResponse {
             status: parts.status.as_u16(),
             headers,

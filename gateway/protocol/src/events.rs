@@ -135,21 +135,31 @@ pub fn rate_limits_from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Ra
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let window = |w: &str| {
-        let f = |suffix: &str| get(&format!("x-codex-{w}-{suffix}")).map(str::trim);
+    // The names as constants: every upstream response is read through here (no `format!`
+    // per name and response).
+    let window = |names: &[&str; 4]| {
+        let f = |i: usize| get(names[i]).map(str::trim);
         Window {
-            used_percent: f("used-percent").and_then(|s| s.parse().ok()),
-            window_minutes: f("window-minutes").and_then(|s| s.parse().ok()),
-            reset_at: f("reset-at").and_then(|s| s.parse().ok()).or_else(|| {
-                f("reset-after-seconds")
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .map(|s| now + s)
-            }),
+            used_percent: f(0).and_then(|s| s.parse().ok()),
+            window_minutes: f(1).and_then(|s| s.parse().ok()),
+            reset_at: f(2)
+                .and_then(|s| s.parse().ok())
+                .or_else(|| f(3).and_then(|s| s.parse::<u64>().ok()).map(|s| now + s)),
         }
     };
     RateLimits {
-        primary: window("primary"),
-        secondary: window("secondary"),
+        primary: window(&[
+            "x-codex-primary-used-percent",
+            "x-codex-primary-window-minutes",
+            "x-codex-primary-reset-at",
+            "x-codex-primary-reset-after-seconds",
+        ]),
+        secondary: window(&[
+            "x-codex-secondary-used-percent",
+            "x-codex-secondary-window-minutes",
+            "x-codex-secondary-reset-at",
+            "x-codex-secondary-reset-after-seconds",
+        ]),
     }
 }
 
