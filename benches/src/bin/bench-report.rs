@@ -265,6 +265,12 @@ fn verdict(ok: Option<bool>) -> &'static str {
     }
 }
 
+/// The RSS target's verdict: `None` (not measured) when RSS did not grow with the open
+/// streams (the sampled process is not the one holding them, e.g. a wrapper script).
+fn rss_per_stream_met(kib: f64) -> Option<bool> {
+    (kib > 0.0).then_some(kib <= RSS_PER_STREAM_BUDGET_KIB)
+}
+
 fn targets(r: &Reports) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "| target | measured | verdict |\n|---|---|---|");
@@ -318,7 +324,7 @@ fn targets(r: &Reports) -> String {
         o,
         "| <= {RSS_PER_STREAM_BUDGET_KIB} KiB RSS per open SSE stream | {} | {} |",
         rss.map_or("-".into(), |(k, n)| format!("{k:.2} KiB at {n} open")),
-        verdict(rss.map(|(k, _)| k <= RSS_PER_STREAM_BUDGET_KIB))
+        verdict(rss.and_then(|(k, _)| rss_per_stream_met(k)))
     );
     let slow = get(r, "gateway", "slow");
     let _ = writeln!(
@@ -567,4 +573,20 @@ fn main() -> ExitCode {
         println!("#### WebSocket\n\n{ws}");
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_that_did_not_grow_is_not_measured() {
+        assert_eq!(rss_per_stream_met(0.0), None);
+        assert_eq!(verdict(rss_per_stream_met(0.0)), "not measured");
+        assert_eq!(rss_per_stream_met(6.5), Some(true));
+        assert_eq!(
+            rss_per_stream_met(RSS_PER_STREAM_BUDGET_KIB + 0.1),
+            Some(false)
+        );
+    }
 }
