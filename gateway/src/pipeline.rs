@@ -198,6 +198,7 @@ impl Observed {
 /// Not an `async fn`: that would copy `c` into a local of its state and keep the argument's
 /// slot too (two `Committed` in every stream's state for its whole life); the `async move`
 /// block keeps the one it captured.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub fn forward<'a, 'u, E: Encoder, S: Sink>(
     ctx: &'a WorkerCtx,
     mut c: Committed,
