@@ -312,34 +312,41 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
 /// then the body's top-level `session_id` / `conversation_id` (strings), then (by the caller)
 /// `prompt_cache_key`. The scheduler scopes it per client key.
 pub(crate) fn affinity_key(req: &Request) -> Option<String> {
-    use sonic_rs::JsonValueTrait;
+    header_session(req).or_else(|| body_session(&req.body))
+}
+
+/// The session signal of the headers (the first of [`affinity_key`]'s sources); a caller that
+/// already parsed the body takes the body's from its tree
+/// ([`codex_protocol::normalize::Normalized::session`], which reads the same fields).
+pub(crate) fn header_session(req: &Request) -> Option<String> {
     ["session-id", "session_id", "thread-id", "conversation_id"]
         .iter()
         .find_map(|h| req.header(h))
         .filter(|v| !v.is_empty())
         .map(str::to_owned)
-        .or_else(|| {
-            if req.body.is_empty() {
-                return None;
-            }
-            // One scan of the body for both fields (it can be hundreds of KiB), with a tree of
-            // paths built once per worker thread.
-            thread_local! {
-                static PATHS: sonic_rs::PointerTree = {
-                    let mut t = sonic_rs::PointerTree::new();
-                    t.add_path(["session_id"]);
-                    t.add_path(["conversation_id"]);
-                    t
-                };
-            }
-            PATHS
-                .with(|t| sonic_rs::get_many(req.body.as_slice(), t))
-                .ok()?
-                .into_iter()
-                .find_map(|v| {
-                    v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
-                })
-        })
+}
+
+/// The body's top-level `session_id`, else `conversation_id` (non-empty strings).
+fn body_session(body: &[u8]) -> Option<String> {
+    use sonic_rs::JsonValueTrait;
+    if body.is_empty() {
+        return None;
+    }
+    // One scan of the body for both fields (it can be hundreds of KiB), with a tree of
+    // paths built once per worker thread.
+    thread_local! {
+        static PATHS: sonic_rs::PointerTree = {
+            let mut t = sonic_rs::PointerTree::new();
+            t.add_path(["session_id"]);
+            t.add_path(["conversation_id"]);
+            t
+        };
+    }
+    PATHS
+        .with(|t| sonic_rs::get_many(body, t))
+        .ok()?
+        .into_iter()
+        .find_map(|v| v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned)))
 }
 
 pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
@@ -509,5 +516,27 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
 
     fn trim(&mut self) {
         self.conn.trim_write_buffer();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use codex_protocol::normalize::normalize_responses;
+
+    use super::body_session;
+
+    #[test]
+    fn the_body_scan_reads_the_session_the_normaliser_reads() {
+        for body in [
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","session_id":"s-1","conversation_id":"c-1"}"#,
+            r#"{"model":"m","conversation_id":"c-1","session_id":"s-1"}"#,
+            r#"{"model":"m","session_id":"","conversation_id":"c-1"}"#,
+            r#"{"model":"m","session_id":7,"conversation_id":""}"#,
+            r#"{"model":"m","input":[{"session_id":"nested"}]}"#,
+        ] {
+            let n = normalize_responses(body.as_bytes()).unwrap();
+            assert_eq!(body_session(body.as_bytes()), n.session, "{body}");
+        }
     }
 }

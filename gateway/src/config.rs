@@ -854,6 +854,19 @@ impl GatewayConfig {
         if let Some(v) = &w.beta_features {
             c.wire.beta_features = v.clone();
         }
+        for (name, v) in [
+            ("originator", &c.wire.originator),
+            ("user_agent", &c.wire.user_agent),
+            ("version", &c.wire.version),
+            ("residency", &c.wire.residency),
+            ("beta_features", &c.wire.beta_features),
+        ] {
+            if http::HeaderValue::from_str(v).is_err() {
+                return Err(ConfigError(format!(
+                    "wire.{name} is not a valid HTTP header value (printable ASCII only)"
+                )));
+            }
+        }
         Ok(c)
     }
 }
@@ -959,5 +972,22 @@ mod tests {
         std::fs::write(&p, "bogus_key = 1\n").unwrap();
         let e = GatewayConfig::load(&args).unwrap_err();
         assert!(e.to_string().contains("bogus_key"), "{e}");
+    }
+
+    #[test]
+    fn a_wire_value_that_cannot_be_a_header_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "[upstream]\nbase_url = \"http://127.0.0.1:2/x\"\n[wire]\nuser_agent = \"codex\\r\\nx-injected: 1\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(p),
+            ..Default::default()
+        };
+        let e = GatewayConfig::load(&args).unwrap_err().to_string();
+        assert!(e.contains("wire.user_agent"), "{e}");
     }
 }

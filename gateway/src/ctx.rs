@@ -51,6 +51,8 @@ pub struct WorkerCtx {
     /// HTTP response transcripts (`previous_response_id`): the workers' shared store, and
     /// Redis when configured (other instances).
     pub transcripts: Rc<crate::transcripts::Transcripts>,
+    /// The configured identity header values, built once.
+    pub wire: crate::lifecycle::WireValues,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
     usage_spool: RefCell<VecDeque<WorkerEvent>>,
@@ -78,6 +80,7 @@ impl WorkerCtx {
     ) -> Self {
         Self {
             id,
+            wire: crate::lifecycle::WireValues::new(&cfg.wire),
             cfg,
             snapshot,
             health,

@@ -27,6 +27,7 @@ use codex_protocol::{
     events::{self, EventClass},
     sse::{SseEvent, SseSplitter},
 };
+use http::HeaderValue;
 use shared_state::{AccountEffect, AccountEntry, Lease};
 
 use crate::{
@@ -76,6 +77,8 @@ pub struct RequestPlan {
     pub model: String,
     /// Normalized upstream body.
     pub body: Bytes,
+    /// What the body asks for (reasoning effort, service tier), as usage records it.
+    pub asked: codex_protocol::normalize::Asked,
     /// Client session headers to forward.
     pub passthrough: Vec<(&'static str, String)>,
     /// Client key id.
@@ -227,17 +230,30 @@ fn transport_error(e: &UpstreamError) -> Error {
 
 /// Stable per-account installation id (`x-codex-installation-id`), derived so that one
 /// account always presents the same installation.
-fn installation_id(account: &AccountEntry) -> String {
+fn installation_id(account: &AccountEntry) -> HeaderValue {
     use fnv128::digest;
     let h = digest(account.chatgpt_account_id.as_bytes(), account.id);
-    format!(
-        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-        (h >> 96) as u32,
-        (h >> 80) as u16,
-        ((h >> 64) as u16) & 0xfff,
-        ((h >> 48) as u16) & 0xfff,
-        (h as u64) & 0xffff_ffff_ffff
-    )
+    // A UUID (version 4 layout) written digit by digit: no formatting machinery per request.
+    let mut id = *b"00000000-0000-4000-8000-000000000000";
+    let fields: [(u64, std::ops::Range<usize>); 5] = [
+        (((h >> 96) as u32).into(), 0..8),
+        (((h >> 80) as u16).into(), 9..13),
+        ((((h >> 64) as u16) & 0xfff).into(), 15..18),
+        ((((h >> 48) as u16) & 0xfff).into(), 20..23),
+        ((h as u64) & 0xffff_ffff_ffff, 24..36),
+    ];
+    for (v, r) in fields {
+        write_hex(&mut id[r], v);
+    }
+    HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static(""))
+}
+
+/// Writes the low `dst.len()` hex digits of `v` into `dst` (lower case, zero-padded).
+fn write_hex(dst: &mut [u8], mut v: u64) {
+    for d in dst.iter_mut().rev() {
+        *d = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+    }
 }
 
 /// A tiny non-cryptographic 128-bit mix (FNV-1a based) for stable derived ids.
@@ -265,63 +281,117 @@ pub mod turn_state {
     pub const HEADER: &str = "x-codex-turn-state";
     const PREFIX: &str = "cg1.";
 
-    fn tag(account: &AccountEntry) -> String {
+    fn tag(account: &AccountEntry) -> [u8; 16] {
         let h = super::fnv128::digest(account.chatgpt_account_id.as_bytes(), !account.id);
-        format!("{:016x}", (h >> 64) as u64 ^ h as u64)
+        let mut t = [0u8; 16];
+        super::write_hex(&mut t, (h >> 64) as u64 ^ h as u64);
+        t
     }
 
     /// What the client sees for the turn state `account` issued.
     pub fn bind(account: &AccountEntry, upstream: &str) -> String {
-        format!("{PREFIX}{}.{upstream}", tag(account))
+        let mut v = String::with_capacity(PREFIX.len() + 17 + upstream.len());
+        v.push_str(PREFIX);
+        // Hex digits: always UTF-8.
+        v.push_str(std::str::from_utf8(&tag(account)).unwrap_or_default());
+        v.push('.');
+        v.push_str(upstream);
+        v
     }
 
     /// The upstream value to send to `account` for the client's turn state, if `account`
     /// issued it.
     pub fn for_account<'a>(account: &AccountEntry, client: &'a str) -> Option<&'a str> {
         let (t, upstream) = client.strip_prefix(PREFIX)?.split_once('.')?;
-        (t == tag(account) && !upstream.is_empty()).then_some(upstream)
+        (t.as_bytes() == tag(account) && !upstream.is_empty()).then_some(upstream)
     }
+}
+
+/// A configured header value (checked when the configuration is loaded); one that cannot be
+/// a header value is not sent.
+fn configured(v: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(v).ok()
 }
 
 fn identity_headers(
     ctx: &WorkerCtx,
     account: &AccountEntry,
     plan: &RequestPlan,
-) -> Vec<(&'static str, String)> {
-    let wire = &ctx.cfg.wire;
-    let mut h: Vec<(&'static str, String)> = Vec::with_capacity(12 + plan.passthrough.len());
-    h.push((
-        "authorization",
-        format!("Bearer {}", account.access_token.expose()),
-    ));
-    h.push(("chatgpt-account-id", account.chatgpt_account_id.clone()));
+) -> Vec<(&'static str, HeaderValue)> {
+    let wire = &ctx.wire;
+    let mut h: Vec<(&'static str, HeaderValue)> = Vec::with_capacity(12 + plan.passthrough.len());
+    let mut bearer = String::with_capacity(7 + account.access_token.expose().len());
+    bearer.push_str("Bearer ");
+    bearer.push_str(account.access_token.expose());
+    // From the String's own bytes (no copy); a token that cannot be a header value sends
+    // none, and the upstream answers 401 (the account's refresh path).
+    if let Ok(mut v) = HeaderValue::try_from(bearer) {
+        v.set_sensitive(true);
+        h.push(("authorization", v));
+    }
+    if let Ok(v) = HeaderValue::from_str(&account.chatgpt_account_id) {
+        h.push(("chatgpt-account-id", v));
+    }
     h.push(("originator", wire.originator.clone()));
     h.push(("user-agent", wire.user_agent.clone()));
-    if !wire.version.is_empty() {
-        h.push(("version", wire.version.clone()));
+    if let Some(v) = &wire.version {
+        h.push(("version", v.clone()));
     }
-    if !wire.residency.is_empty() {
-        h.push(("x-openai-internal-codex-residency", wire.residency.clone()));
+    if let Some(v) = &wire.residency {
+        h.push(("x-openai-internal-codex-residency", v.clone()));
     }
-    h.push(("content-type", "application/json".to_owned()));
-    h.push(("accept", "text/event-stream".to_owned()));
+    h.push(("content-type", HeaderValue::from_static("application/json")));
+    h.push(("accept", HeaderValue::from_static("text/event-stream")));
     h.push(("x-codex-installation-id", installation_id(account)));
     let mut has_beta = false;
     for (n, v) in &plan.passthrough {
-        if *n == turn_state::HEADER {
+        let v = if *n == turn_state::HEADER {
             // Only to the account that issued it.
-            if let Some(v) = turn_state::for_account(account, v) {
-                h.push((n, v.to_owned()));
+            match turn_state::for_account(account, v) {
+                Some(v) => v,
+                None => continue,
             }
-            continue;
-        }
+        } else {
+            v.as_str()
+        };
         has_beta |= *n == "x-codex-beta-features";
-        h.push((n, v.clone()));
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.push((n, v));
+        }
     }
-    if !has_beta && !wire.beta_features.is_empty() {
-        h.push(("x-codex-beta-features", wire.beta_features.clone()));
+    if !has_beta {
+        if let Some(v) = &wire.beta_features {
+            h.push(("x-codex-beta-features", v.clone()));
+        }
     }
     h
+}
+
+/// The configured identity header values ([`crate::config::WireProfile`]), built once per
+/// worker: each request shares their bytes.
+#[derive(Debug, Clone)]
+pub struct WireValues {
+    originator: HeaderValue,
+    user_agent: HeaderValue,
+    version: Option<HeaderValue>,
+    residency: Option<HeaderValue>,
+    beta_features: Option<HeaderValue>,
+}
+
+// === impl WireValues ===
+
+impl WireValues {
+    /// The values of `wire` (an empty optional one is not sent).
+    pub fn new(wire: &crate::config::WireProfile) -> Self {
+        let opt = |v: &str| (!v.is_empty()).then(|| configured(v)).flatten();
+        Self {
+            originator: configured(&wire.originator).unwrap_or(HeaderValue::from_static("")),
+            user_agent: configured(&wire.user_agent).unwrap_or(HeaderValue::from_static("")),
+            version: opt(&wire.version),
+            residency: opt(&wire.residency),
+            beta_features: opt(&wire.beta_features),
+        }
+    }
 }
 
 /// The frozen candidate order for this request (the scheduler owns the ordering rules).
@@ -809,6 +879,52 @@ mod tests {
     fn forwarded_header_names_are_static_header_names() {
         for n in super::PASSTHROUGH_HEADERS {
             assert_eq!(http::HeaderName::from_static(n).as_str(), *n);
+        }
+    }
+
+    /// The installation id and the turn-state tag written digit by digit are what the
+    /// formatted versions gave (an account keeps presenting the same installation, and turn
+    /// states bound before the change still unwrap).
+    #[test]
+    fn installation_ids_keep_their_format_and_value() {
+        use std::sync::Arc;
+
+        use shared_state::{AccountEntry, AccountLive, AccountStatus, Secret};
+        for (id, acct) in [
+            (1, "acc-1"),
+            (42, "c3d4e5f6-0000-4000-8000-abcdefabcdef"),
+            (-7, ""),
+        ] {
+            let a = AccountEntry {
+                id,
+                label: String::new(),
+                chatgpt_account_id: acct.to_owned(),
+                user_id: None,
+                plan: None,
+                access_token: Secret::new("tok"),
+                access_expires_at: None,
+                status: AccountStatus::Active,
+                weight: 1,
+                max_concurrency: 0,
+                live: Arc::new(AccountLive::default()),
+                group: None,
+                egress: None,
+            };
+            let h = super::fnv128::digest(acct.as_bytes(), id);
+            let formatted = format!(
+                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                (h >> 96) as u32,
+                (h >> 80) as u16,
+                ((h >> 64) as u16) & 0xfff,
+                ((h >> 48) as u16) & 0xfff,
+                (h as u64) & 0xffff_ffff_ffff
+            );
+            assert_eq!(super::installation_id(&a).to_str().unwrap(), formatted);
+            let h = super::fnv128::digest(acct.as_bytes(), !id);
+            let tag = format!("{:016x}", (h >> 64) as u64 ^ h as u64);
+            let bound = super::turn_state::bind(&a, "up-1");
+            assert_eq!(bound, format!("cg1.{tag}.up-1"));
+            assert_eq!(super::turn_state::for_account(&a, &bound), Some("up-1"));
         }
     }
 }

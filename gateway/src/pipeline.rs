@@ -402,33 +402,16 @@ pub struct UsageGuard<'a> {
 }
 
 /// Runs `plan` through the lifecycle ([`lifecycle::open_traced`]) and records on `usage` what
-/// the request asked for (reasoning effort, service tier: read from the normalised body every
-/// dialect produces) and what the attempts did (failovers, transport). Every surface opens
+/// the request asked for (reasoning effort, service tier: [`lifecycle::RequestPlan::asked`], read from
+/// the normalised body every dialect produces) and what the attempts did (failovers, transport). Every surface opens
 /// through here.
 pub async fn open(
     ctx: &WorkerCtx,
     plan: &lifecycle::RequestPlan,
     usage: &mut UsageGuard<'_>,
 ) -> Result<Committed, Error> {
-    // One scan of the body (it can be hundreds of KiB) for both fields, with a tree of paths
-    // built once per worker thread.
-    thread_local! {
-        static PATHS: sonic_rs::PointerTree = {
-            let mut t = sonic_rs::PointerTree::new();
-            t.add_path(["reasoning", "effort"]);
-            t.add_path(["service_tier"]);
-            t
-        };
-    }
-    let found = PATHS
-        .with(|t| sonic_rs::get_many(&plan.body[..], t))
-        .unwrap_or_default();
-    let mut text = found.into_iter().map(|v| {
-        v.and_then(|v| v.as_str().map(str::to_owned))
-            .filter(|v| !v.is_empty())
-    });
-    usage.reasoning_effort = text.next().flatten();
-    usage.service_tier = text.next().flatten();
+    usage.reasoning_effort = plan.asked.reasoning_effort.clone();
+    usage.service_tier = plan.asked.service_tier.clone();
     let res = lifecycle::open_traced(ctx, plan, &mut usage.trace).await;
     if let Err(e) = &res {
         usage.fail(e);

@@ -63,8 +63,10 @@ pub struct UpstreamRequest {
     pub method: &'static str,
     /// Path and query, starting with `/` (the configured prefix already applied).
     pub path: String,
-    /// Headers (lower-case names; no hop-by-hop headers).
-    pub headers: Vec<(&'static str, String)>,
+    /// Headers (lower-case names; no hop-by-hop headers). `HeaderValue`s, so a value built
+    /// once (a static or configured one) is shared, not copied, into every request; the bearer
+    /// token is marked sensitive (never indexed by HPACK, `Sensitive` in `Debug`).
+    pub headers: Vec<(&'static str, http::HeaderValue)>,
     /// Body.
     pub body: Bytes,
 }
@@ -74,7 +76,7 @@ pub struct UpstreamResponse {
     /// Status code.
     pub status: u16,
     /// Headers with lower-case names.
-    pub headers: Vec<(String, String)>,
+    pub headers: Head,
     /// The body.
     pub body: UpstreamBody,
     /// `h2` or `http/1.1`.
@@ -86,10 +88,31 @@ pub struct UpstreamResponse {
 impl UpstreamResponse {
     /// First header with this lower-case name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.get(name)
+    }
+}
+
+/// A response head's headers: an h2 response keeps the map its decoder built (nothing copied
+/// per header); HTTP/1.1 and WebSocket upgrade heads are parsed into pairs.
+#[derive(Debug)]
+pub enum Head {
+    /// As the h2 decoder built it.
+    Map(http::HeaderMap),
+    /// Lower-case names, values trimmed.
+    Pairs(Vec<(String, String)>),
+}
+
+// === impl Head ===
+
+impl Head {
+    /// First value with this lower-case name (a value that is not UTF-8 counts as absent).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        match self {
+            Self::Map(m) => m
+                .get(name)
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()),
+            Self::Pairs(p) => p.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()),
+        }
     }
 }
 
@@ -326,6 +349,8 @@ pub struct Upstream {
     /// Set when a TLS origin negotiated HTTP/1.1 instead of h2.
     tls_h1_only: RefCell<bool>,
     next_addr: RefCell<usize>,
+    /// [`Upstream::uri_of`]'s last path and URI.
+    last_uri: RefCell<Option<(String, http::Uri)>>,
 }
 
 // === impl Upstream ===
@@ -353,12 +378,28 @@ impl Upstream {
             ws_tls,
             tls_h1_only: RefCell::new(false),
             next_addr: RefCell::new(0),
+            last_uri: RefCell::new(None),
         }))
     }
 
     /// The configuration.
     pub fn config(&self) -> &UpstreamConfig {
         &self.cfg
+    }
+
+    /// The h2 request URI of `path` on the origin: the last one built is kept (every
+    /// Responses request has the same path; a clone shares its bytes).
+    fn uri_of(&self, path: &str) -> Result<http::Uri, http::uri::InvalidUri> {
+        let mut last = self.last_uri.borrow_mut();
+        if let Some((p, uri)) = last.as_ref() {
+            if p == path {
+                return Ok(uri.clone());
+            }
+        }
+        let scheme = if self.cfg.tls { "https" } else { "http" };
+        let uri = http::Uri::try_from(format!("{scheme}://{}{path}", self.cfg.authority()))?;
+        *last = Some((path.to_owned(), uri.clone()));
+        Ok(uri)
     }
 
     /// The HTTP/1.1 keep-alive pool of an egress.
@@ -709,13 +750,18 @@ impl Upstream {
         slot: StreamSlot,
         req: UpstreamRequest,
     ) -> Result<UpstreamResponse, H2SendError> {
-        let scheme = if self.cfg.tls { "https" } else { "http" };
-        let uri = format!("{scheme}://{}{}", self.cfg.authority(), req.path);
+        let uri = self.uri_of(&req.path).map_err(|e| {
+            H2SendError::Failed(UpstreamError::Protocol {
+                sent: false,
+                message: format!("cannot build request: {e}"),
+            })
+        })?;
         let mut b = http::Request::builder().method(req.method).uri(uri);
         for (n, v) in &req.headers {
             // The names are the gateway's own lower-case constants: a static name costs no
-            // allocation (parsing one from a `&str` copies every non-standard name).
-            b = b.header(http::HeaderName::from_static(n), v.as_str());
+            // allocation (parsing one from a `&str` copies every non-standard name). A value
+            // clone shares its bytes.
+            b = b.header(http::HeaderName::from_static(n), v.clone());
         }
         if !req.body.is_empty() {
             b = b.header(http::header::CONTENT_LENGTH, req.body.len());
@@ -782,16 +828,9 @@ impl Upstream {
             }
         };
         let (parts, body) = resp.into_parts();
-        let mut headers = Vec::with_capacity(parts.headers.len());
-        headers.extend(parts.headers.iter().map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        }));
         Ok(UpstreamResponse {
             status: parts.status.as_u16(),
-            headers,
+            headers: Head::Map(parts.headers),
             body: UpstreamBody::H2(body, slot),
             protocol: "h2",
         })

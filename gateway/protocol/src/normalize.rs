@@ -9,7 +9,7 @@
 //! Malformed bodies give a [`NormalizeError`] that the gateway maps to a 400
 //! `invalid_request_error` naming the offending `param`.
 
-use sonic_rs::{json, JsonValueMutTrait, JsonValueTrait, Value};
+use sonic_rs::{json, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
 
 /// Parameters the Codex backend rejects; dropped before sending.
 pub const DROPPED_FIELDS: &[&str] = &[
@@ -51,6 +51,59 @@ pub struct Normalized {
     pub previous_response_id: Option<String>,
     /// The client's `prompt_cache_key`, an affinity signal.
     pub prompt_cache_key: Option<String>,
+    /// The client's `store` (`None`: absent or not a boolean); the body sent says `false`.
+    pub store: Option<bool>,
+    /// The client body's top-level `session_id`, else its `conversation_id` (non-empty
+    /// strings): the body's session signal for affinity.
+    pub session: Option<String>,
+    /// What the body sent upstream asks for (usage records it).
+    pub asked: Asked,
+}
+
+/// What a normalised upstream body asks for, as usage records it: `reasoning.effort` and
+/// `service_tier` (non-empty strings).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// `reasoning.effort`.
+    pub reasoning_effort: Option<String>,
+    /// `service_tier`.
+    pub service_tier: Option<String>,
+}
+
+// === impl Asked ===
+
+impl Asked {
+    /// Reads both fields from a normalised body (one scan, with a tree of paths built once per
+    /// thread). For bodies built by a translator; [`normalize_responses_with`] reads them from
+    /// the tree it already holds.
+    pub fn of_body(body: &[u8]) -> Self {
+        thread_local! {
+            static PATHS: sonic_rs::PointerTree = {
+                let mut t = sonic_rs::PointerTree::new();
+                t.add_path(["reasoning", "effort"]);
+                t.add_path(["service_tier"]);
+                t
+            };
+        }
+        let found = PATHS
+            .with(|t| sonic_rs::get_many(body, t))
+            .unwrap_or_default();
+        let mut text = found
+            .into_iter()
+            .map(|v| v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned)));
+        Self {
+            reasoning_effort: text.next().flatten(),
+            service_tier: text.next().flatten(),
+        }
+    }
+}
+
+/// A non-empty string field of `obj`.
+fn text_of(obj: &sonic_rs::Object, key: &str) -> Option<String> {
+    obj.get(&key)
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// Why a body cannot be normalized.
@@ -155,6 +208,8 @@ pub fn normalize_responses_with(
     let prompt_cache_key = obj
         .get(&"prompt_cache_key")
         .and_then(|p| p.as_str().map(str::to_owned));
+    let store = obj.get(&"store").and_then(|s| s.as_bool());
+    let session = text_of(obj, "session_id").or_else(|| text_of(obj, "conversation_id"));
 
     for f in DROPPED_FIELDS {
         obj.remove(f);
@@ -243,6 +298,13 @@ pub fn normalize_responses_with(
 
     obj.insert(&"store", false);
     obj.insert(&"stream", true);
+    let asked = Asked {
+        reasoning_effort: obj
+            .get(&"reasoning")
+            .and_then(|r| r.as_object())
+            .and_then(|r| text_of(r, "effort")),
+        service_tier: text_of(obj, "service_tier"),
+    };
 
     let body = sonic_rs::to_vec(&v).map_err(|e| err(format!("cannot encode body: {e}"), None))?;
     Ok(Normalized {
@@ -251,6 +313,9 @@ pub fn normalize_responses_with(
         stream,
         previous_response_id,
         prompt_cache_key,
+        store,
+        session,
+        asked,
     })
 }
 
@@ -316,6 +381,57 @@ mod tests {
         assert_eq!(v["reasoning"]["summary"].as_str(), Some("auto"));
         let e = normalize_responses_with(br#"{"model":"nope"}"#, &choose).unwrap_err();
         assert_eq!(e.unknown_model.as_deref(), Some("nope"));
+    }
+
+    #[test]
+    fn reports_store_session_and_what_the_body_asks_for() {
+        let (n, _) = norm(
+            r#"{"model":"m","store":true,"session_id":"","conversation_id":"c-1","reasoning":{"effort":"high"},"service_tier":"fast"}"#,
+        );
+        assert_eq!(n.store, Some(true));
+        assert_eq!(
+            n.session.as_deref(),
+            Some("c-1"),
+            "an empty session_id is no signal"
+        );
+        assert_eq!(n.asked.reasoning_effort.as_deref(), Some("high"));
+        assert_eq!(n.asked.service_tier.as_deref(), Some("priority"));
+        let (n, _) = norm(
+            r#"{"model":"m","store":false,"session_id":"s-1","conversation_id":"c-1","service_tier":"flex"}"#,
+        );
+        assert_eq!(n.store, Some(false));
+        assert_eq!(n.session.as_deref(), Some("s-1"));
+        assert_eq!(
+            n.asked,
+            Asked::default(),
+            "a tier the backend refuses is dropped"
+        );
+        let (n, _) = norm(r#"{"model":"m","store":"yes","session_id":5}"#);
+        assert_eq!((n.store, n.session), (None, None));
+        // An alias's forced effort is what the body sent asks for.
+        let choose = |_: &str| ModelChoice::Rewrite {
+            slug: "gpt-5.5".into(),
+            effort: Some("low".into()),
+        };
+        let n = normalize_responses_with(
+            br#"{"model":"fast","reasoning":{"effort":"high"}}"#,
+            &choose,
+        )
+        .unwrap();
+        assert_eq!(n.asked.reasoning_effort.as_deref(), Some("low"));
+    }
+
+    #[test]
+    fn the_scan_of_a_translated_body_reads_what_the_tree_reads() {
+        for body in [
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","reasoning":{"effort":"medium","summary":"auto"},"service_tier":"priority"}"#,
+            r#"{"model":"m","reasoning":{"effort":""},"service_tier":"fast","input":[{"reasoning":{"effort":"x"}}]}"#,
+            r#"{"model":"m","reasoning":null,"service_tier":null}"#,
+        ] {
+            let n = normalize_responses(body.as_bytes()).unwrap();
+            assert_eq!(Asked::of_body(&n.body), n.asked, "{body}");
+        }
     }
 
     #[test]

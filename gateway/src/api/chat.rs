@@ -10,7 +10,7 @@ use codex_protocol::{
         chat_to_responses, ChatAggregator, ChatRequestOptions, ChatStream, ChatUpstreamFailure,
     },
     classify::Failure,
-    normalize::ModelChoice,
+    normalize::{Asked, ModelChoice},
     sse::SseEvent,
 };
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
@@ -94,6 +94,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     let plan = RequestPlan {
         route: ROUTE,
         model: creq.model.clone(),
+        asked: Asked::of_body(&creq.body),
         body: Bytes::from(std::mem::take(&mut creq.body)),
         passthrough: passthrough(&req),
         key_id: key.id,

@@ -12,7 +12,7 @@ use codex_protocol::{
         count_tokens as estimate_tokens, messages_to_responses, MessagesAggregator,
         MessagesRequestOptions, MessagesStream,
     },
-    normalize::ModelChoice,
+    normalize::{Asked, ModelChoice},
     sse::SseEvent,
 };
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
@@ -134,6 +134,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     let plan = RequestPlan {
         route: ROUTE,
         model: mreq.model.clone(),
+        asked: Asked::of_body(&mreq.body),
         body: Bytes::from(std::mem::take(&mut mreq.body)),
         passthrough: passthrough(&req),
         key_id: key.id,

@@ -10,7 +10,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
 
-use super::{affinity_key, fault_requested, open_and_forward, passthrough, write_error};
+use super::{fault_requested, header_session, open_and_forward, passthrough, write_error};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -45,10 +45,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     drop(catalog);
     // previous_response_id: the upstream keeps nothing (store:false), so the gateway replays
     // the chain it kept; a client that sent store:false gets no transcript kept.
-    let keep_transcript = sonic_rs::get(req.body.as_slice(), &["store"])
-        .ok()
-        .and_then(|v| v.as_bool())
-        != Some(false);
+    let keep_transcript = norm.store != Some(false);
     let new_items = if keep_transcript {
         input_of(&norm.body)
     } else {
@@ -78,7 +75,11 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         passthrough: passthrough(&req),
         key_id: key.id,
         key_limits: std::sync::Arc::clone(&key.limits),
-        affinity_key: affinity_key(&req).or_else(|| norm.prompt_cache_key.clone()),
+        // affinity_key's order, the body's fields read from the normaliser's tree.
+        affinity_key: header_session(&req)
+            .or(norm.session)
+            .or(norm.prompt_cache_key),
+        asked: norm.asked,
         upstream_ws: None,
     };
     let http10 = req.http10;
@@ -203,6 +204,7 @@ pub struct Capturing<E> {
     /// What the turn produced.
     pub outputs: Outputs,
     keeper: Option<Keeper>,
+    observe: bool,
 }
 
 impl<E> Capturing<E> {
@@ -212,11 +214,15 @@ impl<E> Capturing<E> {
             inner,
             outputs: Outputs::default(),
             keeper: None,
+            observe: true,
         }
     }
 
-    /// Keeps the transcript with `keeper` (if any) at the terminal event.
+    /// Keeps the transcript with `keeper` at the terminal event. Without one (a client that
+    /// sent `store: false`), nothing reads the outputs: they are not observed at all (no item
+    /// is parsed).
     pub fn keeping(mut self, keeper: Option<Keeper>) -> Self {
+        self.observe = keeper.is_some();
         self.keeper = keeper;
         self
     }
@@ -228,6 +234,9 @@ impl<E: Encoder> Encoder for Capturing<E> {
     }
 
     fn event(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        if !self.observe {
+            return self.inner.event(ev, out);
+        }
         self.outputs.observe(ev);
         if self.outputs.done {
             if let Some(k) = self.keeper.take() {

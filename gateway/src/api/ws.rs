@@ -404,6 +404,7 @@ async fn turn(
         route: ROUTE,
         model: norm.model,
         body: Bytes::from(norm.body),
+        asked: norm.asked,
         passthrough: passthrough(req),
         key_id: key.id,
         key_limits: std::sync::Arc::clone(&key.limits),

@@ -236,7 +236,7 @@ where
         .flatten();
     Ok(UpstreamResponse {
         status,
-        headers,
+        headers: super::Head::Pairs(headers),
         body: UpstreamBody::H1(Box::new(Body {
             io: Some(BodyIo::from(io)),
             buf,

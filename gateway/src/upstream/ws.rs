@@ -505,7 +505,7 @@ impl super::Upstream {
                         pool.succeeded();
                         return Ok(UpstreamResponse {
                             status,
-                            headers,
+                            headers: super::Head::Pairs(headers),
                             body: UpstreamBody::Full(Some(Bytes::from(body))),
                             protocol: "ws",
                         });
@@ -574,7 +574,7 @@ impl super::Upstream {
             turn.first = Some(first);
             return Ok(UpstreamResponse {
                 status: 200,
-                headers,
+                headers: super::Head::Pairs(headers),
                 body: UpstreamBody::Ws(Box::new(turn)),
                 protocol: "ws",
             });
@@ -622,7 +622,7 @@ impl super::Upstream {
             .headers
             .iter()
             .filter(|(n, _)| !matches!(*n, "content-type" | "accept" | "content-length"))
-            .map(|(n, v)| (*n, v.clone()))
+            .map(|(n, v)| (*n, String::from_utf8_lossy(v.as_bytes()).into_owned()))
             .collect();
         headers.push(("openai-beta", BETA.to_owned()));
         let (hs, head) =

@@ -76,7 +76,10 @@ fn request() -> UpstreamRequest {
     UpstreamRequest {
         method: "POST",
         path: "/backend-api/codex/responses".into(),
-        headers: vec![("content-type", "application/json".into())],
+        headers: vec![(
+            "content-type",
+            http::HeaderValue::from_static("application/json"),
+        )],
         body: Bytes::from_static(b"{}"),
     }
 }
@@ -98,7 +101,10 @@ async fn read_all(wire: &[u8], plan: Plan) -> (u16, Vec<(String, String)>, Vec<u
     {
         out.extend_from_slice(&chunk);
     }
-    (resp.status, resp.headers, out)
+    let crate::upstream::Head::Pairs(headers) = resp.headers else {
+        panic!("h1 heads are parsed into pairs")
+    };
+    (resp.status, headers, out)
 }
 
 #[monoio::test_all(timer_enabled = true)]

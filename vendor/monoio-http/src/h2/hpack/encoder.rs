@@ -219,8 +219,18 @@ fn encode_not_indexed2(name: &[u8], value: &[u8], sensitive: bool, dst: &mut Byt
     encode_str(value, dst);
 }
 
+/// codex-gateway patch (vendor/README.md, change 3): strings longer than this are sent as raw
+/// literals (RFC 7541 §5.2 leaves the choice to the encoder). Huffman coding saves about a
+/// quarter of a token's bytes but costs a table lookup and a bit shuffle per byte, on every
+/// request for a value HPACK never indexes (the `authorization` bearer token, 1-2 KB).
+const HUFFMAN_MAX: usize = 256;
+
 fn encode_str(val: &[u8], dst: &mut BytesMut) {
-    if !val.is_empty() {
+    if val.len() > HUFFMAN_MAX {
+        dst.reserve(val.len() + 8);
+        encode_int(val.len(), 7, 0, dst);
+        dst.extend_from_slice(val);
+    } else if !val.is_empty() {
         // codex-gateway patch (vendor/README.md): the Huffman length is computed first, so
         // the string head and then the encoded bytes are written in place. Upstream encoded
         // first and, when the head took more than one byte (every value of 127 encoded
