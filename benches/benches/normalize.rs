@@ -1,5 +1,6 @@
-//! Request normalization (`codex_protocol::normalize::normalize_responses`): one sonic-rs DOM
-//! pass over the client's `/v1/responses` body, for a small request and a ~1 MiB one (a long
+//! Request normalization (`codex_protocol::normalize::normalize_responses`) of the client's
+//! `/v1/responses` body, for a small request, a request the Codex CLI 0.171.0 sent (38 KB,
+//! recorded: the fuzz corpus' `seed-codex-cli-0.171.0-recorded`) and a ~1 MiB one (a long
 //! Codex conversation: many input items, tools, large tool outputs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -70,7 +71,18 @@ fn large(target: usize) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("normalize_responses");
-    for (name, body) in [("small", small()), ("1MiB", large(1 << 20))] {
+    let recorded = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fuzz/corpus/normalize/seed-codex-cli-0.171.0-recorded"
+    ))
+    .expect("the recorded Codex CLI request");
+    // The corpus file's first byte is the fuzz target's mode; the rest is the body.
+    let codex_cli = recorded[1..].to_vec();
+    for (name, body) in [
+        ("small", small()),
+        ("codex_cli", codex_cli),
+        ("1MiB", large(1 << 20)),
+    ] {
         normalize_responses(&body).unwrap();
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(format!("{name}_{}b", body.len()), |b| {

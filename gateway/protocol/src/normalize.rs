@@ -1,15 +1,17 @@
 //! Client `/v1/responses` body -> the body the Codex backend accepts (codex-protocol.md §2.3).
 //!
 //! # Key Components
-//! - [`normalize_responses`]: one DOM pass over the client body; returns the upstream body and
-//!   the fields routing needs ([`Normalized`]).
+//! - [`normalize_responses`]: one strict pass over the client body's top-level fields, then the
+//!   upstream body written from the client's own bytes with only the fields that change
+//!   rewritten (no tree of the whole body); returns it and the fields routing and usage need
+//!   ([`Normalized`]).
 //! - [`DROPPED_FIELDS`]: parameters the backend rejects with "Unsupported parameter".
 //!
 //! # Error handling
 //! Malformed bodies give a [`NormalizeError`] that the gateway maps to a 400
 //! `invalid_request_error` naming the offending `param`.
 
-use sonic_rs::{json, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
+use sonic_rs::{JsonValueMutTrait, JsonValueTrait, Value};
 
 /// Parameters the Codex backend rejects; dropped before sending.
 pub const DROPPED_FIELDS: &[&str] = &[
@@ -98,14 +100,6 @@ impl Asked {
     }
 }
 
-/// A non-empty string field of `obj`.
-fn text_of(obj: &sonic_rs::Object, key: &str) -> Option<String> {
-    obj.get(&key)
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-}
-
 /// Why a body cannot be normalized.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("{message}")]
@@ -149,29 +143,37 @@ pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
 
 /// Normalizes a client `/v1/responses` body, resolving the model with `choose`.
 /// [`Normalized::model`] stays the client's name (accounting); the body carries the slug.
+///
+/// The body is not parsed into a tree: one strict pass over its top-level fields (every value
+/// validated, UTF-8 included) finds what changes, and the upstream body is written from the
+/// client's own bytes, rewriting only those fields (`model` for an alias, `reasoning` for an
+/// alias's effort, a string `input`, `system` roles of input items, legacy web search tool
+/// types, `service_tier`, `instructions` null) and dropping the refused ones. A Codex CLI
+/// request (40-60 KB, mostly input items) is copied, not rebuilt. A field sent twice counts
+/// once, with its last value (as `JSON.parse` reads it).
 pub fn normalize_responses_with(
     body: &[u8],
     choose: &dyn Fn(&str) -> ModelChoice,
 ) -> Result<Normalized, NormalizeError> {
-    let mut v: Value = sonic_rs::from_slice(body).map_err(|e| {
+    let parse_err = |e: &dyn std::fmt::Display| {
         err(
             format!("We could not parse the JSON body of your request: {e}"),
             None,
         )
-    })?;
-    let obj = v
-        .as_object_mut()
-        .ok_or_else(|| err("The request body must be a JSON object.", None))?;
+    };
+    let fields = top_level_fields(body, &parse_err)?;
+    // About twenty names are looked up, each once or twice: a scan each.
+    let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v);
 
-    let model = match obj.get(&"model") {
-        Some(m) if m.as_str().is_some_and(|s| !s.is_empty()) => {
-            m.as_str().unwrap_or_default().to_owned()
-        }
-        Some(_) => return Err(err("`model` must be a non-empty string.", Some("model"))),
+    let model = match field("model") {
+        Some(m) => match m.as_str() {
+            Some(s) if !s.is_empty() => s.to_owned(),
+            _ => return Err(err("`model` must be a non-empty string.", Some("model"))),
+        },
         None => return Err(err("Missing required parameter: 'model'.", Some("model"))),
     };
-    match choose(&model) {
-        ModelChoice::Keep => {}
+    let (slug, effort) = match choose(&model) {
+        ModelChoice::Keep => (None, None),
         ModelChoice::Reject => {
             return Err(NormalizeError {
                 message: format!(
@@ -181,147 +183,495 @@ pub fn normalize_responses_with(
                 unknown_model: Some(model),
             })
         }
-        ModelChoice::Rewrite { slug, effort } => {
-            obj.insert(&"model", slug.as_str());
-            if let Some(effort) = effort {
-                match obj.get_mut(&"reasoning").and_then(|r| r.as_object_mut()) {
-                    Some(r) => {
-                        r.insert(&"effort", effort.as_str());
-                    }
-                    None => {
-                        obj.insert(&"reasoning", json!({"effort": effort.as_str()}));
-                    }
-                }
-            }
-        }
-    }
-    let stream = match obj.get(&"stream") {
+        ModelChoice::Rewrite { slug, effort } => (Some(slug), effort),
+    };
+    let stream = match field("stream") {
         None => false,
         Some(s) if s.is_null() => false,
         Some(s) => s
             .as_bool()
             .ok_or_else(|| err("`stream` must be a boolean.", Some("stream")))?,
     };
-    let previous_response_id = obj
-        .remove(&"previous_response_id")
-        .and_then(|p| p.as_str().map(str::to_owned));
-    let prompt_cache_key = obj
-        .get(&"prompt_cache_key")
-        .and_then(|p| p.as_str().map(str::to_owned));
-    let store = obj.get(&"store").and_then(|s| s.as_bool());
-    let session = text_of(obj, "session_id").or_else(|| text_of(obj, "conversation_id"));
-
-    for f in DROPPED_FIELDS {
-        obj.remove(f);
-    }
-    // WebSocket envelope fields never go over HTTP.
-    obj.remove(&"type");
-    obj.remove(&"generate");
-
-    // instructions: required upstream, may be empty.
-    match obj.get(&"instructions") {
-        Some(i) if i.is_str() => {}
-        Some(i) if i.is_null() => {
-            obj.insert(&"instructions", "");
-        }
-        Some(_) => {
+    if let Some(i) = field("instructions") {
+        if !i.is_str() && !i.is_null() {
             return Err(err(
                 "`instructions` must be a string.",
                 Some("instructions"),
-            ))
-        }
-        None => {
-            obj.insert(&"instructions", "");
+            ));
         }
     }
-
-    // input: string -> one user message; array: system role -> developer.
-    match obj.get_mut(&"input") {
-        None => {
-            obj.insert(&"input", Value::new_array());
-        }
-        Some(input) if input.is_str() => {
-            let text = input.as_str().unwrap_or_default().to_owned();
-            *input = json!([{
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": text}]
-            }]);
-        }
-        Some(input) if input.is_array() => {
-            if let Some(items) = input.as_array_mut() {
-                for item in items.iter_mut() {
-                    if let Some(o) = item.as_object_mut() {
-                        if o.get(&"role").and_then(|r| r.as_str()) == Some("system") {
-                            o.insert(&"role", "developer");
-                        }
-                    }
-                }
-            }
-        }
-        Some(_) => {
+    if let Some(i) = field("input") {
+        if !i.is_str() && !i.is_array() {
             return Err(err(
                 "`input` must be a string or an array of input items.",
                 Some("input"),
-            ))
+            ));
         }
     }
+    let text = |k: &str| {
+        field(k)
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    let previous_response_id = field("previous_response_id")
+        .and_then(|p| p.as_str())
+        .map(str::to_owned);
+    let prompt_cache_key = field("prompt_cache_key")
+        .and_then(|p| p.as_str())
+        .map(str::to_owned);
+    let store = field("store").and_then(|s| s.as_bool());
+    let session = text("session_id").or_else(|| text("conversation_id"));
+    let priority = field("service_tier")
+        .and_then(|t| t.as_str())
+        .is_some_and(|t| t == "priority" || t == "fast");
 
-    // tools: legacy web search variants -> web_search.
-    if let Some(tools) = obj.get_mut(&"tools").and_then(|t| t.as_array_mut()) {
-        for t in tools.iter_mut() {
-            if let Some(o) = t.as_object_mut() {
-                let is_ws = o
-                    .get(&"type")
-                    .and_then(|x| x.as_str())
-                    .is_some_and(|ty| ty.starts_with("web_search"));
-                if is_ws {
-                    o.insert(&"type", "web_search");
+    let mut out = Vec::with_capacity(body.len() + 96);
+    out.push(b'{');
+    let put_key = |out: &mut Vec<u8>, k: &str| {
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        write_str(out, k);
+        out.push(b':');
+    };
+    let mut reasoning_effort = effort.clone().filter(|e| !e.is_empty());
+    for (k, v) in &fields {
+        let k = k.as_ref();
+        let raw = v.as_raw_str().as_bytes();
+        match k {
+            "previous_response_id" | "type" | "generate" => {}
+            k if DROPPED_FIELDS.contains(&k) => {}
+            "model" => {
+                put_key(&mut out, k);
+                match &slug {
+                    Some(slug) => write_str(&mut out, slug),
+                    None => out.extend_from_slice(raw),
                 }
+            }
+            "stream" => {
+                put_key(&mut out, k);
+                out.extend_from_slice(b"true");
+            }
+            "store" => {
+                put_key(&mut out, k);
+                out.extend_from_slice(b"false");
+            }
+            "instructions" => {
+                put_key(&mut out, k);
+                if v.is_null() {
+                    out.extend_from_slice(b"\"\"");
+                } else {
+                    out.extend_from_slice(raw);
+                }
+            }
+            "input" => {
+                put_key(&mut out, k);
+                if v.is_str() {
+                    out.extend_from_slice(
+                        br#"[{"type":"message","role":"user","content":[{"type":"input_text","text":"#,
+                    );
+                    out.extend_from_slice(raw);
+                    out.extend_from_slice(b"}]}]");
+                } else {
+                    rewrite_items(
+                        &mut out,
+                        raw,
+                        b"system",
+                        "role",
+                        &|r| r == "system",
+                        "developer",
+                    )
+                    .map_err(|e| parse_err(&e))?;
+                }
+            }
+            "tools" if v.is_array() => {
+                put_key(&mut out, k);
+                let legacy = |t: &str| t.starts_with("web_search") && t != "web_search";
+                rewrite_items(&mut out, raw, b"web_search", "type", &legacy, "web_search")
+                    .map_err(|e| parse_err(&e))?;
+            }
+            "service_tier" => {
+                if priority {
+                    put_key(&mut out, k);
+                    out.extend_from_slice(b"\"priority\"");
+                }
+            }
+            "reasoning" => {
+                put_key(&mut out, k);
+                match &effort {
+                    Some(effort) => {
+                        let mut r: Value = if v.is_object() {
+                            sonic_rs::from_slice(raw).map_err(|e| parse_err(&e))?
+                        } else {
+                            Value::new_object()
+                        };
+                        if let Some(o) = r.as_object_mut() {
+                            o.insert(&"effort", effort.as_str());
+                        }
+                        sonic_rs::to_writer(&mut out, &r).map_err(|e| parse_err(&e))?;
+                    }
+                    None => {
+                        reasoning_effort = sonic_rs::get(raw, &["effort"])
+                            .ok()
+                            .filter(|_| v.is_object())
+                            .and_then(|e| e.as_str().filter(|s| !s.is_empty()).map(str::to_owned));
+                        out.extend_from_slice(raw);
+                    }
+                }
+            }
+            _ => {
+                put_key(&mut out, k);
+                out.extend_from_slice(raw);
             }
         }
     }
-
-    // service_tier: only `priority` is accepted (`fast` means priority).
-    let tier = obj
-        .get(&"service_tier")
-        .map(|t| t.as_str().map(str::to_owned));
-    match tier {
-        Some(Some(t)) if t == "priority" || t == "fast" => {
-            obj.insert(&"service_tier", "priority");
-        }
-        Some(_) => {
-            obj.remove(&"service_tier");
-        }
-        None => {}
+    if field("instructions").is_none() {
+        put_key(&mut out, "instructions");
+        out.extend_from_slice(b"\"\"");
     }
-
-    obj.insert(&"store", false);
-    obj.insert(&"stream", true);
-    let asked = Asked {
-        reasoning_effort: obj
-            .get(&"reasoning")
-            .and_then(|r| r.as_object())
-            .and_then(|r| text_of(r, "effort")),
-        service_tier: text_of(obj, "service_tier"),
-    };
-
-    let body = sonic_rs::to_vec(&v).map_err(|e| err(format!("cannot encode body: {e}"), None))?;
+    if field("input").is_none() {
+        put_key(&mut out, "input");
+        out.extend_from_slice(b"[]");
+    }
+    if let (Some(e), None) = (&effort, field("reasoning")) {
+        put_key(&mut out, "reasoning");
+        out.extend_from_slice(br#"{"effort":"#);
+        write_str(&mut out, e);
+        out.push(b'}');
+    }
+    if field("store").is_none() {
+        put_key(&mut out, "store");
+        out.extend_from_slice(b"false");
+    }
+    if field("stream").is_none() {
+        put_key(&mut out, "stream");
+        out.extend_from_slice(b"true");
+    }
+    out.push(b'}');
     Ok(Normalized {
-        body,
+        body: out,
         model,
         stream,
         previous_response_id,
         prompt_cache_key,
         store,
         session,
-        asked,
+        asked: Asked {
+            reasoning_effort,
+            service_tier: priority.then(|| "priority".to_owned()),
+        },
     })
+}
+
+/// The top-level fields of a JSON object body, in order, a repeated name once (at its first
+/// place, with its last value). Every value is validated (strict pass, UTF-8 included), and
+/// nothing may follow the object.
+fn top_level_fields<'a>(
+    body: &'a [u8],
+    parse_err: &dyn Fn(&dyn std::fmt::Display) -> NormalizeError,
+) -> Result<Vec<(std::borrow::Cow<'a, str>, sonic_rs::LazyValue<'a>)>, NormalizeError> {
+    let is_ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    if body.iter().find(|b| !is_ws(b)) != Some(&b'{') {
+        // Not an object: say whether it is JSON at all (the rare path).
+        return Err(match sonic_rs::from_slice::<Value>(body) {
+            Ok(_) => err("The request body must be a JSON object.", None),
+            Err(e) => parse_err(&e),
+        });
+    }
+    let mut fields: Vec<(std::borrow::Cow<'a, str>, sonic_rs::LazyValue<'a>)> = Vec::new();
+    // Where each name is, once there are more than a few (a body of a million names must not
+    // cost a million scans).
+    let mut index: std::collections::HashMap<std::borrow::Cow<'a, str>, usize> =
+        std::collections::HashMap::new();
+    let mut end = None;
+    for entry in sonic_rs::to_object_iter(body) {
+        let (k, v) = entry.map_err(|e| parse_err(&e))?;
+        let raw = v.as_raw_str().as_bytes();
+        // The value is a slice of the body (a borrowed input): where it ends.
+        let (at, base) = (raw.as_ptr() as usize, body.as_ptr() as usize);
+        if at < base || at + raw.len() > base + body.len() {
+            return Err(parse_err(&"value outside the body"));
+        }
+        end = Some(at + raw.len() - base);
+        // A name seen before keeps its place and takes the new value.
+        const SCAN: usize = 16;
+        let seen = if fields.len() <= SCAN {
+            fields.iter().position(|(n, _)| *n == k)
+        } else {
+            if index.is_empty() {
+                index.extend(fields.iter().enumerate().map(|(i, (n, _))| (n.clone(), i)));
+            }
+            index.get(&k).copied()
+        };
+        match seen {
+            Some(i) => fields[i].1 = v,
+            None => {
+                if !index.is_empty() {
+                    index.insert(k.clone(), fields.len());
+                }
+                fields.push((k, v));
+            }
+        }
+    }
+    // The iterator stops at the closing brace: what follows it must be blank.
+    let rest = match end {
+        Some(e) => &body[e..],
+        None => {
+            let open = body.iter().position(|b| *b == b'{').unwrap_or(0);
+            &body[open + 1..]
+        }
+    };
+    let mut rest = rest.iter().skip_while(|b| is_ws(b));
+    if rest.next() != Some(&b'}') || rest.any(|b| !is_ws(b)) {
+        return Err(parse_err(&"trailing characters after the JSON object"));
+    }
+    Ok(fields)
+}
+
+/// Writes the array `raw` (validated) to `out` with `key` set to `to` in every object item
+/// whose `key` is a string that `needs` it; every other item is copied as it is. Only an item
+/// whose text contains `hint` (or an escape that could spell it) has its `key` read, and only
+/// an item that changes is parsed and written again.
+fn rewrite_items(
+    out: &mut Vec<u8>,
+    raw: &[u8],
+    hint: &[u8],
+    key: &str,
+    needs: &dyn Fn(&str) -> bool,
+    to: &str,
+) -> Result<(), sonic_rs::Error> {
+    let finder = memchr::memmem::Finder::new(hint);
+    let maybe = |b: &[u8]| finder.find(b).is_some() || memchr::memmem::find(b, b"\\u").is_some();
+    if !maybe(raw) {
+        // No item can need it (a SIMD search of the whole array): copied as it is.
+        out.extend_from_slice(raw);
+        return Ok(());
+    }
+    out.push(b'[');
+    for (i, item) in sonic_rs::to_array_iter(raw).enumerate() {
+        let item = item?;
+        if i > 0 {
+            out.push(b',');
+        }
+        let bytes = item.as_raw_str().as_bytes();
+        let change = item.is_object()
+            && maybe(bytes)
+            && sonic_rs::get(bytes, &[key])
+                .ok()
+                .is_some_and(|v| v.as_str().is_some_and(needs));
+        if change {
+            let mut v: Value = sonic_rs::from_slice(bytes)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert(&key, to);
+            }
+            sonic_rs::to_writer(&mut *out, &v)?;
+        } else {
+            out.extend_from_slice(bytes);
+        }
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// Writes `s` as a JSON string.
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    // Serializing a `&str` cannot fail.
+    let _ = sonic_rs::to_writer(&mut *out, s);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tree-based normaliser this module had before (a reference for the differential
+    /// test below).
+    mod oracle {
+        use sonic_rs::{json, JsonContainerTrait};
+
+        use super::super::*;
+
+        /// A non-empty string field of `obj`.
+        fn text_of(obj: &sonic_rs::Object, key: &str) -> Option<String> {
+            obj.get(&key)
+                .and_then(|v| v.as_str())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        }
+
+        /// Normalizes a client `/v1/responses` body, resolving the model with `choose`.
+        /// [`Normalized::model`] stays the client's name (accounting); the body carries the slug.
+        pub fn normalize_dom(
+            body: &[u8],
+            choose: &dyn Fn(&str) -> ModelChoice,
+        ) -> Result<Normalized, NormalizeError> {
+            let mut v: Value = sonic_rs::from_slice(body).map_err(|e| {
+                err(
+                    format!("We could not parse the JSON body of your request: {e}"),
+                    None,
+                )
+            })?;
+            let obj = v
+                .as_object_mut()
+                .ok_or_else(|| err("The request body must be a JSON object.", None))?;
+
+            let model = match obj.get(&"model") {
+                Some(m) if m.as_str().is_some_and(|s| !s.is_empty()) => {
+                    m.as_str().unwrap_or_default().to_owned()
+                }
+                Some(_) => return Err(err("`model` must be a non-empty string.", Some("model"))),
+                None => return Err(err("Missing required parameter: 'model'.", Some("model"))),
+            };
+            match choose(&model) {
+                ModelChoice::Keep => {}
+                ModelChoice::Reject => {
+                    return Err(NormalizeError {
+                        message: format!(
+                            "The model `{model}` does not exist or you do not have access to it."
+                        ),
+                        param: Some("model"),
+                        unknown_model: Some(model),
+                    })
+                }
+                ModelChoice::Rewrite { slug, effort } => {
+                    obj.insert(&"model", slug.as_str());
+                    if let Some(effort) = effort {
+                        match obj.get_mut(&"reasoning").and_then(|r| r.as_object_mut()) {
+                            Some(r) => {
+                                r.insert(&"effort", effort.as_str());
+                            }
+                            None => {
+                                obj.insert(&"reasoning", json!({"effort": effort.as_str()}));
+                            }
+                        }
+                    }
+                }
+            }
+            let stream = match obj.get(&"stream") {
+                None => false,
+                Some(s) if s.is_null() => false,
+                Some(s) => s
+                    .as_bool()
+                    .ok_or_else(|| err("`stream` must be a boolean.", Some("stream")))?,
+            };
+            let previous_response_id = obj
+                .remove(&"previous_response_id")
+                .and_then(|p| p.as_str().map(str::to_owned));
+            let prompt_cache_key = obj
+                .get(&"prompt_cache_key")
+                .and_then(|p| p.as_str().map(str::to_owned));
+            let store = obj.get(&"store").and_then(|s| s.as_bool());
+            let session = text_of(obj, "session_id").or_else(|| text_of(obj, "conversation_id"));
+
+            for f in DROPPED_FIELDS {
+                obj.remove(f);
+            }
+            // WebSocket envelope fields never go over HTTP.
+            obj.remove(&"type");
+            obj.remove(&"generate");
+
+            // instructions: required upstream, may be empty.
+            match obj.get(&"instructions") {
+                Some(i) if i.is_str() => {}
+                Some(i) if i.is_null() => {
+                    obj.insert(&"instructions", "");
+                }
+                Some(_) => {
+                    return Err(err(
+                        "`instructions` must be a string.",
+                        Some("instructions"),
+                    ))
+                }
+                None => {
+                    obj.insert(&"instructions", "");
+                }
+            }
+
+            // input: string -> one user message; array: system role -> developer.
+            match obj.get_mut(&"input") {
+                None => {
+                    obj.insert(&"input", Value::new_array());
+                }
+                Some(input) if input.is_str() => {
+                    let text = input.as_str().unwrap_or_default().to_owned();
+                    *input = json!([{
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": text}]
+                    }]);
+                }
+                Some(input) if input.is_array() => {
+                    if let Some(items) = input.as_array_mut() {
+                        for item in items.iter_mut() {
+                            if let Some(o) = item.as_object_mut() {
+                                if o.get(&"role").and_then(|r| r.as_str()) == Some("system") {
+                                    o.insert(&"role", "developer");
+                                }
+                            }
+                        }
+                    }
+                }
+                Some(_) => {
+                    return Err(err(
+                        "`input` must be a string or an array of input items.",
+                        Some("input"),
+                    ))
+                }
+            }
+
+            // tools: legacy web search variants -> web_search.
+            if let Some(tools) = obj.get_mut(&"tools").and_then(|t| t.as_array_mut()) {
+                for t in tools.iter_mut() {
+                    if let Some(o) = t.as_object_mut() {
+                        let is_ws = o
+                            .get(&"type")
+                            .and_then(|x| x.as_str())
+                            .is_some_and(|ty| ty.starts_with("web_search"));
+                        if is_ws {
+                            o.insert(&"type", "web_search");
+                        }
+                    }
+                }
+            }
+
+            // service_tier: only `priority` is accepted (`fast` means priority).
+            let tier = obj
+                .get(&"service_tier")
+                .map(|t| t.as_str().map(str::to_owned));
+            match tier {
+                Some(Some(t)) if t == "priority" || t == "fast" => {
+                    obj.insert(&"service_tier", "priority");
+                }
+                Some(_) => {
+                    obj.remove(&"service_tier");
+                }
+                None => {}
+            }
+
+            obj.insert(&"store", false);
+            obj.insert(&"stream", true);
+            let asked = Asked {
+                reasoning_effort: obj
+                    .get(&"reasoning")
+                    .and_then(|r| r.as_object())
+                    .and_then(|r| text_of(r, "effort")),
+                service_tier: text_of(obj, "service_tier"),
+            };
+
+            let body =
+                sonic_rs::to_vec(&v).map_err(|e| err(format!("cannot encode body: {e}"), None))?;
+            Ok(Normalized {
+                body,
+                model,
+                stream,
+                previous_response_id,
+                prompt_cache_key,
+                store,
+                session,
+                asked,
+            })
+        }
+    }
 
     fn norm(s: &str) -> (Normalized, Value) {
         let n = normalize_responses(s.as_bytes()).unwrap();
@@ -431,6 +781,231 @@ mod tests {
         ] {
             let n = normalize_responses(body.as_bytes()).unwrap();
             assert_eq!(Asked::of_body(&n.body), n.asked, "{body}");
+        }
+    }
+
+    /// A value with its object keys sorted (key order is not part of the contract).
+    fn canon(v: &Value) -> String {
+        use sonic_rs::JsonContainerTrait;
+        if let Some(o) = v.as_object() {
+            let mut kv: Vec<(String, String)> =
+                o.iter().map(|(k, v)| (k.to_owned(), canon(v))).collect();
+            kv.sort();
+            let inner: Vec<String> = kv.into_iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
+            format!("{{{}}}", inner.join(","))
+        } else if let Some(a) = v.as_array() {
+            let inner: Vec<String> = a.iter().map(canon).collect();
+            format!("[{}]", inner.join(","))
+        } else {
+            sonic_rs::to_string(v).unwrap()
+        }
+    }
+
+    fn choose_for(mode: u8) -> impl Fn(&str) -> ModelChoice {
+        move |m: &str| match mode % 3 {
+            0 => ModelChoice::Keep,
+            1 => ModelChoice::Rewrite {
+                slug: format!("slug-of-{m}"),
+                effort: Some("low".into()),
+            },
+            _ => ModelChoice::Rewrite {
+                slug: "plain-slug".into(),
+                effort: None,
+            },
+        }
+    }
+
+    /// The splicing normaliser and the tree-based one it replaced agree on `body`: the same
+    /// upstream body (as a value) and the same fields, or the same refusal.
+    fn agree(body: &[u8]) {
+        for mode in 0..3u8 {
+            let choose = choose_for(mode);
+            let new = normalize_responses_with(body, &choose);
+            let old = oracle::normalize_dom(body, &choose);
+            let show = String::from_utf8_lossy(body);
+            match (new, old) {
+                (Ok(n), Ok(o)) => {
+                    let nv: Value = sonic_rs::from_slice(&n.body).unwrap_or_else(|e| {
+                        panic!("not JSON ({e}): {}", String::from_utf8_lossy(&n.body))
+                    });
+                    let ov: Value = sonic_rs::from_slice(&o.body).unwrap();
+                    assert_eq!(canon(&nv), canon(&ov), "mode {mode}: {show}");
+                    assert_eq!(
+                        (
+                            &n.model,
+                            n.stream,
+                            &n.previous_response_id,
+                            &n.prompt_cache_key
+                        ),
+                        (
+                            &o.model,
+                            o.stream,
+                            &o.previous_response_id,
+                            &o.prompt_cache_key
+                        ),
+                        "mode {mode}: {show}"
+                    );
+                    assert_eq!(
+                        (n.store, &n.session, &n.asked),
+                        (o.store, &o.session, &o.asked),
+                        "{show}"
+                    );
+                    assert_eq!(Asked::of_body(&n.body), n.asked, "{show}");
+                }
+                (Err(n), Err(o)) => {
+                    assert_eq!(
+                        (n.param, &n.unknown_model),
+                        (o.param, &o.unknown_model),
+                        "{show}"
+                    );
+                }
+                (n, o) => panic!("mode {mode}: new {n:?}, old {o:?}: {show}"),
+            }
+        }
+    }
+
+    #[test]
+    fn splicing_agrees_with_the_tree_on_every_rule() {
+        for body in [
+            r#"{"model":"gpt-5","input":"say hi","temperature":0.2,"max_output_tokens":5,"store":true}"#,
+            r#" {"model" : "m" , "stream" : null , "instructions" : null }  "#,
+            r#"{"model":"m","stream":false,"instructions":"be \"brief\"\n","input":"caf\u00e9 \ud83d\ude00"}"#,
+            r#"{"model":"m","input":[{"type":"message","role":"system","content":"x"},{"role":"\u0073ystem","content":[]},{"role":"user","content":"system"},"loose",5,{"type":"function_call_output","output":"a system prompt"}]}"#,
+            r#"{"model":"m","tools":[{"type":"web_search_preview"},{"type":"web_search_preview_2025_03_11","x":1},{"type":"function","name":"web_search"},{"type":"\u0077eb_search"},"x"],"tool_choice":"auto"}"#,
+            r#"{"model":"m","tools":{"type":"web_search_preview"}}"#,
+            r#"{"model":"m","service_tier":"priority"}"#,
+            r#"{"model":"m","service_tier":"fast","reasoning":{"effort":"high","summary":"auto"}}"#,
+            r#"{"model":"m","service_tier":"flex","reasoning":null}"#,
+            r#"{"model":"m","service_tier":null,"reasoning":"high"}"#,
+            r#"{"model":"m","service_tier":5,"reasoning":{"summary":"auto"}}"#,
+            r#"{"model":"m","reasoning":{"effort":""},"prompt_cache_key":"k","session_id":"s","conversation_id":"c"}"#,
+            r#"{"model":"m","previous_response_id":"resp_1","type":"response.create","generate":false,"metadata":{"a":"b"},"user":"u","n":1,"seed":7,"stop":["x"],"stream_options":{"include_usage":true},"truncation":"auto","background":false}"#,
+            r#"{"model":"m","numbers":[1e5,1.0,-0,123456789012345678901234567890,0.1],"nested":{"deep":[{"role":"system"}]},"text":{"format":{"type":"text"}}}"#,
+            r#"{"model":"m","include":["reasoning.encrypted_content"],"parallel_tool_calls":true,"store":false,"stream":true}"#,
+            r#"{"model":"gpt-5.5","input":[],"instructions":""}"#,
+            "{\n\t\"model\":\"m\",\r\n\"input\":[ ]\n}\n",
+            r#"{}"#,
+            r#"{"model":""}"#,
+            r#"{"model":5}"#,
+            r#"{"model":"m","stream":"yes"}"#,
+            r#"{"model":"m","instructions":5}"#,
+            r#"{"model":"m","input":5}"#,
+            r#"{"model":"m","input":{"role":"user"}}"#,
+            r#"{"model":"m","stream":1,"input":5}"#,
+            r#"[]"#,
+            r#""model""#,
+            r#"{nope"#,
+            r#"{"model":"m","x":tru}"#,
+            r#"{"model":"m","x":"\q"}"#,
+            "{\"model\":\"m\",\"x\":\"a\u{1}b\"}",
+            "{\"model\":\"m\",\"x\":\"tab\tinside\"}",
+            r#"{"model":"m",}"#,
+            r#"{"model":"m"} x"#,
+            r#"{"model":"m"}}"#,
+            r#"{"model":"m"}{}"#,
+            "",
+            "   ",
+        ] {
+            agree(body.as_bytes());
+        }
+        // Invalid UTF-8, inside a string and outside.
+        agree(b"{\"model\":\"m\",\"x\":\"\xff\"}");
+        agree(b"{\"model\":\"m\"}\xff");
+    }
+
+    #[test]
+    fn splicing_agrees_with_the_tree_on_the_fuzz_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fuzz/corpus/normalize");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let data = std::fs::read(e.unwrap().path()).unwrap();
+            if let [_, body @ ..] = data.as_slice() {
+                agree(body);
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "{n} corpus files in {}", dir.display());
+    }
+
+    proptest::proptest! {
+        /// Bodies built from the fields the normaliser looks at, with values of every kind
+        /// and blanks anywhere.
+        #[test]
+        fn splicing_agrees_with_the_tree_on_generated_bodies(
+            fields in proptest::collection::btree_map(
+                proptest::sample::select(vec![
+                    "model", "stream", "store", "instructions", "input", "tools", "service_tier",
+                    "reasoning", "previous_response_id", "prompt_cache_key", "session_id",
+                    "conversation_id", "type", "generate", "temperature", "metadata", "text",
+                    "include", "x-extra",
+                ]),
+                proptest::sample::select(vec![
+                    r#""m""#, r#""""#, "null", "true", "false", "0", "-1.5e3", r#""priority""#,
+                    r#""fast""#, r#""hi "there"""#, "[]", "{}",
+                    r#"[{"role":"system","content":"x"},{"role":"user"},"s",7]"#,
+                    r#"[{"type":"web_search_preview"},{"type":"function","name":"f"}]"#,
+                    r#"{"effort":"high"}"#, r#"{"summary":"auto","effort":""}"#,
+                    r#""system""#, r#"{"a":[1,{"b":null}]}"#,
+                ]),
+                0..10,
+            ),
+            ws in proptest::sample::select(vec!["", " ", "
+	 ", "
+"]),
+        ) {
+            let mut body = format!("{ws}{{");
+            for (i, (k, v)) in fields.iter().enumerate() {
+                if i > 0 {
+                    body.push_str(&format!("{ws},"));
+                }
+                body.push_str(&format!("{ws}\"{k}\"{ws}:{ws}{v}"));
+            }
+            body.push_str(&format!("{ws}}}{ws}"));
+            agree(body.as_bytes());
+        }
+    }
+
+    #[test]
+    fn a_repeated_field_counts_once_with_its_last_value() {
+        let (n, v) = norm(r#"{"model":"a","x":1,"model":"b","x":2,"store":true,"store":false}"#);
+        assert_eq!(n.model, "b");
+        assert_eq!(n.store, Some(false));
+        assert_eq!(v["x"].as_i64(), Some(2));
+        let text = String::from_utf8(n.body).unwrap();
+        assert_eq!(text.matches("\"model\"").count(), 1, "{text}");
+        assert_eq!(text.matches("\"x\"").count(), 1, "{text}");
+        assert_eq!(text.matches("\"store\"").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn many_fields_and_repeats_past_the_scan_limit() {
+        let mut body = String::from(r#"{"model":"m""#);
+        for i in 0..200_000 {
+            body.push_str(&format!(r#","f{}":{i}"#, i % 50_000));
+        }
+        body.push('}');
+        let (_, v) = norm(&body);
+        assert_eq!(
+            v["f7"].as_i64(),
+            Some(150_007),
+            "the last value of a name sent four times"
+        );
+        use sonic_rs::JsonContainerTrait;
+        assert_eq!(v.as_object().map(|o| o.len()), Some(50_000 + 5));
+    }
+
+    #[test]
+    fn untouched_values_keep_the_clients_bytes() {
+        let body = br#"{"model":"m","input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"caf\u00e9 1.50"}]}],"n2":1.50e+2,"text":{"verbosity":"low"}}"#;
+        let n = normalize_responses(body).unwrap();
+        let text = String::from_utf8(n.body).unwrap();
+        for kept in [
+            r#""input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"caf\u00e9 1.50"}]}]"#,
+            r#""n2":1.50e+2"#,
+            r#""text":{"verbosity":"low"}"#,
+        ] {
+            assert!(text.contains(kept), "{kept} not in {text}");
         }
     }
 
