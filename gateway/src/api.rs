@@ -316,7 +316,7 @@ pub(crate) fn affinity_key(req: &Request) -> Option<String> {
 }
 
 /// The session signal of the headers (the first of [`affinity_key`]'s sources); a caller that
-/// already parsed the body takes the body's from its tree
+/// already read the body takes the body's from there
 /// ([`codex_protocol::normalize::Normalized::session`], which reads the same fields).
 pub(crate) fn header_session(req: &Request) -> Option<String> {
     ["session-id", "session_id", "thread-id", "conversation_id"]

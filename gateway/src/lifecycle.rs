@@ -791,6 +791,10 @@ async fn attempt(
             })
         })
         .collect();
+    // Read: not held while waiting for the commit barrier (a quiet upstream can take seconds
+    // to send the first output). An h2 head's values are slices of the connection's read
+    // buffer, so holding it would also hold those buffers.
+    resp.headers = crate::upstream::Head::Pairs(Vec::new());
     let mut splitter = SseSplitter::default();
     let mut held: Vec<SseEvent> = Vec::new();
     // Read until the commit barrier.

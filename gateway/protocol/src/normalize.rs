@@ -76,8 +76,8 @@ pub struct Asked {
 
 impl Asked {
     /// Reads both fields from a normalised body (one scan, with a tree of paths built once per
-    /// thread). For bodies built by a translator; [`normalize_responses_with`] reads them from
-    /// the tree it already holds.
+    /// thread). For bodies built by a translator; [`normalize_responses_with`] reads them in
+    /// its own pass.
     pub fn of_body(body: &[u8]) -> Self {
         thread_local! {
             static PATHS: sonic_rs::PointerTree = {
@@ -772,7 +772,7 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_of_a_translated_body_reads_what_the_tree_reads() {
+    fn the_scan_of_a_translated_body_reads_what_the_normaliser_reads() {
         for body in [
             r#"{"model":"m"}"#,
             r#"{"model":"m","reasoning":{"effort":"medium","summary":"auto"},"service_tier":"priority"}"#,

@@ -30,6 +30,53 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     key: ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
+    // Everything before the stream in its own future: its locals (the client request, the
+    // normalised one) are not part of the state a stream keeps for its whole life (this
+    // future is inside every connection's task).
+    let Turn {
+        plan,
+        keeper,
+        stream,
+        http10,
+        panic_after_commit,
+        mut usage,
+    } = match prepare(ctx, conn, req, &key, keep).await {
+        Prepared::Turn(t) => t,
+        Prepared::Answered(r) => return r,
+    };
+    if stream {
+        let mut enc = Capturing::new(ResponsesSse { panic_after_commit }).keeping(keeper);
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
+    } else {
+        let mut enc = Capturing::new(ResponsesJson::default()).keeping(keeper);
+        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
+    }
+}
+
+/// A turn ready to open: what [`serve`] keeps while it streams.
+struct Turn<'a> {
+    plan: RequestPlan,
+    keeper: Option<Keeper>,
+    stream: bool,
+    http10: bool,
+    panic_after_commit: bool,
+    usage: UsageGuard<'a>,
+}
+
+/// What [`prepare`] made of a request: a turn, or the answer already written (a refusal).
+enum Prepared<'a> {
+    Turn(Turn<'a>),
+    Answered(io::Result<bool>),
+}
+
+/// Normalises the request, splices a continuation's history, and plans the turn.
+async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &'a WorkerCtx,
+    conn: &mut Conn<S>,
+    req: Request,
+    key: &ClientKey,
+    keep: bool,
+) -> Prepared<'a> {
     let catalog = ctx.catalog.load();
     let strict = ctx.cfg.strict_models;
     let norm = match normalize_responses_with(&req.body, &|m| models::choose(&catalog, strict, m)) {
@@ -39,7 +86,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
                 Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
                 None => Error::bad_request(e.message, e.param),
             };
-            return write_error(ctx, conn, ROUTE, &e, keep).await;
+            return Prepared::Answered(write_error(ctx, conn, ROUTE, &e, keep).await);
         }
     };
     drop(catalog);
@@ -63,11 +110,11 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             Some(body) => norm.body = body,
             None => {
                 let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
-                return write_error(ctx, conn, ROUTE, &e, keep).await;
+                return Prepared::Answered(write_error(ctx, conn, ROUTE, &e, keep).await);
             }
         }
     }
-    let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), norm.stream);
+    let usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), norm.stream);
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,
@@ -75,18 +122,13 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         passthrough: passthrough(&req),
         key_id: key.id,
         key_limits: std::sync::Arc::clone(&key.limits),
-        // affinity_key's order, the body's fields read from the normaliser's tree.
+        // affinity_key's order, the body's fields read by the normaliser's one pass.
         affinity_key: header_session(&req)
             .or(norm.session)
             .or(norm.prompt_cache_key),
         asked: norm.asked,
         upstream_ws: None,
     };
-    let http10 = req.http10;
-    let panic_after_commit = fault_requested(&req, "panic-after-commit");
-    // The raw request body (a Codex CLI request is 40-60 KB) is not needed past this point:
-    // not held for the stream's life.
-    drop(req);
     // The transcript is kept the moment the terminal event is seen, before the client can
     // read it (and send a continuation to another worker).
     let keeper = keep_transcript.then(|| Keeper {
@@ -95,13 +137,16 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         parent,
         input: new_items,
     });
-    if norm.stream {
-        let mut enc = Capturing::new(ResponsesSse { panic_after_commit }).keeping(keeper);
-        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
-    } else {
-        let mut enc = Capturing::new(ResponsesJson::default()).keeping(keeper);
-        open_and_forward(ctx, conn, ROUTE, plan, &mut usage, &mut enc, http10, keep).await
-    }
+    // The raw request body (a Codex CLI request is 40-60 KB) is dropped here with the rest
+    // of the request: not held for the stream's life.
+    Prepared::Turn(Turn {
+        plan,
+        keeper,
+        stream: norm.stream,
+        http10: req.http10,
+        panic_after_commit: fault_requested(&req, "panic-after-commit"),
+        usage,
+    })
 }
 
 /// The `input` items of a normalised body.
