@@ -891,28 +891,15 @@ mod tests {
     /// states bound before the change still unwrap).
     #[test]
     fn installation_ids_keep_their_format_and_value() {
-        use std::sync::Arc;
-
-        use shared_state::{AccountEntry, AccountLive, AccountStatus, Secret};
+        use shared_state::AccountEntry;
         for (id, acct) in [
             (1, "acc-1"),
             (42, "c3d4e5f6-0000-4000-8000-abcdefabcdef"),
             (-7, ""),
         ] {
             let a = AccountEntry {
-                id,
-                label: String::new(),
                 chatgpt_account_id: acct.to_owned(),
-                user_id: None,
-                plan: None,
-                access_token: Secret::new("tok"),
-                access_expires_at: None,
-                status: AccountStatus::Active,
-                weight: 1,
-                max_concurrency: 0,
-                live: Arc::new(AccountLive::default()),
-                group: None,
-                egress: None,
+                ..crate::scheduler::tests::raw_entry(id, 1, 0)
             };
             let h = super::fnv128::digest(acct.as_bytes(), id);
             let formatted = format!(

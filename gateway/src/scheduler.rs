@@ -99,7 +99,7 @@ mod hash;
 mod health;
 mod rank;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::{
     cell::RefCell,

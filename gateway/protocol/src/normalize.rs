@@ -145,8 +145,9 @@ pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
 /// [`Normalized::model`] stays the client's name (accounting); the body carries the slug.
 ///
 /// The body is not parsed into a tree: one strict pass over its top-level fields (every value
-/// validated, UTF-8 included) finds what changes, and the upstream body is written from the
-/// client's own bytes, rewriting only those fields (`model` for an alias, `reasoning` for an
+/// validated, UTF-8 and `\u` escapes included) finds what changes, and the upstream body is
+/// written from the client's own bytes (numbers as the client wrote them), rewriting only those
+/// fields (`model` for an alias, `reasoning` for an
 /// alias's effort, a string `input`, `system` roles of input items, legacy web search tool
 /// types, `service_tier`, `instructions` null) and dropping the refused ones. A Codex CLI
 /// request (40-60 KB, mostly input items) is copied, not rebuilt. A field sent twice counts
@@ -326,27 +327,24 @@ pub fn normalize_responses_with(
             }
         }
     }
-    if field("instructions").is_none() {
-        put_key(&mut out, "instructions");
-        out.extend_from_slice(b"\"\"");
-    }
-    if field("input").is_none() {
-        put_key(&mut out, "input");
-        out.extend_from_slice(b"[]");
-    }
+    // What the backend needs and the client did not send.
     if let (Some(e), None) = (&effort, field("reasoning")) {
         put_key(&mut out, "reasoning");
         out.extend_from_slice(br#"{"effort":"#);
         write_str(&mut out, e);
         out.push(b'}');
     }
-    if field("store").is_none() {
-        put_key(&mut out, "store");
-        out.extend_from_slice(b"false");
-    }
-    if field("stream").is_none() {
-        put_key(&mut out, "stream");
-        out.extend_from_slice(b"true");
+    let defaults: [(&str, &[u8]); 4] = [
+        ("instructions", b"\"\""),
+        ("input", b"[]"),
+        ("store", b"false"),
+        ("stream", b"true"),
+    ];
+    for (k, v) in defaults {
+        if field(k).is_none() {
+            put_key(&mut out, k);
+            out.extend_from_slice(v);
+        }
     }
     out.push(b'}');
     Ok(Normalized {
@@ -426,7 +424,54 @@ fn top_level_fields<'a>(
     if rest.next() != Some(&b'}') || rest.any(|b| !is_ws(b)) {
         return Err(parse_err(&"trailing characters after the JSON object"));
     }
+    // The strict pass checks an escape's form, not what a `\u` escape spells.
+    if !unicode_escapes_valid(body) {
+        return Err(parse_err(&"invalid unicode code point in a \\u escape"));
+    }
     Ok(fields)
+}
+
+/// Every `\uXXXX` escape of `body` (a document the strict pass accepted: backslashes only in
+/// strings, each starting a well-formed escape) is four hex digits naming a code point, a
+/// high surrogate followed by a low one, as a parser that decodes the strings requires.
+fn unicode_escapes_valid(body: &[u8]) -> bool {
+    let hex = |at: usize| -> Option<u32> {
+        let digits = body.get(at..at + 4)?;
+        let text = std::str::from_utf8(digits).ok()?;
+        u32::from_str_radix(text, 16)
+            .ok()
+            .filter(|_| digits.iter().all(u8::is_ascii_hexdigit))
+    };
+    let mut i = 0;
+    while let Some(off) = memchr::memchr(b'\\', &body[i..]) {
+        let at = i + off;
+        if body.get(at + 1) != Some(&b'u') {
+            // A one-character escape (the strict pass checked which).
+            i = at + 2;
+            continue;
+        }
+        let Some(cp) = hex(at + 2) else {
+            return false;
+        };
+        i = at + 6;
+        match cp {
+            0xD800..=0xDBFF => {
+                let low = (body.get(i..i + 2) == Some(b"\\u"))
+                    .then(|| hex(i + 2))
+                    .flatten();
+                if !low.is_some_and(|l| (0xDC00..=0xDFFF).contains(&l)) {
+                    return false;
+                }
+                i += 6;
+            }
+            0xDC00..=0xDFFF => return false,
+            _ => {}
+        }
+        if i > body.len() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Writes the array `raw` (validated) to `out` with `key` set to `to` in every object item
@@ -859,6 +904,12 @@ mod tests {
                         "{show}"
                     );
                 }
+                // Numbers are copied as the client wrote them: one beyond f64's range, which
+                // the tree refused, is the upstream's to judge (and stays in the body as sent).
+                (Ok(n), Err(o)) if o.message.contains("must be finite") => {
+                    let again = sonic_rs::from_slice::<Value>(&n.body).unwrap_err();
+                    assert!(again.to_string().contains("must be finite"), "{show}");
+                }
                 (n, o) => panic!("mode {mode}: new {n:?}, old {o:?}: {show}"),
             }
         }
@@ -897,6 +948,21 @@ mod tests {
             r#"{nope"#,
             r#"{"model":"m","x":tru}"#,
             r#"{"model":"m","x":"\q"}"#,
+            r#"{"model":"m","x":"\ud800"}"#,
+            r#"{"model":"m","input":[{"role":"user","content":"\ud800 lone"}],"x":1e999}"#,
+            r#"{"model":"m","x":"\udc00"}"#,
+            r#"{"model":"m","x":"\ud800\u0041"}"#,
+            r#"{"model":"m","x":"\ud83d\ude00 ok"}"#,
+            r#"{"model":"m","x":"\u12G4"}"#,
+            r#"{"model":"m","x":"\\ud800"}"#,
+            r#"{"model":"m","x":["\\\ud800"]}"#,
+            r#"{"model":"m","x":{"k\udfff":1}}"#,
+            r#"{"model":"m","x":1e999}"#,
+            r#"{"model":"m","x":-1e999}"#,
+            r#"{"model":"m","x":1e-999}"#,
+            r#"{"model":"m","x":01}"#,
+            r#"{"model":"m","x":1.}"#,
+            r#"{"model":"m","x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"#,
             "{\"model\":\"m\",\"x\":\"a\u{1}b\"}",
             "{\"model\":\"m\",\"x\":\"tab\tinside\"}",
             r#"{"model":"m",}"#,

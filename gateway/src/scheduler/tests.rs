@@ -24,7 +24,8 @@ fn entry_with(id: i64, weight: u32, max_concurrency: u32) -> Arc<AccountEntry> {
     Arc::new(raw_entry(id, weight, max_concurrency))
 }
 
-fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
+/// An active account of `weight` and `max_concurrency` (also the lifecycle tests' account).
+pub(crate) fn raw_entry(id: i64, weight: u32, max_concurrency: u32) -> AccountEntry {
     AccountEntry {
         id,
         label: format!("a{id}"),

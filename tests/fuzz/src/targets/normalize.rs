@@ -3,7 +3,8 @@
 //!
 //! Input: byte 0 picks the model resolution (0 keep, 1 rewrite to an alias slug with an
 //! effort, 2 reject), the rest is the client's JSON body. Invariants: a normalized body passes
-//! [`check_upstream_body`] (which also proves normalization idempotent) and carries no field
+//! [`check_upstream_body`] (which also proves normalization idempotent) unless it holds a
+//! number beyond f64's range that the client sent (numbers are copied verbatim), and carries no field
 //! the upstream refuses; `previous_response_id` never goes upstream; a rejected model is
 //! reported as unknown.
 
@@ -28,6 +29,20 @@ pub fn run(data: &[u8]) {
     match normalize_responses_with(body, &choose) {
         Ok(n) => {
             assert_ne!(mode % 3, 2, "a rejected model was accepted");
+            // Numbers go upstream as the client wrote them: one beyond f64's range (which a
+            // decoding parser refuses) is the upstream's to judge, and only the client's.
+            let beyond = |b: &[u8]| {
+                sonic_rs::from_slice::<Value>(b)
+                    .err()
+                    .is_some_and(|e| e.to_string().contains("must be finite"))
+            };
+            if beyond(&n.body) {
+                assert!(
+                    beyond(body),
+                    "a number out of range that the client did not send"
+                );
+                return;
+            }
             let slug = if mode % 3 == 1 {
                 "gpt-slug"
             } else {
