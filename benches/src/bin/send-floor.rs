@@ -88,8 +88,8 @@ fn pairs(n: usize, nonblocking_reader: bool) -> Result<Vec<(TcpStream, TcpStream
     Ok(out)
 }
 
-/// Drains `socks` with epoll until `stop`; returns its CPU (user, system) and bytes read.
-fn drain(socks: Vec<TcpStream>, stop: Arc<AtomicBool>) -> Result<(f64, f64, u64)> {
+/// An epoll instance watching `socks` for input, each tagged with its index.
+fn epoll_over(socks: &[TcpStream]) -> Result<i32> {
     let ep = unsafe { libc::epoll_create1(0) };
     if ep < 0 {
         bail!("epoll_create1: {}", std::io::Error::last_os_error());
@@ -101,6 +101,12 @@ fn drain(socks: Vec<TcpStream>, stop: Arc<AtomicBool>) -> Result<(f64, f64, u64)
         };
         unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) };
     }
+    Ok(ep)
+}
+
+/// Drains `socks` with epoll until `stop`; returns its CPU (user, system) and bytes read.
+fn drain(socks: Vec<TcpStream>, stop: Arc<AtomicBool>) -> Result<(f64, f64, u64)> {
+    let ep = epoll_over(&socks)?;
     let mut socks = socks;
     let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut buf = vec![0u8; 64 * 1024];
@@ -352,17 +358,7 @@ fn relay(a: &Args, client_fds: &[i32], frame: &[u8]) -> Result<((f64, f64), u64)
                 r
             })?
     };
-    let ep = unsafe { libc::epoll_create1(0) };
-    if ep < 0 {
-        bail!("epoll_create1: {}", std::io::Error::last_os_error());
-    }
-    for (i, s) in up_r.iter().enumerate() {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: i as u64,
-        };
-        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, s.as_raw_fd(), &mut ev) };
-    }
+    let ep = epoll_over(&up_r)?;
     let mut up_r = up_r;
     let mut evs = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut buf = vec![0u8; 64 * 1024];

@@ -278,7 +278,7 @@ pub fn normalize_responses_with(
                     rewrite_items(
                         &mut out,
                         raw,
-                        b"system",
+                        br#""system""#,
                         "role",
                         &|r| r == "system",
                         "developer",
@@ -289,8 +289,15 @@ pub fn normalize_responses_with(
             "tools" if v.is_array() => {
                 put_key(&mut out, k);
                 let legacy = |t: &str| t.starts_with("web_search") && t != "web_search";
-                rewrite_items(&mut out, raw, b"web_search", "type", &legacy, "web_search")
-                    .map_err(|e| parse_err(&e))?;
+                rewrite_items(
+                    &mut out,
+                    raw,
+                    br#""web_search"#,
+                    "type",
+                    &legacy,
+                    "web_search",
+                )
+                .map_err(|e| parse_err(&e))?;
             }
             "service_tier" => {
                 if priority {
@@ -437,38 +444,42 @@ fn top_level_fields<'a>(
 fn unicode_escapes_valid(body: &[u8]) -> bool {
     let hex = |at: usize| -> Option<u32> {
         let digits = body.get(at..at + 4)?;
-        let text = std::str::from_utf8(digits).ok()?;
-        u32::from_str_radix(text, 16)
-            .ok()
-            .filter(|_| digits.iter().all(u8::is_ascii_hexdigit))
+        if !digits.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        u32::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
     };
-    let mut i = 0;
-    while let Some(off) = memchr::memchr(b'\\', &body[i..]) {
-        let at = i + off;
-        if body.get(at + 1) != Some(&b'u') {
-            // A one-character escape (the strict pass checked which).
-            i = at + 2;
+    // Candidates by a SIMD search for `\u`; one is an escape when the run of backslashes it
+    // ends is odd (escapes pair backslashes from the left: `\\u` is a backslash, then `u`).
+    let mut from = 0;
+    for at in memchr::memmem::find_iter(body, b"\\u") {
+        if at < from {
+            continue; // the low half of a pair already checked
+        }
+        let run = body[..=at]
+            .iter()
+            .rev()
+            .take_while(|b| **b == b'\\')
+            .count();
+        if run % 2 == 0 {
             continue;
         }
         let Some(cp) = hex(at + 2) else {
             return false;
         };
-        i = at + 6;
+        from = at + 6;
         match cp {
             0xD800..=0xDBFF => {
-                let low = (body.get(i..i + 2) == Some(b"\\u"))
-                    .then(|| hex(i + 2))
+                let low = (body.get(at + 6..at + 8) == Some(b"\\u"))
+                    .then(|| hex(at + 8))
                     .flatten();
                 if !low.is_some_and(|l| (0xDC00..=0xDFFF).contains(&l)) {
                     return false;
                 }
-                i += 6;
+                from = at + 12;
             }
             0xDC00..=0xDFFF => return false,
             _ => {}
-        }
-        if i > body.len() {
-            return false;
         }
     }
     true
@@ -476,8 +487,9 @@ fn unicode_escapes_valid(body: &[u8]) -> bool {
 
 /// Writes the array `raw` (validated) to `out` with `key` set to `to` in every object item
 /// whose `key` is a string that `needs` it; every other item is copied as it is. Only an item
-/// whose text contains `hint` (or an escape that could spell it) has its `key` read, and only
-/// an item that changes is parsed and written again.
+/// whose text contains `hint` (the value's raw JSON, opening quote included: a letter can be
+/// escaped only as `\u`, so any other spelling contains one) has its `key` read, and only an
+/// item that changes is parsed and written again.
 fn rewrite_items(
     out: &mut Vec<u8>,
     raw: &[u8],
