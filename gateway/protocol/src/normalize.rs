@@ -146,12 +146,12 @@ pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
 ///
 /// The body is not parsed into a tree: one strict pass over its top-level fields (every value
 /// validated, UTF-8 and `\u` escapes included) finds what changes, and the upstream body is
-/// written from the client's own bytes (numbers as the client wrote them), rewriting only those
-/// fields (`model` for an alias, `reasoning` for an
-/// alias's effort, a string `input`, `system` roles of input items, legacy web search tool
-/// types, `service_tier`, `instructions` null) and dropping the refused ones. A Codex CLI
-/// request (40-60 KB, mostly input items) is copied, not rebuilt. A field sent twice counts
-/// once, with its last value (as `JSON.parse` reads it).
+/// written from the client's own bytes (numbers as the client wrote them), rewriting only
+/// those fields (`model` for an alias, `reasoning` for an alias's effort, a string `input`,
+/// `system` roles of input items, legacy web search tool types, `service_tier`, a null
+/// `instructions`) and dropping the refused ones. A Codex CLI request (40-60 KB, mostly input
+/// items) is copied, not rebuilt. A field sent twice counts once, with its last value (as
+/// `JSON.parse` reads it).
 pub fn normalize_responses_with(
     body: &[u8],
     choose: &dyn Fn(&str) -> ModelChoice,
