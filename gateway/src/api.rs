@@ -309,8 +309,8 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
 }
 
 /// The client's session signal, in the order peers use: explicit session/thread id headers,
-/// then the body's top-level `session_id` / `conversation_id` (strings), then (by the caller)
-/// `prompt_cache_key`. The scheduler scopes it per client key.
+/// then the body's top-level `session_id` / `conversation_id` (strings,
+/// [`codex_protocol::normalize::SESSION_FIELDS`]), then (by the caller) `prompt_cache_key`. The scheduler scopes it per client key.
 pub(crate) fn affinity_key(req: &Request) -> Option<String> {
     header_session(req).or_else(|| body_session(&req.body))
 }
@@ -326,19 +326,21 @@ pub(crate) fn header_session(req: &Request) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The body's top-level `session_id`, else `conversation_id` (non-empty strings).
+/// The body's session signal: the first of [`codex_protocol::normalize::SESSION_FIELDS`] that is
+/// a non-empty string.
 fn body_session(body: &[u8]) -> Option<String> {
     use sonic_rs::JsonValueTrait;
     if body.is_empty() {
         return None;
     }
-    // One scan of the body for both fields (it can be hundreds of KiB), with a tree of
-    // paths built once per worker thread.
+    // One scan of the body for every field (it can be hundreds of KiB), with a tree of paths
+    // built once per worker thread.
     thread_local! {
         static PATHS: sonic_rs::PointerTree = {
             let mut t = sonic_rs::PointerTree::new();
-            t.add_path(["session_id"]);
-            t.add_path(["conversation_id"]);
+            for f in codex_protocol::normalize::SESSION_FIELDS {
+                t.add_path([f]);
+            }
             t
         };
     }

@@ -307,8 +307,9 @@ pub mod turn_state {
     }
 }
 
-/// A configured header value (checked when the configuration is loaded); one that cannot be
-/// a header value is not sent.
+/// A configured header value. The configuration refuses one that cannot be a header value
+/// when it is loaded; only a configuration built in code can still hold one, and then an
+/// optional header is not sent and a required one goes empty.
 fn configured(v: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(v).ok()
 }

@@ -402,9 +402,9 @@ pub struct UsageGuard<'a> {
 }
 
 /// Runs `plan` through the lifecycle ([`lifecycle::open_traced`]) and records on `usage` what
-/// the request asked for (reasoning effort, service tier: [`lifecycle::RequestPlan::asked`], read from
-/// the normalised body every dialect produces) and what the attempts did (failovers, transport). Every surface opens
-/// through here.
+/// the request asked for (reasoning effort, service tier: [`lifecycle::RequestPlan::asked`],
+/// read from the normalised body every dialect produces) and what the attempts did
+/// (failovers, transport). Every surface opens through here.
 pub async fn open(
     ctx: &WorkerCtx,
     plan: &lifecycle::RequestPlan,

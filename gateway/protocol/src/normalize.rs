@@ -40,6 +40,10 @@ pub const DROPPED_FIELDS: &[&str] = &[
     "background",
 ];
 
+/// The body fields that carry a client's session, in the order they count (the first
+/// non-empty string): the one list for every reader of a body's session signal.
+pub const SESSION_FIELDS: [&str; 2] = ["session_id", "conversation_id"];
+
 /// A normalized request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Normalized {
@@ -55,8 +59,8 @@ pub struct Normalized {
     pub prompt_cache_key: Option<String>,
     /// The client's `store` (`None`: absent or not a boolean); the body sent says `false`.
     pub store: Option<bool>,
-    /// The client body's top-level `session_id`, else its `conversation_id` (non-empty
-    /// strings): the body's session signal for affinity.
+    /// The client body's session signal for affinity: the first of [`SESSION_FIELDS`] that is
+    /// a non-empty string.
     pub session: Option<String>,
     /// What the body sent upstream asks for (usage records it).
     pub asked: Asked,
@@ -222,7 +226,15 @@ pub fn normalize_responses_with(
         .and_then(|p| p.as_str())
         .map(str::to_owned);
     let store = field("store").and_then(|s| s.as_bool());
-    let session = text("session_id").or_else(|| text("conversation_id"));
+    let session = SESSION_FIELDS.iter().find_map(|k| text(k));
+    // The alias's effort, else the client's.
+    let reasoning_effort = match &effort {
+        Some(e) => Some(e.clone()).filter(|e| !e.is_empty()),
+        None => field("reasoning")
+            .filter(|r| r.is_object())
+            .and_then(|r| sonic_rs::get(r.as_raw_str(), &["effort"]).ok())
+            .and_then(|e| e.as_str().filter(|s| !s.is_empty()).map(str::to_owned)),
+    };
     let priority = field("service_tier")
         .and_then(|t| t.as_str())
         .is_some_and(|t| t == "priority" || t == "fast");
@@ -236,7 +248,6 @@ pub fn normalize_responses_with(
         write_str(out, k);
         out.push(b':');
     };
-    let mut reasoning_effort = effort.clone().filter(|e| !e.is_empty());
     for (k, v) in &fields {
         let k = k.as_ref();
         let raw = v.as_raw_str().as_bytes();
@@ -319,13 +330,7 @@ pub fn normalize_responses_with(
                         }
                         sonic_rs::to_writer(&mut out, &r).map_err(|e| parse_err(&e))?;
                     }
-                    None => {
-                        reasoning_effort = sonic_rs::get(raw, &["effort"])
-                            .ok()
-                            .filter(|_| v.is_object())
-                            .and_then(|e| e.as_str().filter(|s| !s.is_empty()).map(str::to_owned));
-                        out.extend_from_slice(raw);
-                    }
+                    None => out.extend_from_slice(raw),
                 }
             }
             _ => {
