@@ -23,6 +23,12 @@
 //!   connection-local `previous_response_id`, warm-ups, one response in flight per socket
 //!   ([`MockConfig::ws_max_connection_age`], [`MockConfig::ws_refuse_upgrade`],
 //!   [`MockHandle::ws_kill_all`]).
+//! - Account-bound blobs (§4 items 8-9): reasoning `encrypted_content` (only when the request's
+//!   `include` asks for it) and remote compaction v2's `compaction` item (answer to a request
+//!   whose last input item is `compaction_trigger`) are minted for the serving account; a
+//!   request carrying a blob another account minted is refused `400 invalid_encrypted_content`
+//!   (or with `code: null`, control `x-mock-blob-error: null`), on HTTP and WebSocket alike
+//!   ([`RecordedRequest::foreign_blobs`], [`blob_minted_for`]).
 //! - `GET {prefix}/models`: the fixture catalog with an `ETag` (honours `If-None-Match`).
 //! - `GET /backend-api/wham/usage`, `GET /backend-api/wham/accounts/check`.
 //! - `POST /oauth/token`: `refresh_token` (rotating) and `authorization_code` grants.
@@ -33,6 +39,7 @@
 //! `400 {"detail":"mock-codex: ..."}` and startup errors are returned from
 //! [`MockCodex::start`].
 
+mod blobs;
 mod controls;
 mod errors;
 mod events;
@@ -52,6 +59,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use blobs::{verify as blob_minted_for, PREFIX as BLOB_PREFIX};
 use bytes::Bytes;
 pub use controls::{per_second, Behaviour, ErrorKind, RefreshError};
 use serde::{Deserialize, Serialize};
@@ -261,6 +269,30 @@ impl RecordedRequest {
         self.header("chatgpt-account-id")
     }
 
+    /// Every opaque blob (`encrypted_content` of reasoning, compaction, ... items) in the
+    /// body's `input`.
+    pub fn blobs(&self) -> Vec<String> {
+        match self.json.as_ref().and_then(|j| j.get("input")) {
+            Some(serde_json::Value::Array(items)) => items
+                .iter()
+                .flat_map(blobs::item_blobs)
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The blobs of [`Self::blobs`] that the request's account (`ChatGPT-Account-Id`) did not
+    /// mint: what the real backend refuses with `invalid_encrypted_content`. Empty for a
+    /// gateway that never sends one account's blobs to another.
+    pub fn foreign_blobs(&self) -> Vec<String> {
+        let account = self.account_id().unwrap_or_default();
+        self.blobs()
+            .into_iter()
+            .filter(|b| !blobs::verify(b, account))
+            .collect()
+    }
+
     /// The body as (lossy) UTF-8.
     pub fn body_text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -296,6 +328,8 @@ pub fn render_answer(model: &str, text: &str, deltas: usize) -> Vec<Bytes> {
         deltas,
         tokens: None,
         reasoning: false,
+        encrypted: None,
+        compaction: None,
         tool: None,
         incomplete: None,
         empty_completed_output: false,

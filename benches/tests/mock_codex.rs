@@ -1897,3 +1897,184 @@ fn binary_ws_flags_and_operator_endpoints() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+// --- Account-bound blobs (codex-protocol.md §4 items 8-9) -------------------------------
+
+/// POST as `account`.
+async fn post_as(
+    c: &reqwest::Client,
+    mock: &MockHandle,
+    account: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> reqwest::Response {
+    let mut req = c
+        .post(format!("{}/responses", mock.base_url()))
+        .header("authorization", "Bearer at-test")
+        .header("chatgpt-account-id", account)
+        .json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("send")
+}
+
+/// A body replaying `items` after the user message, asking for encrypted reasoning.
+fn replaying(items: &[Value]) -> Value {
+    let mut input = valid_body()["input"].as_array().unwrap().clone();
+    input.extend(items.iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "again"}));
+    with(
+        valid_body(),
+        json!({"input": input, "include": ["reasoning.encrypted_content"]}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_are_bound_to_the_account_that_minted_them() {
+    let mock = start(MockConfig::default());
+    let c = client();
+    // Without `include`, a reasoning item carries no encrypted_content.
+    let sse = read_sse(
+        post_as(
+            &c,
+            &mock,
+            "acct-a",
+            &[("x-mock-reasoning", "1")],
+            &valid_body(),
+        )
+        .await,
+    )
+    .await;
+    assert!(sse.last()["response"]["output"][0]
+        .get("encrypted_content")
+        .is_none());
+    // With it, the blob is bound to acct-a.
+    let body = with(
+        valid_body(),
+        json!({"include": ["reasoning.encrypted_content"]}),
+    );
+    let sse =
+        read_sse(post_as(&c, &mock, "acct-a", &[("x-mock-reasoning", "1")], &body).await).await;
+    let reasoning = sse.last()["response"]["output"][0].clone();
+    let blob = reasoning["encrypted_content"].as_str().unwrap().to_owned();
+    assert!(blob.starts_with(benches::mock::BLOB_PREFIX), "{blob}");
+    assert!(benches::mock::blob_minted_for(&blob, "acct-a"));
+    assert!(!benches::mock::blob_minted_for(&blob, "acct-b"));
+
+    // Replayed on acct-a: served.
+    let r = post_as(&c, &mock, "acct-a", &[], &replaying(&[reasoning.clone()])).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        *read_sse(r).await.types().last().unwrap(),
+        "response.completed"
+    );
+    // On acct-b: refused, with the code ...
+    let r = post_as(&c, &mock, "acct-b", &[], &replaying(&[reasoning.clone()])).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_encrypted_content");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("could not be verified"));
+    assert!(
+        !v["error"]["message"].as_str().unwrap().contains(&blob),
+        "never the blob"
+    );
+    // ... or with code null (the other observed shape).
+    let r = post_as(
+        &c,
+        &mock,
+        "acct-b",
+        &[("x-mock-blob-error", "null")],
+        &replaying(&[reasoning.clone()]),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], Value::Null);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("could not be verified"));
+    // A made-up blob is refused everywhere.
+    let fake = json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAAABmade-up"});
+    let r = post_as(&c, &mock, "acct-a", &[], &replaying(&[fake])).await;
+    assert_eq!(r.status(), 400);
+    // The log names what each account received.
+    let reqs = mock.requests();
+    assert_eq!(reqs[2].foreign_blobs(), Vec::<String>::new());
+    assert_eq!(reqs[3].foreign_blobs(), vec![blob.clone()]);
+
+    // Remote compaction v2: a request ending in compaction_trigger gets exactly one
+    // compaction item, bound like reasoning (and the reasoning control does not add one).
+    let body = with(
+        replaying(&[reasoning.clone()]),
+        json!({"input": [reasoning.clone(), {"type": "compaction_trigger"}]}),
+    );
+    let sse =
+        read_sse(post_as(&c, &mock, "acct-a", &[("x-mock-reasoning", "1")], &body).await).await;
+    let out = sse.last()["response"]["output"].as_array().unwrap().clone();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["type"], "compaction");
+    assert!(out[0]["id"].as_str().unwrap().starts_with("cmp_"));
+    let cmp = out[0]["encrypted_content"].as_str().unwrap();
+    assert!(benches::mock::blob_minted_for(cmp, "acct-a"));
+    let done: Vec<&Value> = sse
+        .events
+        .iter()
+        .filter(|(_, t, _)| t == "response.output_item.done")
+        .map(|(_, _, v)| v)
+        .collect();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0]["item"]["type"], "compaction");
+    let r = post_as(&c, &mock, "acct-a", &[], &replaying(&[out[0].clone()])).await;
+    assert_eq!(r.status(), 200);
+    let r = post_as(&c, &mock, "acct-b", &[], &replaying(&[out[0].clone()])).await;
+    assert_eq!(r.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_refuses_foreign_blobs_with_error_events() {
+    let mock = start(MockConfig::default());
+    let c = client();
+    let body = with(
+        valid_body(),
+        json!({"include": ["reasoning.encrypted_content"]}),
+    );
+    let sse =
+        read_sse(post_as(&c, &mock, "acct-1", &[("x-mock-reasoning", "1")], &body).await).await;
+    let reasoning = sse.last()["response"]["output"][0].clone();
+
+    let mut ws = ws_connect(&mock, &[("chatgpt-account-id", "acct-2")])
+        .await
+        .unwrap()
+        .0;
+    let input = replaying(&[reasoning.clone()])["input"].clone();
+    ws.send(create(json!({"input": input}))).await.unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert_eq!(ev["type"], "error");
+    assert_eq!(ev["status"], 400);
+    assert_eq!(ev["error"]["code"], "invalid_encrypted_content");
+    ws.send(create(
+        json!({"input": input, "client_metadata": {"x-mock-blob-error": "null"}}),
+    ))
+    .await
+    .unwrap();
+    let ev = ws_event(&mut ws).await;
+    assert_eq!(ev["status"], 400);
+    assert_eq!(ev["error"]["code"], Value::Null);
+    assert!(ev["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("could not be verified"));
+    // The socket lives on; the owner's socket serves the same input.
+    let mut own = ws_open(&mock).await;
+    own.send(create(json!({"input": input}))).await.unwrap();
+    assert_eq!(
+        ws_turn(&mut own).await.last().unwrap()["type"],
+        "response.completed"
+    );
+}

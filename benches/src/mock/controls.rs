@@ -225,6 +225,10 @@ pub struct Behaviour {
     /// `Retry-After` header value of an error answer (`x-mock-retry-after`); replaces the one
     /// an error kind sends by default.
     pub retry_after: Option<String>,
+    /// Shape of the refusal of a blob minted by another account (`x-mock-blob-error`):
+    /// `code` (`code: "invalid_encrypted_content"`, the default) or `null` (`code: null`, the
+    /// message says the content "could not be verified"). Both occur upstream.
+    pub blob_error: Option<String>,
     /// Fail the refresh grant of the account (account / process layers only).
     pub refresh_error: Option<RefreshError>,
     /// Apply this behaviour only to the first N matching requests (account layer only).
@@ -302,6 +306,10 @@ impl Behaviour {
             "cached-tokens" => self.cached_tokens = Some(v.parse().map_err(|e| bad(&e))?),
             "param" => self.param = Some(v.to_owned()),
             "retry-after" => self.retry_after = Some(v.to_owned()),
+            "blob-error" => match v.to_ascii_lowercase().as_str() {
+                "code" | "null" => self.blob_error = Some(v.to_ascii_lowercase()),
+                _ => return Err(bad(&"expected code or null")),
+            },
             "refresh-error" => self.refresh_error = Some(v.parse().map_err(|e: String| bad(&e))?),
             "fail-times" => self.fail_times = Some(v.parse().map_err(|e| bad(&e))?),
             _ => return Err(format!("unknown control x-mock-{k}")),
@@ -338,6 +346,7 @@ impl Behaviour {
             cached_tokens,
             param,
             retry_after,
+            blob_error,
             refresh_error,
             fail_times
         );

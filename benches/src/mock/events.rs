@@ -52,6 +52,11 @@ pub(crate) struct Plan<'a> {
     /// `Some(n)`: the text answer is `n` deltas of [`TOKEN`] (`text` / `deltas` are ignored).
     pub(crate) tokens: Option<u64>,
     pub(crate) reasoning: bool,
+    /// The reasoning item's `encrypted_content` (minted for the serving account; `None` when
+    /// the request did not ask for it with `include`).
+    pub(crate) encrypted: Option<String>,
+    /// Remote compaction v2: the answer is exactly one `compaction` item carrying this blob.
+    pub(crate) compaction: Option<String>,
     /// `(name, arguments JSON)` of a function call answer.
     pub(crate) tool: Option<(&'a str, &'a str)>,
     pub(crate) incomplete: Option<&'a str>,
@@ -345,10 +350,13 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
             "response.reasoning_summary_part.done",
             &format!("{head},\"part\":{{\"type\":\"summary_text\",\"text\":{text}}}"),
         );
+        let encrypted = plan
+            .encrypted
+            .as_deref()
+            .map(|e| format!(",\"encrypted_content\":{}", js(e)))
+            .unwrap_or_default();
         let item = format!(
-            "{{\"id\":\"{id}\",\"type\":\"reasoning\",\"summary\":[{{\"type\":\"summary_text\",\"text\":{text}}}],\
-             \"encrypted_content\":\"gAAAAABmock{}\"}}",
-            rand_hex(24)
+            "{{\"id\":\"{id}\",\"type\":\"reasoning\",\"summary\":[{{\"type\":\"summary_text\",\"text\":{text}}}]{encrypted}}}"
         );
         b.push(
             "response.output_item.done",
@@ -359,6 +367,31 @@ pub(crate) fn build(plan: &Plan<'_>) -> Rendered {
 
     let idx = output.len();
     let mut output_tokens = reasoning_tokens;
+    if let Some(blob) = &plan.compaction {
+        // Remote compaction v2: one `compaction` item, nothing else (the client refuses any
+        // other answer).
+        let id = format!("cmp_{}", rand_hex(16));
+        let item = format!(
+            "{{\"id\":\"{id}\",\"type\":\"compaction\",\"encrypted_content\":{}}}",
+            js(blob)
+        );
+        b.push(
+            "response.output_item.added",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        b.push(
+            "response.output_item.done",
+            &format!("\"output_index\":{idx},\"item\":{item}"),
+        );
+        output.push(item);
+        b.terminal(&output, output_tokens + 1, reasoning_tokens, &end);
+        return Rendered {
+            id: b.id,
+            events: b.out,
+            run: None,
+            terminal: true,
+        };
+    }
     if let Some((name, args)) = plan.tool {
         let id = format!("fc_{}", rand_hex(16));
         let call_id = format!("call_{}", rand_hex(12));
@@ -737,6 +770,8 @@ mod tests {
             deltas: 4,
             tokens: None,
             reasoning: false,
+            encrypted: None,
+            compaction: None,
             tool: None,
             incomplete: None,
             empty_completed_output: false,
@@ -821,5 +856,32 @@ mod tests {
                 .unwrap()
                 > 0
         );
+    }
+
+    #[test]
+    fn compaction_is_one_item_and_reasoning_carries_its_blob() {
+        let mut p = plan();
+        p.compaction = Some("gAAAAABmockcmp".to_owned());
+        let evs = parse(&build(&p));
+        let last = evs.last().unwrap();
+        assert_eq!(last["type"], "response.completed");
+        assert_eq!(last["response"]["output"].as_array().unwrap().len(), 1);
+        assert_eq!(last["response"]["output"][0]["type"], "compaction");
+        assert_eq!(
+            last["response"]["output"][0]["encrypted_content"],
+            "gAAAAABmockcmp"
+        );
+
+        let mut p = plan();
+        p.reasoning = true;
+        p.encrypted = Some("gAAAAABmockrs".to_owned());
+        let evs = parse(&build(&p));
+        let out = &evs.last().unwrap()["response"]["output"];
+        assert_eq!(out[0]["encrypted_content"], "gAAAAABmockrs");
+        p.encrypted = None;
+        let evs = parse(&build(&p));
+        assert!(evs.last().unwrap()["response"]["output"][0]
+            .get("encrypted_content")
+            .is_none());
     }
 }

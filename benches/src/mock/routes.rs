@@ -20,6 +20,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Map, Value};
 
 use super::{
+    blobs,
     controls::Behaviour,
     errors::{self, ErrorContext},
     events::{self, Plan, SseStream},
@@ -322,7 +323,11 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
         return r;
     }
 
-    let plan = plan(cfg, &c, &req, body_len);
+    if let Some(r) = foreign_blob(&c, &req, account_id) {
+        return r;
+    }
+
+    let plan = plan(cfg, &c, &req, body_len, account_id);
     let rendered = events::build(&plan);
     let inter_event_delay = c.inter_event_delay.unwrap_or(cfg.inter_event_delay);
     let stream = SseStream::new(
@@ -392,6 +397,20 @@ pub(crate) fn error_answer(
     Some(r)
 }
 
+/// The refusal of a request carrying a blob `account_id` did not mint (§4 item 8), in the
+/// shape the controls choose (`x-mock-blob-error`).
+pub(crate) fn foreign_blob(
+    c: &Behaviour,
+    req: &Map<String, Value>,
+    account_id: &str,
+) -> Option<Response<Body>> {
+    let blob = blobs::first_unverifiable(req, account_id)?;
+    Some(blobs::refusal(
+        blob,
+        c.blob_error.as_deref() == Some("null"),
+    ))
+}
+
 /// The `service_tier` reported for a request (`priority`, `flex`, else `default`).
 pub(crate) fn service_tier(req: &Map<String, Value>) -> &'static str {
     match req.get("service_tier").and_then(Value::as_str) {
@@ -403,15 +422,21 @@ pub(crate) fn service_tier(req: &Map<String, Value>) -> &'static str {
 
 /// The shape of the successful answer to `req` (a body of `body_len` bytes) under controls
 /// `c`.
+///
+/// Blobs (the reasoning item's `encrypted_content`, a compaction item) are minted for
+/// `account`, the serving account: only it can replay them.
 pub(crate) fn plan<'a>(
     cfg: &'a super::MockConfig,
     c: &'a Behaviour,
     req: &'a Map<String, Value>,
     body_len: usize,
+    account: &str,
 ) -> Plan<'a> {
     let model = req.get("model").and_then(Value::as_str).unwrap_or_default();
     let service_tier = service_tier(req);
     let input_tokens = (body_len as u64 / 4).max(1);
+    let compaction = blobs::is_compaction_trigger(req).then(|| blobs::mint(account));
+    let reasoning = c.reasoning.unwrap_or(false) && compaction.is_none();
     Plan {
         model,
         service_tier,
@@ -422,7 +447,10 @@ pub(crate) fn plan<'a>(
             .unwrap_or(DEFAULT_TEXT),
         deltas: c.deltas.unwrap_or(cfg.deltas),
         tokens: c.tokens,
-        reasoning: c.reasoning.unwrap_or(false),
+        reasoning,
+        encrypted: (reasoning && blobs::wants_encrypted_reasoning(req))
+            .then(|| blobs::mint(account)),
+        compaction,
         tool: c.tool_call.as_deref().filter(|n| !n.is_empty()).map(|n| {
             (
                 n,

@@ -54,8 +54,8 @@ use super::{
     events::{self, SseStream},
     reply::{self, Body},
     routes::{
-        account_header, bearer, check_strict, error_answer, header, layered_controls, plan,
-        quota_headers, request_controls, service_tier, validate,
+        account_header, bearer, check_strict, error_answer, foreign_blob, header, layered_controls,
+        plan, quota_headers, request_controls, service_tier, validate,
     },
     state::{rand_hex, QuotaView, Shared, PRIMARY_WINDOW_MIN, SECONDARY_WINDOW_MIN},
     RecordedRequest,
@@ -562,7 +562,11 @@ impl Conn {
             let ev = ws_error_from_http(r).await;
             return Answer::Start(Box::new(Active::new(first_byte_delay, vec![ev])));
         }
-        let plan = plan(cfg, &c, &req, body_len);
+        if let Some(r) = foreign_blob(&c, &req, &self.account_id) {
+            let ev = ws_error_from_http(r).await;
+            return Answer::Start(Box::new(Active::new(first_byte_delay, vec![ev])));
+        }
+        let plan = plan(cfg, &c, &req, body_len, &self.account_id);
         let failing = plan.fail_in_stream.is_some() || plan.fail_after_output.is_some();
         let rendered = events::build(&plan);
         let id = rendered.id.clone();
