@@ -4,6 +4,8 @@
 //! # Key Components
 //! - [`sse`]: incremental SSE event splitting of upstream bytes, and frame encoding.
 //! - [`normalize`]: client `/v1/responses` body -> Codex upstream body (codex-protocol.md §2.3).
+//! - [`bound`]: account-bound blobs (reasoning `encrypted_content`, compaction items) in a
+//!   Responses body: fingerprints, and stripping the ones another account would refuse.
 //! - [`classify`]: the one failure classifier for upstream errors (HTTP bodies and in-stream
 //!   `response.failed`), codex-protocol.md §2.6.
 //! - [`openai_error`]: OpenAI-shaped error bodies (`{"error":{"message","type","code"}}`).
@@ -14,6 +16,7 @@
 //!   token estimate, Anthropic error shape).
 
 pub mod anthropic;
+pub mod bound;
 pub mod chat;
 pub mod classify;
 pub mod events;
