@@ -173,7 +173,7 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
         Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
     };
     let slot = if admit {
-        match crate::limits::admit(&key, shared_state::now_ms()) {
+        match crate::limits::admit(ctx, &key, shared_state::now_ms()).await {
             Ok(s) => Some(s),
             Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
         }

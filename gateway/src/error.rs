@@ -106,6 +106,12 @@ pub enum KeyLimit {
     CostPerDay(u64),
     /// Cost per UTC month, micro-USD.
     CostPerMonth(u64),
+    /// What is left of a token (`cost: false`) or cost budget is held by the key's requests
+    /// in flight (`gateway::limits`: reserve at admission, settle at the end).
+    BudgetHeld {
+        /// A cost budget (else a token budget).
+        cost: bool,
+    },
 }
 
 /// A data-plane error.
@@ -297,7 +303,8 @@ impl Error {
                 KeyLimit::TokensPerDay(_)
                 | KeyLimit::TokensPerMonth(_)
                 | KeyLimit::CostPerDay(_)
-                | KeyLimit::CostPerMonth(_) => "key_budget",
+                | KeyLimit::CostPerMonth(_)
+                | KeyLimit::BudgetHeld { .. } => "key_budget",
             },
         }
     }
@@ -485,6 +492,11 @@ impl Error {
                         format!("This key exceeded its monthly spend budget ({}). It resets on the 1st, 00:00 UTC.", usd(*m)),
                         "insufficient_quota",
                         "insufficient_quota",
+                    ),
+                    KeyLimit::BudgetHeld { cost } => (
+                        format!("The rest of this key's {} budget is held by its requests in flight. Please try again in {retry}s or when one finishes.", if *cost { "spend" } else { "token" }),
+                        "requests",
+                        "rate_limit_exceeded",
                     ),
                 };
                 r(429, ErrorBody::new(message, ty, Some(code)), Some(retry))

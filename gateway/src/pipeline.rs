@@ -382,7 +382,7 @@ impl Drop for StreamGauge<'_> {
 pub struct UsageGuard<'a> {
     ctx: &'a WorkerCtx,
     key_id: i64,
-    key_live: std::sync::Arc<shared_state::keys::KeyLive>,
+    settlement: crate::limits::Settlement,
     route: &'static str,
     /// Model the client asked for (after alias resolution).
     pub model: String,
@@ -433,7 +433,7 @@ impl<'a> UsageGuard<'a> {
         Self {
             ctx,
             key_id: key.id,
-            key_live: std::sync::Arc::clone(&key.live),
+            settlement: crate::limits::Settlement::of(key),
             route,
             model,
             stream,
@@ -502,7 +502,8 @@ impl Drop for UsageGuard<'_> {
             u.cached_tokens,
             u.output_tokens,
         );
-        self.key_live.record(
+        self.settlement.record(
+            self.ctx,
             shared_state::now_ms(),
             u.input_tokens.saturating_add(u.output_tokens),
             cost_micros,

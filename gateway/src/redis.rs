@@ -10,6 +10,10 @@
 //! - [`RespConn`]: one connection (generic over the stream, so the read loop is tested with
 //!   bytes split at every boundary); [`WorkerRedis`]: a worker's small pool of them with a
 //!   connect budget, a per-call deadline and a breaker.
+//! - [`WorkerRedis::submit`]: fire-and-forget commands that must reach Redis in the order they
+//!   were submitted (the per-key budget settlements, `gateway::limits`): one queue per worker,
+//!   sent by one task ([`WorkerRedis::start_writer`]) in pipelined batches, each command's
+//!   callback told its reply or its failure exactly once, even when the task is dropped.
 //!
 //! # Error handling
 //! Redis is an optimisation here, never a dependency: a failure (connect, timeout, an error
@@ -18,8 +22,13 @@
 
 use std::{
     cell::{Cell, RefCell},
+    collections::VecDeque,
+    future::Future,
     io,
     net::{SocketAddr, ToSocketAddrs},
+    pin::Pin,
+    rc::Rc,
+    task::{Context, Poll, Waker},
     time::{Duration, Instant},
 };
 
@@ -41,6 +50,38 @@ pub const BREAKER_OPEN: Duration = Duration::from_secs(2);
 const MAX_IDLE: usize = 4;
 /// Largest reply accepted (a transcript chain link is far smaller).
 const MAX_REPLY: usize = 64 << 20;
+/// Commands waiting in a worker's ordered queue ([`WorkerRedis::submit`]) at most; past it a
+/// command fails at once (its callback is told so).
+pub const MAX_QUEUED: usize = 10_000;
+/// Commands sent in one pipelined batch by the queue's writer.
+const BATCH: usize = 256;
+
+/// What a queued command's submitter is told: `Some(reply)` or `None` (not sent, failed, or
+/// its outcome unknown).
+pub type Done = Box<dyn FnOnce(Option<Reply>)>;
+
+/// A queued command and its callback; a callback not called by the time it is dropped is told
+/// `None` (the writer task dropped at shutdown, the queue full).
+struct Queued {
+    cmd: Vec<u8>,
+    done: Option<Done>,
+}
+
+impl Queued {
+    fn finish(mut self, r: Option<Reply>) {
+        if let Some(d) = self.done.take() {
+            d(r);
+        }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if let Some(d) = self.done.take() {
+            d(None);
+        }
+    }
+}
 
 /// Where the workers' Redis is.
 #[derive(Clone)]
@@ -310,6 +351,9 @@ pub struct WorkerRedis {
     target: RedisTarget,
     idle: RefCell<Vec<RespConn<TcpStream>>>,
     open_until: Cell<Option<Instant>>,
+    queue: RefCell<VecDeque<Queued>>,
+    writer_waker: Cell<Option<Waker>>,
+    writer_running: Cell<bool>,
 }
 
 impl std::fmt::Debug for WorkerRedis {
@@ -329,7 +373,82 @@ impl WorkerRedis {
             target,
             idle: RefCell::new(Vec::new()),
             open_until: Cell::new(None),
+            queue: RefCell::new(VecDeque::new()),
+            writer_waker: Cell::new(None),
+            writer_running: Cell::new(false),
         }
+    }
+
+    /// Starts this worker's queue writer unless it runs (call from a task: it spawns one).
+    pub fn start_writer(self: &Rc<Self>) {
+        if self.writer_running.replace(true) {
+            return;
+        }
+        let me = Rc::clone(self);
+        monoio::spawn(async move {
+            // Cleared however the task ends (dropped at shutdown included).
+            struct Running(Rc<WorkerRedis>);
+            impl Drop for Running {
+                fn drop(&mut self) {
+                    self.0.writer_running.set(false);
+                    // Whatever is still queued is told it was not sent.
+                    let left: Vec<Queued> = self.0.queue.borrow_mut().drain(..).collect();
+                    drop(left);
+                }
+            }
+            let running = Running(me);
+            let me = &running.0;
+            loop {
+                QueueReady(me).await;
+                let batch: Vec<Queued> = {
+                    let mut q = me.queue.borrow_mut();
+                    let n = q.len().min(BATCH);
+                    q.drain(..n).collect()
+                };
+                let cmds: Vec<Vec<u8>> = batch.iter().map(|q| q.cmd.clone()).collect();
+                match me.pipeline(&cmds).await {
+                    Ok(replies) => {
+                        let mut replies = replies.into_iter();
+                        for q in batch {
+                            let r = replies.next();
+                            q.finish(r);
+                        }
+                    }
+                    Err(_) => batch.into_iter().for_each(|q| q.finish(None)),
+                }
+            }
+        });
+    }
+
+    /// Queues `cmd` behind every command submitted before it on this worker; `done` is told
+    /// its reply (or `None`) exactly once. Without a running writer ([`Self::start_writer`]),
+    /// with the queue full or the breaker open, `done` is told `None` at once.
+    pub fn submit(&self, cmd: Vec<u8>, done: Done) {
+        let q = Queued {
+            cmd,
+            done: Some(done),
+        };
+        if !self.writer_running.get() || self.breaker_open() {
+            q.finish(None);
+            return;
+        }
+        {
+            let mut queue = self.queue.borrow_mut();
+            if queue.len() >= MAX_QUEUED {
+                drop(queue);
+                q.finish(None);
+                return;
+            }
+            queue.push_back(q);
+        }
+        if let Some(w) = self.writer_waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Whether this worker's queue writer runs (so [`Self::submit`] can send).
+    pub fn writer_running(&self) -> bool {
+        self.writer_running.get()
     }
 
     async fn connect(&self) -> io::Result<RespConn<TcpStream>> {
@@ -365,6 +484,15 @@ impl WorkerRedis {
 
     /// Runs the commands on one connection (pipelined) within [`CALL_TIMEOUT`].
     pub async fn pipeline(&self, cmds: &[Vec<u8>]) -> io::Result<Vec<Reply>> {
+        self.pipeline_within(cmds, CALL_TIMEOUT).await
+    }
+
+    /// Runs the commands on one connection (pipelined) within `deadline` (connect included).
+    pub async fn pipeline_within(
+        &self,
+        cmds: &[Vec<u8>],
+        deadline: Duration,
+    ) -> io::Result<Vec<Reply>> {
         if self.breaker_open() {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
@@ -372,7 +500,7 @@ impl WorkerRedis {
             ));
         }
         let pooled = self.idle.borrow_mut().pop();
-        let res = monoio::time::timeout(CALL_TIMEOUT, async {
+        let res = monoio::time::timeout(deadline, async {
             let mut conn = match pooled {
                 Some(c) => c,
                 None => self.connect().await?,
@@ -445,6 +573,22 @@ impl WorkerRedis {
             .map(|k| encode(&[b"PEXPIRE", k, ms.as_bytes()]))
             .collect();
         self.pipeline(&cmds).await.map(|_| ())
+    }
+}
+
+/// Resolves when the ordered queue holds something (the writer's wait).
+struct QueueReady<'a>(&'a WorkerRedis);
+
+impl Future for QueueReady<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.queue.borrow().is_empty() {
+            self.0.writer_waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
     }
 }
 

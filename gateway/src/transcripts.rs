@@ -59,6 +59,12 @@ impl Transcripts {
         Self { store, redis, ttl }
     }
 
+    /// This worker's Redis client, when configured (also the per-key fleet counters',
+    /// `crate::limits`).
+    pub fn redis(&self) -> Option<&Rc<WorkerRedis>> {
+        self.redis.as_ref()
+    }
+
     /// Keeps a finished turn (its new input items, then its outputs, as one JSON array).
     pub fn put(&self, id: String, key_id: i64, parent: Option<String>, items: Vec<u8>) {
         if let Some(redis) = &self.redis {

@@ -96,12 +96,15 @@ impl KeyLimits {
 }
 
 /// One windowed counter: `synced` (fleet total at the last reconciliation, or stored usage)
-/// plus `pending` (this process's increments since), for the window `period`.
+/// plus `pending` (this process's increments since, pushed by the sidecar) plus `transit`
+/// (increments a worker is writing to the fleet counter itself, see
+/// [`Counter::add_transit`]), for the window `period`.
 #[derive(Debug, Default)]
 pub struct Counter {
     period: AtomicU64,
     synced: AtomicU64,
     pending: AtomicU64,
+    transit: AtomicU64,
 }
 
 // === impl Counter ===
@@ -118,6 +121,7 @@ impl Counter {
         {
             self.synced.store(0, Ordering::Release);
             self.pending.store(0, Ordering::Release);
+            self.transit.store(0, Ordering::Release);
         }
     }
 
@@ -130,6 +134,7 @@ impl Counter {
         self.synced
             .load(Ordering::Acquire)
             .saturating_add(self.pending.load(Ordering::Acquire))
+            .saturating_add(self.transit.load(Ordering::Acquire))
     }
 
     /// Adds `n` in `period`.
@@ -190,6 +195,68 @@ impl Counter {
         }
     }
 
+    /// Adds `n` in `period` that a worker is writing to the fleet counter itself: counted here
+    /// at once, never pushed by the sidecar. [`Self::land`] ends it.
+    pub fn add_transit(&self, period: u64, n: u64) {
+        self.roll(period);
+        if n > 0 && self.period.load(Ordering::Acquire) == period {
+            self.transit.fetch_add(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Ends a transit of `n` taken by [`Self::add_transit`]: `Some(total)` when the fleet
+    /// counter took it (the fleet total it answered, which includes it), `None` when the write
+    /// failed (then the sidecar pushes it like any local increment). A transit of a window
+    /// that has ended is dropped with its window.
+    pub fn land(&self, period: u64, n: u64, fleet_total: Option<u64>) {
+        if n == 0 || self.period.load(Ordering::Acquire) != period {
+            return;
+        }
+        match fleet_total {
+            Some(total) => {
+                // The total first, then the transit: for a moment it counts twice (a refusal
+                // too many), never zero times.
+                self.synced.fetch_max(total, Ordering::AcqRel);
+            }
+            None => {
+                self.pending.fetch_add(n, Ordering::AcqRel);
+            }
+        }
+        let _ = self
+            .transit
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                Some(t.saturating_sub(n))
+            });
+    }
+
+    /// A fleet total read or written by a worker (it includes this process's synced part):
+    /// raises what this process knows.
+    pub fn observe(&self, period: u64, fleet_total: u64) {
+        self.roll(period);
+        if self.period.load(Ordering::Acquire) == period {
+            self.synced.fetch_max(fleet_total, Ordering::AcqRel);
+        }
+    }
+
+    /// This process's increments in `period` not pushed to the fleet counter yet.
+    pub fn unpushed(&self, period: u64) -> u64 {
+        self.roll(period);
+        if self.period.load(Ordering::Acquire) != period {
+            return 0;
+        }
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// The part of `period` this process knows the fleet has (synced), for seeding a fleet
+    /// counter that is missing.
+    pub fn synced(&self, period: u64) -> u64 {
+        self.roll(period);
+        if self.period.load(Ordering::Acquire) != period {
+            return 0;
+        }
+        self.synced.load(Ordering::Acquire)
+    }
+
     /// Sets the stored base of `period` (usage persisted before this process started).
     pub fn seed(&self, period: u64, stored: u64) {
         self.roll(period);
@@ -223,7 +290,27 @@ pub struct KeyLive {
     /// This month (UTC).
     pub month: PeriodCounters,
     last_used_ms: AtomicU64,
+    /// Tokens reserved by this process's requests in flight (estimates, see [`Self::reserve`]).
+    reserved_tokens: AtomicU64,
+    /// Cost reserved by this process's requests in flight, micro-USD.
+    reserved_cost: AtomicU64,
+    /// Moving average of the tokens of this key's recent requests here (0: none seen yet).
+    avg_tokens: AtomicU64,
+    /// Moving average of their cost, micro-USD (0: none seen yet).
+    avg_cost: AtomicU64,
 }
+
+/// What a budget reservation counts: tokens or cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Tokens (input + output).
+    Tokens,
+    /// Cost, micro-USD.
+    Cost,
+}
+
+/// Weight of the newest request in the moving averages: 1/`AVG_WEIGHT`.
+const AVG_WEIGHT: u64 = 4;
 
 // === impl KeyLive ===
 
@@ -289,6 +376,80 @@ impl KeyLive {
             c.requests.add(p, 1);
             c.tokens.add(p, tokens);
             c.cost_micros.add(p, cost_micros);
+        }
+    }
+
+    fn reserved_cell(&self, b: Budget) -> &AtomicU64 {
+        match b {
+            Budget::Tokens => &self.reserved_tokens,
+            Budget::Cost => &self.reserved_cost,
+        }
+    }
+
+    /// What this process's requests in flight hold of budget `b`.
+    pub fn reserved(&self, b: Budget) -> u64 {
+        self.reserved_cell(b).load(Ordering::Acquire)
+    }
+
+    /// Reserves `amount` of budget `b` when `check(reserved now)` allows it, atomically with
+    /// every other reservation of this key in the process (a compare-and-swap loop: two
+    /// workers cannot both pass on the same figure). The rule itself is the caller's
+    /// (`gateway::limits`).
+    pub fn reserve<E>(
+        &self,
+        b: Budget,
+        amount: u64,
+        check: impl Fn(u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let cell = self.reserved_cell(b);
+        let mut r = cell.load(Ordering::Acquire);
+        loop {
+            check(r)?;
+            match cell.compare_exchange_weak(
+                r,
+                r.saturating_add(amount),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(now) => r = now,
+            }
+        }
+    }
+
+    /// Gives back a reservation taken by [`Self::reserve`].
+    pub fn unreserve(&self, b: Budget, amount: u64) {
+        let _ = self
+            .reserved_cell(b)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(amount))
+            });
+    }
+
+    /// The moving average of budget `b` per request of this key here; 0 before any request
+    /// with usage finished.
+    pub fn average(&self, b: Budget) -> u64 {
+        match b {
+            Budget::Tokens => self.avg_tokens.load(Ordering::Acquire),
+            Budget::Cost => self.avg_cost.load(Ordering::Acquire),
+        }
+    }
+
+    /// Folds a finished request's usage into the moving averages (requests that reported no
+    /// tokens, failures before any usage, are left out: they would pull the estimate to 0).
+    pub fn learn(&self, tokens: u64, cost_micros: u64) {
+        if tokens == 0 {
+            return;
+        }
+        for (cell, x) in [(&self.avg_tokens, tokens), (&self.avg_cost, cost_micros)] {
+            let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                Some(if a == 0 {
+                    x.max(1)
+                } else {
+                    // a + (x - a) / w, in integers, never 0
+                    (a.saturating_mul(AVG_WEIGHT - 1).saturating_add(x) / AVG_WEIGHT).max(1)
+                })
+            });
         }
     }
 
@@ -491,6 +652,45 @@ mod tests {
         assert_eq!(c.value(6), 0);
         c.seed(6, 40);
         assert_eq!(c.value(6), 40);
+    }
+
+    #[test]
+    fn transit_counts_at_once_and_lands_in_synced_or_pending() {
+        let c = Counter::default();
+        c.seed(5, 10);
+        c.add_transit(5, 4);
+        assert_eq!(c.value(5), 14);
+        assert_eq!(c.unpushed(5), 0);
+        // taken by the fleet counter: the total it answered replaces the transit
+        c.land(5, 4, Some(20));
+        assert_eq!(c.value(5), 20);
+        // not taken: pending, for the sidecar's next push
+        c.add_transit(5, 3);
+        c.land(5, 3, None);
+        assert_eq!(c.value(5), 23);
+        assert_eq!(c.unpushed(5), 3);
+        assert_eq!(c.synced(5), 20);
+        // a fleet total seen by a worker only raises
+        c.observe(5, 7);
+        assert_eq!(c.value(5), 23);
+        // an old window's landing is ignored
+        c.add_transit(6, 2);
+        c.land(5, 2, None);
+        assert_eq!(c.value(6), 2);
+    }
+
+    #[test]
+    fn reservations_are_taken_by_compare_and_swap_and_given_back() {
+        let l = KeyLive::default();
+        let fits = |r: u64| if r + 10 <= 25 { Ok(()) } else { Err(r) };
+        assert_eq!(l.reserve(Budget::Tokens, 10, fits), Ok(()));
+        assert_eq!(l.reserve(Budget::Tokens, 10, fits), Ok(()));
+        assert_eq!(l.reserve(Budget::Tokens, 10, fits), Err(20));
+        assert_eq!(l.reserved(Budget::Tokens), 20);
+        assert_eq!(l.reserved(Budget::Cost), 0);
+        l.unreserve(Budget::Tokens, 10);
+        l.unreserve(Budget::Tokens, 50);
+        assert_eq!(l.reserved(Budget::Tokens), 0);
     }
 
     #[test]

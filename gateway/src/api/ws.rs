@@ -392,7 +392,7 @@ async fn turn(
     };
     drop(catalog);
     // Each turn is one request against the key's limits (as of the handshake).
-    let _slot = match crate::limits::admit(key, shared_state::now_ms()) {
+    let _slot = match crate::limits::admit(ctx, key, shared_state::now_ms()).await {
         Ok(s) => s,
         Err(e) => {
             shared.send_text(&e.ws_error_event());
