@@ -7,10 +7,17 @@
 //! # Key Components
 //! - [`messages_to_responses`]: a client Messages body -> the Codex Responses upstream body
 //!   (`stream:true`, `store:false`, `instructions:""`), plus what the response side needs
-//!   ([`MessagesRequest`]). Parameters are whitelisted: `max_tokens`, `temperature`, `top_p`,
-//!   `top_k`, `metadata`, `service_tier`, `cache_control` are dropped (the Codex backend
-//!   rejects them, see [`crate::normalize::DROPPED_FIELDS`]); `stop_sequences` are applied by
-//!   the response side; `thinking.budget_tokens` becomes `reasoning.effort`.
+//!   ([`MessagesRequest`]). Parameters are whitelisted: every documented top-level field is
+//!   accepted (its shape checked), and those without a Codex counterpart are dropped:
+//!   `max_tokens`, `temperature`, `top_p`, `top_k`, `metadata`, `service_tier`,
+//!   `cache_control` (top level and on any block), `container`, `inference_geo`, `speed`,
+//!   `diagnostics`, `fallbacks`, `fallback_credit_token`, an empty `mcp_servers` (the Codex
+//!   backend rejects most of them, see [`crate::normalize::DROPPED_FIELDS`]); unknown fields
+//!   are ignored. `stop_sequences` are applied by the response side; `thinking` and
+//!   `output_config.effort` become `reasoning.effort`; `context_management`'s
+//!   `clear_thinking_20251015` is applied to the history sent (its other edits are accepted).
+//!   The `anthropic-beta` header and the `?beta=true` query are never read: a beta the
+//!   translator does not know is no reason to refuse.
 //! - [`MessagesStream`]: one upstream Responses event in, zero or more Anthropic SSE events
 //!   out (`message_start`, `ping`, `content_block_start/delta/stop` with `text_delta`,
 //!   `input_json_delta`, `thinking_delta`, `signature_delta`, `message_delta` with
@@ -25,6 +32,7 @@
 //! | Anthropic | Codex Responses |
 //! | --- | --- |
 //! | `system` (string or text blocks) | a leading `developer` message |
+//! | a `system` message inside `messages` | a `developer` message at its position |
 //! | user `text` / `image` (base64 or url) / `document` | `input_text` / `input_image` / `input_file` |
 //! | user `tool_result{tool_use_id, content, is_error}` | `function_call_output{call_id: tool_use_id}` (images follow in a user message) |
 //! | assistant `text` | assistant `output_text` |
@@ -32,7 +40,10 @@
 //! | assistant `thinking{signature}` / `redacted_thinking{data}` | `reasoning{encrypted_content}` (our signatures are the encrypted reasoning) |
 //! | `tools[{name, description, input_schema}]`, `web_search_*` | `function` tools, `web_search` |
 //! | `tool_choice` auto / any / tool / none, `disable_parallel_tool_use` | `auto` / `required` / `{type:function,name}` / `none`, `parallel_tool_calls` |
-//! | `thinking{type:enabled, budget_tokens}`, `output_config.effort` | `reasoning{effort, summary:auto}` + encrypted reasoning |
+//! | `thinking{type:enabled, budget_tokens}` / `{type:adaptive}`, `output_config.effort` (`max` -> `xhigh`) | `reasoning{effort, summary:auto}` + encrypted reasoning (`display:omitted`: no summary) |
+//! | `output_config.format` / `output_format` (`json_schema`) | `text.format` (`json_schema`, strict) |
+//! | `context_management` `clear_thinking_20251015{keep}` | thinking of older assistant turns left out |
+//! | `tools[{defer_loading}]`, tool search tools, `tool_reference` / `search_result` blocks | sent in full / left out / text |
 //!
 //! # Mapping (response)
 //! Text items -> `text` blocks, function calls -> `tool_use` blocks (`id` = `call_id`),

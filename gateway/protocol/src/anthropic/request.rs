@@ -102,8 +102,10 @@ pub fn messages_to_responses(
     };
     match v.get("max_tokens") {
         None => return Err(err("max_tokens: Field required")),
-        Some(m) if m.as_u64().is_none_or(|n| n == 0) => {
-            return Err(err("max_tokens: must be a positive integer"))
+        // 0 is documented (it pre-warms Anthropic's prompt cache); the Codex backend has no
+        // output cap to set, so any non-negative integer is accepted and not forwarded.
+        Some(m) if m.as_u64().is_none() => {
+            return Err(err("max_tokens: Input should be a non-negative integer"))
         }
         Some(_) => {}
     }
@@ -151,8 +153,12 @@ pub fn messages_to_responses(
         .collect();
     let mut tools = Array::new();
     for (i, t) in tools_in.iter().enumerate() {
-        tools.push(tool(t, i, &mut names, &reserved)?);
+        if let Some(t) = tool(t, i, &mut names, &reserved)? {
+            tools.push(t);
+        }
     }
+    check_top_level(&v)?;
+    let keep_thinking = thinking_keep(&v)?;
 
     let mut input = Array::new();
     if let Some(s) = v.get("system").filter(|s| !s.is_null()) {
@@ -166,6 +172,13 @@ pub fn messages_to_responses(
         .ok_or_else(|| err("messages: Field required"))?
         .as_array()
         .ok_or_else(|| err("messages: must be an array"))?;
+    // Assistant turns carrying thinking, counted for `clear_thinking`'s `keep`.
+    let thinking_turns = messages
+        .iter()
+        .filter(|m| m.get("role").and_then(|r| r.as_str()) == Some("assistant"))
+        .filter(|m| m.get("content").is_some_and(has_thinking))
+        .count();
+    let mut assistant_turn = 0usize;
     for (i, m) in messages.iter().enumerate() {
         if !m.is_object() {
             return Err(err(format!("messages.{i}: must be an object")));
@@ -179,11 +192,25 @@ pub fn messages_to_responses(
             .ok_or_else(|| err(format!("messages.{i}.content: Field required")))?;
         match role {
             "user" => user_items(&mut input, content, i)?,
-            "assistant" => assistant_items(&mut input, content, i, &mut names, &reserved)?,
+            "assistant" => {
+                let keep = keep_thinking.keeps(assistant_turn, thinking_turns);
+                if has_thinking(content) {
+                    assistant_turn += 1;
+                }
+                assistant_items(&mut input, content, i, &mut names, &reserved, keep)?
+            }
+            // A system message inside the conversation (beta `mid-conversation-system`,
+            // Claude Code lists its agent types this way): a developer message in place.
+            "system" => {
+                let parts = system_content(content, i)?;
+                if !parts.is_empty() {
+                    input.push(json!({"type": "message", "role": "developer", "content": parts}));
+                }
+            }
             other => {
                 return Err(err(format!(
-                    "messages.{i}.role: Input should be 'user' or 'assistant', got '{other}'"
-                )))
+                "messages.{i}.role: Input should be 'user', 'assistant' or 'system', got '{other}'"
+            )))
             }
         }
     }
@@ -195,9 +222,26 @@ pub fn messages_to_responses(
                 .get("type")
                 .and_then(|x| x.as_str())
                 .ok_or_else(|| err("thinking.type: Field required"))?;
+            match t
+                .get("display")
+                .filter(|d| !d.is_null())
+                .map(|d| d.as_str())
+            {
+                None | Some(Some("summarized" | "omitted")) => {}
+                Some(_) => {
+                    return Err(err(
+                        "thinking.display: Input should be 'summarized' or 'omitted'",
+                    ))
+                }
+            }
             match ty {
                 "enabled" => {
-                    let budget = t.get("budget_tokens").and_then(|b| b.as_u64());
+                    let budget = match t.get("budget_tokens").filter(|b| !b.is_null()) {
+                        None => None,
+                        Some(b) => Some(b.as_u64().ok_or_else(|| {
+                            err("thinking.budget_tokens: Input should be a valid integer")
+                        })?),
+                    };
                     Some(budget.map(effort_for_budget))
                 }
                 "adaptive" => Some(None),
@@ -210,14 +254,54 @@ pub fn messages_to_responses(
             }
         }
     };
-    let explicit_effort = v
-        .get("output_config")
+    // `display: "omitted"`: the client wants no thinking text, only the signatures, so no
+    // summary is asked for (reasoning then comes back as `redacted_thinking`).
+    let summarize = v
+        .get("thinking")
+        .and_then(|t| t.get("display"))
+        .and_then(|d| d.as_str())
+        != Some("omitted");
+    let output_config = v.get("output_config").filter(|o| !o.is_null());
+    if output_config.is_some_and(|o| !o.is_object()) {
+        return Err(err("output_config: Input should be an object"));
+    }
+    let explicit_effort = match output_config
         .and_then(|o| o.get("effort"))
-        .and_then(|e| e.as_str());
+        .filter(|e| !e.is_null())
+    {
+        None => None,
+        Some(e) => match e.as_str() {
+            Some(e @ ("low" | "medium" | "high" | "xhigh" | "max" | "minimal" | "none")) => Some(e),
+            _ => return Err(err(
+                "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'",
+            )),
+        },
+    };
     let effort = explicit_effort
         .or(thinking.flatten())
         .or(opts.default_effort)
-        .map(|e| clamp_effort(e, opts.reasoning_levels));
+        .map(|e| match clamp_effort(e, opts.reasoning_levels) {
+            // Anthropic's top effort; Codex's is `xhigh` (when the model's levels are unknown,
+            // clamping cannot say it).
+            "max" => "xhigh",
+            e => e,
+        });
+    // Structured outputs: `output_config.format` (or the deprecated top-level
+    // `output_format`) -> the Responses `text.format`.
+    let format = match output_config
+        .and_then(|o| o.get("format"))
+        .filter(|f| !f.is_null())
+    {
+        Some(f) => Some(("output_config.format", f)),
+        None => v
+            .get("output_format")
+            .filter(|f| !f.is_null())
+            .map(|f| ("output_format", f)),
+    };
+    let text_format = match format {
+        None => None,
+        Some((path, f)) => Some(json_format(f, path)?),
+    };
 
     let mut out = sonic_rs::Object::new();
     out.insert(&"model", opts.upstream_model.unwrap_or(model));
@@ -267,13 +351,16 @@ pub fn messages_to_responses(
         if let Some(e) = effort {
             r.insert(&"effort", e);
         }
-        if thinking.is_some() {
+        if thinking.is_some() && summarize {
             r.insert(&"summary", "auto");
         }
         out.insert(&"reasoning", Value::from(r));
     }
     if thinking.is_some() {
         out.insert(&"include", json!(["reasoning.encrypted_content"]));
+    }
+    if let Some(f) = text_format {
+        out.insert(&"text", json!({"format": f}));
     }
     out.insert(&"store", false);
     out.insert(&"stream", true);
@@ -292,19 +379,177 @@ pub fn messages_to_responses(
     })
 }
 
-/// One tool definition.
+/// Top-level fields of the Messages API (as documented, beta fields included) that the
+/// translation does not otherwise read: their shapes are checked, so a malformed value is
+/// refused as Anthropic would, and then they are dropped (the Codex backend has no
+/// counterpart: prompt caching is automatic, sampling is fixed, there is no container, no
+/// region, no speed mode, no fallback model). Fields not listed are ignored, so a client a
+/// version ahead of this list still works.
+fn check_top_level(v: &Value) -> Result<(), MessagesError> {
+    let present = |k: &str| v.get(k).filter(|x| !x.is_null());
+    for k in ["temperature", "top_p"] {
+        if present(k).is_some_and(|x| x.as_f64().is_none()) {
+            return Err(err(format!("{k}: Input should be a valid number")));
+        }
+    }
+    if present("top_k").is_some_and(|x| x.as_u64().is_none()) {
+        return Err(err("top_k: Input should be a non-negative integer"));
+    }
+    if let Some(m) = present("metadata") {
+        if !m.is_object() {
+            return Err(err("metadata: Input should be an object"));
+        }
+        // Claude Code sends a JSON document as this string; any string is fine.
+        if m.get("user_id")
+            .is_some_and(|u| !u.is_null() && !u.is_str())
+        {
+            return Err(err("metadata.user_id: Input should be a valid string"));
+        }
+    }
+    for k in ["service_tier", "inference_geo", "speed"] {
+        if present(k).is_some_and(|x| !x.is_str()) {
+            return Err(err(format!("{k}: Input should be a valid string")));
+        }
+    }
+    for k in ["cache_control", "diagnostics"] {
+        if present(k).is_some_and(|x| !x.is_object()) {
+            return Err(err(format!("{k}: Input should be an object")));
+        }
+    }
+    if present("container").is_some_and(|x| !x.is_object() && !x.is_str()) {
+        return Err(err("container: Input should be an object or a string"));
+    }
+    if let Some(m) = present("mcp_servers") {
+        let servers = m
+            .as_array()
+            .ok_or_else(|| err("mcp_servers: Input should be an array"))?;
+        if !servers.is_empty() {
+            // Anthropic would connect to them on the model's behalf; nothing here can.
+            return Err(err(
+                "mcp_servers: MCP connectors are not available through this gateway; connect the MCP servers in the client instead",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many of the most recent assistant turns keep their thinking blocks
+/// (`context_management` edit `clear_thinking_20251015`; without it, all are kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ThinkingKeep {
+    All,
+    Turns(u64),
+}
+
+impl ThinkingKeep {
+    /// Whether the assistant turn `turn` (0-based, among the `total` turns that carry
+    /// thinking) keeps its thinking.
+    fn keeps(self, turn: usize, total: usize) -> bool {
+        match self {
+            ThinkingKeep::All => true,
+            ThinkingKeep::Turns(n) => (total - turn.min(total)) as u64 <= n,
+        }
+    }
+}
+
+/// Reads `context_management`: the edits are checked; `clear_thinking_20251015` is applied
+/// to the history sent upstream (its `keep`); `clear_tool_uses_20250919` and
+/// `compact_20260112` are accepted and not applied (the Codex backend's context is the
+/// client's to manage; Codex compacts through its own endpoint).
+fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
+    let Some(cm) = v.get("context_management").filter(|c| !c.is_null()) else {
+        return Ok(ThinkingKeep::All);
+    };
+    if !cm.is_object() {
+        return Err(err("context_management: Input should be an object"));
+    }
+    let edits: &[Value] = match cm.get("edits").filter(|e| !e.is_null()) {
+        None => &[],
+        Some(e) => e
+            .as_array()
+            .map(|a| a.as_slice())
+            .ok_or_else(|| err("context_management.edits: Input should be an array"))?,
+    };
+    let mut keep = ThinkingKeep::All;
+    for (i, e) in edits.iter().enumerate() {
+        let path = format!("context_management.edits.{i}");
+        let ty = e
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| err(format!("{path}.type: Field required")))?;
+        match ty {
+            "clear_thinking_20251015" => {
+                keep = match e.get("keep").filter(|k| !k.is_null()) {
+                    None => ThinkingKeep::Turns(1),
+                    Some(k) if k.as_str() == Some("all") => ThinkingKeep::All,
+                    Some(k) => match k.get("type").and_then(|t| t.as_str()) {
+                        Some("all") => ThinkingKeep::All,
+                        Some("thinking_turns") => ThinkingKeep::Turns(
+                            k.get("value").and_then(|n| n.as_u64()).ok_or_else(|| {
+                                err(format!("{path}.keep.value: Input should be a positive integer"))
+                            })?,
+                        ),
+                        _ => {
+                            return Err(err(format!(
+                                "{path}.keep: Input should be 'all' or {{\"type\": \"thinking_turns\", \"value\": n}}"
+                            )))
+                        }
+                    },
+                };
+            }
+            t if t.starts_with("clear_tool_uses_") || t.starts_with("compact_") => {}
+            other => {
+                return Err(err(format!(
+                    "{path}.type: Input should be 'clear_tool_uses_20250919', 'clear_thinking_20251015' or 'compact_20260112', got '{other}'"
+                )))
+            }
+        }
+    }
+    Ok(keep)
+}
+
+/// Whether a message's content has a thinking block.
+fn has_thinking(content: &Value) -> bool {
+    content.as_array().is_some_and(|a| {
+        a.iter().any(|b| {
+            matches!(
+                b.get("type").and_then(|t| t.as_str()),
+                Some("thinking" | "redacted_thinking")
+            )
+        })
+    })
+}
+
+/// `output_config.format` / `output_format`: `{"type":"json_schema","schema":{...}}` -> the
+/// Responses `text.format` (strict, as Anthropic's structured outputs are).
+fn json_format(f: &Value, path: &str) -> Result<Value, MessagesError> {
+    if f.get("type").and_then(|t| t.as_str()) != Some("json_schema") {
+        return Err(err(format!("{path}.type: Input should be 'json_schema'")));
+    }
+    let schema = f
+        .get("schema")
+        .filter(|s| s.is_object())
+        .ok_or_else(|| err(format!("{path}.schema: Field required")))?;
+    Ok(json!({"type": "json_schema", "name": "output", "schema": schema.clone(), "strict": true}))
+}
+
+/// One tool definition; `None` for a tool with no upstream counterpart that is safe to
+/// leave out (Anthropic's tool search: every deferred tool is sent in full anyway).
 fn tool(
     t: &Value,
     i: usize,
     names: &mut ToolNameMap,
     reserved: &[&str],
-) -> Result<Value, MessagesError> {
+) -> Result<Option<Value>, MessagesError> {
     if !t.is_object() {
         return Err(err(format!("tools.{i}: must be an object")));
     }
     let ty = t.get("type").and_then(|x| x.as_str()).unwrap_or("custom");
     if ty.starts_with("web_search") {
-        return Ok(json!({"type": "web_search"}));
+        return Ok(Some(json!({"type": "web_search"})));
+    }
+    if ty.starts_with("tool_search_tool") {
+        return Ok(None);
     }
     if ty != "custom" {
         return Err(err(format!(
@@ -329,7 +574,7 @@ fn tool(
     }
     o.insert(&"parameters", schema);
     o.insert(&"strict", false);
-    Ok(Value::from(o))
+    Ok(Some(Value::from(o)))
 }
 
 /// `system`: a string or text blocks -> `input_text` parts.
@@ -352,6 +597,24 @@ fn system_parts(s: &Value) -> Result<Array, MessagesError> {
             .get("text")
             .and_then(|t| t.as_str())
             .ok_or_else(|| err(format!("system.{j}.text: Field required")))?;
+        if !t.is_empty() {
+            parts.push(json!({"type": "input_text", "text": t}));
+        }
+    }
+    Ok(parts)
+}
+
+/// The content of a `system` message inside `messages`: a string or text blocks.
+fn system_content(content: &Value, i: usize) -> Result<Array, MessagesError> {
+    let mut parts = Array::new();
+    for (j, b) in blocks(content, i)?.iter().enumerate() {
+        let ty = block_type(b, i, j)?;
+        if ty != "text" {
+            return Err(err(format!(
+                "messages.{i}.content.{j}.type: Input should be 'text' in a system message, got '{ty}'"
+            )));
+        }
+        let t = block_text(b, &format!("messages.{i}.content.{j}"))?;
         if !t.is_empty() {
             parts.push(json!({"type": "input_text", "text": t}));
         }
@@ -481,6 +744,25 @@ fn document_part(b: &Value, path: &str) -> Result<Value, MessagesError> {
     }
 }
 
+/// A `search_result` block (RAG with citations) as text: its title, source and content.
+fn search_result_text(b: &Value, path: &str) -> Result<String, MessagesError> {
+    let field = |k: &str| {
+        b.get(k)
+            .and_then(|x| x.as_str())
+            .ok_or_else(|| err(format!("{path}.{k}: Field required")))
+    };
+    let mut out = format!("{} ({})", field("title")?, field("source")?);
+    let content = b
+        .get("content")
+        .and_then(|c| c.as_array())
+        .ok_or_else(|| err(format!("{path}.content: Field required")))?;
+    for (k, c) in content.iter().enumerate() {
+        out.push('\n');
+        out.push_str(block_text(c, &format!("{path}.content.{k}"))?);
+    }
+    Ok(out)
+}
+
 /// A user turn: content parts become user messages; each `tool_result` becomes a
 /// `function_call_output` in place (images it carries follow in a user message).
 fn user_items(input: &mut Array, content: &Value, i: usize) -> Result<(), MessagesError> {
@@ -531,9 +813,29 @@ fn user_items(input: &mut Array, content: &Value, i: usize) -> Result<(), Messag
                                     Some("document") => {
                                         deferred.push(document_part(cb, &cpath)?)
                                     }
+                                    Some("search_result") => {
+                                        if !text.is_empty() {
+                                            text.push('\n');
+                                        }
+                                        text.push_str(&search_result_text(cb, &cpath)?);
+                                    }
+                                    // A tool search's answer: the named deferred tool is
+                                    // already among the upstream's tools.
+                                    Some("tool_reference") => {
+                                        let name = cb
+                                            .get("tool_name")
+                                            .and_then(|n| n.as_str())
+                                            .ok_or_else(|| {
+                                                err(format!("{cpath}.tool_name: Field required"))
+                                            })?;
+                                        if !text.is_empty() {
+                                            text.push('\n');
+                                        }
+                                        text.push_str(&format!("Tool loaded: {name}"));
+                                    }
                                     _ => {
                                         return Err(err(format!(
-                                            "{cpath}.type: Input should be 'text', 'image' or 'document'"
+                                            "{cpath}.type: Input should be 'text', 'image', 'document', 'search_result' or 'tool_reference'"
                                         )))
                                     }
                                 }
@@ -549,8 +851,16 @@ fn user_items(input: &mut Array, content: &Value, i: usize) -> Result<(), Messag
                     json!({"type": "function_call_output", "call_id": call_id, "output": text}),
                 );
             }
-            // Echoed assistant-only blocks and cache hints carry nothing for the upstream.
-            "thinking" | "redacted_thinking" => {}
+            "search_result" => {
+                let t = search_result_text(b, &path)?;
+                if !deferred.is_empty() {
+                    flush(input, &mut deferred);
+                }
+                parts.push(json!({"type": "input_text", "text": t}));
+            }
+            // Echoed assistant-only blocks, and files placed in Anthropic's code-execution
+            // container, carry nothing for the upstream.
+            "thinking" | "redacted_thinking" | "container_upload" => {}
             other => {
                 return Err(err(format!(
                 "{path}.type: the content block type '{other}' is not supported in a user message"
@@ -571,6 +881,7 @@ fn assistant_items(
     i: usize,
     names: &mut ToolNameMap,
     reserved: &[&str],
+    keep_thinking: bool,
 ) -> Result<(), MessagesError> {
     let mut parts = Array::new();
     let flush = |input: &mut Array, parts: &mut Array| {
@@ -608,6 +919,8 @@ fn assistant_items(
                                   "name": names.upstream_name(name, reserved),
                                   "arguments": args}));
             }
+            // Cleared by `context_management` (`clear_thinking_20251015`).
+            "thinking" | "redacted_thinking" if !keep_thinking => {}
             "thinking" => {
                 let sig = b
                     .get("signature")
@@ -638,8 +951,29 @@ fn assistant_items(
                     );
                 }
             }
-            // Server-side tool traffic of Anthropic's own tools has no Codex counterpart.
-            "server_tool_use" | "web_search_tool_result" => {}
+            // A summary left by Anthropic's server-side compaction: the history before it,
+            // as the assistant's words.
+            "compaction" => {
+                if let Some(t) = b
+                    .get("content")
+                    .and_then(|c| c.as_str())
+                    .filter(|t| !t.is_empty())
+                {
+                    parts.push(json!({"type": "output_text", "text": t}));
+                }
+            }
+            // Server-side tool traffic of Anthropic's own tools (web search and fetch, code
+            // execution, MCP connectors, tool search, containers) has no Codex counterpart.
+            "server_tool_use"
+            | "web_search_tool_result"
+            | "web_fetch_tool_result"
+            | "code_execution_tool_result"
+            | "bash_code_execution_tool_result"
+            | "text_editor_code_execution_tool_result"
+            | "tool_search_tool_result"
+            | "mcp_tool_use"
+            | "mcp_tool_result"
+            | "container_upload" => {}
             other => {
                 return Err(err(format!(
                     "{path}.type: the content block type '{other}' is not supported in an assistant message"
@@ -873,7 +1207,7 @@ mod tests {
             "messages: Field required",
         );
         bad(
-            r#"{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"x"}]}"#,
+            r#"{"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]}"#,
             "messages.0.role",
         );
         bad(
@@ -899,6 +1233,259 @@ mod tests {
         bad(
             r#"{"model":"m","max_tokens":5,"thinking":{"type":"sometimes"},"messages":[]}"#,
             "thinking.type",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":-1,"messages":[]}"#,
+            "max_tokens",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"output_config":{"effort":"extreme"},"messages":[]}"#,
+            "output_config.effort",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"output_config":{"format":{"type":"xml"}},"messages":[]}"#,
+            "output_config.format.type",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"context_management":{"edits":[{"type":"forget_everything"}]},"messages":[]}"#,
+            "context_management.edits.0.type",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"context_management":{"edits":[{"type":"clear_thinking_20251015","keep":7}]},"messages":[]}"#,
+            "context_management.edits.0.keep",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"metadata":{"user_id":{"id":1}},"messages":[]}"#,
+            "metadata.user_id",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"temperature":"hot","messages":[]}"#,
+            "temperature",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"mcp_servers":[{"type":"url","url":"https://x","name":"x"}],"messages":[]}"#,
+            "mcp_servers",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"messages":[{"role":"system","content":[{"type":"image","source":{"type":"url","url":"https://x"}}]}]}"#,
+            "messages.0.content.0.type",
+        );
+        bad(
+            r#"{"model":"m","max_tokens":5,"thinking":{"type":"adaptive","display":"loud"},"messages":[]}"#,
+            "thinking.display",
+        );
+    }
+
+    /// Claude Code 2.1: the second message is a system message (its agent types); it becomes
+    /// a developer message in place, after the top-level system prompt and the first turn.
+    #[test]
+    fn system_messages_inside_messages_keep_their_position() {
+        let (_, v) = tr(
+            r#"{"model":"m","max_tokens":5,"system":[{"type":"text","text":"top","cache_control":{"type":"ephemeral"}}],
+                "messages":[{"role":"user","content":"one"},
+                  {"role":"system","content":[{"type":"text","text":"agents: a, b","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+                  {"role":"assistant","content":"two"},
+                  {"role":"system","content":"late note"},
+                  {"role":"user","content":"three"}]}"#,
+        );
+        let roles: Vec<String> = v["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                format!(
+                    "{}:{}",
+                    i["role"].as_str().unwrap(),
+                    i["content"][0]["text"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                "developer:top",
+                "user:one",
+                "developer:agents: a, b",
+                "assistant:two",
+                "developer:late note",
+                "user:three"
+            ]
+        );
+    }
+
+    /// `thinking: adaptive` + `output_config.effort` set the effort as a budget does;
+    /// `max` is Codex's `xhigh`; `display: omitted` asks no summary.
+    #[test]
+    fn adaptive_thinking_and_output_effort() {
+        for (effort, want) in [
+            ("low", "low"),
+            ("medium", "medium"),
+            ("high", "high"),
+            ("max", "xhigh"),
+        ] {
+            let (r, v) = tr(&format!(
+                r#"{{"model":"m","max_tokens":64000,"thinking":{{"type":"adaptive"}},"output_config":{{"effort":"{effort}"}},"messages":[{{"role":"user","content":"x"}}]}}"#
+            ));
+            assert!(r.thinking);
+            same(
+                &v["reasoning"],
+                &format!(r#"{{"effort":"{want}","summary":"auto"}}"#),
+            );
+            same(&v["include"], r#"["reasoning.encrypted_content"]"#);
+        }
+        let (r, v) = tr(
+            r#"{"model":"m","max_tokens":5,"thinking":{"type":"adaptive","display":"omitted"},"output_config":{"effort":"high"},"messages":[{"role":"user","content":"x"}]}"#,
+        );
+        assert!(r.thinking);
+        same(&v["reasoning"], r#"{"effort":"high"}"#);
+        // Effort without thinking: reasoning effort only, no summaries.
+        let (r, v) = tr(
+            r#"{"model":"m","max_tokens":5,"output_config":{"effort":"low"},"messages":[{"role":"user","content":"x"}]}"#,
+        );
+        assert!(!r.thinking);
+        same(&v["reasoning"], r#"{"effort":"low"}"#);
+        // A budget and the explicit effort: the explicit effort wins.
+        let (_, v) = tr(
+            r#"{"model":"m","max_tokens":5,"thinking":{"type":"enabled","budget_tokens":2000},"output_config":{"effort":"high"},"messages":[{"role":"user","content":"x"}]}"#,
+        );
+        assert_eq!(v["reasoning"]["effort"].as_str(), Some("high"));
+    }
+
+    fn thinking_history(edit: &str) -> Value {
+        let body = format!(
+            r#"{{"model":"m","max_tokens":5,"thinking":{{"type":"adaptive"}}{edit},"messages":[
+              {{"role":"user","content":"q1"}},
+              {{"role":"assistant","content":[{{"type":"thinking","thinking":"t1","signature":"sig1"}},{{"type":"text","text":"a1"}}]}},
+              {{"role":"user","content":"q2"}},
+              {{"role":"assistant","content":[{{"type":"redacted_thinking","data":"sig2"}},{{"type":"text","text":"a2"}}]}},
+              {{"role":"user","content":"q3"}},
+              {{"role":"assistant","content":[{{"type":"thinking","thinking":"t3","signature":"sig3"}},{{"type":"tool_use","id":"c","name":"f","input":{{}}}}]}},
+              {{"role":"user","content":[{{"type":"tool_result","tool_use_id":"c","content":"ok"}}]}}]}}"#
+        );
+        tr(&body).1
+    }
+
+    fn kept_signatures(v: &Value) -> Vec<String> {
+        v["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["type"].as_str() == Some("reasoning"))
+            .map(|i| i["encrypted_content"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// `context_management` `clear_thinking_20251015`: `keep` applies to the history sent.
+    #[test]
+    fn clear_thinking_keeps_what_keep_says() {
+        let all = ["sig1", "sig2", "sig3"];
+        assert_eq!(kept_signatures(&thinking_history("")), all);
+        for keep in [r#""all""#, r#"{"type":"all"}"#] {
+            let edit = format!(
+                r#","context_management":{{"edits":[{{"type":"clear_thinking_20251015","keep":{keep}}}]}}"#
+            );
+            assert_eq!(kept_signatures(&thinking_history(&edit)), all, "{keep}");
+        }
+        let edit = r#","context_management":{"edits":[{"type":"clear_thinking_20251015","keep":{"type":"thinking_turns","value":2}}]}"#;
+        assert_eq!(kept_signatures(&thinking_history(edit)), ["sig2", "sig3"]);
+        // No keep: Anthropic's default, the last turn's thinking only.
+        let edit = r#","context_management":{"edits":[{"type":"clear_thinking_20251015"}]}"#;
+        assert_eq!(kept_signatures(&thinking_history(edit)), ["sig3"]);
+        // Tool-use clearing and compaction are accepted (not applied).
+        let edit = r#","context_management":{"edits":[{"type":"clear_tool_uses_20250919","trigger":{"type":"input_tokens","value":30000},"keep":{"type":"tool_uses","value":3}},{"type":"compact_20260112"}]}"#;
+        let v = thinking_history(edit);
+        assert_eq!(kept_signatures(&v), all);
+        assert!(v.get("context_management").is_none());
+        // The text around cleared thinking stays.
+        let edit = r#","context_management":{"edits":[{"type":"clear_thinking_20251015","keep":{"type":"thinking_turns","value":0}}]}"#;
+        let v = thinking_history(edit);
+        assert!(kept_signatures(&v).is_empty());
+        assert_eq!(v["input"][1]["content"][0]["text"].as_str(), Some("a1"));
+    }
+
+    /// Every documented top-level field is accepted, and none reaches the upstream.
+    #[test]
+    fn documented_fields_are_accepted_and_dropped() {
+        let (r, v) = tr(
+            r#"{"model":"m","max_tokens":64000,"messages":[{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}],
+            "metadata":{"user_id":"{\"device_id\":\"d\",\"account_uuid\":\"\",\"session_id\":\"s\"}"},
+            "cache_control":{"type":"ephemeral"},"container":"cntr_1","diagnostics":{"previous_message_id":"msg_1"},
+            "fallback_credit_token":"tok","fallbacks":"default","inference_geo":"us","mcp_servers":[],
+            "service_tier":"auto","speed":"fast","stop_sequences":[],"stream":true,"temperature":1,"top_k":5,"top_p":0.99,
+            "thinking":{"type":"disabled"},"tool_choice":{"type":"auto","disable_parallel_tool_use":false},"tools":[],
+            "context_management":{"edits":[]},"output_config":{}}"#,
+        );
+        assert!(r.stream && !r.thinking);
+        let mut keys: Vec<String> = v
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.to_owned())
+            .collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "input",
+                "instructions",
+                "model",
+                "parallel_tool_calls",
+                "store",
+                "stream",
+                "tool_choice"
+            ]
+        );
+        // max_tokens 0 (cache pre-warming) is valid.
+        tr(r#"{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}"#);
+    }
+
+    /// Structured outputs: `output_config.format` and the deprecated `output_format`.
+    #[test]
+    fn structured_outputs_map_to_text_format() {
+        for body in [
+            r#"{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}}},"messages":[{"role":"user","content":"x"}]}"#,
+            r#"{"model":"m","max_tokens":5,"output_format":{"type":"json_schema","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}},"messages":[{"role":"user","content":"x"}]}"#,
+        ] {
+            let (_, v) = tr(body);
+            same(
+                &v["text"],
+                r#"{"format":{"type":"json_schema","name":"output","strict":true,"schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}}}"#,
+            );
+        }
+    }
+
+    /// Claude Code's tool list: deferred tools (`defer_loading`) are sent in full, tool search
+    /// tools are left out, tool results may carry `tool_reference` and `search_result` blocks.
+    #[test]
+    fn deferred_tools_tool_references_and_search_results() {
+        let (_, v) = tr(r#"{"model":"m","max_tokens":5,
+            "tools":[{"name":"Bash","description":"run","input_schema":{"type":"object","properties":{"command":{"type":"string"}}},"cache_control":{"type":"ephemeral"},"strict":false,"input_examples":[{"command":"ls"}]},
+                     {"name":"WebFetch","input_schema":{"type":"object"},"defer_loading":true},
+                     {"type":"tool_search_tool_regex_20251119","name":"tool_search_tool_regex"}],
+            "messages":[{"role":"user","content":"x"},
+              {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"ToolSearch","input":{"query":"select:WebFetch"}}]},
+              {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"tool_reference","tool_name":"WebFetch"}]},
+                {"type":"search_result","title":"Doc","source":"https://d","content":[{"type":"text","text":"body"}],"citations":{"enabled":true}}]}]}"#);
+        let names: Vec<&str> = v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["Bash", "WebFetch"]);
+        assert!(v["tools"][0].get("cache_control").is_none());
+        assert!(v["tools"][1].get("defer_loading").is_none());
+        let input = v["input"].as_array().unwrap();
+        same(
+            &input[2],
+            r#"{"type":"function_call_output","call_id":"t1","output":"Tool loaded: WebFetch"}"#,
+        );
+        assert_eq!(
+            input[3]["content"][0]["text"].as_str(),
+            Some(
+                "Doc (https://d)
+body"
+            )
         );
     }
 }
