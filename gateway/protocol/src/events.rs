@@ -13,7 +13,14 @@
 use sonic_rs::JsonValueTrait;
 
 /// The JSON `type` of an event payload.
+///
+/// Upstream events put `type` first, so nothing is skipped to find it; any other shape is
+/// measured first, since skipping fields recurses through their nesting
+/// ([`crate::depth`]).
 pub fn event_type(data: &[u8]) -> Option<&str> {
+    if !data.starts_with(br#"{"type":"#) && !crate::depth::check(data) {
+        return None;
+    }
     let v = sonic_rs::get(data, &["type"]).ok()?;
     let raw = v.as_raw_str();
     // fast path: plain string without escapes
@@ -77,6 +84,10 @@ pub struct Usage {
 
 /// Reads `response.usage` from a terminal event's data.
 pub fn usage_of_terminal(data: &[u8]) -> Option<Usage> {
+    // Every reader below recurses through nesting ([`crate::depth`]).
+    if !crate::depth::check(data) {
+        return None;
+    }
     let u = sonic_rs::get(data, &["response", "usage"]).ok()?;
     let v: sonic_rs::Value = sonic_rs::from_str(u.as_raw_str()).ok()?;
     let n = |p: &[&str]| {
@@ -165,6 +176,9 @@ pub fn rate_limits_from_headers<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Ra
 
 /// Reads a `codex.rate_limits` event.
 pub fn rate_limits_event(data: &[u8]) -> Option<RateLimits> {
+    if !crate::depth::check(data) {
+        return None;
+    }
     let v: sonic_rs::Value = sonic_rs::from_slice(data).ok()?;
     let rl = v.get("rate_limits")?;
     let w = |name: &str| {
@@ -198,6 +212,9 @@ pub fn rate_limits_event(data: &[u8]) -> Option<RateLimits> {
 ///
 /// `None` when the data is not JSON or carries no error at all.
 pub fn stream_error(data: &[u8]) -> Option<String> {
+    if !crate::depth::check(data) {
+        return None;
+    }
     for path in [&["response", "error"][..], &["error"][..]] {
         if let Ok(v) = sonic_rs::get(data, path) {
             if v.is_object() {

@@ -2,6 +2,8 @@
 //! runtime. The data plane (`gateway`) drives them; benches measure them in isolation.
 //!
 //! # Key Components
+//! - [`depth`]: the nesting depth of JSON text by a flat scan, checked before any recursive
+//!   reader sees JSON from outside.
 //! - [`sse`]: incremental SSE event splitting of upstream bytes, and frame encoding.
 //! - [`normalize`]: client `/v1/responses` body -> Codex upstream body (codex-protocol.md §2.3).
 //! - [`bound`]: account-bound blobs (reasoning `encrypted_content`, compaction items) in a
@@ -19,6 +21,7 @@ pub mod anthropic;
 pub mod bound;
 pub mod chat;
 pub mod classify;
+pub mod depth;
 pub mod events;
 pub mod normalize;
 pub mod openai_error;

@@ -200,8 +200,12 @@ struct RawOutputDetails {
 // === impl RawEvent ===
 
 impl<'a> RawEvent<'a> {
-    /// Parses an event's data; `None` when it is not a JSON object of the expected shape.
+    /// Parses an event's data; `None` when it is not a JSON object of the expected shape, or
+    /// nests deeper than a recursive reader may go ([`crate::depth`]).
     pub(crate) fn parse(data: &'a [u8]) -> Option<Self> {
+        if !crate::depth::check(data) {
+            return None;
+        }
         sonic_rs::from_slice(data).ok()
     }
 }
