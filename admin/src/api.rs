@@ -18,18 +18,24 @@
 //! Every mutation republishes the snapshot before answering.
 //!
 //! # Request guard (every `/api/admin/*` request, login included)
-//! - `Host` must name loopback when the listener is bound to loopback (DNS rebinding), or one
-//!   of `admin_allowed_hosts` (the public name a reverse proxy forwards);
+//! - `Host` (DNS rebinding, on every listener, loopback or not) must be a loopback name
+//!   (`localhost`, `*.localhost`, a loopback IP), the listener's own IP (any IP literal when it
+//!   is bound to `0.0.0.0` / `::`: an IP literal cannot come from a rebound name, whose page's
+//!   origin would be that IP), or one of `admin_allowed_hosts` (the public name a reverse
+//!   proxy forwards); anything else is 403 `forbidden_host`;
 //! - a present `Origin` must be the request's own origin, and `Sec-Fetch-Site: cross-site` is
 //!   refused (cross-site requests, CSRF);
 //! - `POST`/`PUT`/`PATCH`/`DELETE` need `Content-Type: application/json` (no "simple"
 //!   cross-site form or `text/plain` request gets through);
 //! - answers carry `Cache-Control: no-store`.
 //!
+//! After authentication a `read`-scoped admin API token may only `GET`/`HEAD`: anything else
+//! is 403 `insufficient_scope`.
+//!
 //! # Error handling
 //! [`ApiError`] is the one place that turns a failure into an OpenAI-shaped
 //! `{"error":{"message","type","code"}}` response: 401 `unauthorized`, 403 `forbidden_origin`
-//! / `forbidden_host`, 415 `unsupported_media_type`, 429 `rate_limited`, 404 `not_found`,
+//! / `forbidden_host` / `insufficient_scope`, 413 `payload_too_large` (login), 415 `unsupported_media_type`, 429 `rate_limited`, 404 `not_found`,
 //! 400 `invalid_request`, 503 `storage_unavailable`, 500 otherwise.
 
 use std::{net::SocketAddr, sync::Arc};
@@ -224,6 +230,11 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "permission_error", code, msg)
     }
 
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = code;
+        self
+    }
+
     fn with_param(mut self, param: impl Into<String>) -> Self {
         self.extra().param = Some(param.into());
         self
@@ -339,23 +350,37 @@ fn is_loopback_host(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Whether `host` (a `Host` header value) may reach the admin listener (see the module docs).
+fn host_allowed(auth: &crate::auth::AdminAuth, host: &str) -> bool {
+    let name = host_name(host).trim_end_matches('.');
+    if name.is_empty() {
+        return false;
+    }
+    if is_loopback_host(host)
+        || auth
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
+    {
+        return true;
+    }
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => auth.listen.ip().is_unspecified() || ip == auth.listen.ip(),
+        Err(_) => false,
+    }
+}
+
 /// Host and cross-site checks shared by the API guard and the web app.
 pub(crate) fn check_host_and_site(core: &Core, headers: &HeaderMap) -> Result<(), ApiError> {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let auth = &core.admin.auth;
-    if auth.loopback_only
-        && !is_loopback_host(host)
-        && !auth
-            .allowed_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(host_name(host)))
-    {
+    if !host_allowed(&core.admin.auth, host) {
         return Err(ApiError::forbidden(
             "forbidden_host",
-            "the admin API listens on loopback: the Host header must name it",
+            "the Host header must name this admin listener (loopback, its address or \
+             admin_allowed_hosts)",
         ));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
@@ -456,6 +481,15 @@ async fn require_admin(State(core): State<AppState>, mut req: Request, next: Nex
         .await;
     match who {
         Ok(Some(p)) => {
+            if let Principal::Token { scope, .. } = &p {
+                if !scope.allows(req.method()) {
+                    return ApiError::forbidden(
+                        "insufficient_scope",
+                        "this admin API token is read-only (GET)",
+                    )
+                    .into_response();
+                }
+            }
             req.extensions_mut().insert::<Principal>(p);
             next.run(req).await
         }
@@ -522,6 +556,40 @@ mod tests {
         ] {
             assert!(!is_loopback_host(h), "{h}");
         }
+    }
+
+    #[test]
+    fn hosts_allowed_on_every_listener() {
+        let any = crate::auth::AdminAuth::new(
+            None,
+            "0.0.0.0:8081".parse().unwrap(),
+            &["admin.example.com:443".to_owned()],
+        );
+        for h in [
+            "127.0.0.1:8081",
+            "localhost",
+            "10.1.2.3:8081",
+            "admin.example.com",
+            "ADMIN.example.com:8081",
+        ] {
+            assert!(host_allowed(&any, h), "{h}");
+        }
+        for h in [
+            "evil.example",
+            "",
+            "admin.example.com.evil.example",
+            "10.1.2.3.nip.io",
+        ] {
+            assert!(!host_allowed(&any, h), "{h}");
+        }
+        let one = crate::auth::AdminAuth::new(None, "10.0.0.5:8081".parse().unwrap(), &[]);
+        assert!(host_allowed(&one, "10.0.0.5:8081"));
+        assert!(host_allowed(&one, "[::1]:8081"));
+        assert!(!host_allowed(&one, "10.0.0.6:8081"));
+        assert!(!host_allowed(&one, "evil.example:8081"));
+        let lo = crate::auth::AdminAuth::new(None, "127.0.0.1:8081".parse().unwrap(), &[]);
+        assert!(!host_allowed(&lo, "rebind.evil.example"));
+        assert!(!host_allowed(&lo, "10.0.0.5"));
     }
 
     #[test]

@@ -14,9 +14,16 @@
 //!   `cg_admin_session` cookie (HttpOnly, SameSite=Strict, hashed in storage), an admin API token
 //!   (`Authorization: Bearer cgadm-...`, hashed in storage) or the configured static token
 //!   (`admin_token`), all compared by SHA-256 digest in constant time.
-//! - [`LoginLimiter`]: failed logins per client IP (10 per 5 minutes) and overall (100 per 5
-//!   minutes); over the limit, `POST /api/admin/login` answers 429 with `Retry-After` without
-//!   checking the password.
+//! - [`LoginLimiter`]: login attempts per client IP (10 per 5 minutes) and overall (100 per 5
+//!   minutes), each **reserved before** the password is hashed (so parallel attempts cannot all
+//!   pass the check), given back on success; over the limit, `POST /api/admin/login` answers
+//!   429 with `Retry-After` without checking the password. A source that logged in
+//!   successfully in the last [`KNOWN_SOURCE_TTL`] is exempt from the overall cap (attackers
+//!   elsewhere cannot lock the operator out); its own per-IP limit still holds.
+//! - [`AdminAuth::hashes`]: at most [`LOGIN_HASHES_MAX`] Argon2 checks run at once; an attempt
+//!   that finds them busy gets 429 `Retry-After: 1` at once (never a queue).
+//! - [`TokenScope`]: admin API tokens are `read` (GET only) or `admin` (everything), and may
+//!   expire (`expires_at`); an expired token is refused like an unknown one.
 //!
 //! # Error handling
 //! Hashing failures are [`AuthError`]; nothing here logs a password, a token or a cookie.
@@ -24,7 +31,10 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::Mutex,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -52,6 +62,62 @@ pub const LOGIN_FAILURES_PER_IP: u32 = 10;
 pub const LOGIN_FAILURES_TOTAL: u32 = 100;
 /// The rate-limit window.
 pub const LOGIN_WINDOW: Duration = Duration::from_secs(300);
+/// How long a source that logged in successfully stays exempt from the overall cap.
+pub const KNOWN_SOURCE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How many exempt sources are remembered (the oldest is forgotten first).
+const KNOWN_SOURCES_MAX: usize = 256;
+/// Argon2 checks running at once (each takes 19 MiB and tens of milliseconds of a core).
+pub const LOGIN_HASHES_MAX: usize = 4;
+/// Longest password a login checks (bytes); a longer one is refused before hashing.
+pub const MAX_PASSWORD_BYTES: usize = 1024;
+/// Largest `POST /api/admin/login` body (a [`MAX_PASSWORD_BYTES`] password fully
+/// `\u`-escaped fits).
+pub const LOGIN_MAX_BODY_BYTES: usize = 16 << 10;
+
+/// Login passwords checked by Argon2 in this process (diagnostics; tests read it).
+static PASSWORD_CHECKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many login passwords this process has checked by Argon2.
+pub fn password_checks() -> u64 {
+    PASSWORD_CHECKS.load(Ordering::Relaxed)
+}
+
+/// What an admin API token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenScope {
+    /// `GET` (and `HEAD`) only: dashboards and monitoring.
+    Read,
+    /// Everything (tokens created before scopes existed have it).
+    Admin,
+}
+
+// === impl TokenScope ===
+
+impl TokenScope {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Admin => "admin",
+        }
+    }
+
+    /// Parses `read` / `admin`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "read" => Some(Self::Read),
+            "admin" => Some(Self::Admin),
+            _ => None,
+        }
+    }
+
+    /// Whether a request with this method is allowed.
+    pub fn allows(self, method: &axum::http::Method) -> bool {
+        self == Self::Admin
+            || *method == axum::http::Method::GET
+            || *method == axum::http::Method::HEAD
+    }
+}
 
 /// Hashing the password failed.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +147,12 @@ pub fn hash_password(password: &str) -> Result<String, AuthError> {
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
         .map_err(|e| AuthError::Hash(e.to_string()))
+}
+
+/// [`verify_password`] for a login (counted in [`password_checks`]).
+pub fn verify_login_password(password: &str, phc: &str) -> bool {
+    PASSWORD_CHECKS.fetch_add(1, Ordering::Relaxed);
+    verify_password(password, phc)
 }
 
 /// True when `password` matches the PHC string (constant time inside Argon2).
@@ -114,6 +186,28 @@ pub fn generate_admin_token() -> String {
     format!("{ADMIN_TOKEN_PREFIX}{}", random_b64(32))
 }
 
+/// Generates a new admin API token and stores it by hash: the plain token (shown once) and
+/// its row. Shared by `POST /api/admin/tokens` and [`crate::cli::admin_tokens_create`].
+pub async fn create_admin_token(
+    storage: &dyn Storage,
+    name: &str,
+    scope: TokenScope,
+    expires_at: Option<i64>,
+) -> Result<(Secret, crate::storage::AdminTokenRow), StorageError> {
+    let plain = generate_admin_token();
+    let prefix: String = plain.chars().take(ADMIN_TOKEN_PREFIX.len() + 4).collect();
+    let row = storage
+        .create_admin_token(
+            name,
+            &sha256_hex(&plain),
+            &prefix,
+            scope.as_str(),
+            expires_at,
+        )
+        .await?;
+    Ok((Secret::from(plain), row))
+}
+
 /// Hex SHA-256: how sessions and tokens are stored and looked up.
 pub fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
@@ -145,6 +239,12 @@ pub async fn bootstrap(
 ) -> Result<Bootstrap, AuthError> {
     let stored = storage.admin_password_hash().await?;
     if let Some(pw) = password.filter(|p| !p.is_empty()) {
+        if pw.expose().len() > MAX_PASSWORD_BYTES {
+            tracing::warn!(
+                max_bytes = MAX_PASSWORD_BYTES,
+                "the configured admin password is longer than a login accepts: log in with a token"
+            );
+        }
         let same = stored
             .as_deref()
             .is_some_and(|h| verify_password(pw.expose(), h));
@@ -206,12 +306,15 @@ pub enum Principal {
     Token {
         /// Its id.
         id: i64,
+        /// What it may do.
+        scope: TokenScope,
     },
     /// The configured static `admin_token`.
     StaticToken,
 }
 
-/// Failed-login bookkeeping.
+/// Login attempt bookkeeping (see the module docs): attempts are reserved before the
+/// password is hashed and given back when it was right.
 #[derive(Debug, Default)]
 pub struct LoginLimiter {
     inner: Mutex<LimiterState>,
@@ -219,8 +322,45 @@ pub struct LoginLimiter {
 
 #[derive(Debug, Default)]
 struct LimiterState {
-    per_ip: HashMap<IpAddr, (u64, u32)>,
-    total: (u64, u32),
+    per_ip: HashMap<IpAddr, Window>,
+    total: Window,
+    /// Sources that logged in successfully, with the time (exempt from the overall cap).
+    known: HashMap<IpAddr, u64>,
+}
+
+/// Attempts counted in the window that started at `start` (Unix ms).
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    start: u64,
+    n: u32,
+}
+
+// === impl Window ===
+
+impl Window {
+    fn roll(&mut self, now_ms: u64, w: u64) {
+        if now_ms >= self.start + w {
+            *self = Self {
+                start: now_ms,
+                n: 0,
+            };
+        }
+    }
+
+    fn give_back(&mut self, start: u64) {
+        if self.start == start {
+            self.n = self.n.saturating_sub(1);
+        }
+    }
+}
+
+/// One reserved login attempt ([`LoginLimiter::reserve`]): counted as a failure unless given
+/// back with [`LoginLimiter::refund`] or [`LoginLimiter::success`].
+#[derive(Debug, Clone, Copy)]
+pub struct Attempt {
+    ip: IpAddr,
+    ip_window: u64,
+    total_window: Option<u64>,
 }
 
 // === impl LoginLimiter ===
@@ -230,50 +370,88 @@ impl LoginLimiter {
         u64::try_from(LOGIN_WINDOW.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// `Err(seconds)` when `ip` must wait before trying again.
-    pub fn check(&self, ip: IpAddr, now_ms: u64) -> Result<(), u64> {
+    fn known_ttl_ms() -> u64 {
+        u64::try_from(KNOWN_SOURCE_TTL.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Counts an attempt of `ip` in, atomically with the check; `Err(seconds)` when `ip` must
+    /// wait (nothing counted).
+    pub fn reserve(&self, ip: IpAddr, now_ms: u64) -> Result<Attempt, u64> {
         let w = Self::window_ms();
-        let Ok(st) = self.inner.lock() else {
-            return Ok(());
-        };
+        let mut st = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let retry = |start: u64| (start + w).saturating_sub(now_ms).div_ceil(1000).max(1);
-        if let Some((start, n)) = st.per_ip.get(&ip) {
-            if now_ms < start + w && *n >= LOGIN_FAILURES_PER_IP {
-                return Err(retry(*start));
+        if st.per_ip.len() > 10_000 {
+            st.per_ip.retain(|_, win| now_ms < win.start + w);
+        }
+        let ttl = Self::known_ttl_ms();
+        let exempt = st
+            .known
+            .get(&ip)
+            .is_some_and(|at| now_ms < at.saturating_add(ttl));
+        st.total.roll(now_ms, w);
+        let mine = st.per_ip.entry(ip).or_default();
+        mine.roll(now_ms, w);
+        if mine.n >= LOGIN_FAILURES_PER_IP {
+            return Err(retry(mine.start));
+        }
+        let mine_start = mine.start;
+        if !exempt && st.total.n >= LOGIN_FAILURES_TOTAL {
+            return Err(retry(st.total.start));
+        }
+        if let Some(mine) = st.per_ip.get_mut(&ip) {
+            mine.n += 1;
+        }
+        // Exempt sources neither count toward nor are held by the overall cap.
+        let total_window = (!exempt).then(|| {
+            st.total.n += 1;
+            st.total.start
+        });
+        Ok(Attempt {
+            ip,
+            ip_window: mine_start,
+            total_window,
+        })
+    }
+
+    /// Gives a reserved attempt back (it was never checked).
+    pub fn refund(&self, a: Attempt) {
+        let mut st = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(win) = st.per_ip.get_mut(&a.ip) {
+            win.give_back(a.ip_window);
+        }
+        if let Some(start) = a.total_window {
+            st.total.give_back(start);
+        }
+    }
+
+    /// A successful login: forgets the source's failures, gives the attempt back and remembers
+    /// the source as known (exempt from the overall cap for [`KNOWN_SOURCE_TTL`]).
+    pub fn success(&self, a: Attempt, now_ms: u64) {
+        let mut st = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        st.per_ip.remove(&a.ip);
+        if let Some(start) = a.total_window {
+            st.total.give_back(start);
+        }
+        if st.known.len() >= KNOWN_SOURCES_MAX && !st.known.contains_key(&a.ip) {
+            if let Some(oldest) = st
+                .known
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(ip, _)| *ip)
+            {
+                st.known.remove(&oldest);
             }
         }
-        let (start, n) = st.total;
-        if now_ms < start + w && n >= LOGIN_FAILURES_TOTAL {
-            return Err(retry(start));
-        }
-        Ok(())
-    }
-
-    /// Records a failed attempt.
-    pub fn failure(&self, ip: IpAddr, now_ms: u64) {
-        let w = Self::window_ms();
-        let Ok(mut st) = self.inner.lock() else {
-            return;
-        };
-        if st.per_ip.len() > 10_000 {
-            st.per_ip.retain(|_, (start, _)| now_ms < *start + w);
-        }
-        let e = st.per_ip.entry(ip).or_insert((now_ms, 0));
-        if now_ms >= e.0 + w {
-            *e = (now_ms, 0);
-        }
-        e.1 += 1;
-        if now_ms >= st.total.0 + w {
-            st.total = (now_ms, 0);
-        }
-        st.total.1 += 1;
-    }
-
-    /// A successful login forgets the IP's failures.
-    pub fn success(&self, ip: IpAddr) {
-        if let Ok(mut st) = self.inner.lock() {
-            st.per_ip.remove(&ip);
-        }
+        st.known.insert(a.ip, now_ms);
     }
 }
 
@@ -281,10 +459,13 @@ impl LoginLimiter {
 #[derive(Debug)]
 pub struct AdminAuth {
     static_token: Option<Secret>,
-    /// Failed logins.
+    /// Login attempts.
     pub limiter: LoginLimiter,
-    /// Whether the Host header must name loopback (the listener is bound to loopback).
-    pub loopback_only: bool,
+    /// Permits for Argon2 checks ([`LOGIN_HASHES_MAX`]; a login that finds none gets 429).
+    pub hashes: Arc<tokio::sync::Semaphore>,
+    /// The listener's address: `Host` may name its IP (any IP literal when it is bound to the
+    /// unspecified address), besides loopback names and [`Self::allowed_hosts`].
+    pub listen: SocketAddr,
     /// Other host names accepted in `Host` (lowercase, without port).
     pub allowed_hosts: Vec<String>,
     last_touch: Mutex<HashMap<i64, u64>>,
@@ -299,7 +480,8 @@ impl AdminAuth {
         Self {
             static_token: static_token.filter(|t| !t.is_empty()),
             limiter: LoginLimiter::default(),
-            loopback_only: listen.ip().is_loopback(),
+            hashes: Arc::new(tokio::sync::Semaphore::new(LOGIN_HASHES_MAX)),
+            listen,
             allowed_hosts: allowed_hosts
                 .iter()
                 .map(|h| h.trim().to_ascii_lowercase())
@@ -335,8 +517,16 @@ impl AdminAuth {
             }
             if b.starts_with(ADMIN_TOKEN_PREFIX) {
                 if let Some(row) = storage.find_admin_token(&sha256_hex(b)).await? {
+                    // An expired token is refused like an unknown one.
+                    if row.expires_at.is_some_and(|at| now >= at) {
+                        return Ok(None);
+                    }
                     self.touch(storage, row.id, now).await;
-                    return Ok(Some(Principal::Token { id: row.id }));
+                    return Ok(Some(Principal::Token {
+                        id: row.id,
+                        // An unknown stored scope gets the least rights.
+                        scope: TokenScope::parse(&row.scope).unwrap_or(TokenScope::Read),
+                    }));
                 }
             }
             // A wrong bearer is a failure even when a valid cookie rides along.
@@ -400,26 +590,52 @@ mod tests {
     }
 
     #[test]
-    fn limiter_blocks_after_failures_and_expires() {
+    fn limiter_reserves_before_checking_and_exempts_known_sources() {
         let l = LoginLimiter::default();
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
         let other: IpAddr = "127.0.0.2".parse().unwrap();
-        for _ in 0..LOGIN_FAILURES_PER_IP {
-            assert!(l.check(ip, 1_000).is_ok());
-            l.failure(ip, 1_000);
-        }
-        let wait = l.check(ip, 2_000).unwrap_err();
+        // Reservations count at once: the 11th parallel attempt is refused before any result.
+        let held: Vec<Attempt> = (0..LOGIN_FAILURES_PER_IP)
+            .map(|_| l.reserve(ip, 1_000).unwrap())
+            .collect();
+        let wait = l.reserve(ip, 2_000).unwrap_err();
         assert!(wait > 290 && wait <= 300, "{wait}");
-        assert!(l.check(other, 2_000).is_ok(), "per IP");
-        assert!(l.check(ip, 1_000 + 300_000).is_ok(), "window over");
-        l.success(ip);
-        assert!(l.check(ip, 2_000).is_ok());
+        assert!(l.reserve(other, 2_000).is_ok(), "per IP");
+        // An attempt given back (never checked) frees its place.
+        l.refund(held[0]);
+        let a = l.reserve(ip, 2_000).unwrap();
+        assert!(l.reserve(ip, 2_000).is_err());
+        // A success forgets the source's failures and makes it known.
+        l.success(a, 2_000);
+        assert!(l.reserve(ip, 2_000).is_ok());
+        assert!(l.reserve(ip, 1_000 + 300_000).is_ok(), "window over");
+        // Attackers everywhere fill the overall cap: unknown sources wait, the known one
+        // logs in.
+        let l = LoginLimiter::default();
+        let op: IpAddr = "10.9.9.9".parse().unwrap();
+        let a = l.reserve(op, 1_000).unwrap();
+        l.success(a, 1_000);
         for i in 0..LOGIN_FAILURES_TOTAL {
-            l.failure(
+            l.reserve(
                 IpAddr::from([10, 0, (i / 256) as u8, (i % 256) as u8]),
                 5_000,
-            );
+            )
+            .unwrap();
         }
-        assert!(l.check(other, 6_000).is_err(), "overall limit");
+        assert!(l.reserve(other, 6_000).is_err(), "overall limit");
+        assert!(l.reserve(op, 6_000).is_ok(), "a known source is exempt");
+    }
+
+    #[test]
+    fn token_scopes() {
+        use axum::http::Method;
+        assert_eq!(TokenScope::parse("read"), Some(TokenScope::Read));
+        assert_eq!(TokenScope::parse("admin"), Some(TokenScope::Admin));
+        assert_eq!(TokenScope::parse("root"), None);
+        assert!(TokenScope::Read.allows(&Method::GET));
+        for m in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+            assert!(!TokenScope::Read.allows(&m), "{m}");
+            assert!(TokenScope::Admin.allows(&m), "{m}");
+        }
     }
 }

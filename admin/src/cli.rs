@@ -3,7 +3,8 @@
 //! # Key Components
 //! - [`accounts_import`], [`accounts_list`], [`accounts_enable`], [`accounts_disable`],
 //!   [`accounts_delete`], [`accounts_refresh`], [`accounts_quota`], [`keys_create`],
-//!   [`keys_list`], [`keys_revoke`], [`settings_get`], [`settings_set`], [`settings_unset`]:
+//!   [`keys_list`], [`keys_revoke`], [`settings_get`], [`settings_set`], [`settings_unset`],
+//!   [`admin_tokens_create`], [`admin_tokens_list`], [`admin_tokens_revoke`]:
 //!   each builds a small current-thread Tokio runtime, opens (and migrates) the store the
 //!   [`DbTarget`] names, does one thing and closes it. They are safe to run while a gateway is
 //!   serving from the same database: the running sidecar picks the change up on its next
@@ -41,7 +42,7 @@ use crate::{
     oauth::{build_http_client, OAuthClient, RefreshError},
     quota::{UsageClient, UsageEndpoint, WhamUsage},
     sidecar::refresh::{exchange_and_store, Stored},
-    storage::{AccountRow, KeyRow, Storage},
+    storage::{AccountRow, AdminTokenRow, KeyRow, Storage},
     DbTarget,
 };
 
@@ -369,6 +370,54 @@ pub fn admin_reset_password(db: &DbTarget) -> Result<shared_state::Secret, Admin
             crate::auth::AuthError::Storage(e) => AdminError::Storage(e),
             other => AdminError::Invalid(other.to_string()),
         })
+    }))
+}
+
+/// Creates an admin API token (`codex-gateway admin token create`): `scope` `admin` or
+/// `read` (GET only), optional expiry (Unix ms, in the future). Returns the plain token
+/// (shown once; only its hash is stored) and its row. This is also the way back in when
+/// logins are rate-limited: a token is not subject to the login limits.
+pub fn admin_tokens_create(
+    db: &DbTarget,
+    name: &str,
+    scope: &str,
+    expires_at: Option<i64>,
+) -> Result<(shared_state::Secret, AdminTokenRow), AdminError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(AdminError::Invalid(
+            "an admin token needs a non-empty name".into(),
+        ));
+    }
+    let scope = crate::auth::TokenScope::parse(scope)
+        .ok_or_else(|| AdminError::Invalid(format!("scope {scope:?}: use admin or read")))?;
+    if expires_at.is_some_and(|at| at <= crate::storage::now_ms_i64()) {
+        return Err(AdminError::Invalid(
+            "the expiry must be in the future".into(),
+        ));
+    }
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(crate::auth::create_admin_token(s, name, scope, expires_at).await?)
+    }))
+}
+
+/// Lists admin API tokens (prefixes, scopes and expiries; never the tokens).
+pub fn admin_tokens_list(db: &DbTarget) -> Result<Vec<AdminTokenRow>, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(s.list_admin_tokens().await?)
+    }))
+}
+
+/// Revokes the admin API token with this id.
+pub fn admin_tokens_revoke(db: &DbTarget, id: i64) -> Result<(), AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        if s.revoke_admin_token(id).await? {
+            Ok(())
+        } else {
+            Err(AdminError::NotFound(format!(
+                "no active admin token with id {id}"
+            )))
+        }
     }))
 }
 

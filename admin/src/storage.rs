@@ -352,6 +352,10 @@ pub struct AdminTokenRow {
     pub last_used_at: Option<i64>,
     /// Revocation time, Unix ms.
     pub revoked_at: Option<i64>,
+    /// `read` (GET only) or `admin` (everything; tokens from before scopes have it).
+    pub scope: String,
+    /// Expiry, Unix ms (`None`: never); an expired token is refused like an unknown one.
+    pub expires_at: Option<i64>,
 }
 
 /// Usage totals of one time bucket, client key, account and model
@@ -659,12 +663,15 @@ pub trait Storage: Send + Sync + 'static {
     /// Ends one session (`Some`) or every session (`None`); expired ones are purged too.
     /// Returns how many rows went.
     fn delete_admin_sessions<'a>(&'a self, id_hash: Option<&'a str>) -> StorageFuture<'a, u64>;
-    /// Stores a new admin API token by hash.
+    /// Stores a new admin API token by hash, with its scope (`read` / `admin`) and expiry
+    /// (Unix ms).
     fn create_admin_token<'a>(
         &'a self,
         name: &'a str,
         token_hash_hex: &'a str,
         token_prefix: &'a str,
+        scope: &'a str,
+        expires_at: Option<i64>,
     ) -> StorageFuture<'a, AdminTokenRow>;
     /// Every admin token (revoked ones too), ordered by id.
     fn list_admin_tokens(&self) -> StorageFuture<'_, Vec<AdminTokenRow>>;

@@ -10,8 +10,11 @@
 //!   `url` without a password keeps the stored one when the user name is unchanged;
 //!   `"pool": null` leaves the pool);
 //! - `DELETE /api/admin/proxies/{id}` (409 `proxy_in_use` while an account is assigned to it);
-//! - `POST /api/admin/proxies/{id}/test`: connects through the proxy to the upstream origin,
-//!   answers `{"ok","latency_ms","error"}` and stores it;
+//! - `POST /api/admin/proxies/{id}/test` `{"target"?}`: connects through the proxy to one of
+//!   the configured upstream origins and answers `{"ok","latency_ms","error","origin"}` (and
+//!   stores it). `target` is `"upstream"` (the default: the Codex backend's origin),
+//!   `"oauth"` (the OAuth token endpoint's origin) or a URL on one of those two origins;
+//!   anything else is 400: the action never probes a host:port the caller picks;
 //! - `PUT /api/admin/accounts/{id}/proxy` `{"proxy_id": N}` | `{"pool": "name"}` | `{}`
 //!   (direct), and `POST /api/admin/proxies/{id}/assign` `{"account_ids": [...]}`.
 //!
@@ -325,8 +328,56 @@ struct TestView {
     origin: String,
 }
 
-async fn test(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult<TestView> {
+/// The body of a test: which configured origin to reach.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestRequest {
+    #[serde(default)]
+    target: Option<String>,
+}
+
+/// The origin a test reaches: `target` resolved against the configured origins (`None`: the
+/// upstream's); anything that is not one of them is refused.
+fn test_origin(
+    upstream_base: &str,
+    oauth_token_url: &str,
+    target: Option<&str>,
+) -> Result<String, ApiError> {
+    let upstream = origin_of(upstream_base);
+    let oauth = origin_of(oauth_token_url);
+    let refused = || {
+        ApiError::bad_request(format!(
+            "\"target\" must be \"upstream\" ({upstream}), \"oauth\" ({oauth}) or a URL on \
+             one of those origins"
+        ))
+        .with_param("target")
+    };
+    let t = match target.map(str::trim) {
+        None | Some("" | "upstream") => return Ok(upstream),
+        Some("oauth") => return Ok(oauth),
+        Some(t) => t,
+    };
+    let origin = |u: &str| reqwest::Url::parse(u).ok().map(|u| u.origin());
+    let wanted = origin(t).filter(|o| o.is_tuple()).ok_or_else(refused)?;
+    let found = [&upstream, &oauth]
+        .into_iter()
+        .find(|o| origin(o).as_ref() == Some(&wanted))
+        .cloned();
+    found.ok_or_else(refused)
+}
+
+async fn test(
+    State(core): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<TestView> {
     let id = parse_id(&id)?;
+    let req: TestRequest = parse_body(&body)?;
+    let origin = test_origin(
+        &core.upstream_base_url,
+        core.oauth.token_url(),
+        req.target.as_deref(),
+    )?;
     let store = core.storage.proxies();
     let rows = store.list_proxies().await?;
     let row = rows
@@ -336,7 +387,6 @@ async fn test(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult
     let url = row
         .parsed()
         .map_err(|e| ApiError::bad_request(format!("stored {e}")))?;
-    let origin = origin_of(&core.upstream_base_url);
     let check = crate::egress::test_proxy(&url, core.upstream_ca.as_deref(), &origin).await;
     store.record_proxy_check(id, &check).await?;
     Ok(Json(TestView {
@@ -455,4 +505,41 @@ async fn assign_many(
     }
     core.publisher.reload(core.storage.as_ref(), false).await?;
     Ok(Json(one(&core, id).await?))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tests_reach_only_the_configured_origins() {
+        let up = "https://chatgpt.com/backend-api/codex";
+        let oauth = "https://auth.openai.com/oauth/token";
+        let o = |t| test_origin(up, oauth, t);
+        assert_eq!(o(None).unwrap(), "https://chatgpt.com/");
+        assert_eq!(o(Some("upstream")).unwrap(), "https://chatgpt.com/");
+        assert_eq!(o(Some("oauth")).unwrap(), "https://auth.openai.com/");
+        assert_eq!(
+            o(Some("https://auth.openai.com:443/anything")).unwrap(),
+            "https://auth.openai.com/"
+        );
+        assert_eq!(
+            o(Some("HTTPS://ChatGPT.com")).unwrap(),
+            "https://chatgpt.com/"
+        );
+        for bad in [
+            "http://chatgpt.com/",
+            "https://chatgpt.com:8443/",
+            "https://169.254.169.254/",
+            "127.0.0.1:6379",
+            "redis://127.0.0.1:6379",
+            "https://chatgpt.com.evil.example/",
+            "file:///etc/passwd",
+            "other",
+        ] {
+            let e = o(Some(bad)).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
+    }
 }

@@ -2,17 +2,22 @@
 //!
 //! - `POST /api/admin/login` `{"password"}` (the only endpoint open without credentials):
 //!   200 [`SessionView`] and `Set-Cookie: cg_admin_session=...; HttpOnly; SameSite=Strict;
-//!   Path=/`; 401 for a wrong password; 429 (+ `Retry-After`) over the rate limit.
+//!   Path=/`; 401 for a wrong password; 429 (+ `Retry-After`) over the rate limit or while
+//!   [`auth::LOGIN_HASHES_MAX`] checks run; 413 for a body over
+//!   [`auth::LOGIN_MAX_BODY_BYTES`]; 400 `password_too_long` over
+//!   [`auth::MAX_PASSWORD_BYTES`]. In that order: nothing is hashed before the attempt is
+//!   reserved (`auth::LoginLimiter`) and a hashing permit is held.
 //! - `POST /api/admin/logout`: ends the session, clears the cookie.
 //! - `GET /api/admin/session`: who is asking ([`SessionView`]).
-//! - `GET /api/admin/tokens`, `POST /api/admin/tokens` `{"name"}` -> [`TokenView`] with the
-//!   plain `token` (shown once), `DELETE /api/admin/tokens/{id}`.
+//! - `GET /api/admin/tokens`, `POST /api/admin/tokens` `{"name","scope"?,"expires_at"?}`
+//!   (`scope`: `admin` (default) or `read`, GET only; `expires_at`: Unix ms, in the future)
+//!   -> [`TokenView`] with the plain `token` (shown once), `DELETE /api/admin/tokens/{id}`.
 
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     body::Bytes,
-    extract::{ConnectInfo, Path, State},
+    extract::{rejection::BytesRejection, ConnectInfo, DefaultBodyLimit, Path, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::{delete, get, post},
@@ -22,12 +27,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::{
-    auth::{self, Principal, SESSION_COOKIE, SESSION_TTL},
+    auth::{self, Principal, TokenScope, SESSION_COOKIE, SESSION_TTL},
     storage::AdminTokenRow,
 };
 
 pub(super) fn public_routes() -> Router<AppState> {
-    Router::new().route("/login", post(login))
+    // A few KiB, not the API's import-sized limit: the login is open to anyone.
+    Router::new().route(
+        "/login",
+        post(login).layer(DefaultBodyLimit::max(auth::LOGIN_MAX_BODY_BYTES)),
+    )
 }
 
 pub(super) fn routes() -> Router<AppState> {
@@ -53,6 +62,8 @@ pub(crate) struct SessionView {
     /// The admin token's id when `via` is `token`.
     #[serde(skip_serializing_if = "Option::is_none")]
     token_id: Option<i64>,
+    /// `admin` (everything) or `read` (GET only).
+    scope: &'static str,
     /// Session expiry (Unix ms), on login.
     #[serde(skip_serializing_if = "Option::is_none")]
     expires_at: Option<i64>,
@@ -71,38 +82,87 @@ fn cookie(value: &str, max_age_s: u64, headers: &HeaderMap) -> Option<HeaderValu
     .ok()
 }
 
+fn too_many(wait: u64, msg: String) -> ApiError {
+    let mut e = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limit_error",
+        "rate_limited",
+        msg,
+    );
+    e.extra().retry_after = Some(wait);
+    e
+}
+
 async fn login(
     State(core): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "payload_too_large",
+                format!(
+                    "a login body is at most {} bytes",
+                    auth::LOGIN_MAX_BODY_BYTES
+                ),
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the body: {e}"))
+        }
+    })?;
+    let req: LoginRequest = parse_body(&body)?;
+    if req.password.len() > auth::MAX_PASSWORD_BYTES {
+        // Cannot be the password (see auth::bootstrap): refused without hashing.
+        return Err(ApiError::bad_request(format!(
+            "the password is longer than {} bytes",
+            auth::MAX_PASSWORD_BYTES
+        ))
+        .with_code("password_too_long")
+        .with_param("password"));
+    }
     let now = shared_state::now_ms();
     let limiter = &core.admin.auth.limiter;
-    if let Err(wait) = limiter.check(peer.ip(), now) {
-        let mut e = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            "rate_limited",
+    // Counted in before anything is hashed: parallel attempts cannot all pass the check.
+    let attempt = limiter.reserve(peer.ip(), now).map_err(|wait| {
+        too_many(
+            wait,
             format!("too many failed logins; try again in {wait} s"),
-        );
-        e.extra().retry_after = Some(wait);
-        return Err(e);
-    }
-    let req: LoginRequest = parse_body(&body)?;
-    let stored = core.storage.admin_password_hash().await?;
+        )
+    })?;
+    // At most LOGIN_HASHES_MAX Argon2 checks at once; the rest are told to come back, never
+    // queued. The permit travels into the blocking task: it is held until the hash is done
+    // even when the client goes away.
+    let Ok(permit) = Arc::clone(&core.admin.auth.hashes).try_acquire_owned() else {
+        limiter.refund(attempt);
+        return Err(too_many(1, "too many logins in progress; try again".into()));
+    };
+    let stored = match core.storage.admin_password_hash().await {
+        Ok(s) => s,
+        Err(e) => {
+            limiter.refund(attempt);
+            return Err(e.into());
+        }
+    };
     let ok = match stored {
         Some(hash) => {
             let pw = req.password;
             // Argon2 takes tens of milliseconds: keep it off the sidecar's only thread.
-            tokio::task::spawn_blocking(move || auth::verify_password(&pw, &hash))
-                .await
-                .unwrap_or(false)
+            tokio::task::spawn_blocking(move || {
+                let ok = auth::verify_login_password(&pw, &hash);
+                drop(permit);
+                ok
+            })
+            .await
+            .unwrap_or(false)
         }
         None => false,
     };
     if !ok {
-        limiter.failure(peer.ip(), now);
+        // The reserved attempt stays counted.
         tracing::warn!(peer = %peer.ip(), "admin login failed");
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -111,7 +171,7 @@ async fn login(
             "wrong admin password",
         ));
     }
-    limiter.success(peer.ip());
+    limiter.success(attempt, now);
     let sid = auth::generate_session_id();
     let ttl_ms = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
     let expires_at = crate::storage::now_ms_i64().saturating_add(ttl_ms);
@@ -125,6 +185,7 @@ async fn login(
         object: "session",
         via: "session",
         token_id: None,
+        scope: TokenScope::Admin.as_str(),
         expires_at: Some(expires_at),
     })
     .into_response();
@@ -151,13 +212,18 @@ async fn logout(State(core): State<AppState>, headers: HeaderMap) -> Result<Resp
 async fn whoami(Extension(p): Extension<Principal>) -> ApiResult<SessionView> {
     let (via, token_id) = match p {
         Principal::Session => ("session", None),
-        Principal::Token { id } => ("token", Some(id)),
+        Principal::Token { id, .. } => ("token", Some(id)),
         Principal::StaticToken => ("static_token", None),
+    };
+    let scope = match p {
+        Principal::Token { scope, .. } => scope,
+        Principal::Session | Principal::StaticToken => TokenScope::Admin,
     };
     Ok(Json(SessionView {
         object: "session",
         via,
         token_id,
+        scope: scope.as_str(),
         expires_at: None,
     }))
 }
@@ -174,6 +240,12 @@ pub(crate) struct TokenView {
     last_used_at: Option<i64>,
     revoked_at: Option<i64>,
     revoked: bool,
+    /// `admin` or `read`.
+    scope: String,
+    /// Expiry, Unix ms (`null`: never).
+    expires_at: Option<i64>,
+    /// True once `expires_at` has passed.
+    expired: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<String>,
 }
@@ -189,6 +261,11 @@ impl From<&AdminTokenRow> for TokenView {
             last_used_at: r.last_used_at,
             revoked_at: r.revoked_at,
             revoked: r.revoked_at.is_some(),
+            scope: r.scope.clone(),
+            expires_at: r.expires_at,
+            expired: r
+                .expires_at
+                .is_some_and(|at| crate::storage::now_ms_i64() >= at),
             token: None,
         }
     }
@@ -200,9 +277,16 @@ async fn list_tokens(State(core): State<AppState>) -> ApiResult<List<TokenView>>
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct CreateToken {
     #[serde(default)]
     name: String,
+    /// `admin` (default) or `read`.
+    #[serde(default)]
+    scope: Option<String>,
+    /// Unix ms; absent or `null`: never expires.
+    #[serde(default)]
+    expires_at: Option<i64>,
 }
 
 async fn create_token(State(core): State<AppState>, body: Bytes) -> ApiResult<TokenView> {
@@ -211,17 +295,25 @@ async fn create_token(State(core): State<AppState>, body: Bytes) -> ApiResult<To
     if name.is_empty() {
         return Err(ApiError::bad_request("\"name\" is required").with_param("name"));
     }
-    let plain = auth::generate_admin_token();
-    let prefix: String = plain
-        .chars()
-        .take(auth::ADMIN_TOKEN_PREFIX.len() + 4)
-        .collect();
-    let row = core
-        .storage
-        .create_admin_token(name, &auth::sha256_hex(&plain), &prefix)
-        .await?;
+    let scope = match req.scope.as_deref() {
+        None => TokenScope::Admin,
+        Some(s) => TokenScope::parse(s).ok_or_else(|| {
+            ApiError::bad_request("\"scope\" is \"admin\" or \"read\"").with_param("scope")
+        })?,
+    };
+    if req
+        .expires_at
+        .is_some_and(|at| at <= crate::storage::now_ms_i64())
+    {
+        return Err(
+            ApiError::bad_request("\"expires_at\" (Unix ms) must be in the future")
+                .with_param("expires_at"),
+        );
+    }
+    let (plain, row) =
+        auth::create_admin_token(core.storage.as_ref(), name, scope, req.expires_at).await?;
     let mut v = TokenView::from(&row);
-    v.token = Some(plain);
+    v.token = Some(plain.expose().to_owned());
     Ok(Json(v))
 }
 

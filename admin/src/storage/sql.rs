@@ -135,7 +135,7 @@ pub(super) const UPSERT_SETTING: &str = "INSERT INTO settings (key, value, updat
 
 /// Columns of [`super::AdminTokenRow`], in select order.
 pub(super) const ADMIN_TOKEN_COLS: &str =
-    "id, name, token_hash, token_prefix, created_at, last_used_at, revoked_at";
+    "id, name, token_hash, token_prefix, created_at, last_used_at, revoked_at, scope, expires_at";
 
 /// Usage totals per `(bucket, key, account, model)`; `$5` is the bucket width in ms.
 pub(super) const USAGE_BUCKETS: &str = "SELECT (started_at_ms / $5) * $5 AS bucket, key_id, \
@@ -241,6 +241,8 @@ macro_rules! impl_storage {
                     created_at: r.try_get("created_at")?,
                     last_used_at: r.try_get("last_used_at")?,
                     revoked_at: r.try_get("revoked_at")?,
+                    scope: r.try_get("scope")?,
+                    expires_at: r.try_get("expires_at")?,
                 })
             }
 
@@ -1318,11 +1320,14 @@ macro_rules! impl_storage {
                 name: &'a str,
                 token_hash_hex: &'a str,
                 token_prefix: &'a str,
+                scope: &'a str,
+                expires_at: Option<i64>,
             ) -> $crate::storage::StorageFuture<'a, $crate::storage::AdminTokenRow> {
                 Box::pin(async move {
                     let sql = format!(
-                        "INSERT INTO admin_tokens (name, token_hash, token_prefix, created_at) \
-                         VALUES ($1, $2, $3, $4) RETURNING {}",
+                        "INSERT INTO admin_tokens \
+                         (name, token_hash, token_prefix, created_at, scope, expires_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {}",
                         $crate::storage::sql::ADMIN_TOKEN_COLS
                     );
                     let row = sqlx::query(&sql)
@@ -1330,6 +1335,8 @@ macro_rules! impl_storage {
                         .bind(token_hash_hex)
                         .bind(token_prefix)
                         .bind($crate::storage::now_ms_i64())
+                        .bind(scope)
+                        .bind(expires_at)
                         .fetch_one(&self.pool)
                         .await?;
                     Self::admin_token_row(&row)
