@@ -83,7 +83,7 @@ export interface Key {
 
 export interface AdminToken {
   id: number; name: string; token_prefix: string; created_at: number; last_used_at: number | null
-  revoked: boolean; token?: string
+  revoked: boolean; scope: 'admin' | 'read'; expires_at: number | null; expired: boolean; token?: string
 }
 
 export interface Failure {
