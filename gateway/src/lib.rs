@@ -37,6 +37,7 @@ pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod models;
+pub mod owners;
 pub mod pipeline;
 pub mod policy;
 pub mod redis;

@@ -199,7 +199,14 @@ impl Committed {
                 }
                 loop {
                     match self.splitter.next_event() {
-                        Ok(Some(ev)) => batch.push(ev),
+                        Ok(Some(ev)) => {
+                            // Blobs this account mints (`crate::owners`); the events before
+                            // the commit were observed by the attempt.
+                            if ev.event_type() == "response.output_item.done" {
+                                bound::record_minted(&ev.data, self.account.id);
+                            }
+                            batch.push(ev)
+                        }
                         Ok(None) => break,
                         Err(e) => {
                             return Next::Broken(
@@ -395,6 +402,34 @@ impl WireValues {
     }
 }
 
+/// Puts `home` (the account that minted the request's blobs) first while it is schedulable:
+/// in the key's group, eligible for the model now. The rest of the order stays the
+/// scheduler's.
+fn prefer_home(
+    cands: &mut Vec<Arc<AccountEntry>>,
+    home: Option<i64>,
+    snap: &shared_state::Snapshot,
+    plan: &RequestPlan,
+    group: Option<&str>,
+) {
+    let Some(home) = home else {
+        return;
+    };
+    if cands.first().is_some_and(|a| a.id == home) {
+        return;
+    }
+    let Some(a) = snap.account(home) else {
+        return;
+    };
+    if a.group.as_deref() != group
+        || !scheduler::is_eligible(a, &snap.settings, &plan.model, shared_state::now_ms())
+    {
+        return;
+    }
+    cands.retain(|c| c.id != home);
+    cands.insert(0, Arc::clone(a));
+}
+
 /// The frozen candidate order for this request (the scheduler owns the ordering rules).
 fn candidates(
     ctx: &WorkerCtx,
@@ -475,9 +510,77 @@ fn record_quota(ctx: &WorkerCtx, account: &AccountEntry, rl: &events::RateLimits
 
 /// Observes quota events inside a stream (`codex.rate_limits`).
 pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
-    if ev.event_type() == "codex.rate_limits" {
-        if let Some(rl) = events::rate_limits_event(&ev.data) {
-            record_quota(ctx, account, &rl);
+    match ev.event_type() {
+        "codex.rate_limits" => {
+            if let Some(rl) = events::rate_limits_event(&ev.data) {
+                record_quota(ctx, account, &rl);
+            }
+        }
+        // A finished output item carrying a blob (reasoning, compaction): this account
+        // minted it (`crate::owners`).
+        "response.output_item.done" => bound::record_minted(&ev.data, account.id),
+        _ => {}
+    }
+}
+
+/// Account-bound blobs of a request: who minted them, and the body each account may receive
+/// (issue 23; codex-protocol.md §4 items 8-9).
+mod bound {
+    use bytes::Bytes;
+    use codex_protocol::bound::{self as blobs, BlobKind, Stripped};
+    use sonic_rs::JsonValueTrait;
+
+    use crate::owners::BlobOwners;
+
+    /// Records the blob of an `output_item.done` event's item as minted by `account`. One
+    /// SIMD search when the item carries none.
+    pub fn record_minted(data: &[u8], account: i64) {
+        if !blobs::may_carry_blobs(data) {
+            return;
+        }
+        let Ok(blob) = sonic_rs::get(data, &["item", "encrypted_content"]) else {
+            return;
+        };
+        if let Some(b) = blob.as_str() {
+            BlobOwners::global().record(blobs::fingerprint(b), account);
+        }
+    }
+
+    /// The blobs of a request body with their known minting accounts.
+    #[derive(Debug, Default)]
+    pub struct Owned {
+        /// (fingerprint, minting account when recorded), in input order.
+        blobs: Vec<(u64, Option<i64>)>,
+    }
+
+    impl Owned {
+        /// Reads `body`'s blobs and looks their owners up (nothing when it has none: one
+        /// search).
+        pub fn of(body: &[u8]) -> Self {
+            let mut found = Vec::new();
+            let owners = BlobOwners::global();
+            blobs::input_blobs(body, |_, fp| found.push((fp, owners.owner(fp))));
+            Self { blobs: found }
+        }
+
+        /// The account to try first: the minter of the latest recorded blob.
+        pub fn home(&self) -> Option<i64> {
+            self.blobs.iter().rev().find_map(|(_, o)| *o)
+        }
+
+        /// `body` for `account`: without the blobs another account is recorded to have minted
+        /// (blobs we have no record of stay: the stripped retry covers them). `None`: send
+        /// `body` as it is.
+        pub fn clean_for(&self, body: &Bytes, account: i64) -> Option<(Bytes, Stripped)> {
+            let foreign = |fp: u64| {
+                self.blobs
+                    .iter()
+                    .any(|(f, o)| *f == fp && o.is_some_and(|o| o != account))
+            };
+            if !self.blobs.iter().any(|(f, _)| foreign(*f)) {
+                return None;
+            }
+            blobs::strip(body, &|_: BlobKind, fp| !foreign(fp)).map(|(b, n)| (Bytes::from(b), n))
         }
     }
 }
@@ -514,7 +617,12 @@ pub async fn open_traced(
     }
     let group = plan.key_limits.account_group.as_deref();
     let snap = ctx.snapshot.load_full();
+    // Blobs the body carries and who minted them: their minter goes first while it is
+    // schedulable (stronger than session affinity; it holds without a session id too).
+    let owned = bound::Owned::of(&plan.body);
+    let home = owned.home();
     let mut cands = candidates(ctx, plan, &snap);
+    prefer_home(&mut cands, home, &snap, plan, group);
     // The published setting (admin API), never the start-up config: runtime settings are hot.
     let max = snap.settings.max_attempts.max(1) as usize;
     let mut attempts = 0u32;
@@ -523,6 +631,10 @@ pub async fn open_traced(
     // An earlier attempt of this request was refused as overloaded (see `policy::Prior`).
     let mut overloaded_elsewhere = false;
     let mut last_err: Option<Error> = None;
+    // What goes upstream: the plan's body, or (after an `invalid_encrypted_content`) the same
+    // without its blobs, for the rest of the request.
+    let mut body = plan.body.clone();
+    let mut stripped_all = false;
 
     let queue_deadline = Instant::now() + QUEUE_WAIT;
     'queue: loop {
@@ -533,6 +645,8 @@ pub async fn open_traced(
             }
             let mut account = Arc::clone(account);
             let mut refreshed = false;
+            // The stripped retry on the same account is not another attempt (nor a failover).
+            let mut same_again = false;
             loop {
                 let now = shared_state::now_ms();
                 if !refreshed && !scheduler::is_eligible(&account, &snap.settings, &plan.model, now)
@@ -558,14 +672,50 @@ pub async fn open_traced(
                     break;
                 }
                 all_full = false;
-                ctx.metrics.attempt(attempts);
-                trace.failovers = attempts;
-                attempts += 1;
+                if !std::mem::take(&mut same_again) {
+                    ctx.metrics.attempt(attempts);
+                    trace.failovers = attempts;
+                    attempts += 1;
+                }
                 let prior = policy::Prior {
                     after_refresh: refreshed,
                     overloaded_elsewhere,
                 };
-                match attempt(ctx, plan, &account, lease, prior, trace).await {
+                // Another account's recorded blobs never reach this one.
+                let cleaned = if stripped_all {
+                    None
+                } else {
+                    owned.clean_for(&body, account.id)
+                };
+                if let Some((_, n)) = &cleaned {
+                    ctx.metrics.encrypted_items_stripped(n);
+                    ctx.metrics.session_account_switch();
+                    tracing::info!(
+                        account = account.id,
+                        minted_by = home.unwrap_or_default(),
+                        session = plan.affinity_key.as_deref().unwrap_or(""),
+                        reasoning = n.reasoning,
+                        compaction = n.compaction,
+                        "session moved to another account; its encrypted content stripped"
+                    );
+                }
+                // A changed body no longer continues the pooled socket's response.
+                let ws_route = plan
+                    .upstream_ws
+                    .as_ref()
+                    .map(|r| crate::upstream::ws::WsRoute {
+                        conversation: r.conversation.clone(),
+                        continuation: if stripped_all || cleaned.is_some() {
+                            None
+                        } else {
+                            r.continuation.clone()
+                        },
+                    });
+                let sent = Sent {
+                    body: cleaned.as_ref().map_or(&body, |(b, _)| b),
+                    ws: ws_route.as_ref(),
+                };
+                match attempt(ctx, plan, sent, &account, lease, prior, trace).await {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
@@ -599,6 +749,26 @@ pub async fn open_traced(
                         tracing::info!(account = account.id, error = %error, "attempt failed; trying the next account");
                         last_err = Some(error);
                     }
+                    Err(AttemptError::Unverifiable(failure)) => {
+                        match policy::blob_recovery(&failure, &body, stripped_all) {
+                            Some((clean, n)) => {
+                                stripped_all = true;
+                                body = Bytes::from(clean);
+                                ctx.metrics.encrypted_items_stripped(&n);
+                                tracing::info!(
+                                    account = account.id,
+                                    session = plan.affinity_key.as_deref().unwrap_or(""),
+                                    reasoning = n.reasoning,
+                                    compaction = n.compaction,
+                                    "upstream could not verify the request's encrypted content; \
+                                     retrying once on the same account without it"
+                                );
+                                same_again = true;
+                                continue;
+                            }
+                            None => return Err(Error::upstream(failure)),
+                        }
+                    }
                     Err(AttemptError::Return(e)) => return Err(e),
                 }
                 break;
@@ -611,6 +781,7 @@ pub async fn open_traced(
             // A slot may have freed anywhere in the pool: order again (no attempt was made,
             // so nothing was leased twice).
             cands = candidates(ctx, plan, &snap);
+            prefer_home(&mut cands, home, &snap, plan, group);
             continue 'queue;
         }
         break;
@@ -632,6 +803,17 @@ enum AttemptError {
     },
     /// Return to the client now.
     Return(Error),
+    /// The upstream could not verify a blob of the payload (`Failure::is_unverifiable_blob`):
+    /// no account effect was applied; [`policy::blob_recovery`] decides what follows.
+    Unverifiable(codex_protocol::classify::Failure),
+}
+
+/// What one attempt sends: the body (the plan's, or cleaned of blobs) and the upstream
+/// WebSocket route of a client WebSocket turn.
+#[derive(Clone, Copy)]
+struct Sent<'a> {
+    body: &'a Bytes,
+    ws: Option<&'a crate::upstream::ws::WsRoute>,
 }
 
 /// How long a request waits for a concurrency slot when every candidate is at its limit.
@@ -677,6 +859,10 @@ fn rejected(
     failure: codex_protocol::classify::Failure,
     prior: policy::Prior,
 ) -> AttemptError {
+    if failure.is_unverifiable_blob() {
+        // The payload's fault, not the account's: no effect here (see `policy::blob_recovery`).
+        return AttemptError::Unverifiable(failure);
+    }
     let failover = policy::apply(ctx, account, &failure.class, &plan.model, prior);
     let class = failure.class.clone();
     let error = Error::upstream(failure);
@@ -693,6 +879,7 @@ fn rejected(
 async fn attempt(
     ctx: &WorkerCtx,
     plan: &RequestPlan,
+    sent: Sent<'_>,
     account: &Arc<AccountEntry>,
     lease: Lease,
     prior: policy::Prior,
@@ -703,16 +890,11 @@ async fn attempt(
         method: "POST",
         path: format!("{}/responses", up.config().path_prefix),
         headers: identity_headers(ctx, account, plan),
-        body: plan.body.clone(),
+        body: sent.body.clone(),
     };
     let started = Instant::now();
     let mut resp = match up
-        .send_routed(
-            account.id,
-            account.egress.as_deref(),
-            plan.upstream_ws.as_ref(),
-            req,
-        )
+        .send_routed(account.id, account.egress.as_deref(), sent.ws, req)
         .await
     {
         Ok(r) => {
@@ -765,9 +947,7 @@ async fn attempt(
     trace.transport = match resp.protocol {
         "ws" => shared_state::Transport::Ws,
         // A WebSocket turn that went over HTTP instead.
-        _ if plan.upstream_ws.is_some() && up.config().websockets => {
-            shared_state::Transport::HttpFallback
-        }
+        _ if sent.ws.is_some() && up.config().websockets => shared_state::Transport::HttpFallback,
         "h2" => shared_state::Transport::H2,
         _ => shared_state::Transport::H1,
     };

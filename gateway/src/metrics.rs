@@ -53,6 +53,10 @@ pub struct WorkerMetrics {
     ttfb_sum_us: AtomicU64,
     upstream_attempts: AtomicU64,
     failovers: AtomicU64,
+    /// Blobs stripped before sending (`codex_protocol::bound::BlobKind` order).
+    stripped: [AtomicU64; codex_protocol::bound::BlobKind::ALL.len()],
+    /// Requests whose blobs' minting account could not serve them (another account did).
+    account_switches: AtomicU64,
     panics: AtomicU64,
     ws_sessions: AtomicI64,
     ws_upstream_connects: AtomicU64,
@@ -139,6 +143,8 @@ impl WorkerMetrics {
             ttfb_sum_us: AtomicU64::new(0),
             upstream_attempts: AtomicU64::new(0),
             failovers: AtomicU64::new(0),
+            stripped: Default::default(),
+            account_switches: AtomicU64::new(0),
             panics: AtomicU64::new(0),
             ws_sessions: AtomicI64::new(0),
             ws_upstream_connects: AtomicU64::new(0),
@@ -315,6 +321,21 @@ impl WorkerMetrics {
     }
 
     /// Counts an upstream attempt, and a failover when it is not the first.
+    /// Blobs stripped from a request before it went upstream, by kind.
+    pub fn encrypted_items_stripped(&self, n: &codex_protocol::bound::Stripped) {
+        for (i, k) in codex_protocol::bound::BlobKind::ALL.iter().enumerate() {
+            let c = n.of(*k);
+            if c > 0 {
+                self.stripped[i].fetch_add(u64::from(c), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// A session's request went to an account other than the one that minted its blobs.
+    pub fn session_account_switch(&self) {
+        self.account_switches.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn attempt(&self, nth: u32) {
         self.upstream_attempts.fetch_add(1, Ordering::Relaxed);
         if nth > 0 {
@@ -439,6 +460,40 @@ impl Registry {
             .map(|w| w.failovers.load(Ordering::Relaxed))
             .sum();
         let _ = writeln!(o, "codex_gateway_failovers_total {f}");
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_encrypted_items_stripped_total Account-bound blobs (reasoning encrypted_content, compaction items) stripped before a request went to an account that could not verify them."
+        );
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_encrypted_items_stripped_total counter"
+        );
+        for (i, k) in codex_protocol::bound::BlobKind::ALL.iter().enumerate() {
+            let n: u64 = self
+                .workers
+                .iter()
+                .map(|w| w.stripped[i].load(Ordering::Relaxed))
+                .sum();
+            let _ = writeln!(
+                o,
+                "codex_gateway_encrypted_items_stripped_total{{kind=\"{}\"}} {n}",
+                k.as_str()
+            );
+        }
+        let _ = writeln!(
+            o,
+            "# HELP codex_gateway_session_account_switches_total Requests carrying blobs one account minted that another account served (cleaned first)."
+        );
+        let _ = writeln!(
+            o,
+            "# TYPE codex_gateway_session_account_switches_total counter"
+        );
+        let n: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.account_switches.load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "codex_gateway_session_account_switches_total {n}");
         let _ = writeln!(
             o,
             "# HELP codex_gateway_connection_panics_total Connection tasks that panicked (each closed its connection and released its slots)."

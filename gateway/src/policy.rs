@@ -5,6 +5,8 @@
 //! # Key Components
 //! - [`apply`]: takes a [`FailureClass`] for an account and returns whether the request may
 //!   move on to another candidate.
+//! - [`blob_recovery`]: the one retry of a request refused for a blob the account cannot
+//!   verify (same account, blobs stripped, no account effect).
 
 use std::time::Duration;
 
@@ -41,6 +43,24 @@ pub struct Prior {
     /// that every account refuses (an overloaded upstream, a request the upstream always
     /// fails with a 5xx) thus cools one account, not the pool.
     pub overloaded_elsewhere: bool,
+}
+
+/// The recovery of a request the upstream refused because it could not verify an opaque blob
+/// (another account's reasoning `encrypted_content` or compaction item that we had no record
+/// of: a client's old history, another gateway's; codex-protocol.md §4 item 8): the body to
+/// retry once, on the same account, with every blob stripped. `None`: no retry (not that
+/// failure, the retry was already made, or there is nothing to strip), and the error goes to
+/// the client. Never an account effect: the account did nothing wrong, so the caller does not
+/// [`apply`] the failure (no cooldown, no health penalty), and it is not a failover.
+pub fn blob_recovery(
+    failure: &codex_protocol::classify::Failure,
+    body: &[u8],
+    already_stripped: bool,
+) -> Option<(Vec<u8>, codex_protocol::bound::Stripped)> {
+    if already_stripped || !failure.is_unverifiable_blob() {
+        return None;
+    }
+    codex_protocol::bound::strip_all(body)
 }
 
 /// Applies the effect of `class` on `account` and reports it. Returns true when another

@@ -131,6 +131,32 @@ pub struct Failure {
     pub param: Option<String>,
 }
 
+// === impl Failure ===
+
+impl Failure {
+    /// The upstream could not verify an opaque blob of the request: another account's
+    /// reasoning `encrypted_content` or compaction item (codex-protocol.md §4 item 8). Two
+    /// shapes occur: code `invalid_encrypted_content`, or no code and a message opening with
+    /// "The encrypted content" and saying it "could not be verified" (the blob's ends are
+    /// echoed between the two, so only the opening and that fixed phrase are read). The class
+    /// stays [`FailureClass::Request`] (another account would refuse the same payload); the
+    /// lifecycle's answer is one retry on the same account without the blobs.
+    pub fn is_unverifiable_blob(&self) -> bool {
+        if self.code.as_deref() == Some("invalid_encrypted_content") {
+            return true;
+        }
+        // `code` falls back to the type when the upstream sent no code.
+        let no_code = self.code.is_none() || self.code == self.error_type;
+        no_code
+            && self.message.as_deref().is_some_and(|m| {
+                let m = m.trim_start();
+                m.get(..22)
+                    .is_some_and(|o| o.eq_ignore_ascii_case("the encrypted content "))
+                    && m.to_ascii_lowercase().contains(" could not be verified")
+            })
+    }
+}
+
 fn s(v: Option<&sonic_rs::Value>) -> Option<String> {
     v.and_then(|x| x.as_str()).map(str::to_owned)
 }
@@ -757,5 +783,40 @@ mod tests {
             .class,
             FailureClass::Request
         );
+    }
+
+    #[test]
+    fn unverifiable_blobs_in_both_shapes() {
+        let msg = "The encrypted content gAAA...xyz= could not be verified. Reason: Encrypted \
+                   content could not be decrypted or parsed.";
+        let coded = format!(
+            r#"{{"error":{{"type":"invalid_request_error","code":"invalid_encrypted_content","message":"{msg}","param":null}}}}"#
+        );
+        let f = classify_http(400, Some("application/json"), None, coded.as_bytes());
+        assert_eq!(f.class, FailureClass::Request);
+        assert!(f.is_unverifiable_blob());
+        let null = format!(
+            r#"{{"error":{{"type":"invalid_request_error","code":null,"message":"{msg}","param":null}}}}"#
+        );
+        let f = classify_http(400, Some("application/json"), None, null.as_bytes());
+        assert_eq!(f.class, FailureClass::Request);
+        assert!(f.is_unverifiable_blob());
+        // In-stream (the upstream WebSocket's error event), both shapes.
+        let ev = format!(r#"{{"type":"invalid_request_error","code":null,"message":"{msg}"}}"#);
+        assert!(classify_stream_error(ev.as_bytes()).is_unverifiable_blob());
+        let ev =
+            r#"{"type":"invalid_request_error","code":"invalid_encrypted_content","message":"x"}"#;
+        assert!(classify_stream_error(ev.as_bytes()).is_unverifiable_blob());
+        // A plain invalid_request_error is not one, nor is the phrase under another code or
+        // in a message that does not open with it.
+        for body in [
+            r#"{"error":{"type":"invalid_request_error","code":null,"message":"Invalid input"}}"#,
+            r#"{"error":{"type":"invalid_request_error","code":"context_length_exceeded","message":"The encrypted content x could not be verified"}}"#,
+            r#"{"error":{"type":"invalid_request_error","code":null,"message":"Tool said: The encrypted content x could not be verified"}}"#,
+            r#"{"detail":"Unsupported parameter: temperature"}"#,
+        ] {
+            let f = classify_http(400, Some("application/json"), None, body.as_bytes());
+            assert!(!f.is_unverifiable_blob(), "{body}");
+        }
     }
 }

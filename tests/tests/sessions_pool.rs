@@ -1,0 +1,306 @@
+//! Sessions survive the pool (issue 23): account-bound blobs (reasoning `encrypted_content`,
+//! compaction items, codex-protocol.md §4 items 8-9) never reach an account that did not mint
+//! them, and a refusal of blobs we had no record of is recovered by one stripped retry on the
+//! same account. mock-codex binds its blobs to the minting account like the real backend
+//! (`RecordedRequest::foreign_blobs` says what each account received).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use benches::{MockHandle, RecordedRequest};
+use integration_tests::{Stack, StackBuilder};
+use serde_json::{json, Value};
+
+/// A reasoning item minted by `account` directly on the mock (as another gateway, or this
+/// client's history from before, would carry it).
+async fn minted_reasoning(mock: &MockHandle, account: &str) -> Value {
+    let body = json!({
+        "model": "gpt-5.1-codex", "instructions": "", "stream": true, "store": false,
+        "input": [{"type": "message", "role": "user", "content": "hi"}],
+        "include": ["reasoning.encrypted_content"],
+    });
+    let text = integration_tests::client()
+        .post(format!("{}/responses", mock.base_url()))
+        .header("authorization", "Bearer at-direct")
+        .header("chatgpt-account-id", account)
+        .header("x-mock-reasoning", "1")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let done = integration_tests::parse_sse(&text)
+        .into_iter()
+        .rev()
+        .find(|(t, _)| t == "response.completed")
+        .expect("completed");
+    let v: Value = serde_json::from_str(&done.1).unwrap();
+    mock.clear_requests();
+    v["response"]["output"][0].clone()
+}
+
+/// The recorded `/responses` requests.
+fn upstream(mock: &MockHandle) -> Vec<RecordedRequest> {
+    mock.requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .collect()
+}
+
+fn one_account() -> Stack {
+    StackBuilder {
+        accounts: 1,
+        workers: 1,
+        ..StackBuilder::default()
+    }
+    .start()
+}
+
+/// A history replaying `item` (with a tool round trip that must survive the cleaning).
+fn history(item: &Value, meta: Value) -> Value {
+    json!({
+        "model": "gpt-5.5",
+        "stream": true,
+        "store": false,
+        "include": ["reasoning.encrypted_content"],
+        "client_metadata": meta,
+        "input": [
+            {"type": "message", "role": "user", "content": "first"},
+            item,
+            {"type": "function_call", "call_id": "call_1", "name": "exec", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "ok"},
+            {"type": "message", "role": "user", "content": "again"},
+        ],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_foreign_blobs_are_stripped_and_retried_once_on_the_same_account() {
+    let s = one_account();
+    // Both refusal shapes the upstream uses.
+    for (round, shape) in ["code", "null"].into_iter().enumerate() {
+        let foreign = minted_reasoning(&s.mock, "acct-elsewhere").await;
+        let r = s
+            .post("/v1/responses")
+            .json(&history(&foreign, json!({"x-mock-blob-error": shape})))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "shape {shape}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("response.completed"), "{text}");
+        let reqs = upstream(&s.mock);
+        assert_eq!(
+            reqs.len(),
+            2,
+            "one refusal, one stripped retry (shape {shape})"
+        );
+        assert!(
+            reqs.iter().all(|r| r.account_id() == Some("acct-0")),
+            "same account"
+        );
+        assert_eq!(reqs[0].foreign_blobs().len(), 1);
+        assert!(reqs[1].blobs().is_empty(), "the retry carries no blob");
+        // Everything portable survived the cleaning.
+        let input = reqs[1].json.as_ref().unwrap()["input"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let calls: Vec<&Value> = input.iter().filter(|i| i["call_id"] == "call_1").collect();
+        assert_eq!(calls.len(), 2, "{input:?}");
+        let reasoning: Vec<&Value> = input.iter().filter(|i| i["type"] == "reasoning").collect();
+        assert_eq!(reasoning.len(), 1, "the summary stays");
+        assert!(reasoning[0]["summary"][0]["text"].is_string());
+        s.mock.clear_requests();
+        // It cost the account nothing.
+        let a = s.account("acct-0");
+        assert_eq!(a.status, "active");
+        assert_eq!(a.cooling_ms, 0);
+        assert_eq!(
+            s.metric("codex_gateway_encrypted_items_stripped_total")
+                .await,
+            round as i64 + 1
+        );
+    }
+    assert_eq!(s.metric("codex_gateway_failovers_total").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried() {
+    let s = one_account();
+    // A plain invalid_request_error: returned as is, one upstream request.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true,
+            "client_metadata": {"x-mock-error": "context_length_exceeded"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(upstream(&s.mock).len(), 1);
+    s.mock.clear_requests();
+
+    // An upstream that refuses even the stripped body (forced): one retry, then the error.
+    let foreign = minted_reasoning(&s.mock, "acct-elsewhere").await;
+    let r = s
+        .post("/v1/responses")
+        .json(&history(
+            &foreign,
+            json!({"x-mock-error": "invalid_encrypted_content"}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "invalid_encrypted_content");
+    assert_eq!(upstream(&s.mock).len(), 2, "exactly one retry");
+    s.mock.clear_requests();
+
+    // A refusal of a body without blobs has nothing to strip: no retry.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true,
+            "client_metadata": {"x-mock-error": "invalid_encrypted_content"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(upstream(&s.mock).len(), 1);
+    assert_eq!(s.account("acct-0").status, "active");
+    assert_eq!(s.account("acct-0").cooling_ms, 0);
+}
+
+fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
+    let s = StackBuilder {
+        accounts: 2,
+        workers: 1,
+        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = strategy;
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    for a in ["acct-0", "acct-1"] {
+        s.mock.set_behaviour(a, "reasoning=1".parse().unwrap());
+    }
+    s
+}
+
+/// One streamed turn of `input` (no session id): status and the completed response.
+async fn turn(s: &Stack, input: &[Value]) -> (u16, Value) {
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({
+            "model": "gpt-5.5", "stream": true, "store": false,
+            "include": ["reasoning.encrypted_content"], "input": input,
+        }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let done = integration_tests::parse_sse(&text)
+        .into_iter()
+        .rev()
+        .find(|(t, _)| t == "response.completed")
+        .map(|(_, d)| serde_json::from_str(&d).unwrap())
+        .unwrap_or(Value::Null);
+    (status, done["response"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_whose_account_runs_dry_continues_on_another_without_its_blobs() {
+    let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
+    let mut input = vec![json!({"type": "message", "role": "user", "content": "first"})];
+    let (status, resp) = turn(&s, &input).await;
+    assert_eq!(status, 200);
+    assert_eq!(s.served_by(), ["acct-0"]);
+    let reasoning = resp["output"][0].clone();
+    assert_eq!(reasoning["type"], "reasoning");
+    assert!(reasoning["encrypted_content"].is_string());
+    input.extend(resp["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "second"}));
+
+    // acct-0 runs dry between the turns.
+    s.mock.set_behaviour(
+        "acct-0",
+        "error=usage_limit_reached,reasoning=1".parse().unwrap(),
+    );
+    s.mock.clear_requests();
+    let (status, resp) = turn(&s, &input).await;
+    assert_eq!(status, 200, "{resp}");
+    let reqs = upstream(&s.mock);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert_eq!(
+        on_1.len(),
+        1,
+        "cleaned before sending: no refusal, no retry"
+    );
+    assert!(on_1[0].foreign_blobs().is_empty());
+    assert!(on_1[0].blobs().is_empty());
+    // The history's portable parts went along.
+    assert!(on_1[0].body_text().contains("first") && on_1[0].body_text().contains("second"));
+    assert_eq!(
+        s.metric("codex_gateway_session_account_switches_total")
+            .await,
+        1
+    );
+    assert_eq!(
+        s.metric("codex_gateway_encrypted_items_stripped_total")
+            .await,
+        1
+    );
+
+    // The third turn carries acct-1's blob (and no longer acct-0's): served as it is.
+    input.extend(resp["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "third"}));
+    input.retain(|i| i != &reasoning);
+    s.mock.clear_requests();
+    let (status, _) = turn(&s, &input).await;
+    assert_eq!(status, 200);
+    let reqs = upstream(&s.mock);
+    assert!(reqs.iter().all(|r| r.foreign_blobs().is_empty()));
+    assert_eq!(reqs.last().unwrap().account_id(), Some("acct-1"));
+    assert_eq!(reqs.last().unwrap().blobs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_route_to_the_account_that_minted_them_without_a_session_id() {
+    let s = two_accounts(shared_state::snapshot::Strategy::RoundRobin);
+    // Turns until acct-1 minted a blob.
+    let first = vec![json!({"type": "message", "role": "user", "content": "first"})];
+    let mut minted = None;
+    for _ in 0..6 {
+        s.mock.clear_requests();
+        let (status, resp) = turn(&s, &first).await;
+        assert_eq!(status, 200);
+        if s.served_by() == ["acct-1"] {
+            minted = Some(resp);
+            break;
+        }
+    }
+    let resp = minted.expect("round robin reaches acct-1");
+    let mut input = first.clone();
+    input.extend(resp["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "second"}));
+    s.mock.clear_requests();
+    for _ in 0..4 {
+        let (status, _) = turn(&s, &input).await;
+        assert_eq!(status, 200);
+    }
+    // Every continuation went to the minter, whatever the round robin's turn.
+    assert_eq!(s.served_by(), ["acct-1"; 4]);
+    assert!(upstream(&s.mock)
+        .iter()
+        .all(|r| r.foreign_blobs().is_empty()));
+    assert_eq!(
+        s.metric("codex_gateway_session_account_switches_total")
+            .await,
+        0
+    );
+}
