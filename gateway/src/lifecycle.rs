@@ -350,7 +350,19 @@ fn identity_headers(
     }
     h.push(("content-type", HeaderValue::from_static("application/json")));
     h.push(("accept", HeaderValue::from_static("text/event-stream")));
-    h.push(("x-codex-installation-id", installation_id(account)));
+    let iid = installation_id(account);
+    // The client's own id inside the turn metadata would link every pool account.
+    let turn_metadata = plan
+        .passthrough
+        .iter()
+        .find(|(n, _)| *n == "x-codex-turn-metadata")
+        .and_then(|(_, v)| {
+            codex_protocol::normalize::turn_metadata_with_installation_id(
+                v,
+                iid.to_str().unwrap_or_default(),
+            )
+        });
+    h.push(("x-codex-installation-id", iid));
     let mut has_beta = false;
     for (n, v) in &plan.passthrough {
         let v = if *n == turn_state::HEADER {
@@ -359,6 +371,8 @@ fn identity_headers(
                 Some(v) => v,
                 None => continue,
             }
+        } else if *n == "x-codex-turn-metadata" {
+            turn_metadata.as_deref().unwrap_or(v)
         } else {
             v.as_str()
         };
@@ -699,6 +713,17 @@ pub async fn open_traced(
                         "session moved to another account; its encrypted content stripped"
                     );
                 }
+                let cleaned = cleaned.map(|(b, _)| b);
+                // One installation per account, inside the payload too (§4 item 10).
+                let iid = installation_id(&account);
+                let iid = iid.to_str().unwrap_or_default();
+                let own_id = |b: &Bytes| {
+                    codex_protocol::normalize::with_installation_id(b, iid).map(Bytes::from)
+                };
+                let sent_body = match &cleaned {
+                    Some(b) => own_id(b).or_else(|| Some(b.clone())),
+                    None => own_id(&body),
+                };
                 // A changed body no longer continues the pooled socket's response.
                 let ws_route = plan
                     .upstream_ws
@@ -708,11 +733,16 @@ pub async fn open_traced(
                         continuation: if stripped_all || cleaned.is_some() {
                             None
                         } else {
-                            r.continuation.clone()
+                            r.continuation.clone().map(|mut c| {
+                                if let Some(b) = own_id(&c.body) {
+                                    c.body = b;
+                                }
+                                c
+                            })
                         },
                     });
                 let sent = Sent {
-                    body: cleaned.as_ref().map_or(&body, |(b, _)| b),
+                    body: sent_body.as_ref().unwrap_or(&body),
                     ws: ws_route.as_ref(),
                 };
                 match attempt(ctx, plan, sent, &account, lease, prior, trace).await {

@@ -304,3 +304,51 @@ async fn blobs_route_to_the_account_that_minted_them_without_a_session_id() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_accounts_show_two_installations_in_all_three_places() {
+    let s = two_accounts(shared_state::snapshot::Strategy::RoundRobin);
+    let turn_meta =
+        json!({"installation_id": "client-iid", "session_id": "s1", "request_kind": "turn"})
+            .to_string();
+    for _ in 0..4 {
+        let r = s
+            .post("/v1/responses")
+            .header("x-codex-installation-id", "client-iid")
+            .header("x-codex-turn-metadata", &turn_meta)
+            .json(&json!({
+                "model": "gpt-5.5", "stream": true, "input": "hi",
+                "client_metadata": {
+                    "thread_id": "t1",
+                    "x-codex-installation-id": "client-iid",
+                    "x-codex-turn-metadata": turn_meta,
+                },
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap();
+    }
+    let mut ids = std::collections::BTreeMap::new();
+    for r in upstream(&s.mock) {
+        let header = r.header("x-codex-installation-id").unwrap().to_owned();
+        let meta: Value = serde_json::from_str(r.header("x-codex-turn-metadata").unwrap()).unwrap();
+        let body = &r.json.as_ref().unwrap()["client_metadata"];
+        let body_meta: Value =
+            serde_json::from_str(body["x-codex-turn-metadata"].as_str().unwrap()).unwrap();
+        // One id per account, the same in the header, the turn metadata and the body.
+        assert_eq!(meta["installation_id"], header.as_str());
+        assert_eq!(body["x-codex-installation-id"], header.as_str());
+        assert_eq!(body_meta["installation_id"], header.as_str());
+        // Everything else the client said is kept.
+        assert_eq!(meta["session_id"], "s1");
+        assert_eq!(body["thread_id"], "t1");
+        let prev = ids.insert(r.account_id().unwrap().to_owned(), header.clone());
+        assert!(prev.is_none_or(|p| p == header), "one id per account");
+    }
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let v: Vec<&String> = ids.values().collect();
+    assert_ne!(v[0], v[1]);
+    assert!(v.iter().all(|i| i.as_str() != "client-iid"));
+}

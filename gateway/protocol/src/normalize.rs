@@ -536,6 +536,71 @@ fn rewrite_items(
     Ok(())
 }
 
+/// The installation id the Codex CLI repeats inside its payload (codex-protocol.md §4 item 10):
+/// `body` with the body's `client_metadata` carrying `id` in place of the client's, in
+/// `x-codex-installation-id` and in the `installation_id` of the `x-codex-turn-metadata` JSON
+/// string it mirrors. `None`: nothing to change (one SIMD search when the body names no
+/// installation). Only the `client_metadata` object is rewritten; the rest of the body is
+/// copied byte for byte.
+pub fn with_installation_id(body: &[u8], id: &str) -> Option<Vec<u8>> {
+    memchr::memmem::find(body, b"installation")?;
+    let mut span = None;
+    for entry in sonic_rs::to_object_iter(body) {
+        let (k, v) = entry.ok()?;
+        if k == "client_metadata" && v.is_object() {
+            let raw = v.as_raw_str().as_bytes();
+            let (at, base) = (raw.as_ptr() as usize, body.as_ptr() as usize);
+            if at < base || at + raw.len() > base + body.len() {
+                return None;
+            }
+            span = Some((at - base, at - base + raw.len()));
+        }
+    }
+    let (start, end) = span?;
+    let mut meta: Value = sonic_rs::from_slice(&body[start..end]).ok()?;
+    let o = meta.as_object_mut()?;
+    let mut changed = false;
+    if o.get(&"x-codex-installation-id")
+        .and_then(|v| v.as_str())
+        .is_some_and(|v| v != id)
+    {
+        o.insert(&"x-codex-installation-id", id);
+        changed = true;
+    }
+    let turn = o
+        .get(&"x-codex-turn-metadata")
+        .and_then(|v| v.as_str())
+        .and_then(|t| turn_metadata_with_installation_id(t, id));
+    if let Some(t) = turn {
+        o.insert(&"x-codex-turn-metadata", t.as_str());
+        changed = true;
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() + 16);
+    out.extend_from_slice(&body[..start]);
+    sonic_rs::to_writer(&mut out, &meta).ok()?;
+    out.extend_from_slice(&body[end..]);
+    Some(out)
+}
+
+/// The `x-codex-turn-metadata` JSON (header or `client_metadata` entry) with `installation_id`
+/// set to `id`; `None` when it names none (or already `id`) or is not a JSON object.
+pub fn turn_metadata_with_installation_id(json: &str, id: &str) -> Option<String> {
+    if !json.contains("installation_id") {
+        return None;
+    }
+    let mut v: Value = sonic_rs::from_str(json).ok()?;
+    let o = v.as_object_mut()?;
+    match o.get(&"installation_id").and_then(|v| v.as_str()) {
+        Some(cur) if cur != id => {}
+        _ => return None,
+    }
+    o.insert(&"installation_id", id);
+    sonic_rs::to_string(&v).ok()
+}
+
 /// Writes `s` as a JSON string.
 fn write_str(out: &mut Vec<u8>, s: &str) {
     // Serializing a `&str` cannot fail.
@@ -1108,6 +1173,56 @@ mod tests {
                 .unwrap_err()
                 .param,
             Some("stream")
+        );
+    }
+
+    #[test]
+    fn installation_ids_inside_the_payload_are_replaced() {
+        let turn = r#"{"installation_id":"client-iid","session_id":"s1","request_kind":"turn"}"#;
+        let body = format!(
+            r#"{{"model":"m","input":[{{"type":"message","role":"user","content":"installation"}}],"client_metadata":{{"thread_id":"t","x-codex-installation-id":"client-iid","x-codex-turn-metadata":{}}},"store":false}}"#,
+            sonic_rs::to_string(turn).unwrap_or_default()
+        );
+        let out = with_installation_id(body.as_bytes(), "acct-iid").expect("changed");
+        let v: Value = sonic_rs::from_slice(&out).expect("json");
+        assert_eq!(
+            v["client_metadata"]["x-codex-installation-id"].as_str(),
+            Some("acct-iid")
+        );
+        assert_eq!(v["client_metadata"]["thread_id"].as_str(), Some("t"));
+        let t: Value = sonic_rs::from_str(
+            v["client_metadata"]["x-codex-turn-metadata"]
+                .as_str()
+                .unwrap_or(""),
+        )
+        .expect("turn json");
+        assert_eq!(t["installation_id"].as_str(), Some("acct-iid"));
+        assert_eq!(t["session_id"].as_str(), Some("s1"));
+        // Byte for byte outside client_metadata.
+        assert!(out.starts_with(br#"{"model":"m","input":[{"type":"message","role":"user","content":"installation"}],"client_metadata":{"#));
+        assert!(out.ends_with(br#","store":false}"#));
+        // Already ours, or nothing to replace: unchanged.
+        assert_eq!(with_installation_id(&out, "acct-iid"), None);
+        assert_eq!(
+            with_installation_id(br#"{"model":"m","input":[]}"#, "x"),
+            None
+        );
+        assert_eq!(
+            with_installation_id(
+                br#"{"input":"installation","client_metadata":{"a":"b"}}"#,
+                "x"
+            ),
+            None
+        );
+        assert_eq!(
+            turn_metadata_with_installation_id(turn, "acct-iid")
+                .as_deref()
+                .map(|t| t.contains("acct-iid")),
+            Some(true)
+        );
+        assert_eq!(
+            turn_metadata_with_installation_id("not json installation_id", "x"),
+            None
         );
     }
 }
