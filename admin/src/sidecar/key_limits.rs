@@ -8,11 +8,18 @@
 //!   returns the fleet total, which replaces what this process knew. The first push of a
 //!   budget window is preceded by `SET ... NX` with the stored usage, so a fleet that
 //!   restarts (or a Redis that lost its data) starts from what storage says was spent.
-//! - The workers never wait for this: they read `synced + pending` from the atomics. When
-//!   Redis is not configured or a round fails, deltas stay pending (pushed on the next good
-//!   round) and each instance enforces every limit in full against the last fleet total it saw
-//!   plus its own traffic since; [`shared_state::Health::key_limits_fleet`] says which mode is
-//!   on (`/healthz` `key_limits`, metric `codex_gateway_key_limits_local`).
+//! - The workers never wait for this: they read `synced + pending + transit` from the
+//!   atomics. When Redis is not configured or a round fails, deltas stay pending (pushed on
+//!   the next good round) and each instance enforces every limit in full against the last
+//!   fleet total it saw plus its own traffic since; [`shared_state::Health::key_limits_fleet`]
+//!   says which mode is on (`/healthz` `key_limits`, metric `codex_gateway_key_limits_local`).
+//! - Under a burst the fleet's limits are not decided from this reconciliation (500 ms is long
+//!   enough for a burst to pass every instance's last total): with a worker-side Redis, a key
+//!   with an RPM limit or a budget is admitted by `gateway::limits` in one atomic script on the
+//!   same counters (RPM unit and budget reservation taken at once), and its finished requests'
+//!   usage is added to them by the worker itself (`Counter::add_transit`, never pending, so
+//!   never pushed twice). This task pushes what those paths left pending (Redis failed on the
+//!   worker, keys without a budget) and refreshes every instance's view of the totals.
 //!
 //! # Error handling
 //! A failed round puts its deltas back (nothing is lost or counted twice locally) and is
@@ -164,8 +171,9 @@ async fn round(
         if let Some((id, kind)) = s.seed {
             if !seeded.contains(&(id, kind, s.period)) {
                 // What storage said before this process counted anything (the pending part
-                // was just taken into `synced`).
-                let base = s.counter.value(s.period).saturating_sub(d);
+                // was just taken into `synced`; a worker's transit is on its way to Redis by
+                // itself and must not be seeded too).
+                let base = s.counter.synced(s.period).saturating_sub(d);
                 pipe.cmd("SET")
                     .arg(&s.redis_key)
                     .arg(base)

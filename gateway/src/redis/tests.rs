@@ -164,3 +164,56 @@ async fn real_redis_round_trip() {
     assert!(dead.breaker_open());
     assert!(dead.get_ex(b"k", Duration::from_secs(1)).await.is_err());
 }
+
+/// The ordered queue: commands reach Redis in submission order, each callback is told its
+/// reply once; without a writer, or with the writer gone, callbacks are told `None`.
+#[monoio::test_all(timer_enabled = true)]
+async fn submitted_commands_run_in_order_and_every_callback_is_told() {
+    use std::{cell::RefCell, rc::Rc};
+    if std::net::TcpStream::connect_timeout(
+        &"127.0.0.1:6379".parse().unwrap(),
+        Duration::from_millis(200),
+    )
+    .is_err()
+    {
+        eprintln!("no Redis on 127.0.0.1:6379; skipped");
+        return;
+    }
+    let r = Rc::new(WorkerRedis::new(
+        RedisTarget::resolve("redis://127.0.0.1:6379/0").unwrap(),
+    ));
+    let got: Rc<RefCell<Vec<Option<Reply>>>> = Rc::default();
+    let cb = |got: &Rc<RefCell<Vec<Option<Reply>>>>| -> Done {
+        let got = Rc::clone(got);
+        Box::new(move |reply| got.borrow_mut().push(reply))
+    };
+    // No writer yet: told at once.
+    r.submit(encode(&[b"PING"]), cb(&got));
+    assert_eq!(got.borrow().as_slice(), &[None]);
+    got.borrow_mut().clear();
+    r.start_writer();
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("codex-gateway:test:q:{}:{n}", std::process::id()).into_bytes();
+    r.submit(encode(&[b"SET", &key, b"10", b"PX", b"30000"]), cb(&got));
+    for i in 1..=300i64 {
+        // INCRBY then DECRBY of the same amount: only in order does every reply read back
+        // 10 + i, then 10.
+        let by = i.to_string();
+        r.submit(encode(&[b"INCRBY", &key, by.as_bytes()]), cb(&got));
+        r.submit(encode(&[b"DECRBY", &key, by.as_bytes()]), cb(&got));
+    }
+    for _ in 0..200 {
+        if got.borrow().len() == 601 {
+            break;
+        }
+        monoio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = got.borrow();
+    assert_eq!(got.len(), 601);
+    assert_eq!(got[0], Some(Reply::Simple("OK".into())));
+    for i in 1..=300usize {
+        assert_eq!(got[2 * i - 1], Some(Reply::Integer(10 + i as i64)));
+        assert_eq!(got[2 * i], Some(Reply::Integer(10)));
+    }
+}
