@@ -73,6 +73,20 @@ if [ "$("$codex_bin" --version 2>/dev/null)" != "codex-cli $codex_version" ]; th
 fi
 export CODEX_GATEWAY_TEST_CODEX="$PWD/$codex_bin"
 
+# The real Claude Code CLI, pinned, for tests/tests/claude_code.rs (the native binary comes
+# with the optional dependency @anthropic-ai/claude-code-linux-x64).
+claude_version=2.1.332
+claude_dir=target/claude-code
+claude_bin="$claude_dir/node_modules/.bin/claude"
+if [ "$(DISABLE_AUTOUPDATER=1 "$claude_bin" --version 2>/dev/null)" != "$claude_version (Claude Code)" ]; then
+  log "installing Claude Code $claude_version (npm)"
+  npm install --prefix "$claude_dir" --save-exact --include=optional --no-audit --no-fund \
+    --loglevel=error "@anthropic-ai/claude-code@$claude_version"
+  got="$(DISABLE_AUTOUPDATER=1 "$claude_bin" --version 2>&1)" || true
+  [ "$got" = "$claude_version (Claude Code)" ] || { log "claude --version says: $got"; exit 1; }
+fi
+export CODEX_GATEWAY_TEST_CLAUDE="$PWD/$claude_bin"
+
 # The admin web app: Debian's Chromium (browser downloads are not reachable; playwright-core
 # drives the system one) and the npm dependencies pinned by frontend/package-lock.json.
 if [ ! -x /usr/bin/chromium ]; then

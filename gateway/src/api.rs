@@ -117,6 +117,10 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             Ok(false)
         }
         ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,
+        ("GET", p) if p.starts_with("/v1/models/") => {
+            ops::model(ctx, conn, &req, &p["/v1/models/".len()..], keep).await
+        }
+        ("HEAD", "/") => ops::probe(ctx, conn, keep).await,
         // ChatGPT-mode inference: the very same handler as `/v1/responses`.
         ("POST", _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
             let (key, _slot) =

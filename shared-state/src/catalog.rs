@@ -3,7 +3,9 @@
 //!
 //! # Key Components
 //! - [`ModelCatalog`]: slugs with their reasoning levels, pre-rendered bodies for
-//!   `GET /v1/models` (OpenAI list shape and Codex shape), aliases, and where it came from.
+//!   `GET /v1/models` (OpenAI list shape and Codex shape), aliases, and where it came from;
+//!   [`ModelCatalog::list_for`] / [`ModelCatalog::model_for`]: what one caller (a key with a
+//!   model allow-list) sees.
 //! - [`SharedCatalog`]: the `ArcSwap` cell; the sidecar replaces it after a refresh from the
 //!   upstream, workers `load()` it per request.
 //! - [`ModelCatalog::embedded`]: the fallback shipped in the binary (Codex CLI 0.171 catalog).
@@ -62,6 +64,10 @@ pub struct ModelCatalog {
     pub openai_body: Vec<u8>,
     /// `{"models":[...]}` with `base_instructions`/`model_messages` stripped.
     pub codex_body: Vec<u8>,
+    /// The entries of `openai_body`, in order: (id, the entry's JSON), for a key's view.
+    openai_entries: Vec<(String, Vec<u8>)>,
+    /// The entries of `codex_body`, in order: (slug, the entry's JSON), for a key's view.
+    codex_entries: Vec<(String, Vec<u8>)>,
 }
 
 /// The body is not a Codex catalog.
@@ -147,6 +153,8 @@ impl ModelCatalog {
         let mut infos = HashMap::with_capacity(models.len());
         let mut data = sonic_rs::Array::new();
         let mut codex = sonic_rs::Array::new();
+        let mut openai_entries = Vec::new();
+        let mut codex_entries = Vec::new();
         for m in models {
             let Some(slug) = m.get("slug").and_then(|s| s.as_str()).map(str::to_owned) else {
                 continue;
@@ -160,7 +168,10 @@ impl ModelCatalog {
                         .collect()
                 })
                 .unwrap_or_default();
-            data.push(sonic_rs::json!({"id": slug.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "openai"}));
+            let entry = openai_entry(&slug, "openai");
+            openai_entries.push((slug.clone(), sonic_rs::to_vec(&entry).unwrap_or_default()));
+            data.push(entry);
+            codex_entries.push((slug.clone(), sonic_rs::to_vec(&m).unwrap_or_default()));
             infos.insert(
                 slug,
                 ModelInfo {
@@ -173,7 +184,9 @@ impl ModelCatalog {
         let mut names: Vec<&String> = aliases.keys().filter(|a| !a.ends_with('*')).collect();
         names.sort();
         for a in names {
-            data.push(sonic_rs::json!({"id": a.as_str(), "object": "model", "created": 1_700_000_000u64, "owned_by": "codex-gateway"}));
+            let entry = openai_entry(a, "codex-gateway");
+            openai_entries.push((a.clone(), sonic_rs::to_vec(&entry).unwrap_or_default()));
+            data.push(entry);
         }
         let openai_body = sonic_rs::to_vec(&sonic_rs::json!({"object": "list", "data": data}))
             .unwrap_or_default();
@@ -184,7 +197,49 @@ impl ModelCatalog {
             aliases,
             openai_body,
             codex_body,
+            openai_entries,
+            codex_entries,
         }
+    }
+
+    /// The `/v1/models` body (OpenAI list, or the Codex shape) as a caller sees it: only the
+    /// entries `visible` allows (a key's model allow-list). The pre-rendered body when every
+    /// entry is visible.
+    pub fn list_for(&self, codex_shape: bool, visible: impl Fn(&str) -> bool) -> Vec<u8> {
+        let (entries, whole) = if codex_shape {
+            (&self.codex_entries, &self.codex_body)
+        } else {
+            (&self.openai_entries, &self.openai_body)
+        };
+        if entries.iter().all(|(id, _)| visible(id)) {
+            return whole.clone();
+        }
+        let mut out = Vec::with_capacity(whole.len());
+        out.extend_from_slice(if codex_shape {
+            b"{\"models\":["
+        } else {
+            b"{\"object\":\"list\",\"data\":["
+        });
+        let mut first = true;
+        for (_, e) in entries.iter().filter(|(id, _)| visible(id)) {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(e);
+        }
+        out.extend_from_slice(b"]}");
+        out
+    }
+
+    /// `GET /v1/models/{id}`: the model's OpenAI object when `id` is a listed model or alias
+    /// that `visible` allows; `None` (a 404) otherwise.
+    pub fn model_for(&self, id: &str, visible: impl Fn(&str) -> bool) -> Option<&[u8]> {
+        self.openai_entries
+            .iter()
+            .find(|(m, _)| m == id)
+            .filter(|(m, _)| visible(m))
+            .map(|(_, e)| e.as_slice())
     }
 
     /// Resolves a requested model: an alias, else a known slug, else the longest prefix
@@ -224,6 +279,11 @@ impl ModelCatalog {
     pub fn shared(self) -> SharedCatalog {
         Arc::new(ArcSwap::from_pointee(self))
     }
+}
+
+/// One model in OpenAI's list shape.
+fn openai_entry(id: &str, owned_by: &str) -> sonic_rs::Value {
+    sonic_rs::json!({"id": id, "object": "model", "created": 1_700_000_000u64, "owned_by": owned_by})
 }
 
 fn aliases_default() -> HashMap<String, ModelAlias> {
@@ -282,6 +342,49 @@ mod tests {
         assert!(c.resolve("claud").is_none());
         let listed = String::from_utf8_lossy(&c.openai_body);
         assert!(listed.contains("\"claude-exact\"") && !listed.contains('*'));
+    }
+
+    /// A key's view: only the allowed entries, in both shapes, and one model by id.
+    #[test]
+    fn a_restricted_view_lists_only_what_it_allows() {
+        let mut aliases = HashMap::new();
+        aliases.insert("fast".to_owned(), parse_alias("gpt-5.5@low"));
+        aliases.insert("claude-*".to_owned(), parse_alias("gpt-5.5"));
+        let c = ModelCatalog::embedded(aliases);
+        assert_eq!(c.list_for(false, |_| true), c.openai_body);
+        assert_eq!(c.list_for(true, |_| true), c.codex_body);
+        let only = |m: &str| m == "gpt-5.5" || m == "fast";
+        let v: sonic_rs::Value = sonic_rs::from_slice(&c.list_for(false, only)).unwrap();
+        let ids: Vec<&str> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["gpt-5.5", "fast"]);
+        assert_eq!(v["object"].as_str(), Some("list"));
+        let v: sonic_rs::Value = sonic_rs::from_slice(&c.list_for(true, only)).unwrap();
+        let slugs: Vec<&str> = v["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["slug"].as_str().unwrap())
+            .collect();
+        assert_eq!(slugs, ["gpt-5.5"]);
+        assert!(v["models"][0]["supported_reasoning_levels"].is_array());
+        let none: sonic_rs::Value = sonic_rs::from_slice(&c.list_for(true, |_| false)).unwrap();
+        assert_eq!(none["models"].as_array().unwrap().len(), 0);
+
+        let m: sonic_rs::Value =
+            sonic_rs::from_slice(c.model_for("gpt-5.5", |_| true).unwrap()).unwrap();
+        assert_eq!(m["id"].as_str(), Some("gpt-5.5"));
+        assert_eq!(m["object"].as_str(), Some("model"));
+        let m: sonic_rs::Value =
+            sonic_rs::from_slice(c.model_for("fast", |_| true).unwrap()).unwrap();
+        assert_eq!(m["owned_by"].as_str(), Some("codex-gateway"));
+        assert!(c.model_for("nope", |_| true).is_none());
+        assert!(c.model_for("claude-*", |_| true).is_none());
+        assert!(c.model_for("gpt-5.5", |m| m == "fast").is_none());
     }
 
     #[test]

@@ -652,3 +652,241 @@ fn anthropic_python_sdk() {
         matches!((call, out), (Some(c), Some(o)) if c["call_id"] == o["call_id"] && o["output"] == "sunny")
     })));
 }
+
+/// The requests Claude Code 2.1.332 sent (recorded by `tests/fixtures/claude-code/record.py`):
+/// `(path?query, headers, body)`, the key left out.
+fn claude_code_fixture() -> Vec<(String, Vec<(String, String)>, Value)> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/claude-code/claude-code-2.1.332.jsonl"
+    );
+    std::fs::read_to_string(path)
+        .expect("fixture")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("fixture line");
+            let target = match v["query"].as_str() {
+                Some(q) => format!("{}?{q}", v["path"].as_str().unwrap()),
+                None => v["path"].as_str().unwrap().to_owned(),
+            };
+            let headers = v["headers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| {
+                    (
+                        h[0].as_str().unwrap().to_owned(),
+                        h[1].as_str().unwrap().to_owned(),
+                    )
+                })
+                .filter(|(n, _)| {
+                    !matches!(
+                        n.as_str(),
+                        "x-api-key" | "host" | "content-length" | "connection" | "accept-encoding"
+                    )
+                })
+                .collect();
+            (target, headers, v["json"].clone())
+        })
+        .collect()
+}
+
+/// Claude Code 2.1's recorded requests, replayed with their headers (`?beta=true`, the
+/// `anthropic-beta` list, `x-app`...): each is answered as a stream, and what reaches
+/// mock-codex (which refuses what the Codex backend refuses) is the translation: the CLI's
+/// system message in place, the effort, the tools, the tool round trip.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_recorded_requests_are_served() {
+    let s = stack(1);
+    let fixture = claude_code_fixture();
+    assert_eq!(
+        fixture.len(),
+        4,
+        "say hi, a tool turn and its follow-up, --continue"
+    );
+    for (i, (target, headers, body)) in fixture.iter().enumerate() {
+        assert!(target.ends_with("?beta=true"), "{target}");
+        let mut req = client()
+            .post(format!("{}{target}", s.url()))
+            .header("x-api-key", &s.key);
+        for (n, v) in headers {
+            req = req.header(n, v);
+        }
+        let r = req
+            .body(serde_json::to_vec(body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        let st = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(st, 200, "request {i}: {text}");
+        let k = kinds(&events(&text));
+        assert_eq!(k.last().map(String::as_str), Some("message_stop"), "{text}");
+    }
+    let ups = upstream_bodies(&s);
+    assert_eq!(ups.len(), 4);
+    for (up, (_, _, body)) in ups.iter().zip(&fixture) {
+        assert_eq!(up["model"], "gpt-5.5");
+        // Thinking adaptive + output_config.effort -> the effort, encrypted reasoning.
+        assert_eq!(
+            up["reasoning"]["effort"], body["output_config"]["effort"],
+            "{}",
+            up["reasoning"]
+        );
+        assert_eq!(up["include"], json!(["reasoning.encrypted_content"]));
+        // Every tool, as a function with its schema.
+        let tools = up["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), body["tools"].as_array().unwrap().len());
+        assert!(tools
+            .iter()
+            .all(|t| t["type"] == "function" && t["parameters"].is_object()));
+        for f in [
+            "context_management",
+            "output_config",
+            "metadata",
+            "thinking",
+            "max_tokens",
+        ] {
+            assert!(up.get(f).is_none(), "{f} reached the upstream");
+        }
+        // One input item per message (and the top-level system prompt), in order.
+        let roles: Vec<&str> = up["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["role"].as_str().unwrap_or(i["type"].as_str().unwrap()))
+            .collect();
+        // Per message: its blocks' items, runs of text blocks being one message item.
+        let mut want: Vec<&str> = vec!["developer"];
+        for m in body["messages"].as_array().unwrap() {
+            let role = match m["role"].as_str().unwrap() {
+                "system" => "developer",
+                r => r,
+            };
+            let mut last = "";
+            let blocks = m["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_else(|| vec![json!({"type": "text"})]);
+            for b in &blocks {
+                let item = match b["type"].as_str().unwrap() {
+                    "tool_use" => "function_call",
+                    "tool_result" => "function_call_output",
+                    _ => role,
+                };
+                if item != last || item != role {
+                    want.push(item);
+                }
+                last = item;
+            }
+        }
+        assert_eq!(roles, want);
+    }
+    // The second message is the CLI's system message (its agent types), kept in place.
+    let sys = &ups[0]["input"][2];
+    assert_eq!(sys["role"], "developer");
+    assert!(sys["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Available agent types"));
+    // The tool round trip: the Bash call and its output.
+    let items = ups[2]["input"].as_array().unwrap();
+    let call = items.iter().find(|i| i["type"] == "function_call").unwrap();
+    assert_eq!(call["name"], "Bash");
+    let out = items
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap();
+    assert_eq!(out["call_id"], call["call_id"]);
+    assert_eq!(out["output"], "fixture-tool");
+}
+
+/// Today's fields one by one over HTTP, each with an `anthropic-beta` value nobody knows:
+/// accepted, answered, applied where they can be.
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_accept_todays_fields_and_unknown_betas() {
+    let s = stack(1);
+    let base = json!({"model": "claude-opus-5-5", "max_tokens": 64000,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "system message",
+            json!({"messages": [{"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "agents", "cache_control": {"type": "ephemeral"}}]}]}),
+        ),
+        (
+            "adaptive thinking",
+            json!({"thinking": {"type": "adaptive", "display": "omitted"}, "output_config": {"effort": "high"}}),
+        ),
+        (
+            "context management",
+            json!({"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}}),
+        ),
+        (
+            "cache control",
+            json!({"system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            "cache_control": {"type": "ephemeral"}}),
+        ),
+        (
+            "metadata",
+            json!({"metadata": {"user_id": "{\"device_id\":\"d\",\"account_uuid\":\"\",\"session_id\":\"s\"}"}}),
+        ),
+        (
+            "structured output",
+            json!({"output_config": {"format": {"type": "json_schema",
+            "schema": {"type": "object", "properties": {}, "additionalProperties": false}}}}),
+        ),
+        (
+            "the rest",
+            json!({"service_tier": "auto", "inference_geo": "us", "speed": "fast", "container": "c",
+            "mcp_servers": [], "top_k": 1, "temperature": 1.0}),
+        ),
+    ];
+    for (what, extra) in cases {
+        let mut body = base.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = post(&s, "/v1/messages?beta=true", &body)
+            .header(
+                "anthropic-beta",
+                "claude-code-20250219,no-such-beta-2099-01-01",
+            )
+            .send()
+            .await
+            .unwrap();
+        let st = r.status();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(st, 200, "{what}: {v}");
+        assert_eq!(v["type"], "message", "{what}: {v}");
+    }
+    let ups = upstream_bodies(&s);
+    assert_eq!(ups[0]["input"][1]["role"], "developer");
+    assert_eq!(ups[0]["input"][1]["content"][0]["text"], "agents");
+    assert_eq!(ups[1]["reasoning"], json!({"effort": "high"}));
+    assert_eq!(ups[5]["text"]["format"]["type"], "json_schema");
+    // Really invalid input is still refused, in Anthropic's shape.
+    let mut body = base.clone();
+    body["messages"] = json!([{"role": "tool", "content": "x"}]);
+    let (st, v) = error_of(post(&s, "/v1/messages", &body).send().await.unwrap()).await;
+    assert_eq!(st, 400);
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("messages.0.role"),
+        "{v}"
+    );
+}
+
+/// `HEAD /`, Claude Code's connectivity probe: 200 without a body (and without a key).
+#[tokio::test(flavor = "multi_thread")]
+async fn head_root_answers_the_connectivity_probe() {
+    let s = stack(1);
+    let r = client().head(format!("{}/", s.url())).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.unwrap().is_empty());
+}

@@ -161,3 +161,129 @@ async fn the_catalog_is_asked_as_the_configured_client_version() {
     let up = s.mock.requests().pop().unwrap();
     assert_eq!(up.header("version"), Some("0.999.7"));
 }
+
+/// `GET /v1/models/{id}`: a model or alias in OpenAI's shape; 404 `model_not_found` for an
+/// unknown id or a prefix alias; 401 without a key.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_model_by_id() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.model_aliases.insert(
+                "fast".into(),
+                shared_state::catalog::parse_alias("gpt-5.5@low"),
+            );
+            c.model_aliases.insert(
+                "claude-*".into(),
+                shared_state::catalog::parse_alias("gpt-5.5"),
+            );
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let get = |path: &str| {
+        client()
+            .get(format!("{}{path}", s.url()))
+            .bearer_auth(&s.key)
+            .send()
+    };
+    let r = get("/v1/models/gpt-5.5").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v,
+        json!({"id": "gpt-5.5", "object": "model", "created": 1_700_000_000u64, "owned_by": "openai"})
+    );
+    let v: Value = get("/v1/models/fast").await.unwrap().json().await.unwrap();
+    assert_eq!(v["id"], "fast");
+    assert_eq!(v["owned_by"], "codex-gateway");
+    for id in ["gpt-nope", "claude-*", "claude-%2A"] {
+        let r = get(&format!("/v1/models/{id}")).await.unwrap();
+        assert_eq!(r.status(), 404, "{id}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+    }
+    let r = client()
+        .get(format!("{}/v1/models/gpt-5.5", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
+/// A key restricted to some models sees only those, in every listing (`/v1/models` in both
+/// shapes, the Codex CLI's `/backend-api/codex/models`, `/v1/models/{id}`); an unrestricted
+/// key sees everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restricted_key_sees_only_its_models() {
+    let s = StackBuilder {
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.model_aliases.insert(
+                "fast".into(),
+                shared_state::catalog::parse_alias("gpt-5.5@low"),
+            );
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&json!({"name": "restricted", "allowed_models": ["gpt-5.5"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let key = r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let get = |path: &str, key: &str| {
+        client()
+            .get(format!("{}{path}", s.url()))
+            .bearer_auth(key)
+            .send()
+    };
+    let ids = |v: &Value, list: &str, field: &str| -> Vec<String> {
+        v[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m[field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let v: Value = get("/v1/models", &key).await.unwrap().json().await.unwrap();
+    assert_eq!(ids(&v, "data", "id"), ["gpt-5.5"]);
+    let v: Value = get("/v1/models?client_version=0.171.0", &key)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ids(&v, "models", "slug"), ["gpt-5.5"]);
+    let r = get("/backend-api/codex/models?client_version=0.171.0", &key)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(ids(&v, "models", "slug"), ["gpt-5.5"]);
+    assert_eq!(get("/v1/models/gpt-5.5", &key).await.unwrap().status(), 200);
+    for id in ["fast", "gpt-6-sol"] {
+        let r = get(&format!("/v1/models/{id}"), &key).await.unwrap();
+        assert_eq!(r.status(), 404, "{id} is not the key's");
+    }
+    // The unrestricted key sees the whole catalog and the alias.
+    let v: Value = get("/v1/models", &s.key)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let all = ids(&v, "data", "id");
+    assert!(all.len() > 2 && all.contains(&"fast".to_owned()), "{all:?}");
+    let v: Value = get("/backend-api/codex/models", &s.key)
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(ids(&v, "models", "slug").len() > 1);
+}

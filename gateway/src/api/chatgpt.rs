@@ -8,7 +8,8 @@
 //!   - `POST /backend-api/codex/responses`: [`super::responses::serve`] (the very same
 //!     lifecycle and pipeline as `/v1/responses`); the WebSocket upgrade of the same path is
 //!     taken by [`super::ws::serve`] before routing ([`super::ws::wants_upgrade`]).
-//!   - `GET /backend-api/codex/models`: the Codex catalog shape of the published catalog.
+//!   - `GET /backend-api/codex/models`: the Codex catalog shape of the published catalog, as
+//!     the caller's key sees it (`ops::models_body`).
 //!   - `GET /backend-api/wham/usage` (and `/api/codex/usage`): [`pool_usage`], the pool's
 //!     combined limits in the upstream's `RateLimitStatusPayload` shape.
 //!   - `GET /backend-api/wham/accounts/check` (and `/api/codex/accounts/check`):
@@ -29,7 +30,6 @@ use shared_state::{AccountStatus, Snapshot};
 use super::{authenticate, write_error, write_read_error, JSON};
 use crate::{
     ctx::WorkerCtx,
-    models,
     server::h1::{Conn, Request},
 };
 
@@ -90,9 +90,10 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             .await?;
         return Ok(keep);
     }
-    if let Err(e) = authenticate(ctx, &req) {
-        return write_error(ctx, conn, ROUTE, &e, keep).await;
-    }
+    let key = match authenticate(ctx, &req) {
+        Ok(k) => k,
+        Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
+    };
     if req.method != "GET" {
         let e = crate::error::Error::new(
             crate::error::ErrorKind::MethodNotAllowed,
@@ -102,7 +103,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     }
     let body = match which {
         Route::Models => {
-            let body = models::list(&ctx.catalog.load(), true);
+            let body = super::ops::models_body(ctx, &key, true);
             ctx.metrics.request("models", 200);
             return conn
                 .write_response(200, &[JSON], &body, keep)

@@ -1,12 +1,16 @@
-//! Operations and discovery: `/healthz`, `/metrics`, `/v1/models`.
+//! Operations and discovery: `/healthz`, `/metrics`, `/v1/models` and `/v1/models/{id}` (a
+//! key's view of the catalog), the `HEAD /` connectivity probe.
 
 use std::io;
 
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 
+use shared_state::ClientKey;
+
 use super::{authenticate, write_error, JSON};
 use crate::{
     ctx::WorkerCtx,
+    error::{Error, ErrorKind, Side},
     models,
     server::h1::{Conn, Request},
 };
@@ -133,22 +137,105 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
 }
 
 /// `GET /v1/models`: the OpenAI list, or the Codex catalog shape when the Codex CLI asks
-/// (`?client_version=`).
+/// (`?client_version=`), as the caller's key sees it (its model allow-list).
 pub async fn models<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     req: &Request,
     keep: bool,
 ) -> io::Result<bool> {
-    if let Err(e) = authenticate(ctx, req) {
-        return write_error(ctx, conn, "models", &e, keep).await;
-    }
+    let key = match authenticate(ctx, req) {
+        Ok(k) => k,
+        Err(e) => return write_error(ctx, conn, "models", &e, keep).await,
+    };
     let codex_shape = req
         .query
         .as_deref()
         .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("client_version=")));
-    let body = models::list(&ctx.catalog.load(), codex_shape);
+    let body = models_body(ctx, &key, codex_shape);
     ctx.metrics.request("models", 200);
     conn.write_response(200, &[JSON], &body, keep).await?;
     Ok(keep)
+}
+
+/// The model list one key sees, in either shape: the catalog's models and aliases its
+/// allow-list admits (the rule the lifecycle enforces, `KeyLimits::allows_model`); every
+/// surface that lists models (`/v1/models`, the Codex CLI's `/backend-api/codex/models`)
+/// answers with this.
+pub fn models_body(ctx: &WorkerCtx, key: &ClientKey, codex_shape: bool) -> Vec<u8> {
+    let catalog = ctx.catalog.load();
+    if key.limits.allowed_models.is_empty() {
+        return models::list(&catalog, codex_shape);
+    }
+    catalog.list_for(codex_shape, |m| key.limits.allows_model(m))
+}
+
+/// `GET /v1/models/{id}`: one model in OpenAI's shape, when the caller's key sees it; 404
+/// `model_not_found` otherwise (an unknown id, a prefix alias, a model the key may not use).
+pub async fn model<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: &Request,
+    id: &str,
+    keep: bool,
+) -> io::Result<bool> {
+    let key = match authenticate(ctx, req) {
+        Ok(k) => k,
+        Err(e) => return write_error(ctx, conn, "models", &e, keep).await,
+    };
+    let id = percent_decode(id);
+    let body = ctx
+        .catalog
+        .load()
+        .model_for(&id, |m| key.limits.allows_model(m))
+        .map(<[u8]>::to_vec);
+    match body {
+        Some(b) => {
+            ctx.metrics.request("models", 200);
+            conn.write_response(200, &[JSON], &b, keep).await?;
+            Ok(keep)
+        }
+        None => {
+            let e = Error::new(ErrorKind::ModelNotFound(id), Side::Downstream);
+            write_error(ctx, conn, "models", &e, keep).await
+        }
+    }
+}
+
+/// `HEAD /`: the connectivity probe of Anthropic clients (Claude Code sends one to its base
+/// URL): 200, no body, no key needed (it says nothing but that the gateway answers).
+pub async fn probe<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    keep: bool,
+) -> io::Result<bool> {
+    ctx.metrics.request("other", 200);
+    conn.write_response(200, &[], b"", keep).await?;
+    Ok(keep)
+}
+
+/// `%XX` escapes of a path segment decoded (model ids are plain, but a client may escape
+/// `@`, `:` or `/`); an invalid escape is kept as written.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
