@@ -287,3 +287,101 @@ async fn a_restricted_key_sees_only_its_models() {
         .unwrap();
     assert!(ids(&v, "models", "slug").len() > 1);
 }
+
+/// `/backend-api/wham/usage` answers from the caller's view too: a key of an account group sees
+/// that group's combined limits, the shared pool's key those of the accounts without a group.
+#[tokio::test(flavor = "multi_thread")]
+async fn wham_usage_reports_the_keys_group() {
+    let s = StackBuilder {
+        accounts: 3,
+        ..StackBuilder::default()
+    }
+    .start();
+    let accounts: Value = s
+        .admin_get("/api/admin/accounts")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for a in accounts["data"].as_array().unwrap() {
+        if a["chatgpt_account_id"] == "acct-0" {
+            continue;
+        }
+        let r = s
+            .admin_patch(&format!("/api/admin/accounts/{}", a["id"]))
+            .json(&json!({"account_group": "team-a"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&json!({"name": "team", "account_group": "team-a"}))
+        .send()
+        .await
+        .unwrap();
+    let team = r.json::<Value>().await.unwrap()["key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.mock.set_quota("acct-0", 90.0, 80.0);
+    s.mock.set_quota("acct-1", 20.0, 10.0);
+    s.mock.set_quota("acct-2", 40.0, 30.0);
+    let ids: Vec<i64> = accounts["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["id"].as_i64().unwrap())
+        .collect();
+    for id in ids {
+        let r = s
+            .admin_post(&format!("/api/admin/accounts/{id}/quota"))
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+    // The group's accounts reach the workers with the next snapshot.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let snap = s.app.snapshot.load();
+        let grouped = snap
+            .accounts
+            .iter()
+            .filter(|a| a.group.as_deref() == Some("team-a"))
+            .count();
+        if grouped == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "groups never published"
+        );
+        drop(snap);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let usage = |key: String| {
+        let url = format!("{}/backend-api/wham/usage", s.url());
+        async move {
+            let r = client().get(url).bearer_auth(key).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let v = usage(team).await;
+    assert_eq!(v["rate_limit"]["primary_window"]["used_percent"], 30, "{v}");
+    assert_eq!(
+        v["rate_limit"]["secondary_window"]["used_percent"], 20,
+        "{v}"
+    );
+    let v = usage(s.key.clone()).await;
+    assert_eq!(v["rate_limit"]["primary_window"]["used_percent"], 90, "{v}");
+    assert_eq!(
+        v["rate_limit"]["secondary_window"]["used_percent"], 80,
+        "{v}"
+    );
+}

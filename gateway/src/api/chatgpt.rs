@@ -10,8 +10,9 @@
 //!     taken by [`super::ws::serve`] before routing ([`super::ws::wants_upgrade`]).
 //!   - `GET /backend-api/codex/models`: the Codex catalog shape of the published catalog, as
 //!     the caller's key sees it (`ops::models_body`).
-//!   - `GET /backend-api/wham/usage` (and `/api/codex/usage`): [`pool_usage`], the pool's
-//!     combined limits in the upstream's `RateLimitStatusPayload` shape.
+//!   - `GET /backend-api/wham/usage` (and `/api/codex/usage`): [`pool_usage`], the combined
+//!     limits of the accounts the caller's key is served from (its account group, or the
+//!     shared pool) in the upstream's `RateLimitStatusPayload` shape.
 //!   - `GET /backend-api/wham/accounts/check` (and `/api/codex/accounts/check`):
 //!     [`accounts_check`], workspace routing to the gateway's own origin.
 //!   - every other path under those prefixes (plugins, MCP, analytics, settings, reset
@@ -114,6 +115,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             &ctx.snapshot.load(),
             req.header("chatgpt-account-id"),
             shared_state::now_ms(),
+            key.limits.account_group.as_deref(),
         ),
         Route::AccountsCheck => {
             let origin = match &ctx.cfg.chatgpt_origin {
@@ -170,14 +172,23 @@ pub struct PoolWindow {
 
 /// The pool's combined limits: `(primary, secondary, plan, limit_reached)` over active
 /// accounts with a token (cooling or exhausted ones count as fully used).
-pub fn pool_windows(snap: &Snapshot, now_ms: u64) -> (PoolWindow, PoolWindow, String, bool) {
+pub fn pool_windows(
+    snap: &Snapshot,
+    now_ms: u64,
+    group: Option<&str>,
+) -> (PoolWindow, PoolWindow, String, bool) {
     let now_s = now_ms / 1000;
     let (mut n, mut p_sum, mut s_sum) = (0usize, 0f64, 0f64);
     let (mut p_reset, mut s_reset) = (u64::MAX, u64::MAX);
     let mut any_free = false;
     let mut plan: Option<&str> = None;
     for a in snap.accounts.iter() {
-        if a.effective_status() != AccountStatus::Active || a.access_token.is_empty() {
+        // Only the accounts that can serve the caller: its key's group (none: the shared
+        // pool), as the scheduler picks them.
+        if a.effective_status() != AccountStatus::Active
+            || a.access_token.is_empty()
+            || a.group.as_deref() != group
+        {
             continue;
         }
         n += 1;
@@ -229,8 +240,13 @@ fn best_plan<'a>(a: Option<&'a str>, b: &'a str) -> &'a str {
 
 /// `GET /wham/usage`: the pool's combined limits in the upstream's shape (integers, as the
 /// CLI's `RateLimitWindowSnapshot` reads them).
-pub fn pool_usage(snap: &Snapshot, sent_account: Option<&str>, now_ms: u64) -> String {
-    let (p, s, plan, reached) = pool_windows(snap, now_ms);
+pub fn pool_usage(
+    snap: &Snapshot,
+    sent_account: Option<&str>,
+    now_ms: u64,
+    group: Option<&str>,
+) -> String {
+    let (p, s, plan, reached) = pool_windows(snap, now_ms, group);
     let now_s = (now_ms / 1000) as i64;
     let window = |w: PoolWindow, len: i64| {
         let reset_at = if w.reset_at == 0 {
