@@ -615,3 +615,126 @@ fn codex_exec_tool_round_trip_legacy() {
 fn codex_exec_tool_round_trip_websocket_legacy() {
     exec_tool_round_trip(true, true);
 }
+
+/// Two accounts, fill_first (acct-0 serves first), both answering with reasoning (whose
+/// `encrypted_content` mock-codex binds to the minting account, as the real backend does).
+fn two_account_stack(legacy: bool, upstream_ws: bool) -> Stack {
+    let s = StackBuilder {
+        legacy,
+        accounts: 2,
+        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+            c.upstream.websockets = upstream_ws;
+        })),
+        ..Default::default()
+    }
+    .start();
+    for a in ["acct-0", "acct-1"] {
+        s.mock.set_behaviour(
+            a,
+            Behaviour {
+                reasoning: Some(true),
+                ..Default::default()
+            },
+        );
+    }
+    s
+}
+
+/// Issue 23: a session whose account runs dry between two turns continues on the other
+/// account. The CLI replays the first turn's reasoning (its `encrypted_content`, minted by
+/// acct-0) in the second turn; acct-1 must never receive it (the real backend refuses it with
+/// `invalid_encrypted_content`, and so does mock-codex).
+fn exec_survives_account_switch(legacy: bool, websockets: bool) {
+    let Some(bin) = codex_bin() else { return };
+    let s = two_account_stack(legacy, websockets);
+    let cli = Cli::new(bin, &s, websockets);
+    let r1 = cli.run(
+        &s,
+        &[
+            "exec",
+            "--skip-git-repo-check",
+            "--color",
+            "never",
+            "say hi",
+        ],
+    );
+    r1.assert_ok(&s);
+    let first = upstream(&s);
+    assert!(
+        first.iter().all(|r| r.account_id() == Some("acct-0")),
+        "the first turn is acct-0's: {}",
+        upstream_summary(&s)
+    );
+    // acct-0 runs dry between the turns.
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour {
+            error: Some(benches::ErrorKind::UsageLimitReached),
+            reasoning: Some(true),
+            ..Default::default()
+        },
+    );
+    s.mock.clear_requests();
+    let r2 = cli.run(
+        &s,
+        &[
+            "exec",
+            "resume",
+            "--last",
+            "--skip-git-repo-check",
+            "and again",
+        ],
+    );
+    r2.assert_ok(&s);
+    assert!(
+        r2.stdout.contains(DEFAULT_TEXT),
+        "second answer\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        r2.stdout,
+        tail(&r2.stderr, 4000)
+    );
+    let reqs = upstream(&s);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert!(!on_1.is_empty(), "acct-1 served: {}", upstream_summary(&s));
+    for r in &on_1 {
+        assert!(
+            r.foreign_blobs().is_empty(),
+            "acct-1 never receives acct-0's blobs"
+        );
+        let m = messages(r);
+        assert!(
+            m.iter().any(|(role, t)| role == "user" && t == "say hi"),
+            "the history went along: {m:?}"
+        );
+    }
+    // The CLI did replay the blob: acct-0 was offered it (and answered 429).
+    let blobs_to_0: usize = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-0"))
+        .map(|r| r.blobs().len())
+        .sum();
+    assert!(
+        blobs_to_0 > 0,
+        "the CLI replayed acct-0's reasoning, offered to its minter first: {}",
+        upstream_summary(&s)
+    );
+    if websockets {
+        assert!(
+            on_1.iter().all(|r| r.method == "WS"),
+            "over the upstream WebSocket too"
+        );
+    }
+}
+
+#[test]
+fn codex_exec_survives_account_switch_io_uring() {
+    exec_survives_account_switch(false, false);
+}
+
+#[test]
+fn codex_exec_survives_account_switch_websocket_io_uring() {
+    exec_survives_account_switch(false, true);
+}
