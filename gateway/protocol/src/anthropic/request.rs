@@ -1488,4 +1488,99 @@ body"
             )
         );
     }
+
+    /// The first request Claude Code 2.1.332 sent (`claude -p "say hi"`), as recorded in
+    /// `tests/fixtures/claude-code/` (the integration suite replays all of them through the
+    /// gateway to mock-codex).
+    fn claude_code_request() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/claude-code/claude-code-2.1.332.jsonl"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let line: Value = sonic_rs::from_str(text.lines().next().unwrap()).unwrap();
+        line["json"].clone()
+    }
+
+    fn claude_code_translated() -> (MessagesRequest, Value) {
+        let body = sonic_rs::to_string(&claude_code_request()).unwrap();
+        tr(&body)
+    }
+
+    #[test]
+    fn claude_code_fixture_system_message_in_messages() {
+        let req = claude_code_request();
+        assert_eq!(req["messages"][1]["role"].as_str(), Some("system"));
+        let (_, v) = claude_code_translated();
+        let sys = &v["input"][2];
+        assert_eq!(sys["role"].as_str(), Some("developer"));
+        assert_eq!(
+            sys["content"][0]["text"].as_str(),
+            req["messages"][1]["content"][0]["text"].as_str()
+        );
+    }
+
+    #[test]
+    fn claude_code_fixture_adaptive_thinking_and_effort() {
+        let req = claude_code_request();
+        assert_eq!(req["thinking"]["type"].as_str(), Some("adaptive"));
+        let effort = req["output_config"]["effort"].as_str().unwrap();
+        let (r, v) = claude_code_translated();
+        assert!(r.thinking);
+        assert_eq!(v["reasoning"]["effort"].as_str(), Some(effort));
+        same(&v["include"], r#"["reasoning.encrypted_content"]"#);
+    }
+
+    #[test]
+    fn claude_code_fixture_context_management_metadata_and_max_tokens() {
+        let req = claude_code_request();
+        assert_eq!(
+            req["context_management"]["edits"][0]["type"].as_str(),
+            Some("clear_thinking_20251015")
+        );
+        assert!(req["metadata"]["user_id"]
+            .as_str()
+            .unwrap()
+            .starts_with('{'));
+        assert!(req["max_tokens"].as_u64().unwrap() >= 64000);
+        let (_, v) = claude_code_translated();
+        for f in [
+            "context_management",
+            "metadata",
+            "max_tokens",
+            "thinking",
+            "output_config",
+        ] {
+            assert!(v.get(f).is_none(), "{f}");
+        }
+    }
+
+    #[test]
+    fn claude_code_fixture_cache_control_on_system_blocks() {
+        let req = claude_code_request();
+        assert!(req["system"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b.get("cache_control").is_some()));
+        let (_, v) = claude_code_translated();
+        let parts = v["input"][0]["content"].as_array().unwrap();
+        assert_eq!(parts.len(), req["system"].as_array().unwrap().len());
+        assert!(parts.iter().all(|p| p.get("cache_control").is_none()));
+    }
+
+    #[test]
+    fn claude_code_fixture_tools_with_large_schemas() {
+        let req = claude_code_request();
+        let tools_in = req["tools"].as_array().unwrap();
+        assert!(tools_in.len() >= 10);
+        let (_, v) = claude_code_translated();
+        let tools = v["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), tools_in.len());
+        for (t, src) in tools.iter().zip(tools_in.iter()) {
+            assert_eq!(t["name"], src["name"]);
+            assert_eq!(t["parameters"], src["input_schema"]);
+            assert!(t.get("defer_loading").is_none());
+        }
+    }
 }
