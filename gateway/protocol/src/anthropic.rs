@@ -15,7 +15,8 @@
 //!   backend rejects most of them, see [`crate::normalize::DROPPED_FIELDS`]); unknown fields
 //!   are ignored. `stop_sequences` are applied by the response side; `thinking` and
 //!   `output_config.effort` become `reasoning.effort`; `context_management`'s
-//!   `clear_thinking_20251015` is applied to the history sent (its other edits are accepted).
+//!   `clear_thinking_20251015` and `clear_tool_uses_20250919` are applied to the history sent
+//!   (`compact_20260112` is accepted).
 //!   The `anthropic-beta` header and the `?beta=true` query are never read: a beta the
 //!   translator does not know is no reason to refuse.
 //! - [`MessagesStream`]: one upstream Responses event in, zero or more Anthropic SSE events
@@ -43,6 +44,7 @@
 //! | `thinking{type:enabled, budget_tokens}` / `{type:adaptive}`, `output_config.effort` (`max` -> `xhigh`) | `reasoning{effort, summary:auto}` + encrypted reasoning (`display:omitted`: no summary) |
 //! | `output_config.format` / `output_format` (`json_schema`) | `text.format` (`json_schema`, strict) |
 //! | `context_management` `clear_thinking_20251015{keep}` | thinking of older assistant turns left out |
+//! | `context_management` `clear_tool_uses_20250919{trigger, keep, clear_at_least, exclude_tools, clear_tool_inputs}` | older `function_call_output`s (and arguments) replaced by a placeholder |
 //! | `tools[{defer_loading}]`, tool search tools, `tool_reference` / `search_result` blocks | sent in full / left out / text |
 //!
 //! # Mapping (response)

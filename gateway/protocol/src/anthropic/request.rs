@@ -12,7 +12,7 @@
 //! Anthropic's style (`messages.1.content.0.type: ...`); the gateway answers 400
 //! `invalid_request_error`.
 
-use sonic_rs::{json, Array, JsonContainerTrait, JsonValueTrait, Value};
+use sonic_rs::{json, Array, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
 
 use crate::chat::{request::clamp_effort, ToolNameMap, MAX_TOOL_NAME_LEN};
 
@@ -158,7 +158,8 @@ pub fn messages_to_responses(
         }
     }
     check_top_level(&v)?;
-    let keep_thinking = thinking_keep(&v)?;
+    let edits = context_edits(&v)?;
+    let keep_thinking = edits.thinking;
 
     let mut input = Array::new();
     if let Some(s) = v.get("system").filter(|s| !s.is_null()) {
@@ -213,6 +214,10 @@ pub fn messages_to_responses(
             )))
             }
         }
+    }
+
+    if let Some(c) = &edits.tools {
+        clear_tool_uses(&mut input, c, super::count::count_tokens(body)?, &names);
     }
 
     let thinking = match v.get("thinking").filter(|t| !t.is_null()) {
@@ -452,13 +457,186 @@ impl ThinkingKeep {
     }
 }
 
-/// Reads `context_management`: the edits are checked; `clear_thinking_20251015` is applied
-/// to the history sent upstream (its `keep`); `clear_tool_uses_20250919` and
-/// `compact_20260112` are accepted and not applied (the Codex backend's context is the
-/// client's to manage; Codex compacts through its own endpoint).
-fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
+/// What `clear_tool_uses_20250919` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ToolClear {
+    /// When it applies: the request's (estimated) input tokens, or its tool uses, reach it.
+    trigger: Trigger,
+    /// The most recent tool uses left alone.
+    keep: usize,
+    /// Clear only when at least this many (estimated) tokens go.
+    clear_at_least: u64,
+    /// Tools whose uses are never cleared.
+    exclude: Vec<String>,
+    /// Also clear the calls' inputs.
+    clear_inputs: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    InputTokens(u64),
+    ToolUses(u64),
+}
+
+/// The `context_management` edits this translation applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ContextEdits {
+    thinking: ThinkingKeep,
+    tools: Option<ToolClear>,
+}
+
+/// The placeholder of a cleared tool result (Anthropic leaves one so the model knows).
+const CLEARED_RESULT: &str = "[tool result cleared to save context]";
+
+/// `{"type": <ty>, "value": n}` (a trigger, `keep` or `clear_at_least`), else `default`.
+fn typed_count(
+    v: Option<&Value>,
+    path: &str,
+    types: &[&str],
+) -> Result<Option<(String, u64)>, MessagesError> {
+    let Some(v) = v.filter(|x| !x.is_null()) else {
+        return Ok(None);
+    };
+    let ty = v
+        .get("type")
+        .and_then(|t| t.as_str())
+        .filter(|t| types.contains(t));
+    let n = v.get("value").and_then(|n| n.as_u64());
+    match (ty, n) {
+        (Some(t), Some(n)) => Ok(Some((t.to_owned(), n))),
+        _ => Err(err(format!(
+            "{path}: Input should be {{\"type\": \"{}\", \"value\": n}}",
+            types.join("\" or \"")
+        ))),
+    }
+}
+
+/// `clear_tool_uses_20250919`'s settings, Anthropic's defaults filled in (trigger at 100,000
+/// input tokens, keep 3 tool uses).
+fn tool_clear(e: &Value, path: &str) -> Result<ToolClear, MessagesError> {
+    let trigger = match typed_count(
+        e.get("trigger"),
+        &format!("{path}.trigger"),
+        &["input_tokens", "tool_uses"],
+    )? {
+        None => Trigger::InputTokens(100_000),
+        Some((t, n)) if t == "tool_uses" => Trigger::ToolUses(n),
+        Some((_, n)) => Trigger::InputTokens(n),
+    };
+    let keep = typed_count(e.get("keep"), &format!("{path}.keep"), &["tool_uses"])?
+        .map_or(3, |(_, n)| n as usize);
+    let clear_at_least = typed_count(
+        e.get("clear_at_least"),
+        &format!("{path}.clear_at_least"),
+        &["input_tokens"],
+    )?
+    .map_or(0, |(_, n)| n);
+    let exclude = match e.get("exclude_tools").filter(|x| !x.is_null()) {
+        None => Vec::new(),
+        Some(x) => x
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .ok_or_else(|| err(format!("{path}.exclude_tools: Input should be an array")))?,
+    };
+    let clear_inputs = match e.get("clear_tool_inputs").filter(|x| !x.is_null()) {
+        None => false,
+        Some(b) => b.as_bool().ok_or_else(|| {
+            err(format!(
+                "{path}.clear_tool_inputs: Input should be a valid boolean"
+            ))
+        })?,
+    };
+    Ok(ToolClear {
+        trigger,
+        keep,
+        clear_at_least,
+        exclude,
+        clear_inputs,
+    })
+}
+
+/// Applies `clear_tool_uses` to the translated input: once the trigger is reached, the
+/// results (and, when asked, the inputs) of all but the `keep` most recent tool uses, minus
+/// the excluded tools, are replaced by a placeholder, unless that would clear fewer than
+/// `clear_at_least` tokens.
+fn clear_tool_uses(input: &mut Array, c: &ToolClear, input_tokens: u64, names: &ToolNameMap) {
+    let calls: Vec<(String, String)> = input
+        .iter()
+        .filter(|i| i.get("type").and_then(|t| t.as_str()) == Some("function_call"))
+        .filter_map(|i| {
+            let id = i.get("call_id")?.as_str()?.to_owned();
+            let name = names.restore(i.get("name")?.as_str()?).to_owned();
+            Some((id, name))
+        })
+        .collect();
+    let triggered = match c.trigger {
+        Trigger::InputTokens(n) => input_tokens >= n,
+        Trigger::ToolUses(n) => calls.len() as u64 >= n,
+    };
+    if !triggered {
+        return;
+    }
+    let cut = calls.len().saturating_sub(c.keep);
+    let cleared: Vec<&str> = calls[..cut]
+        .iter()
+        .filter(|(_, name)| !c.exclude.iter().any(|x| x == name))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    if cleared.is_empty() {
+        return;
+    }
+    let hit = |i: &Value, ty: &str| {
+        i.get("type").and_then(|t| t.as_str()) == Some(ty)
+            && i.get("call_id")
+                .and_then(|x| x.as_str())
+                .is_some_and(|id| cleared.contains(&id))
+    };
+    let mut tokens = 0u64;
+    for i in input.iter() {
+        if hit(i, "function_call_output") {
+            tokens += i
+                .get("output")
+                .and_then(|o| o.as_str())
+                .map_or(0, super::count::text_tokens);
+        } else if c.clear_inputs && hit(i, "function_call") {
+            tokens += i
+                .get("arguments")
+                .and_then(|o| o.as_str())
+                .map_or(0, super::count::text_tokens);
+        }
+    }
+    if tokens < c.clear_at_least {
+        return;
+    }
+    for i in input.iter_mut() {
+        if hit(i, "function_call_output") {
+            if let Some(o) = i.as_object_mut() {
+                o.insert(&"output", CLEARED_RESULT);
+            }
+        } else if c.clear_inputs && hit(i, "function_call") {
+            if let Some(o) = i.as_object_mut() {
+                o.insert(&"arguments", "{}");
+            }
+        }
+    }
+}
+
+/// Reads `context_management`: the edits are checked; `clear_thinking_20251015` (its `keep`)
+/// and `clear_tool_uses_20250919` (trigger, keep, `clear_at_least`, `exclude_tools`,
+/// `clear_tool_inputs`; tokens estimated as `count_tokens` does) are applied to the history
+/// sent upstream, as Anthropic applies them server-side; `compact_20260112` is accepted and
+/// not applied (Codex compacts through its own endpoint).
+fn context_edits(v: &Value) -> Result<ContextEdits, MessagesError> {
+    let mut out = ContextEdits {
+        thinking: ThinkingKeep::All,
+        tools: None,
+    };
     let Some(cm) = v.get("context_management").filter(|c| !c.is_null()) else {
-        return Ok(ThinkingKeep::All);
+        return Ok(out);
     };
     if !cm.is_object() {
         return Err(err("context_management: Input should be an object"));
@@ -470,7 +648,6 @@ fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
             .map(|a| a.as_slice())
             .ok_or_else(|| err("context_management.edits: Input should be an array"))?,
     };
-    let mut keep = ThinkingKeep::All;
     for (i, e) in edits.iter().enumerate() {
         let path = format!("context_management.edits.{i}");
         let ty = e
@@ -479,7 +656,7 @@ fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
             .ok_or_else(|| err(format!("{path}.type: Field required")))?;
         match ty {
             "clear_thinking_20251015" => {
-                keep = match e.get("keep").filter(|k| !k.is_null()) {
+                out.thinking = match e.get("keep").filter(|k| !k.is_null()) {
                     None => ThinkingKeep::Turns(1),
                     Some(k) if k.as_str() == Some("all") => ThinkingKeep::All,
                     Some(k) => match k.get("type").and_then(|t| t.as_str()) {
@@ -497,6 +674,7 @@ fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
                     },
                 };
             }
+            "clear_tool_uses_20250919" => out.tools = Some(tool_clear(e, &path)?),
             t if t.starts_with("clear_tool_uses_") || t.starts_with("compact_") => {}
             other => {
                 return Err(err(format!(
@@ -505,7 +683,7 @@ fn thinking_keep(v: &Value) -> Result<ThinkingKeep, MessagesError> {
             }
         }
     }
-    Ok(keep)
+    Ok(out)
 }
 
 /// Whether a message's content has a thinking block.
@@ -1401,6 +1579,81 @@ mod tests {
         let v = thinking_history(edit);
         assert!(kept_signatures(&v).is_empty());
         assert_eq!(v["input"][1]["content"][0]["text"].as_str(), Some("a1"));
+    }
+
+    fn tool_history(edit: &str) -> Vec<(String, String)> {
+        let mut msgs = vec![r#"{"role":"user","content":"go"}"#.to_owned()];
+        for (i, tool) in ["Read", "Bash", "Read", "Bash"].iter().enumerate() {
+            msgs.push(format!(
+                r#"{{"role":"assistant","content":[{{"type":"tool_use","id":"c{i}","name":"{tool}","input":{{"n":{i}}}}}]}}"#
+            ));
+            msgs.push(format!(
+                r#"{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"c{i}","content":"result {i} {}"}}]}}"#,
+                "word ".repeat(200)
+            ));
+        }
+        let body = format!(
+            r#"{{"model":"m","max_tokens":5{edit},"messages":[{}]}}"#,
+            msgs.join(",")
+        );
+        let (_, v) = tr(&body);
+        v["input"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| match i["type"].as_str()? {
+                "function_call" => Some(("call".to_owned(), i["arguments"].as_str()?.to_owned())),
+                "function_call_output" => Some((
+                    "out".to_owned(),
+                    i["output"].as_str()?.chars().take(8).collect(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `clear_tool_uses_20250919`: past its trigger, older tool results (and inputs when
+    /// asked) become a placeholder; the kept, the excluded and a too-small clearing stay.
+    #[test]
+    fn clear_tool_uses_clears_older_results() {
+        let untouched = tool_history("");
+        assert_eq!(untouched.len(), 8);
+        assert!(untouched.iter().all(|(_, t)| t != CLEARED_RESULT));
+        // Default trigger (100,000 input tokens) not reached: nothing cleared.
+        let edit = r#","context_management":{"edits":[{"type":"clear_tool_uses_20250919"}]}"#;
+        assert_eq!(tool_history(edit), untouched);
+        let edit = r#","context_management":{"edits":[{"type":"clear_tool_uses_20250919","trigger":{"type":"tool_uses","value":3},"keep":{"type":"tool_uses","value":1},"exclude_tools":["Read"]}]}"#;
+        let h = tool_history(edit);
+        let cleared = &CLEARED_RESULT[..8];
+        let outs: Vec<&str> = h
+            .iter()
+            .filter(|(k, _)| k == "out")
+            .map(|(_, t)| t.as_str())
+            .collect();
+        assert_eq!(outs, ["result 0", cleared, "result 2", "result 3"]);
+        assert_eq!(h[2], ("call".to_owned(), r#"{"n":1}"#.to_owned()));
+        // Inputs too, by input tokens.
+        let edit = r#","context_management":{"edits":[{"type":"clear_tool_uses_20250919","trigger":{"type":"input_tokens","value":100},"keep":{"type":"tool_uses","value":2},"clear_tool_inputs":true}]}"#;
+        let h = tool_history(edit);
+        assert_eq!(h[0], ("call".to_owned(), "{}".to_owned()));
+        assert_eq!(h[1].1, cleared);
+        assert_eq!(h[3].1, cleared);
+        assert_eq!(h[4], ("call".to_owned(), r#"{"n":2}"#.to_owned()));
+        assert_eq!(h[5].1, "result 2");
+        // Too little to clear: nothing.
+        let edit = r#","context_management":{"edits":[{"type":"clear_tool_uses_20250919","trigger":{"type":"tool_uses","value":1},"clear_at_least":{"type":"input_tokens","value":1000000}}]}"#;
+        assert_eq!(tool_history(edit), untouched);
+        // A malformed setting is refused.
+        let e = messages_to_responses(
+            br#"{"model":"m","max_tokens":5,"context_management":{"edits":[{"type":"clear_tool_uses_20250919","keep":3}]},"messages":[]}"#,
+            &MessagesRequestOptions::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.starts_with("context_management.edits.0.keep"),
+            "{}",
+            e.message
+        );
     }
 
     /// Every documented top-level field is accepted, and none reaches the upstream.
