@@ -158,6 +158,8 @@ listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 data_dir = "$data"
 workers = $GATEWAY_WORKERS
+# The idle-WebSocket workload holds thousands of sessions of one key.
+max_ws_sessions_per_key = 0
 
 [upstream]
 base_url = "$MOCK_ORIGIN/backend-api/codex"

@@ -193,7 +193,31 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
     if let Err(e) = decode_body(ctx, req) {
         return Err(write_error(ctx, conn, route, &e, keep).await);
     }
+    // Before any recursive reader sees it (a stack overflow aborts the whole process).
+    if !codex_protocol::depth::check(&req.body) {
+        ctx.metrics.guard(crate::metrics::Guard::JsonTooDeep);
+        return Err(write_error(ctx, conn, route, &too_deep(), keep).await);
+    }
     Ok((key, slot))
+}
+
+/// The refusal of JSON nested past [`codex_protocol::depth::MAX_DEPTH`] (a body over HTTP, a
+/// message over the WebSocket).
+pub(crate) fn too_deep() -> Error {
+    Error::bad_request(
+        format!(
+            "The JSON nests arrays and objects deeper than {} levels.",
+            codex_protocol::depth::MAX_DEPTH
+        ),
+        None,
+    )
+}
+
+/// The credentials of an `Authorization` header with the `Bearer` scheme, matched without
+/// regard to case (RFC 7235 §2.1: `BEARER x` and `bearer x` are `Bearer x`).
+pub(crate) fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case("bearer ").then_some(rest)
 }
 
 /// `/metrics` is open unless `metrics_token` is set; then it needs `Authorization: Bearer
@@ -204,10 +228,7 @@ fn metrics_allowed(ctx: &WorkerCtx, req: &Request) -> bool {
     };
     let presented = req
         .header("authorization")
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(bearer)
         .map(str::trim)
         .unwrap_or("");
     let (a, b) = (presented.as_bytes(), token.expose().as_bytes());
@@ -219,10 +240,7 @@ fn metrics_allowed(ctx: &WorkerCtx, req: &Request) -> bool {
 pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, Error> {
     let presented = req
         .header("authorization")
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(bearer)
         .or_else(|| req.header("x-api-key"))
         .map(str::trim)
         .filter(|k| !k.is_empty());

@@ -23,6 +23,9 @@ use shared_state::Secret;
 
 /// Default upstream base URL.
 pub const DEFAULT_UPSTREAM: &str = "https://chatgpt.com/backend-api/codex";
+/// Open client WebSocket sessions per key and process unless configured: a safe default, so
+/// one key cannot hold every descriptor with idle sockets (0 in the file: no cap).
+pub const DEFAULT_MAX_WS_SESSIONS_PER_KEY: u32 = 512;
 /// Default OAuth token endpoint.
 pub const DEFAULT_TOKEN_URL: &str = "https://auth.openai.com/oauth/token";
 
@@ -407,12 +410,15 @@ pub struct GatewayConfig {
     /// Most bytes of upstream events one response forwards; past it the response ends with
     /// an error and the account's slot is released (0: no cap).
     pub max_stream_output_bytes: u64,
-    /// Most open client connections of the process (0: no cap); past it: 503.
+    /// Most open client connections of the process; past it: 503. 0 (the default): automatic,
+    /// below the open-file limit with a reserve for upstream connections, storage and the
+    /// admin listener (`codex_gateway::app::auto_max_connections`).
     pub max_connections: usize,
     /// Most open client connections per client IP (0: no cap); past it: 429.
     pub max_connections_per_ip: usize,
-    /// Most open client WebSocket sessions per client key in this process (0: no cap); past
-    /// it the upgrade is refused with 429 (`gateway::limits::open_ws_session`).
+    /// Most open client WebSocket sessions per client key in this process (0: no cap; default
+    /// [`DEFAULT_MAX_WS_SESSIONS_PER_KEY`]); past it the upgrade is refused with 429
+    /// (`gateway::limits::open_ws_session`).
     pub max_ws_sessions_per_key: u32,
     /// A client WebSocket with no turn and no frame (pings included) for this long is closed.
     pub ws_idle_timeout: Duration,
@@ -532,7 +538,7 @@ impl GatewayConfig {
             max_stream_output_bytes: 256 << 20,
             max_connections: 0,
             max_connections_per_ip: 0,
-            max_ws_sessions_per_key: 0,
+            max_ws_sessions_per_key: DEFAULT_MAX_WS_SESSIONS_PER_KEY,
             ws_idle_timeout: Duration::from_secs(900),
             transcript_cache_bytes: 256 << 20,
             transcript_ttl: Duration::from_secs(3600),

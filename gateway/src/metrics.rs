@@ -97,17 +97,29 @@ pub enum Guard {
     WriteTimeout,
     /// A response past `max_stream_output_bytes` (ended with an error).
     OutputCap,
+    /// A request body or WebSocket message nesting JSON past `depth::MAX_DEPTH` (400 / 1009).
+    JsonTooDeep,
+    /// A WebSocket session ended for spending its error budget (close 1008).
+    WsErrorBudget,
+    /// A WebSocket reader paused because the client was not reading what it was sent.
+    WsReaderPaused,
+    /// A failed `accept` (descriptors exhausted, most often).
+    AcceptFailed,
 }
 
 impl Guard {
     /// Every guard, in rendering order.
-    pub const ALL: [Guard; 6] = [
+    pub const ALL: [Guard; 10] = [
         Guard::RefusedGlobal,
         Guard::RefusedPerIp,
         Guard::HeadTimeout,
         Guard::BodyTimeout,
         Guard::WriteTimeout,
         Guard::OutputCap,
+        Guard::JsonTooDeep,
+        Guard::WsErrorBudget,
+        Guard::WsReaderPaused,
+        Guard::AcceptFailed,
     ];
 
     fn metric(self) -> (&'static str, &'static str) {
@@ -124,6 +136,10 @@ impl Guard {
             Guard::BodyTimeout => ("codex_gateway_client_timeouts_total", "phase=\"body\""),
             Guard::WriteTimeout => ("codex_gateway_client_timeouts_total", "phase=\"write\""),
             Guard::OutputCap => ("codex_gateway_stream_output_capped_total", ""),
+            Guard::JsonTooDeep => ("codex_gateway_json_too_deep_total", ""),
+            Guard::WsErrorBudget => ("codex_gateway_ws_error_budget_closed_total", ""),
+            Guard::WsReaderPaused => ("codex_gateway_ws_reader_paused_total", ""),
+            Guard::AcceptFailed => ("codex_gateway_accept_failed_total", ""),
         }
     }
 }

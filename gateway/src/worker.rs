@@ -220,6 +220,8 @@ async fn worker_main(
         });
     }
 
+    let mut accept_log = AcceptLog::default();
+    let refusals = refusal_bound(conns.max_total(), cfg.workers);
     loop {
         monoio::select! {
             _ = drain.notified() => break,
@@ -232,13 +234,23 @@ async fn worker_main(
                             monoio::spawn(serve_connection_caught(ctx, stream, place));
                         }
                         Err(refusal) => {
-                            monoio::spawn(refuse_connection(ctx, stream, refusal));
+                            monoio::spawn(refuse_connection(ctx, stream, refusal, refusals));
                         }
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(worker = id, error = %e, "accept failed");
-                    monoio::time::sleep(Duration::from_millis(10)).await;
+                    ctx.metrics.guard(Guard::AcceptFailed);
+                    accept_log.failed(id, &e, Instant::now());
+                    // Out of descriptors, accepting again at once fails again: give
+                    // connections time to close.
+                    let wait = if e.raw_os_error() == Some(libc::EMFILE)
+                        || e.raw_os_error() == Some(libc::ENFILE)
+                    {
+                        100
+                    } else {
+                        10
+                    };
+                    monoio::time::sleep(Duration::from_millis(wait)).await;
                 }
             }
         }
@@ -295,9 +307,49 @@ pub(crate) fn client_limits(cfg: &GatewayConfig) -> Limits {
     }
 }
 
+/// How often a worker logs failed accepts (each is counted in `/metrics` either way).
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The accept loop's log of failures, at most one line per [`ACCEPT_LOG_EVERY`] with the
+/// number of failures since the last line: a worker out of descriptors fails hundreds of
+/// accepts a second, and one line each would flood the log (and the disk under it).
+#[derive(Debug, Default)]
+struct AcceptLog {
+    last: Option<Instant>,
+    since: u64,
+}
+
+impl AcceptLog {
+    /// Records a failed accept; `true` when a line was logged for it.
+    fn failed(&mut self, worker: usize, e: &std::io::Error, now: Instant) -> bool {
+        self.since += 1;
+        if self
+            .last
+            .is_some_and(|t| now.duration_since(t) < ACCEPT_LOG_EVERY)
+        {
+            return false;
+        }
+        tracing::warn!(worker, error = %e, failures = self.since, "accept failed");
+        self.last = Some(now);
+        self.since = 0;
+        true
+    }
+}
+
 /// Most refusals a worker answers at once; past it (a flood) a refused connection is closed
 /// without an answer, so refusing never holds more than this many sockets per worker.
 const MAX_REFUSALS_IN_FLIGHT: usize = 256;
+
+/// Refusals one worker answers at once: [`MAX_REFUSALS_IN_FLIGHT`], and under a connection
+/// cap no more than an eighth of the cap across the workers, so the sockets refusals hold
+/// (each lingers briefly) fit beside the admitted ones within the descriptor limit the
+/// automatic cap was derived from.
+fn refusal_bound(max_connections: usize, workers: usize) -> usize {
+    if max_connections == 0 {
+        return MAX_REFUSALS_IN_FLIGHT;
+    }
+    (max_connections / (8 * workers.max(1))).clamp(1, MAX_REFUSALS_IN_FLIGHT)
+}
 
 thread_local! {
     static REFUSALS_IN_FLIGHT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
@@ -305,12 +357,12 @@ thread_local! {
 
 /// Answers a connection over a cap (503 global, 429 per IP, OpenAI error shape) and closes
 /// it after a short linger, so the client reads the answer rather than a reset.
-async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refusal) {
+async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refusal, bound: usize) {
     ctx.metrics.guard(match refusal {
         Refusal::Global => Guard::RefusedGlobal,
         Refusal::PerIp => Guard::RefusedPerIp,
     });
-    if REFUSALS_IN_FLIGHT.get() >= MAX_REFUSALS_IN_FLIGHT {
+    if REFUSALS_IN_FLIGHT.get() >= bound {
         return; // dropping the stream closes it
     }
     REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get() + 1);
@@ -377,5 +429,37 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
         if !keep {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_accepts_are_logged_at_most_once_per_period() {
+        let mut log = AcceptLog::default();
+        let e = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let t0 = Instant::now();
+        assert!(log.failed(0, &e, t0));
+        let logged = (1..=3000u64)
+            .filter(|i| log.failed(0, &e, t0 + Duration::from_millis(*i)))
+            .count();
+        assert_eq!(
+            logged, 0,
+            "3,000 failures within the period log nothing more"
+        );
+        assert_eq!(log.since, 3000);
+        assert!(log.failed(0, &e, t0 + ACCEPT_LOG_EVERY + Duration::from_millis(1)));
+        assert_eq!(log.since, 0);
+    }
+
+    #[test]
+    fn refusals_in_flight_fit_beside_the_cap() {
+        assert_eq!(refusal_bound(0, 2), MAX_REFUSALS_IN_FLIGHT);
+        assert_eq!(refusal_bound(384, 2), 24);
+        assert_eq!(refusal_bound(9488, 2), MAX_REFUSALS_IN_FLIGHT);
+        assert_eq!(refusal_bound(9488, 16), 74);
+        assert_eq!(refusal_bound(3, 16), 1);
     }
 }

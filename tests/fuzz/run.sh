@@ -23,7 +23,7 @@ target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 bin="$target_dir/$triple/fuzz/codex-gateway-fuzz"
 work="$target_dir/fuzz-work"
 corpus=tests/fuzz/corpus
-targets="h1 sse ws ws_ext chat anthropic normalize resp import encoding"
+targets="h1 sse ws ws_ext chat anthropic normalize resp import encoding depth"
 
 # SanitizerCoverage through stable codegen options (what cargo-fuzz passes, minus the
 # nightly-only -Zsanitizer): edge counters, the PC table and comparison tracing, which

@@ -7,9 +7,11 @@
 //! - [`pg_database`]: a fresh PostgreSQL database per test (dropped on drop).
 //! - [`outage`]: private PostgreSQL and Redis servers to stop and start, a counted client load.
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
+//! - [`raw`]: HTTP/1.1 and WebSocket clients by hand over blocking sockets (hostile clients).
 
 pub mod egress_proxy;
 pub mod outage;
+pub mod raw;
 
 use std::{path::PathBuf, time::Duration};
 

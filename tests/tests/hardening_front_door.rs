@@ -13,60 +13,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Stack, StackBuilder};
-
-fn connect(s: &Stack) -> TcpStream {
-    let c = TcpStream::connect(s.app.data_addr).expect("connect");
-    c.set_nodelay(true).expect("nodelay");
-    c.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    c
-}
-
-/// Status, lower-cased head and body (by content-length) of one response.
-fn read_response(c: &mut TcpStream) -> (u16, String, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 65536];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        let n = c.read(&mut tmp).expect("read head");
-        assert!(n > 0, "closed before a response head");
-        buf.extend_from_slice(&tmp[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-    let status: u16 = head[9..12].parse().expect("status");
-    let len: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .map_or(0, |v| v.trim().parse().expect("length"));
-    buf.drain(..head_end);
-    while buf.len() < len {
-        let n = c.read(&mut tmp).expect("read body");
-        assert!(n > 0, "closed inside a body");
-        buf.extend_from_slice(&tmp[..n]);
-    }
-    buf.truncate(len);
-    (status, head, buf)
-}
-
-/// True when the server closes (EOF or reset) within the read timeout; bytes are skipped.
-fn closed(c: &mut TcpStream) -> bool {
-    let mut tmp = [0u8; 4096];
-    loop {
-        match c.read(&mut tmp) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) => {
-                return !matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                )
-            }
-        }
-    }
-}
+use integration_tests::{
+    raw::{closed, connect, read_response, ws_connect, ws_read_frame, ws_send_text},
+    Stack, StackBuilder,
+};
 
 fn upstream_requests(s: &Stack) -> usize {
     s.mock
@@ -500,88 +450,6 @@ fn metrics_can_be_put_behind_a_token() {
     }
 }
 
-/// A client WebSocket opened by hand over a blocking socket whose receive buffer is
-/// `rcvbuf` bytes (set before connecting, so the window agrees): the 101 is read, nothing
-/// after it. Returns the status line when the upgrade was refused, with the rest of the answer.
-fn ws_connect(s: &Stack, rcvbuf: Option<usize>) -> Result<TcpStream, (u16, String, Vec<u8>)> {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    if let Some(n) = rcvbuf {
-        sock.set_recv_buffer_size(n).unwrap();
-    }
-    sock.connect(&s.app.data_addr.into()).unwrap();
-    let mut c: TcpStream = sock.into();
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let head = format!(
-        "GET /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\nupgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-        s.key
-    );
-    c.write_all(head.as_bytes()).unwrap();
-    // Byte by byte up to the blank line: nothing after the 101 is consumed.
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(c.read(&mut b).unwrap(), 1, "closed in the handshake answer");
-        head.push(b[0]);
-    }
-    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
-    let status: u16 = text[9..12].parse().unwrap();
-    if status == 101 {
-        return Ok(c);
-    }
-    let len: usize = text
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .map_or(0, |v| v.trim().parse().unwrap());
-    let mut body = vec![0u8; len];
-    c.read_exact(&mut body).unwrap();
-    Err((status, text, body))
-}
-
-/// Sends one masked text frame.
-fn ws_send_text(c: &mut TcpStream, payload: &[u8]) {
-    let mask = [0x12u8, 0x34, 0x56, 0x78];
-    let mut f = vec![0x81u8];
-    match payload.len() {
-        n if n < 126 => f.push(0x80 | n as u8),
-        n if n <= 0xffff => {
-            f.push(0x80 | 126);
-            f.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            f.push(0x80 | 127);
-            f.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    f.extend_from_slice(&mask);
-    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    c.write_all(&f).unwrap();
-}
-
-/// Reads one server frame (unmasked, uncompressed: no extension was offered): opcode and
-/// payload.
-fn ws_read_frame(c: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
-    let mut read = |n: usize| -> std::io::Result<Vec<u8>> {
-        let mut out = vec![0u8; n];
-        let mut got = 0;
-        while got < n {
-            let k = c.read(&mut out[got..])?;
-            if k == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            got += k;
-        }
-        Ok(out)
-    };
-    let h = read(2)?;
-    assert_eq!(h[0] & 0x70, 0, "no extension was negotiated");
-    let len = match h[1] & 0x7f {
-        126 => u16::from_be_bytes(read(2)?.try_into().unwrap()) as usize,
-        127 => u64::from_be_bytes(read(8)?.try_into().unwrap()) as usize,
-        n => n as usize,
-    };
-    Ok((h[0] & 0x0f, read(len)?))
-}
-
 /// The client WebSocket, on both drivers: a client that stops reading while a large turn
 /// streams ends its session at the write deadline (the account's slot is released and the
 /// deadline counted); when it reads again it finds the frames already on the wire, then a
@@ -683,4 +551,336 @@ fn websocket_sessions_are_capped_per_key() {
         )),
         "{m}"
     );
+}
+
+// === Hardening, round two (issue 28) ===
+
+/// `depth` levels of `[` and as many `]`.
+fn nested(depth: usize) -> Vec<u8> {
+    let mut v = vec![b'['; depth];
+    v.extend(std::iter::repeat_n(b']', depth));
+    v
+}
+
+fn gzip(body: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    e.write_all(body).unwrap();
+    e.finish().unwrap()
+}
+
+/// One request on a fresh connection: status and body.
+fn call(s: &Stack, path: &str, extra: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut c = connect(s);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n",
+        s.key,
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body).unwrap();
+    let (st, _, body) = read_response(&mut c);
+    (st, body)
+}
+
+/// JSON nested 10,000 levels deep (17 KB, or about a hundred bytes gzip-compressed) used to
+/// overflow a worker's stack and abort the whole process. On every data-plane route, plain
+/// and compressed, at the top and inside a field, on both drivers: 400 in the route's
+/// dialect, nothing upstream, and the gateway serves on.
+#[test]
+fn deeply_nested_json_is_refused_on_every_route() {
+    let deep = nested(10_000);
+    let mut in_field = br#"{"model":"gpt-5.5","input":"hi","metadata":"#.to_vec();
+    in_field.extend_from_slice(&deep);
+    in_field.push(b'}');
+    for legacy in [true, false] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        for path in [
+            "/v1/responses",
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/messages/count_tokens",
+            "/backend-api/codex/responses",
+        ] {
+            for (what, extra, body) in [
+                ("top", "", deep.clone()),
+                ("field", "", in_field.clone()),
+                ("gzip", "content-encoding: gzip\r\n", gzip(&in_field)),
+            ] {
+                let (st, body) = call(&s, path, extra, &body);
+                let v: serde_json::Value =
+                    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{path} {what}: {e}"));
+                assert_eq!(st, 400, "legacy={legacy} {path} {what}: {v}");
+                let message = if path.starts_with("/v1/messages") {
+                    assert_eq!(v["type"], "error", "{path} {what}: {v}");
+                    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+                    v["error"]["message"].as_str().unwrap().to_owned()
+                } else {
+                    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+                    v["error"]["message"].as_str().unwrap().to_owned()
+                };
+                assert!(message.contains("deeper than 128"), "{path} {what}: {v}");
+            }
+        }
+        assert_eq!(upstream_requests(&s), 0, "legacy={legacy}");
+        assert_eq!(ok_request(&s), 200, "legacy={legacy}: still serving");
+        assert!(
+            metrics(&s).contains("codex_gateway_json_too_deep_total 15"),
+            "legacy={legacy}"
+        );
+    }
+}
+
+/// A WebSocket message nesting past the limit, wherever the nesting is (a field before
+/// `type`, the request's input, a bare array): an error event, then Close 1009; the gateway
+/// serves on. Both drivers.
+#[test]
+fn deeply_nested_websocket_messages_close_1009() {
+    let deep = String::from_utf8(nested(10_000)).unwrap();
+    let messages = [
+        format!(r#"{{"deep":{deep},"type":"response.create"}}"#),
+        format!(r#"{{"type":"response.create","model":"gpt-5.5","input":{deep}}}"#),
+        deep.clone(),
+    ];
+    for legacy in [true, false] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        for m in &messages {
+            let mut c = ws_connect(&s, None).unwrap();
+            ws_send_text(&mut c, m.as_bytes());
+            let (op, p) = ws_read_frame(&mut c).unwrap();
+            assert_eq!(op, 1, "legacy={legacy}: an error event first");
+            let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+            assert_eq!(v["type"], "error", "{v}");
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("deeper than 128"),
+                "{v}"
+            );
+            let (op, p) = ws_read_frame(&mut c).unwrap();
+            assert_eq!(op, 8, "legacy={legacy}: then a Close");
+            assert_eq!(u16::from_be_bytes([p[0], p[1]]), 1009, "legacy={legacy}");
+        }
+        assert_eq!(upstream_requests(&s), 0);
+        assert_eq!(ok_request(&s), 200, "legacy={legacy}: still serving");
+    }
+}
+
+/// Invalid messages get error events out of a per-turn budget (32), then Close 1008: a client
+/// cannot make the gateway write for it without bound. An unsupported `type` is echoed
+/// shortened (a 600 KB `type` used to come back as a 2.4 MB error event). Both drivers.
+#[test]
+fn websocket_error_events_are_bounded() {
+    for legacy in [true, false] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        let mut c = ws_connect(&s, None).unwrap();
+        let long_type = format!(r#"{{"type":"{}"}}"#, "x".repeat(600_000));
+        ws_send_text(&mut c, long_type.as_bytes());
+        let (op, p) = ws_read_frame(&mut c).unwrap();
+        assert_eq!(op, 1);
+        assert!(p.len() < 1024, "legacy={legacy}: {} bytes", p.len());
+        let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(v["error"]["param"], "type", "{v}");
+        for _ in 0..100 {
+            ws_send_text(&mut c, br#"{"type":"nonsense"}"#);
+        }
+        let mut errors = 1;
+        let close = loop {
+            match ws_read_frame(&mut c).unwrap() {
+                (1, _) => errors += 1,
+                (8, p) => break p,
+                (op, _) => panic!("opcode {op}"),
+            }
+        };
+        assert_eq!(errors, 32, "legacy={legacy}");
+        assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1008);
+        assert!(
+            metrics(&s).contains("codex_gateway_ws_error_budget_closed_total 1"),
+            "legacy={legacy}"
+        );
+    }
+}
+
+/// What HTTP refuses, the WebSocket refuses: `input: 5` is an error event, not an empty turn
+/// upstream.
+#[test]
+fn a_websocket_turn_with_a_non_list_input_is_refused() {
+    let s = StackBuilder::default().start();
+    let mut c = ws_connect(&s, None).unwrap();
+    ws_send_text(
+        &mut c,
+        br#"{"type":"response.create","model":"gpt-5.5","input":5}"#,
+    );
+    let (op, p) = ws_read_frame(&mut c).unwrap();
+    assert_eq!(op, 1);
+    let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["param"], "input", "{v}");
+    assert_eq!(upstream_requests(&s), 0);
+    let (st, body) = call(&s, "/v1/responses", "", br#"{"model":"gpt-5.5","input":5}"#);
+    assert_eq!(st, 400);
+    let h: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(h["error"]["message"], v["error"]["message"]);
+}
+
+/// The key of `s`, by name: its id.
+fn key_id(s: &Stack, rt: &tokio::runtime::Runtime) -> i64 {
+    let keys: serde_json::Value = rt.block_on(async {
+        s.admin_get("/api/admin/keys")
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let list = keys["data"].as_array().unwrap();
+    list.iter()
+        .find(|k| k["name"] == "test")
+        .and_then(|k| k["id"].as_i64())
+        .unwrap()
+}
+
+fn patch_key(s: &Stack, rt: &tokio::runtime::Runtime, id: i64, body: serde_json::Value) {
+    let st = rt.block_on(async {
+        s.admin_patch(&format!("/api/admin/keys/{id}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(st, 200);
+}
+
+/// Reads frames up to the turn's terminal event (or an error event); the last frame's JSON.
+fn ws_turn_end(c: &mut TcpStream) -> serde_json::Value {
+    loop {
+        let (op, p) = ws_read_frame(c).unwrap();
+        assert_eq!(op, 1, "{}", String::from_utf8_lossy(&p));
+        let v: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        if matches!(
+            v["type"].as_str(),
+            Some("response.completed" | "response.failed" | "error")
+        ) {
+            return v;
+        }
+    }
+}
+
+/// An open WebSocket does not keep its key's old rights: every turn resolves the key again,
+/// so lowered limits apply from the next turn and a disabled key gets `invalid_api_key` and
+/// Close 1008. Both drivers.
+#[test]
+fn an_open_websocket_loses_a_revoked_keys_rights() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for legacy in [true, false] {
+        let s = StackBuilder {
+            legacy,
+            ..Default::default()
+        }
+        .start();
+        let id = key_id(&s, &rt);
+        let mut c = ws_connect(&s, None).unwrap();
+        let turn = br#"{"type":"response.create","model":"gpt-5.5","input":"hi"}"#;
+        ws_send_text(&mut c, turn);
+        assert_eq!(ws_turn_end(&mut c)["type"], "response.completed");
+        // Lowered limits: another model only.
+        patch_key(
+            &s,
+            &rt,
+            id,
+            serde_json::json!({"allowed_models": ["gpt-5.1-codex-mini"]}),
+        );
+        ws_send_text(&mut c, turn);
+        let v = ws_turn_end(&mut c);
+        assert_eq!(v["type"], "error", "legacy={legacy}: {v}");
+        assert_eq!(
+            v["error"]["code"], "model_not_found",
+            "legacy={legacy}: {v}"
+        );
+        patch_key(&s, &rt, id, serde_json::json!({"allowed_models": []}));
+        ws_send_text(&mut c, turn);
+        assert_eq!(ws_turn_end(&mut c)["type"], "response.completed");
+        // Disabled: refused, and the socket closes.
+        patch_key(&s, &rt, id, serde_json::json!({"enabled": false}));
+        ws_send_text(&mut c, turn);
+        let v = ws_turn_end(&mut c);
+        assert_eq!(
+            v["error"]["code"], "invalid_api_key",
+            "legacy={legacy}: {v}"
+        );
+        let (op, p) = ws_read_frame(&mut c).unwrap();
+        assert_eq!(op, 8);
+        assert_eq!(u16::from_be_bytes([p[0], p[1]]), 1008);
+    }
+}
+
+/// The ChatGPT-mode side calls answer anyone with a 404: a body they carry is read only when
+/// small (the connection is kept), a large or chunked one is not read at all (the 404 comes
+/// at once and the connection closes), where 400 such connections used to hold 6.6 GB.
+#[test]
+fn side_calls_do_not_read_large_bodies() {
+    let s = StackBuilder::default().start();
+    let mut c = connect(&s);
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // A small body: read and dropped, the connection lives on.
+    let small = r#"{"events":[]}"#;
+    for _ in 0..2 {
+        write!(
+            c,
+            "POST /backend-api/analytics/events HTTP/1.1\r\nhost: gw\r\ncontent-length: {}\r\n\r\n{small}",
+            small.len()
+        )
+        .unwrap();
+        let (st, head, _) = read_response(&mut c);
+        assert_eq!(st, 404);
+        assert!(!head.contains("connection: close"), "{head}");
+    }
+    // 16 MiB announced, none sent: the 404 does not wait for it.
+    for framing in [
+        "content-length: 16777216\r\n",
+        "transfer-encoding: chunked\r\n",
+    ] {
+        let mut c = connect(&s);
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            c,
+            "POST /api/anything/at/all HTTP/1.1\r\nhost: gw\r\n{framing}\r\n"
+        )
+        .unwrap();
+        let (st, head, _) = read_response(&mut c);
+        assert_eq!(st, 404, "{framing}");
+        assert!(head.contains("connection: close"), "{framing}: {head}");
+        assert!(closed(&mut c), "{framing}");
+    }
+}
+
+#[test]
+fn bearer_is_matched_without_regard_to_case() {
+    let s = StackBuilder::default().start();
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let body = br#"{"model":"gpt-5.5","input":"hi"}"#;
+        let mut c = connect(&s);
+        let head = format!(
+            "POST /v1/responses HTTP/1.1\r\nhost: gw\r\nauthorization: {scheme} {}\r\ncontent-length: {}\r\n\r\n",
+            s.key,
+            body.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(body).unwrap();
+        assert_eq!(read_response(&mut c).0, 200, "{scheme}");
+    }
 }

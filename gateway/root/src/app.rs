@@ -104,12 +104,33 @@ fn spawn_resolver(cfg: &GatewayConfig) {
         });
 }
 
-/// Raises the open-file soft limit to the hard limit (many concurrent streams).
-fn raise_nofile() {
+/// Raises the open-file soft limit to the hard limit (many concurrent streams) and returns
+/// the limit now in force (`None` when it cannot be read).
+fn raise_nofile() -> Option<u64> {
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::debug!(limit = n, "open-file limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+        Ok(n) => {
+            tracing::debug!(limit = n, "open-file limit");
+            Some(n)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE)
+                .ok()
+                .map(|(soft, _)| soft)
+        }
     }
+}
+
+/// The open-connection cap when the configuration leaves it automatic (`max_connections =
+/// 0`): below the descriptor limit, so a flood of idle connections cannot take the
+/// descriptors that upstream connections, the database, Redis, the admin listener and the
+/// logs need. A reserve (a quarter of the limit, at most 1,024) is kept back, and what is left
+/// is halved, since a client connection can hold an upstream connection of its own (an
+/// HTTP/1.1 upstream, a WebSocket session's upstream socket).
+pub fn auto_max_connections(nofile: u64) -> usize {
+    let nofile = usize::try_from(nofile).unwrap_or(usize::MAX);
+    let reserve = (nofile / 4).min(1024);
+    (nofile.saturating_sub(reserve) / 2).max(1)
 }
 
 // === impl App ===
@@ -118,7 +139,7 @@ impl App {
     /// Starts the sidecar and the workers.
     pub fn spawn(cfg: GatewayConfig) -> Result<AppHandle, StartError> {
         install_crypto_provider();
-        raise_nofile();
+        let nofile = raise_nofile();
         let cfg = Arc::new(cfg);
         let n = cfg.workers.max(1);
         spawn_resolver(&cfg);
@@ -219,7 +240,10 @@ impl App {
                 .ok()
         });
         let conns = Arc::new(gateway::server::admission::ConnGate::new(
-            cfg.max_connections,
+            match (cfg.max_connections, nofile) {
+                (0, Some(n)) => auto_max_connections(n),
+                (n, _) => n,
+            },
             cfg.max_connections_per_ip,
         ));
         let mut workers = Vec::with_capacity(n);
@@ -296,5 +320,19 @@ impl AppHandle {
 impl Drop for AppHandle {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::auto_max_connections;
+
+    #[test]
+    fn the_automatic_connection_cap_keeps_a_reserve_below_the_descriptor_limit() {
+        assert_eq!(auto_max_connections(20_000), (20_000 - 1024) / 2);
+        assert_eq!(auto_max_connections(1024), (1024 - 256) / 2);
+        assert_eq!(auto_max_connections(1_048_576), (1_048_576 - 1024) / 2);
+        assert_eq!(auto_max_connections(1), 1);
+        assert!(auto_max_connections(u64::MAX) > 1 << 40);
     }
 }

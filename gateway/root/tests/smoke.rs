@@ -379,3 +379,97 @@ fn logs_have_no_colours_when_piped_and_json_by_option() {
         }
     }
 }
+
+/// Issue 28: with the default configuration, idle connections past the open-file limit used
+/// to take every descriptor (the data plane and the admin `/healthz` both hung, the log
+/// filled with "accept failed"). The default connection cap now stays below the limit with a
+/// reserve: the binary, started under `ulimit -n 1024`, refuses the excess with 503 and its
+/// admin `/healthz` still answers.
+#[test]
+fn an_idle_connection_flood_leaves_descriptors_for_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data-flood");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 1024 && exec '{}' demo --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir '{}'",
+            support::BIN,
+            data.display()
+        ))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let (addr, admin) = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "demo exited");
+        if let Some(rest) = line.strip_prefix("codex-gateway demo is running on http://") {
+            let addr = rest.split_whitespace().next().unwrap().to_owned();
+            let admin = rest
+                .split("(admin http://")
+                .nth(1)
+                .and_then(|r| r.split(')').next())
+                .unwrap()
+                .to_owned();
+            break (addr, admin);
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stdout.read_to_string(&mut sink);
+    });
+    // More idle connections than the process has descriptors.
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        if let Ok(c) = TcpStream::connect(&addr) {
+            idle.push(c);
+        }
+    }
+    // An answer, or a close: never a hang (a timed-out read is an error here).
+    let get = |addr: &str, path: &str| -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = write!(
+            s,
+            "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        );
+        let mut got = Vec::new();
+        match s.read_to_end(&mut got) {
+            Ok(_) => String::from_utf8_lossy(&got).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => String::new(),
+            Err(e) => panic!("{addr}{path} hangs: {e}"),
+        }
+    };
+    let health = get(&admin, "/healthz");
+    assert!(health.starts_with("HTTP/1.1 200"), "admin: {health:?}");
+    // The data plane refuses past its cap: at once while the flood's own refusals linger
+    // (past their bound a refused connection is closed without an answer), then with a 503.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let refused = get(&addr, "/healthz");
+        if refused.starts_with("HTTP/1.1 503") {
+            break;
+        }
+        assert!(refused.is_empty(), "data plane: {refused:?}");
+        assert!(Instant::now() < deadline, "never a 503");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(idle);
+    // Once the flood is gone, the data plane serves again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let h = get(&addr, "/healthz");
+        if h.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "data plane after the flood: {h:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(unsafe_kill(child.id() as i32), 0);
+    let _ = child.wait();
+}

@@ -16,8 +16,9 @@
 //!   - `GET /backend-api/wham/accounts/check` (and `/api/codex/accounts/check`):
 //!     [`accounts_check`], workspace routing to the gateway's own origin.
 //!   - every other path under those prefixes (plugins, MCP, analytics, settings, reset
-//!     credits...): a cheap 404 the CLI tolerates; a body is read (bounded) and dropped so
-//!     the connection is kept.
+//!     credits...): a cheap 404 the CLI tolerates, without authentication; a body of up to
+//!     64 KiB is read and dropped so the connection is kept, a larger or chunked one is not
+//!     read at all (the connection closes after the 404).
 //!
 //! # Error handling
 //! A missing or unknown key is a 401 in the upstream's (OpenAI-shaped) error body, through
@@ -31,11 +32,14 @@ use shared_state::{AccountStatus, Snapshot};
 use super::{authenticate, write_error, write_read_error, JSON};
 use crate::{
     ctx::WorkerCtx,
-    server::h1::{Conn, Request},
+    server::h1::{Conn, Framing, Request},
 };
 
 /// Metric label of this surface's own answers (inference counts as `responses`).
 pub const ROUTE: &str = "chatgpt";
+/// The most body a side call's (unauthenticated) request may carry and still be read; past
+/// it the body is not read and the connection closes after the 404.
+const SIDE_CALL_BODY_CAP: usize = 64 * 1024;
 /// The 5-hour window, in seconds.
 const PRIMARY_WINDOW_S: i64 = 5 * 3600;
 /// The weekly window, in seconds.
@@ -82,14 +86,25 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     keep: bool,
 ) -> io::Result<bool> {
     if which == Route::SideCall {
-        // Read (bounded) and drop what a side call carries, so the connection lives on.
-        if let Err(e) = conn.read_body(&mut req, ctx.cfg.max_body_bytes).await {
-            return Ok(write_read_error(ctx, conn, ROUTE, e).await);
+        // Anyone may call these (no key is asked for), so what is read is bounded by a small
+        // cap, not the inference body limit: a small body (the CLI's analytics and settings
+        // calls) is read and dropped so the connection lives on; a larger or unsized one is
+        // not read at all, and the 404 closes the connection (the worker lingers briefly so
+        // the client reads the answer, as after a 401).
+        let small = match req.framing {
+            Framing::None => true,
+            Framing::Length(n) => n <= SIDE_CALL_BODY_CAP,
+            Framing::Chunked => false,
+        };
+        if small {
+            if let Err(e) = conn.read_body(&mut req, SIDE_CALL_BODY_CAP).await {
+                return Ok(write_read_error(ctx, conn, ROUTE, e).await);
+            }
         }
         ctx.metrics.request(ROUTE, 404);
         conn.write_response(404, &[JSON], br#"{"detail":"Not Found"}"#, keep)
             .await?;
-        return Ok(keep);
+        return Ok(keep && small);
     }
     let key = match authenticate(ctx, &req) {
         Ok(k) => k,

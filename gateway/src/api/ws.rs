@@ -70,6 +70,14 @@ const ROUTE: &str = "responses";
 /// Frames queued for the writer beyond which the session waits (a slow client slows the
 /// stream instead of growing memory).
 const HIGH_WATER: usize = 1 << 20;
+/// Error events the reader may answer between two turns (unsupported message types, a second
+/// `response.create` while one is in flight, JSON nested too deep): past it the session ends
+/// with close `1008`. A client that floods invalid messages cannot make the gateway write for
+/// it without bound, and a client whose newer message types we do not know keeps working
+/// (the budget starts again at each turn).
+const READER_ERROR_BUDGET: u32 = 32;
+/// Characters of an unsupported message `type` echoed back in the error event.
+const MAX_ECHOED_TYPE: usize = 64;
 /// Turns a socket remembers for `previous_response_id`.
 const MAX_CHAINS: usize = 32;
 /// How often an idle session checks the drain flag and its idle deadline.
@@ -166,11 +174,12 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
             limits,
             Rc::clone(&shared),
             to_session,
+            Arc::clone(&ctx.metrics),
         ))
         .catch_unwind()
         .map(|_| ()),
     );
-    session(ctx, &key, &req, &shared, from_reader).await;
+    session(ctx, &req, &shared, from_reader).await;
     shared.close(close_code::GOING_AWAY, "");
     // A write deadline no turn reported (the session was between turns) is counted here; one
     // that comes later is counted by the writer.
@@ -197,7 +206,6 @@ fn scopeguard<F: FnMut()>(f: F) -> OnDrop<F> {
 /// One socket's turns, in order.
 async fn session(
     ctx: &WorkerCtx,
-    key: &ClientKey,
     req: &Request,
     shared: &WsShared,
     mut requests: mpsc::Receiver<Vec<u8>>,
@@ -222,7 +230,18 @@ async fn session(
                 continue;
             }
         };
-        turn(ctx, key, req, shared, &mut chains, &conversation, next).await;
+        shared.reader_errors.set(0);
+        // Every turn re-resolves the key from the current snapshot: a key revoked, disabled
+        // or expired since the handshake loses the socket, and changed limits apply now.
+        let key = match authenticate(ctx, req) {
+            Ok(k) => k,
+            Err(e) => {
+                shared.send_text(&e.ws_error_event());
+                shared.close(close_code::POLICY, "API key no longer valid");
+                return;
+            }
+        };
+        turn(ctx, &key, req, shared, &mut chains, &conversation, next).await;
         shared.in_flight.set(false);
         shared.last_seen.set(Instant::now());
         if shared.closed.get() {
@@ -325,6 +344,18 @@ async fn turn(
             return;
         }
     };
+    // What HTTP refuses the WebSocket refuses too (the input is rebuilt below, so a bad one
+    // would otherwise go upstream empty).
+    if let Some(i) = v.get("input") {
+        if !i.is_str() && !i.is_array() {
+            let e = Error::bad_request(
+                "`input` must be a string or an array of input items.",
+                Some("input"),
+            );
+            shared.send_text(&e.ws_error_event());
+            return;
+        }
+    }
     let generate = v.get("generate").and_then(|g| g.as_bool()) != Some(false);
     let parent = match v.get("previous_response_id").and_then(|p| p.as_str()) {
         Some(id) => match chains.get(id) {
@@ -493,6 +524,12 @@ pub struct WsShared {
     write_timeout: Cell<WriteTimeout>,
     /// `serve` has returned: the writer counts a later deadline itself.
     session_over: Cell<bool>,
+    /// The payload of the latest ping not yet answered. Only the latest is answered (RFC 6455
+    /// §5.5.3 allows it): a client that floods pings and never reads queues one pong, not one
+    /// per ping. The writer takes it when it reaches the marker [`WsShared::send_pong`] queued.
+    pong: RefCell<Option<Vec<u8>>>,
+    /// Error events the reader answered since the last turn began ([`READER_ERROR_BUDGET`]).
+    reader_errors: Cell<u32>,
 }
 
 // === impl WsShared ===
@@ -510,6 +547,8 @@ impl WsShared {
             last_seen: Cell::new(Instant::now()),
             write_timeout: Cell::new(WriteTimeout::None),
             session_over: Cell::new(false),
+            pong: RefCell::new(None),
+            reader_errors: Cell::new(0),
         }
     }
 
@@ -530,13 +569,40 @@ impl WsShared {
         self.push(out);
     }
 
+    /// Answers a ping: the payload waits in [`WsShared::pong`] (replacing an unanswered
+    /// one) and an empty marker is queued where the pong goes out. Pongs are control frames
+    /// (never compressed), so encoding one at write time leaves the deflate context alone.
     fn send_pong(&self, payload: &[u8]) {
         if self.closed.get() {
             return;
         }
+        if self.pong.replace(Some(payload.to_vec())).is_none() {
+            self.push(Vec::new());
+        }
+    }
+
+    /// The pong a marker stands for, encoded (empty when it was answered already).
+    fn take_pong(&self) -> Vec<u8> {
+        let Some(payload) = self.pong.borrow_mut().take() else {
+            return Vec::new();
+        };
         let mut out = Vec::with_capacity(payload.len() + 8);
-        self.enc.borrow_mut().pong(&mut out, payload);
-        self.push(out);
+        self.enc.borrow_mut().pong(&mut out, &payload);
+        out
+    }
+
+    /// An error event the reader answers, within the session's [`READER_ERROR_BUDGET`];
+    /// `false` when the budget is spent (the session is closed with `1008`).
+    fn reader_error(&self, e: &Error, metrics: &WorkerMetrics) -> bool {
+        let n = self.reader_errors.get() + 1;
+        self.reader_errors.set(n);
+        if n > READER_ERROR_BUDGET {
+            metrics.guard(Guard::WsErrorBudget);
+            self.close(close_code::POLICY, "too many invalid messages");
+            return false;
+        }
+        self.send_text(&e.ws_error_event());
+        true
     }
 
     /// Queues our Close frame (once), then lets the writer finish and the reader stop.
@@ -590,9 +656,21 @@ async fn writer(
     metrics: Arc<WorkerMetrics>,
 ) {
     while let Some(frame) = frames.recv().await {
+        // What `push` counted (a pong's marker counts nothing).
+        let counted = frame.len();
+        let frame = if counted == 0 {
+            shared.take_pong()
+        } else {
+            frame
+        };
+        if frame.is_empty() {
+            continue;
+        }
         let n = frame.len();
         let res = write_progressing(&mut wr, frame, write_timeout).await;
-        shared.queued.set(shared.queued.get().saturating_sub(n));
+        shared
+            .queued
+            .set(shared.queued.get().saturating_sub(counted));
         shared.drained.notify_waiters();
         match res {
             Ok(()) => {}
@@ -675,6 +753,12 @@ async fn write_progressing<W: CancelableAsyncWriteRent>(
 }
 
 /// Decodes client frames; hands `response.create` requests to the session.
+///
+/// What the reader itself answers (pongs, error events) is bounded: only the latest ping is
+/// answered, error events come out of a per-turn budget, and the reader stops reading while
+/// the writer's queue is above [`HIGH_WATER`] (a client that sends and never reads slows
+/// itself down instead of growing the process). Every message's JSON nesting is measured
+/// before anything parses it (close `1009` past [`codex_protocol::depth::MAX_DEPTH`]).
 async fn reader(
     mut rd: OwnedReadHalf<TcpStream>,
     mut buf: Vec<u8>,
@@ -682,6 +766,7 @@ async fn reader(
     limits: Limits,
     shared: Rc<WsShared>,
     requests: mpsc::Sender<Vec<u8>>,
+    metrics: Arc<WorkerMetrics>,
 ) {
     let mut dec = codec::Decoder::new(Role::Server, limits, deflate);
     loop {
@@ -691,6 +776,15 @@ async fn reader(
                     shared.last_seen.set(Instant::now());
                     match msg {
                         Message::Text(p) | Message::Binary(p) => {
+                            if !codex_protocol::depth::check(&p) {
+                                // Before `get` below, which recurses through the fields
+                                // ahead of `type`.
+                                metrics.guard(Guard::JsonTooDeep);
+                                let e = super::too_deep();
+                                shared.send_text(&e.ws_error_event());
+                                shared.close(close_code::TOO_BIG, "JSON nested too deep");
+                                return;
+                            }
                             let ty = sonic_rs::get(p.as_slice(), &["type"])
                                 .ok()
                                 .and_then(|t| t.as_str().map(str::to_owned));
@@ -701,7 +795,9 @@ async fn reader(
                                             "A response is already in progress on this WebSocket; send the next response.create after its terminal event.",
                                             None,
                                         );
-                                        shared.send_text(&e.ws_error_event());
+                                        if !shared.reader_error(&e, &metrics) {
+                                            return;
+                                        }
                                     } else if requests.send(p).await.is_err() {
                                         return;
                                     }
@@ -712,11 +808,13 @@ async fn reader(
                                     let e = Error::bad_request(
                                         format!(
                                             "Unsupported WebSocket message type {:?}; expected response.create.",
-                                            other.unwrap_or("")
+                                            echoed(other.unwrap_or(""))
                                         ),
                                         Some("type"),
                                     );
-                                    shared.send_text(&e.ws_error_event());
+                                    if !shared.reader_error(&e, &metrics) {
+                                        return;
+                                    }
                                 }
                             }
                         }
@@ -744,6 +842,17 @@ async fn reader(
         if shared.closed.get() {
             return;
         }
+        // The client is not reading what it is sent: read nothing more from it until the
+        // writer has caught up (pongs and error events are queued like the pipeline's frames).
+        if shared.queued.get() > HIGH_WATER {
+            metrics.guard(Guard::WsReaderPaused);
+            while shared.queued.get() > HIGH_WATER && !shared.closed.get() {
+                shared.drained.notified().await;
+            }
+            if shared.closed.get() {
+                return;
+            }
+        }
         // Append the next read; cancelled (and awaited) only when the session closes.
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(buf.capacity().max(8192));
@@ -770,6 +879,15 @@ async fn reader(
             }
             Ok(_) => {}
         }
+    }
+}
+
+/// The start of an unsupported message type, as echoed in its error event (at most
+/// [`MAX_ECHOED_TYPE`] characters: a 600 KB `type` is not sent back whole).
+fn echoed(ty: &str) -> std::borrow::Cow<'_, str> {
+    match ty.char_indices().nth(MAX_ECHOED_TYPE) {
+        Some((cut, _)) => format!("{}...", &ty[..cut]).into(),
+        None => ty.into(),
     }
 }
 

@@ -61,6 +61,11 @@ impl ConnGate {
         }
     }
 
+    /// The cap on open connections (0: none).
+    pub fn max_total(&self) -> usize {
+        self.max_total
+    }
+
     /// Open connections admitted and not yet closed.
     pub fn open(&self) -> usize {
         self.open.load(Ordering::Relaxed)

@@ -17,6 +17,7 @@ pub mod memio;
 pub mod targets {
     pub mod anthropic;
     pub mod chat;
+    pub mod depth;
     pub mod encoding;
     pub mod h1;
     pub mod import;
@@ -40,6 +41,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("import", targets::import::run),
     ("encoding", targets::encoding::run),
     ("ws_ext", targets::ws_ext::run),
+    ("depth", targets::depth::run),
 ];
 
 /// The entry of the target called `name`.
