@@ -117,7 +117,7 @@ fn burst_client() -> reqwest::Client {
 
 /// One warm-up request (the key learns one request's size, `T`), then 200 at once; asserts
 /// the tokens admitted stay within `budget + T` and every refusal is a 429 with Retry-After.
-async fn burst_within_budget(s: &Stack, name: &str) {
+async fn burst_within_budget(s: &Stack, name: &str, redis: bool) {
     const BUDGET: u64 = 500;
     let (_, key) = key_with(s, name, json!({"tokens_per_day": BUDGET})).await;
     let http = burst_client();
@@ -167,6 +167,9 @@ async fn burst_within_budget(s: &Stack, name: &str) {
     .await;
     assert_eq!(u["today"]["tokens"].as_u64(), Some(tokens), "{u}");
     assert_eq!(u["current"]["in_flight"], 0, "{u}");
+    if redis {
+        fleet_counters_settled(&key, tokens).await;
+    }
     // Spent (or all but spent): the next request is refused, or admitted alone and the budget
     // is then spent.
     let (st, _, v) = respond_at(&http, &s.url(), &key).await;
@@ -188,6 +191,46 @@ fn slow_mock() -> MockConfig {
     }
 }
 
+/// The fleet's counters in Redis after a burst: today's tokens are exactly what was used (the
+/// workers' settlements and the sidecar's pushes never count a request twice), and the
+/// reservations were taken there and every one given back.
+async fn fleet_counters_settled(key: &str, tokens: u64) {
+    let tag = &shared_state::keys::hash_key_hex(key)[..16];
+    let day = shared_state::keys::day_of(shared_state::now_ms());
+    let mut c = redis::Client::open(REDIS)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis at 127.0.0.1:6379 is required for this test");
+    let mut last = (None, Vec::new());
+    for _ in 0..100 {
+        let used: Option<u64> = redis::cmd("GET")
+            .arg(format!("codex-gateway:limits:{tag}:day_tokens:{day}"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let held_keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("codex-gateway:limits:{tag}:held_tokens:*"))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        for k in &held_keys {
+            let v: i64 = redis::cmd("GET").arg(k).query_async(&mut c).await.unwrap();
+            held.push(v);
+        }
+        if used == Some(tokens) && !held.is_empty() && held.iter().all(|&v| v == 0) {
+            return;
+        }
+        last = (used, held);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "fleet counters: day_tokens {:?} (want {tokens}), held buckets {:?}",
+        last.0, last.1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_token_budget_holds_under_a_burst_of_200() {
     let s = StackBuilder {
@@ -195,7 +238,7 @@ async fn a_token_budget_holds_under_a_burst_of_200() {
         ..StackBuilder::default()
     }
     .start();
-    burst_within_budget(&s, "burst").await;
+    burst_within_budget(&s, "burst", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -206,7 +249,7 @@ async fn a_token_budget_holds_under_a_burst_of_200_with_redis() {
         ..StackBuilder::default()
     }
     .start();
-    burst_within_budget(&s, "burst-redis").await;
+    burst_within_budget(&s, "burst-redis", true).await;
 }
 
 /// Two instances on one PostgreSQL and one Redis, `rpm = 20`, 40 requests at once (20 on
