@@ -232,14 +232,20 @@ impl ModelCatalog {
         out
     }
 
-    /// `GET /v1/models/{id}`: the model's OpenAI object when `id` is a listed model or alias
-    /// that `visible` allows; `None` (a 404) otherwise.
-    pub fn model_for(&self, id: &str, visible: impl Fn(&str) -> bool) -> Option<&[u8]> {
-        self.openai_entries
-            .iter()
-            .find(|(m, _)| m == id)
-            .filter(|(m, _)| visible(m))
-            .map(|(_, e)| e.as_slice())
+    /// `GET /v1/models/{id}`: the model's OpenAI object when `id` is a listed model or alias,
+    /// or a name a prefix alias maps (`claude-sonnet-4-5` under `claude-*`; the pattern
+    /// itself is no model), that `visible` allows; `None` (a 404) otherwise.
+    pub fn model_for(&self, id: &str, visible: impl Fn(&str) -> bool) -> Option<Vec<u8>> {
+        if !visible(id) {
+            return None;
+        }
+        if let Some((_, e)) = self.openai_entries.iter().find(|(m, _)| m == id) {
+            return Some(e.clone());
+        }
+        if id.ends_with('*') || self.resolve(id).is_none() {
+            return None;
+        }
+        sonic_rs::to_vec(&openai_entry(id, "codex-gateway")).ok()
     }
 
     /// Resolves a requested model: an alias, else a known slug, else the longest prefix
@@ -376,14 +382,18 @@ mod tests {
         assert_eq!(none["models"].as_array().unwrap().len(), 0);
 
         let m: sonic_rs::Value =
-            sonic_rs::from_slice(c.model_for("gpt-5.5", |_| true).unwrap()).unwrap();
+            sonic_rs::from_slice(&c.model_for("gpt-5.5", |_| true).unwrap()).unwrap();
         assert_eq!(m["id"].as_str(), Some("gpt-5.5"));
         assert_eq!(m["object"].as_str(), Some("model"));
         let m: sonic_rs::Value =
-            sonic_rs::from_slice(c.model_for("fast", |_| true).unwrap()).unwrap();
+            sonic_rs::from_slice(&c.model_for("fast", |_| true).unwrap()).unwrap();
         assert_eq!(m["owned_by"].as_str(), Some("codex-gateway"));
         assert!(c.model_for("nope", |_| true).is_none());
         assert!(c.model_for("claude-*", |_| true).is_none());
+        let m: sonic_rs::Value =
+            sonic_rs::from_slice(&c.model_for("claude-sonnet-4-5", |_| true).unwrap()).unwrap();
+        assert_eq!(m["id"].as_str(), Some("claude-sonnet-4-5"));
+        assert_eq!(m["owned_by"].as_str(), Some("codex-gateway"));
         assert!(c.model_for("gpt-5.5", |m| m == "fast").is_none());
     }
 

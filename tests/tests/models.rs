@@ -196,6 +196,15 @@ async fn one_model_by_id() {
     let v: Value = get("/v1/models/fast").await.unwrap().json().await.unwrap();
     assert_eq!(v["id"], "fast");
     assert_eq!(v["owned_by"], "codex-gateway");
+    // A name the `claude-*` prefix alias maps is a model; the pattern itself is not.
+    let v: Value = get("/v1/models/claude-sonnet-4-5")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["id"], "claude-sonnet-4-5");
+    assert_eq!(v["owned_by"], "codex-gateway");
     for id in ["gpt-nope", "claude-*", "claude-%2A"] {
         let r = get(&format!("/v1/models/{id}")).await.unwrap();
         assert_eq!(r.status(), 404, "{id}");

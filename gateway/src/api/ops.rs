@@ -170,8 +170,9 @@ pub fn models_body(ctx: &WorkerCtx, key: &ClientKey, codex_shape: bool) -> Vec<u
     catalog.list_for(codex_shape, |m| key.limits.allows_model(m))
 }
 
-/// `GET /v1/models/{id}`: one model in OpenAI's shape, when the caller's key sees it; 404
-/// `model_not_found` otherwise (an unknown id, a prefix alias, a model the key may not use).
+/// `GET /v1/models/{id}`: one model in OpenAI's shape (a listed model or alias, or a name a
+/// prefix alias maps), when the caller's key sees it; 404 `model_not_found` otherwise (an
+/// unknown id, a prefix pattern itself, a model the key may not use).
 pub async fn model<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
@@ -187,8 +188,7 @@ pub async fn model<S: AsyncReadRent + AsyncWriteRent>(
     let body = ctx
         .catalog
         .load()
-        .model_for(&id, |m| key.limits.allows_model(m))
-        .map(<[u8]>::to_vec);
+        .model_for(&id, |m| key.limits.allows_model(m));
     match body {
         Some(b) => {
             ctx.metrics.request("models", 200);
