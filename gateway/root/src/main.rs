@@ -74,6 +74,25 @@ enum AdminCmd {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Create an admin API token and print it once (also the way in while logins are
+    /// rate-limited).
+    CreateToken {
+        /// Token name.
+        name: String,
+        /// `admin` (everything) or `read` (GET only).
+        #[arg(long, default_value = "admin")]
+        scope: String,
+        /// Expire after this many days (default: never).
+        #[arg(long)]
+        expires_in_days: Option<u32>,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// List admin API tokens (prefixes, scopes, expiries; never the tokens).
+    Tokens {
+        #[command(flatten)]
+        db: DbArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -357,6 +376,65 @@ fn main() -> ExitCode {
                 eprintln!(
                     "codex-gateway: new admin password set (shown once); every admin session ended"
                 );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("codex-gateway: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Command::Admin {
+            cmd:
+                AdminCmd::CreateToken {
+                    name,
+                    scope,
+                    expires_in_days,
+                    db,
+                },
+        } => {
+            let expires_at = expires_in_days.map(|d| {
+                i64::try_from(shared_state::now_ms())
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(i64::from(d) * 86_400_000)
+            });
+            match admin::cli::admin_tokens_create(&db.target(), &name, &scope, expires_at) {
+                Ok((token, row)) => {
+                    println!("{}", token.expose());
+                    eprintln!(
+                        "codex-gateway: admin token #{} ({}) created (shown once)",
+                        row.id, row.scope
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Admin {
+            cmd: AdminCmd::Tokens { db },
+        } => match admin::cli::admin_tokens_list(&db.target()) {
+            Ok(rows) => {
+                println!(
+                    "{:<5} {:<24} {:<12} {:<6} {:<14} status",
+                    "id", "name", "prefix", "scope", "expires_at"
+                );
+                let now = i64::try_from(shared_state::now_ms()).unwrap_or(i64::MAX);
+                for r in rows {
+                    let st = if r.revoked_at.is_some() {
+                        "revoked"
+                    } else if r.expires_at.is_some_and(|at| now >= at) {
+                        "expired"
+                    } else {
+                        "active"
+                    };
+                    let exp = r.expires_at.map_or("never".to_owned(), |at| at.to_string());
+                    println!(
+                        "{:<5} {:<24} {:<12} {:<6} {:<14} {st}",
+                        r.id, r.name, r.token_prefix, r.scope, exp
+                    );
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {
