@@ -252,6 +252,19 @@ async fn a_token_budget_holds_under_a_burst_of_200_with_redis() {
     burst_within_budget(&s, "burst-redis", true).await;
 }
 
+/// The worker-side Redis client on the legacy (epoll) driver.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_budget_holds_under_a_burst_of_200_with_redis_on_the_legacy_driver() {
+    let s = StackBuilder {
+        mock: slow_mock(),
+        legacy: true,
+        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        ..StackBuilder::default()
+    }
+    .start();
+    burst_within_budget(&s, "burst-redis-legacy", true).await;
+}
+
 /// Two instances on one PostgreSQL and one Redis, `rpm = 20`, 40 requests at once (20 on
 /// each): at most 20 are admitted, the rest are 429 `rate_limit_exceeded`.
 #[tokio::test(flavor = "multi_thread")]
@@ -373,4 +386,16 @@ async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis() {
     }
     .start();
     reservations_come_back(&s, "release-redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis_on_the_legacy_driver()
+{
+    let s = StackBuilder {
+        legacy: true,
+        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        ..StackBuilder::default()
+    }
+    .start();
+    reservations_come_back(&s, "release-redis-legacy").await;
 }
