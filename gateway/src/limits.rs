@@ -5,9 +5,9 @@
 //!
 //! # Key Components
 //! - [`admit`]: the one admission rule, run on the request head after authentication (and on
-//!   each WebSocket turn). Order: budgets (429 `insufficient_quota`, `Retry-After` until the
-//!   UTC day / month ends), budget held by requests in flight (429 `rate_limit_exceeded`,
-//!   `Retry-After: 1`), concurrency (429 `rate_limit_exceeded`, `Retry-After: 1`), then
+//!   each WebSocket turn). Order: budgets spent (429 `insufficient_quota`, `Retry-After` until
+//!   the UTC day / month ends), concurrency (429 `rate_limit_exceeded`, `Retry-After: 1`),
+//!   budget held by requests in flight (429 `rate_limit_exceeded`, `Retry-After: 1`), then
 //!   requests per minute (429 `rate_limit_exceeded`, `Retry-After` until the UTC minute ends;
 //!   only an admitted request takes an RPM unit). Returns a [`KeySlot`] that holds the
 //!   concurrency slot and the request's budget reservation until dropped.
