@@ -8,7 +8,8 @@
 //!   first, then read and decode the body.
 //! - [`chatgpt`]: the Codex CLI's ChatGPT-mode routes (`/backend-api/codex/responses` through
 //!   [`responses`], the catalog, `/wham/usage`, `/wham/accounts/check`, cheap side calls).
-//! - [`responses`] (`/v1/responses`), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`]
+//! - [`responses`] (`/v1/responses`), [`compact`] (`/v1/responses/compact`: remote
+//!   compaction v1, served through v2), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`]
 //!   (Anthropic `/v1/messages`, `/v1/messages/count_tokens`), [`ops`] (`/healthz`,
 //!   `/metrics`, `/v1/models`).
 //! - [`HttpSink`]: the HTTP/1.1 transport of the pipeline (a chunked stream or one response).
@@ -18,6 +19,7 @@
 
 pub mod chat;
 pub mod chatgpt;
+pub mod compact;
 pub mod messages;
 pub mod ops;
 pub mod responses;
@@ -69,6 +71,14 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                     Err(done) => return done,
                 };
             responses::serve(ctx, conn, req, key, keep).await
+        }
+        ("POST", "/v1/responses/compact" | "/responses/compact") => {
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, compact::ROUTE, true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
+            Box::pin(compact::serve(ctx, conn, req, key, keep)).await
         }
         ("POST", "/v1/chat/completions" | "/chat/completions") => {
             let (key, _slot) =
@@ -130,6 +140,18 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
                 };
             responses::serve(ctx, conn, req, key, keep).await
         }
+        ("POST", _) if chatgpt_route == Some(chatgpt::Route::Compact) => {
+            let (key, _slot) =
+                match read_authenticated(ctx, conn, &mut req, compact::ROUTE, true, keep).await {
+                    Ok(k) => k,
+                    Err(done) => return done,
+                };
+            Box::pin(compact::serve(ctx, conn, req, key, keep)).await
+        }
+        (_, _) if chatgpt_route == Some(chatgpt::Route::Compact) => {
+            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
+            write_error(ctx, conn, compact::ROUTE, &e, keep).await
+        }
         (_, _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
             write_error(ctx, conn, "responses", &e, keep).await
@@ -143,6 +165,7 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
             "/healthz"
             | "/metrics"
             | "/v1/responses"
+            | "/v1/responses/compact"
             | "/v1/models"
             | "/v1/chat/completions"
             | "/v1/usage",

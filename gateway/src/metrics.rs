@@ -17,8 +17,9 @@ use std::{
 use shared_state::egress::ProxyFailureKind;
 
 /// Routes we count.
-pub const ROUTES: [&str; 9] = [
+pub const ROUTES: [&str; 10] = [
     "responses",
+    "responses_compact",
     "chat_completions",
     "messages",
     "messages_count_tokens",

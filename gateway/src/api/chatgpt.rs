@@ -8,6 +8,8 @@
 //!   - `POST /backend-api/codex/responses`: [`super::responses::serve`] (the very same
 //!     lifecycle and pipeline as `/v1/responses`); the WebSocket upgrade of the same path is
 //!     taken by [`super::ws::serve`] before routing ([`super::ws::wants_upgrade`]).
+//!   - `POST /backend-api/codex/responses/compact`: [`super::compact::serve`] (remote
+//!     compaction v1, served through v2 on the same lifecycle).
 //!   - `GET /backend-api/codex/models`: the Codex catalog shape of the published catalog, as
 //!     the caller's key sees it (`ops::models_body`).
 //!   - `GET /backend-api/wham/usage` (and `/api/codex/usage`): [`pool_usage`], the combined
@@ -50,6 +52,9 @@ const SECONDARY_WINDOW_S: i64 = 7 * 24 * 3600;
 pub enum Route {
     /// Inference: `/backend-api/codex/responses` (the `/v1/responses` handler).
     Responses,
+    /// Remote compaction v1: `/backend-api/codex/responses/compact` (the `/v1/responses/compact`
+    /// handler, [`super::compact`]).
+    Compact,
     /// The Codex catalog.
     Models,
     /// The pool's usage.
@@ -69,6 +74,7 @@ pub fn route(path: &str) -> Option<Route> {
         .or_else(|| path.strip_prefix("/api/"))?;
     Some(match rest {
         "codex/responses" => Route::Responses,
+        "codex/responses/compact" => Route::Compact,
         "codex/models" => Route::Models,
         "wham/usage" | "codex/usage" => Route::Usage,
         "wham/accounts/check" | "codex/accounts/check" => Route::AccountsCheck,
@@ -140,7 +146,9 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             accounts_check(req.header("chatgpt-account-id"), &origin)
         }
         // Inference is served by `responses::serve` and side calls above.
-        Route::Responses | Route::SideCall => String::from(r#"{"detail":"Not Found"}"#),
+        Route::Responses | Route::Compact | Route::SideCall => {
+            String::from(r#"{"detail":"Not Found"}"#)
+        }
     };
     ctx.metrics.request(ROUTE, 200);
     conn.write_response(200, &[JSON], body.as_bytes(), keep)
@@ -303,6 +311,11 @@ mod tests {
             route("/backend-api/codex/responses"),
             Some(Route::Responses)
         );
+        assert_eq!(
+            route("/backend-api/codex/responses/compact"),
+            Some(Route::Compact)
+        );
+        assert_eq!(route("/api/codex/responses/compact"), Some(Route::Compact));
         assert_eq!(route("/backend-api/codex/models"), Some(Route::Models));
         assert_eq!(route("/backend-api/wham/usage"), Some(Route::Usage));
         assert_eq!(route("/api/codex/usage"), Some(Route::Usage));
