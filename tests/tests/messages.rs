@@ -653,9 +653,13 @@ fn anthropic_python_sdk() {
     })));
 }
 
-/// The requests Claude Code 2.1.332 sent (recorded by `tests/fixtures/claude-code/record.py`):
-/// `(path?query, headers, body)`, the key left out.
-fn claude_code_fixture() -> Vec<(String, Vec<(String, String)>, Value)> {
+/// One recorded request: `(path?query, headers, body)`.
+type Recorded = (String, Vec<(String, String)>, Value);
+
+/// The requests Claude Code 2.1.332 sent (recorded by `tests/fixtures/claude-code/record.py`),
+/// the key left out.
+#[allow(clippy::unwrap_used, clippy::expect_used)] // a malformed fixture is the failure report
+fn claude_code_fixture() -> Vec<Recorded> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/fixtures/claude-code/claude-code-2.1.332.jsonl"
