@@ -80,6 +80,10 @@ impl RefreshError {
 pub struct OAuthClient {
     http: reqwest::Client,
     token_url: String,
+    /// `originator` and `User-Agent` of token calls: the configured `[wire]` identity (the
+    /// Codex CLI's by default), never the gateway's own name (issue 23).
+    originator: String,
+    user_agent: String,
 }
 
 // === impl OAuthClient ===
@@ -90,7 +94,40 @@ impl OAuthClient {
         Self {
             http,
             token_url: token_url.into(),
+            originator: crate::DEFAULT_ORIGINATOR.to_owned(),
+            user_agent: crate::DEFAULT_USER_AGENT.to_owned(),
         }
+    }
+
+    /// Token calls present this identity (`originator`, `User-Agent`): the data plane's
+    /// configured `[wire]` profile, so one account looks like one client everywhere.
+    pub fn with_identity(mut self, originator: &str, user_agent: &str) -> Self {
+        self.originator = originator.to_owned();
+        self.user_agent = user_agent.to_owned();
+        self
+    }
+
+    /// The same endpoint and identity over another HTTP client (an account's egress proxy).
+    pub fn with_http(&self, http: reqwest::Client) -> Self {
+        Self {
+            http,
+            ..self.clone()
+        }
+    }
+
+    /// A token endpoint POST carrying the identity headers.
+    fn post(&self) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .post(&self.token_url)
+            .header(reqwest::header::ACCEPT, "application/json");
+        if !self.user_agent.is_empty() {
+            r = r.header(reqwest::header::USER_AGENT, &self.user_agent);
+        }
+        if !self.originator.is_empty() {
+            r = r.header("originator", &self.originator);
+        }
+        r
     }
 
     /// The endpoint URL.
@@ -112,9 +149,7 @@ impl OAuthClient {
             "refresh_token": refresh_token.expose(),
         });
         let resp = self
-            .http
-            .post(&self.token_url)
-            .header(reqwest::header::ACCEPT, "application/json")
+            .post()
             .json(&body)
             .send()
             .await
@@ -201,9 +236,7 @@ impl OAuthClient {
             .collect::<Vec<_>>()
             .join("&");
         let resp = self
-            .http
-            .post(&self.token_url)
-            .header(reqwest::header::ACCEPT, "application/json")
+            .post()
             .header(
                 reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",

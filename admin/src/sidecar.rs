@@ -134,10 +134,7 @@ impl Core {
     pub fn oauth_for(&self, id: i64) -> Result<OAuthClient, String> {
         match self.egress_of(id) {
             None => Ok(self.oauth.clone()),
-            Some(p) => Ok(OAuthClient::new(
-                self.egress.client(&p)?,
-                self.oauth.token_url(),
-            )),
+            Some(p) => Ok(self.oauth.with_http(self.egress.client(&p)?)),
         }
     }
 
@@ -247,7 +244,8 @@ pub(crate) async fn run(
             storage,
             publisher,
             health: Arc::clone(&health),
-            oauth: OAuthClient::new(http, cfg.oauth_token_url.clone()),
+            oauth: OAuthClient::new(http, cfg.oauth_token_url.clone())
+                .with_identity(&cfg.originator, &cfg.user_agent),
             leases,
             refresh: refresh::RefreshBook::default(),
             admin: crate::api::AdminState::new(&cfg),
@@ -327,7 +325,7 @@ async fn beat(health: &Health) {
     loop {
         every.tick().await;
         tasks.beat(shared_state::now_ms());
-        if cfg!(feature = "fault-injection") && tasks.take_injected_thread_panic() {
+        if crate::TEST_HOOKS && tasks.take_injected_thread_panic() {
             #[allow(clippy::panic)]
             {
                 panic!("injected fault in the sidecar thread");

@@ -644,6 +644,8 @@ pub async fn open_traced(
     let mut saw_other = false;
     // An earlier attempt of this request was refused as overloaded (see `policy::Prior`).
     let mut overloaded_elsewhere = false;
+    // An earlier attempt was refused by Cloudflare or a non-account 403 (`policy::Prior`).
+    let mut blocked_elsewhere = false;
     let mut last_err: Option<Error> = None;
     // What goes upstream: the plan's body, or (after an `invalid_encrypted_content`) the same
     // without its blobs, for the rest of the request.
@@ -694,6 +696,7 @@ pub async fn open_traced(
                 let prior = policy::Prior {
                     after_refresh: refreshed,
                     overloaded_elsewhere,
+                    blocked_elsewhere,
                 };
                 // Another account's recorded blobs never reach this one.
                 let cleaned = if stripped_all {
@@ -770,6 +773,12 @@ pub async fn open_traced(
                     Err(AttemptError::Failover { error, class }) => {
                         if matches!(class, Some(FailureClass::Overloaded { .. })) {
                             overloaded_elsewhere = true;
+                        }
+                        if matches!(
+                            class,
+                            Some(FailureClass::Cloudflare | FailureClass::Forbidden)
+                        ) {
+                            blocked_elsewhere = true;
                         }
                         if matches!(class, Some(FailureClass::UsageLimit { .. })) {
                             saw_usage_limit = true;

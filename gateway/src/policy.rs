@@ -43,6 +43,11 @@ pub struct Prior {
     /// that every account refuses (an overloaded upstream, a request the upstream always
     /// fails with a 5xx) thus cools one account, not the pool.
     pub overloaded_elsewhere: bool,
+    /// Another account already got a Cloudflare block or a non-account 403 in this request:
+    /// a second one is the egress IP's (or the request's), not this account's, so it cools
+    /// nothing (its health still records it). An IP-level block thus cools the one account it
+    /// happened on, not every account a request tries.
+    pub blocked_elsewhere: bool,
 }
 
 /// The recovery of a request the upstream refused because it could not verify an opaque blob
@@ -126,6 +131,7 @@ pub fn apply(
             });
         }
         FailureClass::Deactivated => effect(AccountEffect::Status(AccountStatus::Banned)),
+        FailureClass::Cloudflare | FailureClass::Forbidden if prior.blocked_elsewhere => {}
         FailureClass::Cloudflare => cool(CLOUDFLARE_COOLDOWN, class.name()),
         FailureClass::Forbidden => cool(FORBIDDEN_COOLDOWN, class.name()),
         FailureClass::ModelNotSupported => scheduler::exclude_model(

@@ -178,6 +178,11 @@ fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
         workers: 1,
         tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
             c.pool.strategy = strategy;
+            // Anthropic model names resolve to a catalog model.
+            c.model_aliases.insert(
+                "claude-*".into(),
+                shared_state::catalog::parse_alias("gpt-5.5"),
+            );
         })),
         ..StackBuilder::default()
     }
@@ -351,4 +356,116 @@ async fn two_accounts_show_two_installations_in_all_three_places() {
     let v: Vec<&String> = ids.values().collect();
     assert_ne!(v[0], v[1]);
     assert!(v.iter().all(|i| i.as_str() != "client-iid"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_signatures_survive_an_account_switch() {
+    let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
+    let ask = json!({"model": "claude-sonnet-4-5", "max_tokens": 16000,
+        "thinking": {"type": "enabled", "budget_tokens": 10000},
+        "messages": [{"role": "user", "content": "think"}]});
+    let r = s.post("/v1/messages").json(&ask).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(s.served_by(), ["acct-0"]);
+    let sig = v["content"][0]["signature"].as_str().unwrap().to_owned();
+    assert!(benches::mock::blob_minted_for(&sig, "acct-0"));
+
+    s.mock.set_behaviour(
+        "acct-0",
+        "error=usage_limit_reached,reasoning=1".parse().unwrap(),
+    );
+    s.mock.clear_requests();
+    let follow = json!({"model": "claude-sonnet-4-5", "max_tokens": 16000,
+        "thinking": {"type": "enabled", "budget_tokens": 10000},
+        "messages": [{"role": "user", "content": "think"},
+                     {"role": "assistant", "content": v["content"].clone()},
+                     {"role": "user", "content": "again"}]});
+    let r = s.post("/v1/messages").json(&follow).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let reqs = upstream(&s.mock);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert_eq!(on_1.len(), 1);
+    assert!(on_1[0].blobs().is_empty(), "acct-0's signature stays home");
+    assert!(reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-0"))
+        .all(|r| r.blobs() == vec![sig.clone()]));
+    assert_eq!(
+        s.metric("codex_gateway_session_account_switches_total")
+            .await,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ip_level_block_cools_the_one_account_it_happened_on() {
+    let s = StackBuilder {
+        accounts: 3,
+        workers: 1,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    for a in ["acct-0", "acct-1", "acct-2"] {
+        s.mock.set_behaviour(a, "error=cloudflare".parse().unwrap());
+    }
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(!r.status().is_success());
+    let tried = s.served_by();
+    assert!(tried.len() >= 2, "failed over: {tried:?}");
+    let cooling: Vec<&str> = ["acct-0", "acct-1", "acct-2"]
+        .into_iter()
+        .filter(|a| s.account(a).cooling_ms > 0)
+        .collect();
+    assert_eq!(
+        cooling,
+        [tried[0].as_str()],
+        "only the first block cools its account"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_refresh_presents_the_configured_wire_identity() {
+    let s = StackBuilder {
+        accounts: 1,
+        workers: 1,
+        mock: benches::MockConfig {
+            strict_tokens: true,
+            ..Default::default()
+        },
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.wire.originator = "codex_exec".to_owned();
+            c.wire.user_agent = "codex_exec/0.171.0 (test wire profile)".to_owned();
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let before = s.mock.token_requests().len();
+    s.mock.revoke_access_token("acct-0");
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "refreshed once, then served");
+    let calls = s.mock.token_requests();
+    let refresh = &calls[before..];
+    assert_eq!(refresh.len(), 1, "one token call");
+    assert_eq!(
+        refresh[0].header("user-agent"),
+        Some("codex_exec/0.171.0 (test wire profile)")
+    );
+    assert_eq!(refresh[0].header("originator"), Some("codex_exec"));
 }

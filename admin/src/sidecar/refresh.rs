@@ -55,8 +55,11 @@ const GIVE_UP_PAUSE: Duration = Duration::from_secs(30);
 /// Why a refresh runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reason {
-    /// A worker saw the access token rejected.
-    Rejected,
+    /// A worker saw the access token of snapshot version `seen_version` rejected.
+    Rejected {
+        /// The snapshot version the worker's request used.
+        seen_version: u64,
+    },
     /// The access token is about to expire.
     Expiring,
 }
@@ -147,7 +150,7 @@ pub(crate) fn request(core: &Arc<Core>, account_id: i64, seen_version: u64) {
         core: Arc::clone(core),
         id: account_id,
     };
-    tokio::spawn(run(guard, Reason::Rejected));
+    tokio::spawn(run(guard, Reason::Rejected { seen_version }));
 }
 
 /// Starts refreshes for active accounts whose access token expires soon.
@@ -290,6 +293,23 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
     }
     if row.status != AccountStatus::Active {
         return Step::Done;
+    }
+    // Refresh only while the token that failed is the current one. A token published since
+    // the worker's snapshot (by this process, or another instance's refresh arriving over
+    // pub/sub while this task waited for the lease) is the one to use: refreshing again would
+    // spend the rotated refresh token a second time.
+    if let Reason::Rejected { seen_version } = reason {
+        if core
+            .publisher
+            .token_version(id)
+            .is_some_and(|v| seen_version < v)
+        {
+            tracing::debug!(
+                account = id,
+                "the rejected token was replaced meanwhile; not refreshing"
+            );
+            return Step::Done;
+        }
     }
     // Another instance (or an import) may already have stored newer tokens.
     let published = core
