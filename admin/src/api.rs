@@ -445,14 +445,15 @@ async fn guard(State(core): State<AppState>, req: Request, next: Next) -> Respon
     no_store(next.run(req).await)
 }
 
-/// The bearer token of a request, if any.
+/// The bearer token of a request, if any. The scheme is matched without regard to case (RFC
+/// 7235 §2.1: `BEARER x` is `Bearer x`).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
+            let (scheme, rest) = v.split_at_checked(7)?;
+            scheme.eq_ignore_ascii_case("bearer ").then_some(rest)
         })
         .map(str::trim)
 }
@@ -605,5 +606,17 @@ mod tests {
         );
         assert_eq!(session_cookie(&h), Some("abc"));
         assert_eq!(bearer(&h), Some("x"));
+        for scheme in ["bearer", "BEARER", "bEaReR"] {
+            h.insert(
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("{scheme} y")).unwrap(),
+            );
+            assert_eq!(bearer(&h), Some("y"), "{scheme}");
+        }
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic eA=="),
+        );
+        assert_eq!(bearer(&h), None);
     }
 }

@@ -96,6 +96,13 @@ pub mod storage;
 pub mod supervisor;
 pub mod web;
 
+/// Whether this build carries the test hooks (`TaskHealth::inject_panics`,
+/// `inject_thread_panic`): the `fault-injection` feature (enabled by the integration tests)
+/// AND a build with debug assertions, so that no release build contains them even when
+/// feature unification turns the feature on (`cargo build --release` of the workspace);
+/// `tests/tests/deploy.rs` keeps every use of the feature behind this.
+pub(crate) const TEST_HOOKS: bool = cfg!(all(feature = "fault-injection", debug_assertions));
+
 pub use error::{AdminError, SidecarError, StorageError};
 pub use import::ImportSummary;
 /// Owned by `shared-state` (the gateway's configuration parses it).
@@ -151,8 +158,8 @@ pub struct SidecarConfig {
     /// `admin_token`, one is generated and printed once on stderr.
     pub admin_password: Option<Secret>,
     /// Host names (with or without a port) the admin listener also answers to besides
-    /// loopback names, e.g. the public name a reverse proxy forwards in `Host`
-    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`). Only consulted when the listener is on loopback.
+    /// loopback names and its own IP, e.g. the public name a reverse proxy forwards in `Host`
+    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`). Consulted on every listener.
     pub admin_allowed_hosts: Vec<String>,
     /// The data plane's Prometheus `/metrics` URL, scraped by the dashboard and the ops page
     /// (`None`: those pages show no data-plane numbers).

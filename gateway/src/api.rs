@@ -403,10 +403,18 @@ pub(crate) fn passthrough(req: &Request) -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// Test-only fault injection: with the `fault-injection` feature (enabled by the integration
-/// test crate only), the request header `x-codex-gateway-fault` names a fault to inject.
+/// Whether this build carries the test hooks: the `fault-injection` feature (enabled by the
+/// integration test crate only) AND a build with debug assertions. Feature unification turns
+/// the feature on in any build of the whole workspace (`cargo build --release` included), so
+/// the feature alone would let a release binary obey `x-codex-gateway-fault` from any
+/// authenticated client; no release profile has debug assertions, so no release build can
+/// contain the hooks (`tests/tests/deploy.rs` keeps every use of the feature behind this).
+pub(crate) const TEST_HOOKS: bool = cfg!(all(feature = "fault-injection", debug_assertions));
+
+/// Test-only fault injection ([`TEST_HOOKS`]): the request header `x-codex-gateway-fault`
+/// names a fault to inject.
 pub(crate) fn fault_requested(req: &Request, fault: &str) -> bool {
-    cfg!(feature = "fault-injection") && req.header("x-codex-gateway-fault") == Some(fault)
+    TEST_HOOKS && req.header("x-codex-gateway-fault") == Some(fault)
 }
 
 /// Decodes a compressed request body in place (`Content-Encoding`: zstd, gzip, deflate),

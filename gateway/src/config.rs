@@ -378,8 +378,8 @@ pub struct GatewayConfig {
     pub admin_token: Option<Secret>,
     /// Admin password (`CODEX_GATEWAY_ADMIN_PASSWORD`; stored as an Argon2id hash at start).
     pub admin_password: Option<Secret>,
-    /// Extra `Host` names the loopback admin listener answers to, e.g. behind a reverse proxy
-    /// (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`, comma-separated).
+    /// Extra `Host` names the admin listener answers to besides loopback names and its own IP,
+    /// e.g. behind a reverse proxy (`CODEX_GATEWAY_ADMIN_ALLOWED_HOSTS`, comma-separated).
     pub admin_allowed_hosts: Vec<String>,
     /// Bearer token for the data plane's `/metrics` (None: open).
     pub metrics_token: Option<Secret>,
