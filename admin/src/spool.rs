@@ -75,6 +75,9 @@ struct Line {
     /// Absent in lines written before costs were recorded.
     #[serde(default)]
     cost_micros: u64,
+    /// Absent in lines written before request ids were recorded.
+    #[serde(default)]
+    request_id: String,
 }
 
 // === impl Line ===
@@ -104,6 +107,7 @@ impl Line {
             failovers: r.failovers,
             error_class: r.error_class.clone(),
             cost_micros: r.cost_micros,
+            request_id: r.request_id.clone(),
         }
     }
 
@@ -131,6 +135,8 @@ impl Line {
             failovers: self.failovers,
             error_class: self.error_class,
             cost_micros: self.cost_micros,
+            request_id: self.request_id,
+            bytes_out: 0,
         })
     }
 }
@@ -535,6 +541,7 @@ mod tests {
             input_tokens: i,
             transport: Transport::Ws,
             reasoning_effort: Some("high".into()),
+            request_id: format!("req_{i}"),
             ..Default::default()
         }
     }

@@ -298,10 +298,11 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
     keep: bool,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<bool>> + 'a>> {
     Box::pin(async move {
-        let r = e.render(Dialect::of_route(route));
+        let request_id = conn.request_id().to_owned();
+        let r = e.render_as(Dialect::of_route(route), Some(&request_id));
         ctx.metrics.request(route, r.status);
         if e.side != Side::Downstream {
-            tracing::warn!(route, status = r.status, error = %e, "request failed");
+            tracing::warn!(route, status = r.status, request_id, error = %e, "request failed");
         }
         let retry = r.retry_after.map(|s| s.to_string());
         let mut headers: Vec<(&str, &str)> = vec![JSON];
@@ -340,9 +341,10 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
                     Some("bad_http_request"),
                 )
                 .to_json(),
-                Dialect::Anthropic => codex_protocol::anthropic::error_json(
+                Dialect::Anthropic => crate::error::anthropic_error_body(
                     codex_protocol::anthropic::error_type_for_status(status),
                     &message,
+                    Some(conn.request_id()),
                 ),
             };
             ctx.metrics.request(route, status);

@@ -10,6 +10,11 @@
 //!   Anthropic's (`{"type":"error","error":{"type","message"}}`, [`Error::to_anthropic`],
 //!   also used for the stream's `error` event after the commit); status, message and
 //!   `Retry-After` always come from [`Error::to_openai`].
+//! - The request id ([`crate::request_id`]) rides where each dialect's real API puts it: the
+//!   `x-request-id` header always (written by the HTTP codec); in Anthropic's error body too
+//!   (top-level `request_id`, [`Error::render_as`]); never in OpenAI's body (OpenAI sends the
+//!   header only); a top-level `request_id` on our WebSocket `error` events
+//!   ([`Error::ws_error_event`]), which have no headers.
 
 use std::fmt;
 
@@ -170,6 +175,19 @@ pub struct Rendered {
     pub retry_after: Option<u64>,
 }
 
+/// Anthropic's error body (`codex_protocol::anthropic::error_json`), with the top-level
+/// `request_id` Anthropic's API answers when one is given.
+pub fn anthropic_error_body(error_type: &str, message: &str, request_id: Option<&str>) -> Vec<u8> {
+    let mut out = codex_protocol::anthropic::error_json(error_type, message);
+    if let (Some(id), Some(b'}')) = (request_id, out.last()) {
+        out.pop();
+        out.extend_from_slice(b",\"request_id\":");
+        out.extend_from_slice(sonic_rs::to_string(id).unwrap_or_default().as_bytes());
+        out.push(b'}');
+    }
+    out
+}
+
 // === impl Error ===
 
 impl Error {
@@ -225,12 +243,14 @@ impl Error {
     }
 
     /// The WebSocket `error` event for a failure before the commit (the Responses WebSocket
-    /// shape: `{"type":"error","status":..,"error":{"type","code","message","param"}}`).
-    pub fn ws_error_event(&self) -> Vec<u8> {
+    /// shape: `{"type":"error","status":..,"error":{"type","code","message","param"}}`), with
+    /// the turn's `request_id` at the top level (a WebSocket event has no headers).
+    pub fn ws_error_event(&self, request_id: &str) -> Vec<u8> {
         let r = self.to_openai();
         let data = sonic_rs::json!({
             "type": "error",
             "status": r.status,
+            "request_id": request_id,
             "error": {
                 "type": r.body.error_type,
                 "code": r.body.code,
@@ -253,8 +273,15 @@ impl Error {
         )
     }
 
-    /// The HTTP answer in `dialect` (same status and `Retry-After` in both).
+    /// The HTTP answer in `dialect` (same status and `Retry-After` in both), without a
+    /// request id in the body.
     pub fn render(&self, dialect: Dialect) -> HttpRendering {
+        self.render_as(dialect, None)
+    }
+
+    /// The HTTP answer in `dialect`; Anthropic's body carries `request_id` at the top level
+    /// when given, as Anthropic's API does (OpenAI's body never does: its id is the header).
+    pub fn render_as(&self, dialect: Dialect, request_id: Option<&str>) -> HttpRendering {
         match dialect {
             Dialect::OpenAi => {
                 let r = self.to_openai();
@@ -268,7 +295,7 @@ impl Error {
                 let (ty, r) = self.to_anthropic();
                 HttpRendering {
                     status: r.status,
-                    body: codex_protocol::anthropic::error_json(ty, &r.body.message),
+                    body: anthropic_error_body(ty, &r.body.message, request_id),
                     retry_after: r.retry_after,
                 }
             }
@@ -725,6 +752,24 @@ mod tests {
             Dialect::Anthropic
         );
         assert_eq!(Dialect::of_route("chat_completions"), Dialect::OpenAi);
+    }
+
+    #[test]
+    fn the_request_id_rides_where_each_dialect_puts_it() {
+        let e = Error::bad_request("bad", None);
+        let a = e.render_as(Dialect::Anthropic, Some("req_1"));
+        let v: sonic_rs::Value = sonic_rs::from_slice(&a.body).unwrap();
+        assert_eq!(v["request_id"].as_str(), Some("req_1"));
+        assert_eq!(v["error"]["message"].as_str(), Some("bad"));
+        let o = e.render_as(Dialect::OpenAi, Some("req_1"));
+        assert_eq!(
+            o.body,
+            e.render(Dialect::OpenAi).body,
+            "OpenAI: the header only"
+        );
+        let w: sonic_rs::Value = sonic_rs::from_slice(&e.ws_error_event("req_2")).unwrap();
+        assert_eq!(w["request_id"].as_str(), Some("req_2"));
+        assert_eq!(w["type"].as_str(), Some("error"));
     }
 
     #[test]

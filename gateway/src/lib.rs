@@ -23,6 +23,7 @@
 //!   chunk framing).
 //! - [`ws`]: the WebSocket protocol, sans IO (handshake, framing, permessage-deflate).
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
+//! - [`request_id`]: the gateway request id (`x-request-id`) of every request and WebSocket turn.
 //! - [`config`], [`metrics`], [`models`], [`logging`].
 //!
 //! See `docs/architecture.md` for the request lifecycle chart.
@@ -41,6 +42,7 @@ pub mod owners;
 pub mod pipeline;
 pub mod policy;
 pub mod redis;
+pub mod request_id;
 pub mod scheduler;
 pub mod server;
 #[cfg(test)]

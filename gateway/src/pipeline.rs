@@ -263,6 +263,7 @@ pub fn forward<'a, 'u, E: Encoder, S: Sink>(
                 // One write per batch of events that arrived together (the first one carries
                 // the response head). Client gone (or not reading: the write deadline): dropping
                 // `c` resets the upstream stream and frees the slot; the guard records a 499.
+                usage.bytes_out += out.len() as u64;
                 sink.send(&out)
                     .await
                     .map_err(|e| client_failed(ctx, usage, e))?;
@@ -321,6 +322,7 @@ pub fn forward<'a, 'u, E: Encoder, S: Sink>(
         let answered = if streaming {
             // A streamed response was a 200 whatever happened inside it.
             usage.status(200);
+            usage.bytes_out += out.len() as u64;
             sink.end(&out)
                 .await
                 .map_err(|e| client_failed(ctx, usage, e))
@@ -328,6 +330,7 @@ pub fn forward<'a, 'u, E: Encoder, S: Sink>(
             match done {
                 Ok(()) => {
                     usage.status(200);
+                    usage.bytes_out += out.len() as u64;
                     sink.whole(&visible, &out).await
                 }
                 Err(e) => {
@@ -399,6 +402,10 @@ pub struct UsageGuard<'a> {
     trace: lifecycle::Trace,
     reasoning_effort: Option<String>,
     service_tier: Option<String>,
+    /// The request's id ([`crate::request_id`]).
+    request_id: String,
+    /// Body bytes handed to the client's transport (the access log's `bytes_out`).
+    bytes_out: u64,
 }
 
 /// Runs `plan` through the lifecycle ([`lifecycle::open_traced`]) and records on `usage` what
@@ -412,7 +419,12 @@ pub async fn open(
 ) -> Result<Committed, Error> {
     usage.reasoning_effort = plan.asked.reasoning_effort.clone();
     usage.service_tier = plan.asked.service_tier.clone();
-    let res = lifecycle::open_traced(ctx, plan, &mut usage.trace).await;
+    // The attempt phase's logs (failovers, refresh waits) carry the request id; the stream
+    // after the commit is not instrumented (a span entered at every poll of every stream).
+    let span = tracing::info_span!("request", request_id = %usage.request_id);
+    let res =
+        tracing::Instrument::instrument(lifecycle::open_traced(ctx, plan, &mut usage.trace), span)
+            .await;
     if let Err(e) = &res {
         usage.fail(e);
     }
@@ -429,6 +441,7 @@ impl<'a> UsageGuard<'a> {
         route: &'static str,
         model: String,
         stream: bool,
+        request_id: &str,
     ) -> Self {
         Self {
             ctx,
@@ -449,6 +462,8 @@ impl<'a> UsageGuard<'a> {
             trace: lifecycle::Trace::default(),
             reasoning_effort: None,
             service_tier: None,
+            request_id: request_id.to_owned(),
+            bytes_out: 0,
         }
     }
 
@@ -535,6 +550,8 @@ impl Drop for UsageGuard<'_> {
             ttft_ms: self.ttft.map(|d| d.as_millis() as u64),
             failovers: self.trace.failovers,
             error_class: error_class.map(str::to_owned),
+            request_id: std::mem::take(&mut self.request_id),
+            bytes_out: self.bytes_out,
         })));
     }
 }

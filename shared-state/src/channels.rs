@@ -145,6 +145,11 @@ pub struct UsageRecord {
     /// (`usage_limit`, `auth_expired`, ...), ours otherwise (`upstream_connect`,
     /// `client_gone`, ...).
     pub error_class: Option<String>,
+    /// The gateway request id (`x-request-id`: the client's when well-formed, else ours; one
+    /// per WebSocket turn). Empty for records stored before it existed.
+    pub request_id: String,
+    /// Body bytes written to the client (the access log's `bytes_out`; not stored).
+    pub bytes_out: u64,
 }
 
 // === impl UsageRecord ===

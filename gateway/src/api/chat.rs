@@ -90,7 +90,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             return write_error(ctx, conn, ROUTE, &e, keep).await;
         }
     };
-    let mut usage = UsageGuard::start(ctx, &key, ROUTE, creq.model.clone(), creq.stream);
+    let mut usage = UsageGuard::start(
+        ctx,
+        &key,
+        ROUTE,
+        creq.model.clone(),
+        creq.stream,
+        conn.request_id(),
+    );
     let plan = RequestPlan {
         route: ROUTE,
         model: creq.model.clone(),

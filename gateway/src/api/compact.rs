@@ -67,7 +67,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         }
     };
     drop(catalog);
-    let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), false);
+    let mut usage = UsageGuard::start(
+        ctx,
+        &key,
+        ROUTE,
+        norm.model.clone(),
+        false,
+        conn.request_id(),
+    );
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,

@@ -130,7 +130,14 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             return write_error(ctx, conn, ROUTE, &e, keep).await;
         }
     };
-    let mut usage = UsageGuard::start(ctx, &key, ROUTE, mreq.model.clone(), mreq.stream);
+    let mut usage = UsageGuard::start(
+        ctx,
+        &key,
+        ROUTE,
+        mreq.model.clone(),
+        mreq.stream,
+        conn.request_id(),
+    );
     let plan = RequestPlan {
         route: ROUTE,
         model: mreq.model.clone(),

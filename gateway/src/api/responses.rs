@@ -116,7 +116,14 @@ async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
             }
         }
     }
-    let usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), norm.stream);
+    let usage = UsageGuard::start(
+        ctx,
+        key,
+        ROUTE,
+        norm.model.clone(),
+        norm.stream,
+        conn.request_id(),
+    );
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,

@@ -136,11 +136,8 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
             return;
         }
     };
-    if conn
-        .write_all(handshake::response_head(&hs, &[]))
-        .await
-        .is_err()
-    {
+    let head = handshake::response_head(&hs, &[(crate::request_id::HEADER, conn.request_id())]);
+    if conn.write_all(head).await.is_err() {
         return;
     }
     ctx.metrics.request(ROUTE, 101);
@@ -236,7 +233,7 @@ async fn session(
         let key = match authenticate(ctx, req) {
             Ok(k) => k,
             Err(e) => {
-                shared.send_text(&e.ws_error_event());
+                shared.send_text(&e.ws_error_event(&crate::request_id::generate()));
                 shared.close(close_code::POLICY, "API key no longer valid");
                 return;
             }
@@ -336,11 +333,13 @@ async fn turn(
     conversation: &str,
     payload: Vec<u8>,
 ) {
+    // Each turn is a request of its own: its own id, in its error events and usage record.
+    let request_id = crate::request_id::generate();
     let mut v: sonic_rs::Value = match sonic_rs::from_slice(&payload) {
         Ok(v) => v,
         Err(e) => {
             let e = Error::bad_request(format!("Invalid JSON in the WebSocket message: {e}"), None);
-            shared.send_text(&e.ws_error_event());
+            shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
     };
@@ -352,7 +351,7 @@ async fn turn(
                 "`input` must be a string or an array of input items.",
                 Some("input"),
             );
-            shared.send_text(&e.ws_error_event());
+            shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
     }
@@ -362,7 +361,7 @@ async fn turn(
             Some(c) => Some(c),
             None => {
                 let e = Error::new(ErrorKind::ContinuationNotFound, Side::Downstream);
-                shared.send_text(&e.ws_error_event());
+                shared.send_text(&e.ws_error_event(&request_id));
                 return;
             }
         },
@@ -417,7 +416,7 @@ async fn turn(
                 Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
                 None => Error::bad_request(e.message, e.param),
             };
-            shared.send_text(&e.ws_error_event());
+            shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
     };
@@ -426,11 +425,11 @@ async fn turn(
     let _slot = match crate::limits::admit(ctx, key, shared_state::now_ms()).await {
         Ok(s) => s,
         Err(e) => {
-            shared.send_text(&e.ws_error_event());
+            shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
     };
-    let mut usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), true);
+    let mut usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), true, &request_id);
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,
@@ -452,12 +451,15 @@ async fn turn(
     let committed = match Box::pin(pipeline::open(ctx, &plan, &mut usage)).await {
         Ok(c) => c,
         Err(e) => {
-            shared.send_text(&e.ws_error_event());
+            shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
     };
     let mut enc = Capturing::new(ResponsesWs { shared });
-    let mut sink = WsSink { shared };
+    let mut sink = WsSink {
+        shared,
+        request_id: &request_id,
+    };
     let _ = Box::pin(pipeline::forward(
         ctx, committed, &mut usage, &mut enc, &mut sink,
     ))
@@ -601,7 +603,7 @@ impl WsShared {
             self.close(close_code::POLICY, "too many invalid messages");
             return false;
         }
-        self.send_text(&e.ws_error_event());
+        self.send_text(&e.ws_error_event(&crate::request_id::generate()));
         true
     }
 
@@ -781,7 +783,7 @@ async fn reader(
                                 // ahead of `type`.
                                 metrics.guard(Guard::JsonTooDeep);
                                 let e = super::too_deep();
-                                shared.send_text(&e.ws_error_event());
+                                shared.send_text(&e.ws_error_event(&crate::request_id::generate()));
                                 shared.close(close_code::TOO_BIG, "JSON nested too deep");
                                 return;
                             }
@@ -895,6 +897,8 @@ fn echoed(ty: &str) -> std::borrow::Cow<'_, str> {
 /// while the client lags behind.
 struct WsSink<'a> {
     shared: &'a WsShared,
+    /// The turn's id, for its error event.
+    request_id: &'a str,
 }
 
 impl Sink for WsSink<'_> {
@@ -934,7 +938,7 @@ impl Sink for WsSink<'_> {
     }
 
     async fn error(&mut self, e: &Error) -> io::Result<bool> {
-        self.shared.send_text(&e.ws_error_event());
+        self.shared.send_text(&e.ws_error_event(self.request_id));
         Ok(true)
     }
 }

@@ -134,6 +134,9 @@ pub struct Conn<S> {
     head_request: bool,
     limits: Limits,
     body_clock: Option<BodyClock>,
+    /// The current request's id ([`crate::request_id`]), answered in `x-request-id` on every
+    /// response; empty until a head is read or a response needs one (then generated).
+    request_id: String,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -166,7 +169,22 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             head_request: false,
             limits,
             body_clock: None,
+            request_id: String::new(),
         }
+    }
+
+    /// The current request's id: the client's well-formed `x-request-id`, else a generated
+    /// one (also for a request that could not be read, or an answer without a request).
+    pub fn request_id(&mut self) -> &str {
+        if self.request_id.is_empty() {
+            self.request_id = crate::request_id::generate();
+        }
+        &self.request_id
+    }
+
+    /// Replaces the current request's id (tests; a caller that derives its own).
+    pub fn set_request_id(&mut self, id: String) {
+        self.request_id = id;
     }
 
     /// Appends the next read to the buffer; `Ok(0)` on EOF.
@@ -183,6 +201,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     /// Reads the next request head (the body stays on the wire: see [`Conn::read_body`]).
     /// `idle` bounds the wait for its first byte (a timeout closes the connection).
     pub async fn read_head(&mut self, idle: Duration) -> Result<Request, ReadError> {
+        // A new request: a new id (generated when needed if the head cannot be read).
+        self.request_id.clear();
         // When the head's first byte arrived (a pipelined head already buffered: now).
         let mut head_started = (!self.buf.is_empty()).then(Instant::now);
         let (head_len, req) = loop {
@@ -237,6 +257,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             }
         };
         self.buf.drain(..head_len);
+        self.request_id = crate::request_id::for_request(req.header(crate::request_id::HEADER));
         self.head_request = req.method == "HEAD";
         self.body_unread = req.framing != Framing::None;
         Ok(req)
@@ -494,7 +515,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         body: &[u8],
         keep_alive: bool,
     ) -> io::Result<()> {
-        let mut out = head(status, headers, keep_alive && !self.body_unread);
+        let keep_alive = keep_alive && !self.body_unread;
+        let mut out = head(status, headers, keep_alive, self.request_id());
         out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
         // A response to HEAD announces the length but never carries the bytes (RFC 9110 §9.3.2).
         if !self.head_request {
@@ -512,7 +534,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         headers: &[(&str, &str)],
         http10: bool,
     ) -> io::Result<()> {
-        let mut out = head(status, headers, !http10 && !self.body_unread);
+        let keep_alive = !http10 && !self.body_unread;
+        let mut out = head(status, headers, keep_alive, self.request_id());
         if !http10 {
             out.extend_from_slice(b"transfer-encoding: chunked\r\n");
         }
@@ -751,10 +774,20 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn head(status: u16, headers: &[(&str, &str)], keep_alive: bool) -> Vec<u8> {
+fn head(status: u16, headers: &[(&str, &str)], keep_alive: bool, request_id: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(format!("HTTP/1.1 {status} {}\r\n", reason(status)).as_bytes());
+    // Ours, always; an upstream's id a handler forwards under the same name is answered as
+    // `x-upstream-request-id` (what the upstream's support would ask for).
+    out.extend_from_slice(b"x-request-id: ");
+    out.extend_from_slice(request_id.as_bytes());
+    out.extend_from_slice(b"\r\n");
     for (n, v) in headers {
+        let n = if *n == crate::request_id::HEADER {
+            "x-upstream-request-id"
+        } else {
+            n
+        };
         out.extend_from_slice(n.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(v.as_bytes());

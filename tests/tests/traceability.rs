@@ -1,0 +1,291 @@
+//! Traceability (issue 27), through the running gateway against mock-codex: the gateway
+//! request id on every data-plane answer (`x-request-id` on 200 JSON, SSE, 401, 404, 429,
+//! 400 in both dialects, a read error, the WebSocket upgrade; Anthropic's body carries it as
+//! `request_id`; a WebSocket `error` event carries its turn's), a client's well-formed id
+//! kept and a malformed one replaced; the id in the usage record (admin usage API, CSV,
+//! search by id, failures list); the access log (one JSON line per request with the promised
+//! fields and no secret; rotation at the size bound).
+
+#![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
+
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use integration_tests::{client, Stack, StackBuilder};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+/// The `x-request-id` of a response; fails when absent or not one of ours or the client's.
+fn rid(r: &reqwest::Response) -> String {
+    let id = r
+        .headers()
+        .get("x-request-id")
+        .unwrap_or_else(|| panic!("no x-request-id on a {} answer", r.status()))
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(!id.is_empty() && id.len() <= 128, "{id}");
+    id
+}
+
+/// A generated id: `req_` and 24 hex digits.
+fn is_generated(id: &str) -> bool {
+    id.strip_prefix("req_")
+        .is_some_and(|h| h.len() == 24 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn respond_body() -> Value {
+    json!({"model": "gpt-5.5", "input": "hi"})
+}
+
+/// Waits (bounded) until `f` holds.
+async fn until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Creates a key with `limits` through the admin API; returns the plain key.
+async fn key_with(s: &Stack, name: &str, limits: Value) -> String {
+    let mut body = limits;
+    body["name"] = json!(name);
+    let r = s
+        .admin_post("/api/admin/keys")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    v["key"].as_str().unwrap().to_owned()
+}
+
+/// Every data-plane answer carries `x-request-id`: 200 JSON, SSE, 401, 404, 429, 400 (bad
+/// JSON, OpenAI's shape: the header only), Anthropic's 400 (`request_id` in the body too,
+/// the same as the header), a malformed request head, the WebSocket upgrade; every one
+/// distinct.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_answer_carries_a_request_id() {
+    let s = StackBuilder::default().start();
+    let mut seen = std::collections::HashSet::new();
+    let mut check = |id: String| {
+        assert!(is_generated(&id), "{id}");
+        assert!(seen.insert(id.clone()), "ids are distinct: {id}");
+        id
+    };
+    // 200 JSON.
+    let r = s
+        .post("/v1/responses")
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    check(rid(&r));
+    r.text().await.unwrap();
+    // 200 SSE.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    check(rid(&r));
+    assert!(r.text().await.unwrap().contains("response.completed"));
+    // 401.
+    let r = client()
+        .post(format!("{}/v1/responses", s.url()))
+        .bearer_auth("sk-wrong")
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    check(rid(&r));
+    // 404.
+    let r = client()
+        .get(format!("{}/v1/nothing-here", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    check(rid(&r));
+    // 400, bad JSON: OpenAI's body is unchanged (OpenAI sends the id as a header only).
+    let r = s
+        .post("/v1/responses")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    check(rid(&r));
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+    assert!(v.get("request_id").is_none(), "{v}");
+    // 400 on /v1/messages: Anthropic's shape, `request_id` at the top level, as the header.
+    let r = s
+        .post("/v1/messages")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let id = check(rid(&r));
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert_eq!(v["request_id"], id.as_str(), "{v}");
+    // 429: a key allowed one request in flight while a second waits is refused.
+    let key = key_with(&s, "rpm-1", json!({"rpm": 1})).await;
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let r = client()
+            .post(format!("{}/v1/responses", s.url()))
+            .bearer_auth(&key)
+            .json(&respond_body())
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+        check(rid(&r));
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            break;
+        }
+        r.text().await.unwrap();
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    // A malformed request head (a read error): 400 with an id, then the connection closes.
+    let mut sock = tokio::net::TcpStream::connect(s.app.data_addr)
+        .await
+        .unwrap();
+    sock.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nbad header line\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut raw)).await;
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+    let id = raw
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .unwrap_or_else(|| panic!("no x-request-id: {raw}"));
+    check(id.to_owned());
+    // The WebSocket upgrade (101).
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    let (_ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+    check(id);
+}
+
+/// A client's well-formed `x-request-id` is kept (header, Anthropic body, usage record); a
+/// malformed one (a space, too long) is replaced by a generated one, never echoed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_id_is_kept_when_well_formed() {
+    let s = StackBuilder::default().start();
+    let mine = "client-0199a213-81c0:7800.8aa1_x";
+    let r = s
+        .post("/v1/responses")
+        .header("x-request-id", mine)
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(rid(&r), mine);
+    r.text().await.unwrap();
+    let r = s
+        .post("/v1/messages")
+        .header("x-request-id", mine)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(rid(&r), mine);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["request_id"], mine, "{v}");
+    for bad in ["has space".to_owned(), "x".repeat(129), "a/b".to_owned()] {
+        let r = s
+            .post("/v1/responses")
+            .header("x-request-id", bad.as_str())
+            .json(&respond_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let id = rid(&r);
+        assert!(is_generated(&id), "{bad:?} replaced: {id}");
+        r.text().await.unwrap();
+    }
+}
+
+async fn ws_connect(
+    s: &Stack,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+async fn ws_next_json(
+    ws: &mut tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+) -> Value {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if let Message::Text(t) = msg {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// A WebSocket `error` event carries its turn's `request_id`; each turn has its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn websocket_error_events_carry_the_turns_id() {
+    let s = StackBuilder::default().start();
+    let mut ws = ws_connect(&s).await;
+    let mut ids = Vec::new();
+    for model in ["gpt-5.5", "gpt-5.4"] {
+        // A turn refused before it goes upstream: `input` must be a string or items.
+        ws.send(Message::text(
+            json!({"type": "response.create", "model": model, "input": 5}).to_string(),
+        ))
+        .await
+        .unwrap();
+        let v = ws_next_json(&mut ws).await;
+        assert_eq!(v["type"], "error", "{v}");
+        let id = v["request_id"].as_str().unwrap_or_else(|| panic!("{v}"));
+        assert!(is_generated(id), "{v}");
+        ids.push(id.to_owned());
+    }
+    assert_ne!(ids[0], ids[1], "each turn its own id");
+}
