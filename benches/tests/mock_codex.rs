@@ -1963,14 +1963,28 @@ async fn blobs_are_bound_to_the_account_that_minted_them() {
     assert!(!benches::mock::blob_minted_for(&blob, "acct-b"));
 
     // Replayed on acct-a: served.
-    let r = post_as(&c, &mock, "acct-a", &[], &replaying(&[reasoning.clone()])).await;
+    let r = post_as(
+        &c,
+        &mock,
+        "acct-a",
+        &[],
+        &replaying(std::slice::from_ref(&reasoning)),
+    )
+    .await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         *read_sse(r).await.types().last().unwrap(),
         "response.completed"
     );
     // On acct-b: refused, with the code ...
-    let r = post_as(&c, &mock, "acct-b", &[], &replaying(&[reasoning.clone()])).await;
+    let r = post_as(
+        &c,
+        &mock,
+        "acct-b",
+        &[],
+        &replaying(std::slice::from_ref(&reasoning)),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "invalid_encrypted_content");
@@ -1989,7 +2003,7 @@ async fn blobs_are_bound_to_the_account_that_minted_them() {
         &mock,
         "acct-b",
         &[("x-mock-blob-error", "null")],
-        &replaying(&[reasoning.clone()]),
+        &replaying(std::slice::from_ref(&reasoning)),
     )
     .await;
     assert_eq!(r.status(), 400);
@@ -2011,7 +2025,7 @@ async fn blobs_are_bound_to_the_account_that_minted_them() {
     // Remote compaction v2: a request ending in compaction_trigger gets exactly one
     // compaction item, bound like reasoning (and the reasoning control does not add one).
     let body = with(
-        replaying(&[reasoning.clone()]),
+        replaying(std::slice::from_ref(&reasoning)),
         json!({"input": [reasoning.clone(), {"type": "compaction_trigger"}]}),
     );
     let sse =
@@ -2052,7 +2066,7 @@ async fn ws_refuses_foreign_blobs_with_error_events() {
         .await
         .unwrap()
         .0;
-    let input = replaying(&[reasoning.clone()])["input"].clone();
+    let input = replaying(std::slice::from_ref(&reasoning))["input"].clone();
     ws.send(create(json!({"input": input}))).await.unwrap();
     let ev = ws_event(&mut ws).await;
     assert_eq!(ev["type"], "error");
