@@ -14,8 +14,10 @@
 //! | [`settings`] | `GET/PUT /settings` (hot-applied; every invalid key reported in `error.errors`) |
 //! | [`models`] | `GET /models`, `POST /models/refresh` |
 //! | [`forecast`] | `GET /forecast` (quota forecast: accounts, plans, pool) |
+//! | [`audit`] | `GET /audit`, `GET /audit/export.csv` (the audit log of admin actions) |
 //!
-//! Every mutation republishes the snapshot before answering.
+//! Every mutation republishes the snapshot before answering, and is recorded in the audit log
+//! by one middleware (`crate::audit::layer`; the login by `crate::audit::login_layer`).
 //!
 //! # Request guard (every `/api/admin/*` request, login included)
 //! - `Host` (DNS rebinding, on every listener, loopback or not) must be a loopback name
@@ -57,6 +59,7 @@ use tokio::sync::watch;
 use crate::{auth::Principal, error::StorageError, settings::SettingError, sidecar::Core};
 
 mod accounts;
+mod audit;
 mod forecast;
 pub(crate) mod keys;
 mod models;
@@ -117,13 +120,24 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .merge(models::routes())
         .merge(proxies::routes())
         .merge(forecast::routes())
+        .merge(audit::routes())
         .fallback(not_found)
+        // Inside `require_admin`: it knows the caller (`Principal`).
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&core),
+            crate::audit::layer,
+        ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
             require_admin,
         ));
     let api = protected
-        .merge(session::public_routes())
+        .merge(
+            session::public_routes().layer(middleware::from_fn_with_state(
+                Arc::clone(&core),
+                crate::audit::login_layer,
+            )),
+        )
         .layer(middleware::from_fn_with_state(Arc::clone(&core), guard));
     Router::new()
         .route("/healthz", get(healthz))
@@ -509,6 +523,17 @@ async fn healthz(State(core): State<AppState>) -> Response {
         )
             .into_response()
     }
+}
+
+/// 413 for a body over the admin API's limit (read by a middleware before the handler).
+pub(crate) fn too_large_response() -> Response {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        "payload_too_large",
+        format!("an admin API body is at most {MAX_BODY_BYTES} bytes"),
+    )
+    .into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -127,6 +127,40 @@ fn block_on<T>(f: impl Future<Output = Result<T, AdminError>>) -> Result<T, Admi
     rt.block_on(f)
 }
 
+/// Records a command line action in the audit log (actor `cli`; secrets redacted there).
+async fn audit(
+    s: &dyn Storage,
+    action: &str,
+    object_type: &str,
+    id: Option<String>,
+    details: serde_json::Value,
+) {
+    let e = crate::audit::internal(crate::audit::ACTOR_CLI, action, object_type, id, details);
+    crate::audit::record(s, &e).await;
+}
+
+/// [`audit`] with the changed members of `before` and `after`.
+async fn audit_change(
+    s: &dyn Storage,
+    action: &str,
+    object_type: &str,
+    id: Option<String>,
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+) {
+    let mut e = crate::audit::internal(
+        crate::audit::ACTOR_CLI,
+        action,
+        object_type,
+        id,
+        serde_json::Value::Null,
+    );
+    let (b, a) = crate::audit::changed(&crate::audit::redact(before), &crate::audit::redact(after));
+    e.before = b.map(|v| v.to_string());
+    e.after = a.map(|v| v.to_string());
+    crate::audit::record(s, &e).await;
+}
+
 async fn with_storage<T, F>(db: &DbTarget, f: F) -> Result<T, AdminError>
 where
     F: for<'s> AsyncFnOnce(&'s dyn Storage) -> Result<T, AdminError>,
@@ -146,7 +180,12 @@ pub fn accounts_import(
     let http = build_http_client(None).map_err(AdminError::HttpClient)?;
     let oauth = OAuthClient::new(http, oauth_token_url);
     block_on(with_storage(db, async |s: &dyn Storage| {
-        Ok(crate::import::import_paths(s, &oauth, paths).await)
+        let sum = crate::import::import_paths(s, &oauth, paths).await;
+        let details = serde_json::json!({
+            "added": sum.added, "updated": sum.updated, "skipped": sum.skipped.len(),
+        });
+        audit(s, "accounts.import", "account", None, details).await;
+        Ok(sum)
     }))
 }
 
@@ -164,6 +203,14 @@ pub fn accounts_enable(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
             return Ok(false);
         }
         s.set_cooldown(id, 0, None).await?;
+        audit(
+            s,
+            "accounts.enable",
+            "account",
+            Some(id.to_string()),
+            serde_json::Value::Null,
+        )
+        .await;
         Ok(true)
     }))
 }
@@ -171,14 +218,36 @@ pub fn accounts_enable(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
 /// Sets an account `disabled`; `false` when no such account.
 pub fn accounts_disable(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {
-        Ok(s.set_status(id, AccountStatus::Disabled).await?)
+        let done = s.set_status(id, AccountStatus::Disabled).await?;
+        if done {
+            audit(
+                s,
+                "accounts.disable",
+                "account",
+                Some(id.to_string()),
+                serde_json::Value::Null,
+            )
+            .await;
+        }
+        Ok(done)
     }))
 }
 
 /// Deletes an account; `false` when no such account.
 pub fn accounts_delete(db: &DbTarget, id: i64) -> Result<bool, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {
-        Ok(s.delete_account(id).await?)
+        let done = s.delete_account(id).await?;
+        if done {
+            audit(
+                s,
+                "accounts.delete",
+                "account",
+                Some(id.to_string()),
+                serde_json::Value::Null,
+            )
+            .await;
+        }
+        Ok(done)
     }))
 }
 
@@ -344,8 +413,22 @@ pub fn settings_set(db: &DbTarget, key: &str, value: &str) -> Result<(), AdminEr
     crate::settings::apply(&mut shared_state::Settings::default(), key, value)
         .map_err(|e| AdminError::Invalid(e.to_string()))?;
     block_on(with_storage(db, async |s: &dyn Storage| {
+        let before = s.load_settings().await?;
         s.write_settings(&[(key.to_owned(), Some(value.to_owned()))])
             .await?;
+        let old = before
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone());
+        audit_change(
+            s,
+            "settings.update",
+            "settings",
+            None,
+            &serde_json::json!({ key: old }),
+            &serde_json::json!({ key: value }),
+        )
+        .await;
         Ok(())
     }))
 }
@@ -356,9 +439,25 @@ pub fn settings_unset(db: &DbTarget, key: &str) -> Result<bool, AdminError> {
     crate::settings::get(&shared_state::Settings::default(), key)
         .map_err(|e| AdminError::Invalid(e.to_string()))?;
     block_on(with_storage(db, async |s: &dyn Storage| {
-        let had = s.load_settings().await?.iter().any(|(k, _)| k == key);
+        let old = s
+            .load_settings()
+            .await?
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v);
         s.write_settings(&[(key.to_owned(), None)]).await?;
-        Ok(had)
+        if old.is_some() {
+            audit_change(
+                s,
+                "settings.update",
+                "settings",
+                None,
+                &serde_json::json!({ key: old }),
+                &serde_json::json!({ key: null }),
+            )
+            .await;
+        }
+        Ok(old.is_some())
     }))
 }
 
@@ -366,10 +465,19 @@ pub fn settings_unset(db: &DbTarget, key: &str) -> Result<bool, AdminError> {
 /// and returns the password to print once (`codex-gateway admin reset-password`).
 pub fn admin_reset_password(db: &DbTarget) -> Result<shared_state::Secret, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {
-        crate::auth::reset_password(s).await.map_err(|e| match e {
+        let pw = crate::auth::reset_password(s).await.map_err(|e| match e {
             crate::auth::AuthError::Storage(e) => AdminError::Storage(e),
             other => AdminError::Invalid(other.to_string()),
-        })
+        })?;
+        audit(
+            s,
+            "admin.reset_password",
+            "session",
+            None,
+            serde_json::Value::Null,
+        )
+        .await;
+        Ok(pw)
     }))
 }
 
@@ -397,7 +505,18 @@ pub fn admin_tokens_create(
         ));
     }
     block_on(with_storage(db, async |s: &dyn Storage| {
-        Ok(crate::auth::create_admin_token(s, name, scope, expires_at).await?)
+        let (plain, row) = crate::auth::create_admin_token(s, name, scope, expires_at).await?;
+        let details =
+            serde_json::json!({"name": name, "scope": scope.as_str(), "expires_at": expires_at});
+        audit(
+            s,
+            "tokens.create",
+            "admin_token",
+            Some(row.id.to_string()),
+            details,
+        )
+        .await;
+        Ok((plain, row))
     }))
 }
 
@@ -412,6 +531,14 @@ pub fn admin_tokens_list(db: &DbTarget) -> Result<Vec<AdminTokenRow>, AdminError
 pub fn admin_tokens_revoke(db: &DbTarget, id: i64) -> Result<(), AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {
         if s.revoke_admin_token(id).await? {
+            audit(
+                s,
+                "tokens.delete",
+                "admin_token",
+                Some(id.to_string()),
+                serde_json::Value::Null,
+            )
+            .await;
             Ok(())
         } else {
             Err(AdminError::NotFound(format!(
@@ -428,7 +555,16 @@ pub fn keys_create(db: &DbTarget, name: &str) -> Result<String, AdminError> {
         return Err(AdminError::Invalid("a key needs a non-empty name".into()));
     }
     block_on(with_storage(db, async |s: &dyn Storage| {
-        Ok(create_key(s, name).await?.0)
+        let (plain, row) = create_key(s, name).await?;
+        audit(
+            s,
+            "keys.create",
+            "key",
+            Some(row.id.to_string()),
+            serde_json::json!({"name": name}),
+        )
+        .await;
+        Ok(plain)
     }))
 }
 
@@ -449,6 +585,14 @@ pub fn keys_create_with(
     block_on(with_storage(db, async |s: &dyn Storage| {
         let (plain, row) = create_key(s, name).await?;
         s.update_key_limits(row.id, &l).await?;
+        audit(
+            s,
+            "keys.create",
+            "key",
+            Some(row.id.to_string()),
+            serde_json::json!({"name": name, "limits": limits}),
+        )
+        .await;
         Ok(plain)
     }))
 }
@@ -467,10 +611,22 @@ pub fn keys_set(db: &DbTarget, id: i64, limits: &serde_json::Value) -> Result<Ke
         else {
             return Err(AdminError::NotFound(format!("no active key with id {id}")));
         };
+        let before = crate::api::keys::LimitsView::of(&row.limits);
         patch
             .apply(&mut row.limits)
             .map_err(|e| AdminError::Invalid(e.message().to_owned()))?;
         s.update_key_limits(id, &row.limits).await?;
+        let after = crate::api::keys::LimitsView::of(&row.limits);
+        let json = |v| serde_json::to_value(v).unwrap_or_default();
+        audit_change(
+            s,
+            "keys.update",
+            "key",
+            Some(id.to_string()),
+            &json(before),
+            &json(after),
+        )
+        .await;
         Ok(row)
     }))
 }
@@ -493,10 +649,28 @@ pub fn keys_revoke(db: &DbTarget, id_or_name: &str) -> Result<usize, AdminError>
     block_on(with_storage(db, async |s: &dyn Storage| {
         if let Ok(id) = target.parse::<i64>() {
             if s.revoke_key(id).await? {
+                audit(
+                    s,
+                    "keys.delete",
+                    "key",
+                    Some(id.to_string()),
+                    serde_json::Value::Null,
+                )
+                .await;
                 return Ok(1);
             }
         }
         let n = s.revoke_keys_by_name(target).await?;
+        if n > 0 {
+            audit(
+                s,
+                "keys.delete",
+                "key",
+                None,
+                serde_json::json!({"name": target, "revoked": n}),
+            )
+            .await;
+        }
         if n == 0 {
             return Err(AdminError::NotFound(format!(
                 "no active key with id or name {target:?}"

@@ -75,6 +75,7 @@ use shared_state::{
 use tokio::sync::watch;
 
 mod api;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod crypto;

@@ -16,6 +16,13 @@
 //! | `strategy` | `smart`, `round_robin`, `fill_first`, `sticky`, `quota_reset_priority` | string |
 //! | `pause_threshold_pct` | (0, 100], or `off` (never pause on usage) | number, or `null` when off |
 //! | `min_request_interval_ms` | 0..=60000 | number |
+//! | `auto_clean_after_hours` | hours above 0 (fractions allowed), or `off` (default) | number, or `null` when off |
+//! | `auto_clean_action` | `disable` (default) or `delete` | string |
+//! | `auth_dir_write_back` | `true` / `false` (default) | boolean |
+//!
+//! The last three are the sidecar's own ([`SidecarSettings`], read by [`sidecar`]): the
+//! auto-clean task (`crate::clean`) and the watched auth directory (`crate::auth_dir`) read
+//! them from storage at each round; they are not part of the published snapshot.
 //!
 //! In `PUT /api/admin/settings`, JSON `null` removes the override (back to the configured
 //! value); to turn `pause_threshold_pct` off over a configured threshold, send `"off"`.
@@ -150,7 +157,128 @@ pub const KEYS: &[&str] = &[
     "strategy",
     "pause_threshold_pct",
     "min_request_interval_ms",
+    "auto_clean_after_hours",
+    "auto_clean_action",
+    "auth_dir_write_back",
 ];
+
+/// What auto-clean does to an account banned or needing re-login for too long.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CleanAction {
+    /// Set its status to `disabled` (kept, listed, re-enabled by hand).
+    #[default]
+    Disable,
+    /// Delete it.
+    Delete,
+}
+
+// === impl CleanAction ===
+
+impl CleanAction {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disable => "disable",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// Settings only the sidecar reads (stored like the others; not in the snapshot).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SidecarSettings {
+    /// Auto-clean accounts banned or needing re-login for longer than this (hours); `None`:
+    /// off (the default).
+    pub auto_clean_after_hours: Option<f64>,
+    /// What auto-clean does.
+    pub auto_clean_action: CleanAction,
+    /// Write refreshed tokens back to the files of the watched auth directory.
+    pub auth_dir_write_back: bool,
+}
+
+/// Longest accepted `auto_clean_after_hours` (a year).
+pub const MAX_CLEAN_HOURS: f64 = 8760.0;
+
+/// One sidecar setting.
+struct SidecarSpec {
+    key: &'static str,
+    get: fn(&SidecarSettings) -> Value,
+    set: fn(&mut SidecarSettings, &str) -> Result<(), String>,
+}
+
+const SIDECAR_SPECS: &[SidecarSpec] = &[
+    SidecarSpec {
+        key: "auto_clean_after_hours",
+        get: |s| s.auto_clean_after_hours.map_or(Value::Null, Value::from),
+        set: |s, v| {
+            let t = v.trim();
+            if ["off", "none", "null", "0", ""].contains(&t.to_ascii_lowercase().as_str()) {
+                s.auto_clean_after_hours = None;
+                return Ok(());
+            }
+            s.auto_clean_after_hours = Some(
+                t.parse::<f64>()
+                    .ok()
+                    .filter(|h| h.is_finite() && *h > 0.0 && *h <= MAX_CLEAN_HOURS)
+                    .ok_or_else(|| {
+                        format!(
+                            "expected hours above 0 and at most {MAX_CLEAN_HOURS}, or \"off\", got {v:?}"
+                        )
+                    })?,
+            );
+            Ok(())
+        },
+    },
+    SidecarSpec {
+        key: "auto_clean_action",
+        get: |s| Value::from(s.auto_clean_action.as_str()),
+        set: |s, v| {
+            s.auto_clean_action = match v.trim() {
+                "disable" => CleanAction::Disable,
+                "delete" => CleanAction::Delete,
+                _ => return Err(format!("expected \"disable\" or \"delete\", got {v:?}")),
+            };
+            Ok(())
+        },
+    },
+    SidecarSpec {
+        key: "auth_dir_write_back",
+        get: |s| Value::from(s.auth_dir_write_back),
+        set: |s, v| {
+            s.auth_dir_write_back = match v.trim() {
+                "true" | "on" | "1" => true,
+                "false" | "off" | "0" => false,
+                _ => return Err(format!("expected true or false, got {v:?}")),
+            };
+            Ok(())
+        },
+    },
+];
+
+fn sidecar_spec(key: &str) -> Option<&'static SidecarSpec> {
+    SIDECAR_SPECS.iter().find(|s| s.key == key)
+}
+
+/// The sidecar's settings from the stored overrides (invalid ones skipped: the default stays).
+pub fn sidecar(stored: &[(String, String)]) -> SidecarSettings {
+    let mut s = SidecarSettings::default();
+    for (k, v) in stored {
+        if let Some(spec) = sidecar_spec(k) {
+            if let Err(e) = (spec.set)(&mut s, v) {
+                tracing::warn!(key = %k, error = %e, "invalid stored setting skipped");
+            }
+        }
+    }
+    s
+}
+
+/// The sidecar's settings as JSON members.
+pub fn sidecar_json(s: &SidecarSettings) -> Map<String, Value> {
+    SIDECAR_SPECS
+        .iter()
+        .map(|x| (x.key.to_owned(), (x.get)(s)))
+        .collect()
+}
 
 fn spec(key: &str) -> Result<&'static Spec, SettingError> {
     SPECS
@@ -159,16 +287,24 @@ fn spec(key: &str) -> Result<&'static Spec, SettingError> {
         .ok_or_else(|| SettingError::UnknownKey(key.to_owned()))
 }
 
-/// Validates `value` (text form) and writes it into `settings`.
+/// Validates `value` (text form) and writes it into `settings` (a sidecar setting is only
+/// validated: it is not part of [`Settings`]).
 pub fn apply(settings: &mut Settings, key: &str, value: &str) -> Result<(), SettingError> {
-    (spec(key)?.set)(settings, value).map_err(|reason| SettingError::Invalid {
+    let invalid = |reason| SettingError::Invalid {
         key: key.to_owned(),
         reason,
-    })
+    };
+    if let Some(s) = sidecar_spec(key) {
+        return (s.set)(&mut SidecarSettings::default(), value).map_err(invalid);
+    }
+    (spec(key)?.set)(settings, value).map_err(invalid)
 }
 
-/// The JSON form of one setting.
+/// The JSON form of one setting (a sidecar setting: its default).
 pub fn get(settings: &Settings, key: &str) -> Result<Value, SettingError> {
+    if let Some(s) = sidecar_spec(key) {
+        return Ok((s.get)(&SidecarSettings::default()));
+    }
     Ok((spec(key)?.get)(settings))
 }
 
@@ -183,7 +319,9 @@ pub fn to_json(settings: &Settings) -> Map<String, Value> {
 /// The text form of a JSON value for `key`, validated; `Ok(None)` for `null` (back to the
 /// default).
 pub fn text_from_json(key: &str, v: &Value) -> Result<Option<String>, SettingError> {
-    let spec = spec(key)?;
+    if sidecar_spec(key).is_none() {
+        spec(key)?;
+    }
     let text = match v {
         Value::Null => return Ok(None),
         Value::String(s) => s.trim().to_owned(),
@@ -196,11 +334,7 @@ pub fn text_from_json(key: &str, v: &Value) -> Result<Option<String>, SettingErr
             })
         }
     };
-    let mut scratch = Settings::default();
-    (spec.set)(&mut scratch, &text).map_err(|reason| SettingError::Invalid {
-        key: key.to_owned(),
-        reason,
-    })?;
+    apply(&mut Settings::default(), key, &text)?;
     Ok(Some(text))
 }
 
@@ -212,6 +346,9 @@ pub fn effective(
     let mut s = defaults.clone();
     let mut bad = Vec::new();
     for (k, v) in stored {
+        if sidecar_spec(k).is_some() {
+            continue;
+        }
         if let Err(e) = apply(&mut s, k, v) {
             bad.push(e);
         }
@@ -228,12 +365,16 @@ mod tests {
 
     #[test]
     fn every_field_has_one_key() {
-        assert_eq!(KEYS.len(), SPECS.len());
-        for (k, s) in KEYS.iter().zip(SPECS) {
-            assert_eq!(*k, s.key);
+        assert_eq!(KEYS.len(), SPECS.len() + SIDECAR_SPECS.len());
+        let all = SPECS
+            .iter()
+            .map(|s| s.key)
+            .chain(SIDECAR_SPECS.iter().map(|s| s.key));
+        for (k, s) in KEYS.iter().zip(all) {
+            assert_eq!(*k, s);
         }
         let j = to_json(&Settings::default());
-        assert_eq!(j.len(), KEYS.len());
+        assert_eq!(j.len(), SPECS.len());
         assert_eq!(j["max_attempts"], json!(3));
     }
 
@@ -295,6 +436,36 @@ mod tests {
         for st in Strategy::ALL {
             apply(&mut s, "strategy", st.as_str()).unwrap();
         }
+    }
+
+    #[test]
+    fn sidecar_settings() {
+        let stored = [
+            ("auto_clean_after_hours".to_owned(), "0.5".to_owned()),
+            ("auto_clean_action".to_owned(), "delete".to_owned()),
+            ("max_attempts".to_owned(), "2".to_owned()),
+        ];
+        let s = sidecar(&stored);
+        assert_eq!(s.auto_clean_after_hours, Some(0.5));
+        assert_eq!(s.auto_clean_action, CleanAction::Delete);
+        assert!(!s.auth_dir_write_back);
+        let (eff, bad) = effective(&Settings::default(), &stored);
+        assert!(bad.is_empty(), "{bad:?}");
+        assert_eq!(eff.max_attempts, 2);
+        assert_eq!(
+            text_from_json("auto_clean_after_hours", &json!(24)).unwrap(),
+            Some("24".into())
+        );
+        assert_eq!(
+            text_from_json("auth_dir_write_back", &json!(true)).unwrap(),
+            Some("true".into())
+        );
+        for bad in ["-1", "x", "9000"] {
+            assert!(text_from_json("auto_clean_after_hours", &json!(bad)).is_err());
+        }
+        assert!(text_from_json("auto_clean_action", &json!("burn")).is_err());
+        assert_eq!(sidecar(&[]), SidecarSettings::default());
+        assert_eq!(sidecar_json(&s)["auto_clean_action"], json!("delete"));
     }
 
     #[test]

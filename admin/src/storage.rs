@@ -32,6 +32,7 @@ use shared_state::{AccountStatus, Secret, UsageRecord};
 
 use crate::{crypto::Cipher, error::StorageError, DbTarget};
 
+pub mod audit;
 mod postgres;
 pub mod proxies;
 mod sql;
@@ -567,6 +568,8 @@ pub trait Storage: Send + Sync + 'static {
     fn delete_account(&self, id: i64) -> StorageFuture<'_, bool>;
     /// Egress proxies and account assignments (`storage/proxies.rs`).
     fn proxies(&self) -> &dyn proxies::ProxyStore;
+    /// The audit log of admin actions (`storage/audit.rs`).
+    fn audit(&self) -> &dyn audit::AuditStore;
 
     /// Stores a new client key by hash.
     fn create_key<'a>(

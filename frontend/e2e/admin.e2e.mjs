@@ -192,6 +192,13 @@ try {
   await shot('proxies')
   log('proxy added')
 
+  // 6c. The audit log lists what the app just did (the proxy's password redacted).
+  await byTest('nav-audit').click()
+  await byTest('audit-table').locator('tr').filter({ hasText: 'proxies.create' }).first().waitFor({ timeout: T })
+  result.audit_table = await byTest('audit-table').textContent()
+  await shot('audit')
+  log('audit log shown')
+
   // 7. Ops: every worker with its driver; the strategy is the new one.
   await byTest('nav-ops').click()
   await byTest('ops-strategy').filter({ hasText: 'round_robin' }).waitFor({ timeout: T })

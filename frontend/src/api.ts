@@ -149,3 +149,9 @@ export interface Ops {
 export interface ImportSummary {
   added: string[]; updated: string[]; skipped: { source: string; reason: string }[]
 }
+
+export interface AuditEntry {
+  id: number; at: number; actor: string; source: string | null; action: string
+  object_type: string | null; object_id: string | null; status: number
+  details: unknown; before: unknown; after: unknown
+}

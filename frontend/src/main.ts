@@ -8,6 +8,7 @@ import Usage from './pages/Usage.vue'
 import Ops from './pages/Ops.vue'
 import Settings from './pages/Settings.vue'
 import Proxies from './pages/Proxies.vue'
+import Audit from './pages/Audit.vue'
 import './style.css'
 
 const router = createRouter({
@@ -20,6 +21,7 @@ const router = createRouter({
     { path: '/ops', component: Ops, meta: { title: 'Ops' } },
     { path: '/settings', component: Settings, meta: { title: 'Settings' } },
     { path: '/proxies', component: Proxies, meta: { title: 'Proxies' } },
+    { path: '/audit', component: Audit, meta: { title: 'Audit log' } },
     { path: '/:rest(.*)*', redirect: '/' },
   ],
 })

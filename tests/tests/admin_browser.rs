@@ -233,6 +233,13 @@ fn admin_app_in_a_real_browser() {
         proxy_row.contains("socks5://e2e@127.0.0.1:1") && !proxy_row.contains("hidden-pw"),
         "the proxies page lists the proxy without its password: {proxy_row:?}"
     );
+    let audit = result["audit_table"].as_str().unwrap_or_default();
+    assert!(
+        audit.contains("accounts.disable")
+            && audit.contains("proxies.create")
+            && !audit.contains("hidden-pw"),
+        "the audit page lists the app's actions, no password: {audit:?}"
+    );
     assert!(
         result["rows_in_dom"].as_u64().unwrap_or(u64::MAX) < 150,
         "the accounts table renders a window, not every row: {result}"

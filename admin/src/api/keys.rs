@@ -57,7 +57,8 @@ pub(crate) struct LimitsView {
 }
 
 impl LimitsView {
-    fn of(l: &KeyLimits) -> Self {
+    /// The view of `l`.
+    pub(crate) fn of(l: &KeyLimits) -> Self {
         let usd = |m: Option<u64>| m.map(|m| m as f64 / 1e6);
         Self {
             rpm: l.rpm,

@@ -28,16 +28,20 @@ async fn settings_view(core: &Core) -> Result<Map<String, Value>, ApiError> {
     let defaults = core.publisher.defaults();
     let (effective, _) = crate::settings::effective(defaults, &stored);
     let mut out = crate::settings::to_json(&effective);
+    out.extend(crate::settings::sidecar_json(&crate::settings::sidecar(
+        &stored,
+    )));
     let overridden: Vec<&str> = crate::settings::KEYS
         .iter()
         .copied()
         .filter(|k| stored.iter().any(|(s, _)| s == k))
         .collect();
     out.insert("object".into(), json!("settings"));
-    out.insert(
-        "defaults".into(),
-        Value::Object(crate::settings::to_json(defaults)),
-    );
+    let mut defaults = crate::settings::to_json(defaults);
+    defaults.extend(crate::settings::sidecar_json(
+        &crate::settings::SidecarSettings::default(),
+    ));
+    out.insert("defaults".into(), Value::Object(defaults));
     out.insert("overridden".into(), json!(overridden));
     Ok(out)
 }

@@ -56,3 +56,4 @@ impl PgStorage {
 
 impl_storage!(PgStorage, Postgres, Backend::Postgres);
 super::proxies::impl_proxy_store!(PgStorage, Postgres);
+super::audit::impl_audit_store!(PgStorage, Postgres);

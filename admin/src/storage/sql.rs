@@ -285,6 +285,10 @@ macro_rules! impl_storage {
                 self
             }
 
+            fn audit(&self) -> &dyn $crate::storage::audit::AuditStore {
+                self
+            }
+
             fn ping(&self) -> $crate::storage::StorageFuture<'_, ()> {
                 Box::pin(async move {
                     sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -132,3 +132,4 @@ fn private_db_file(path: &Path) -> Result<(), StorageError> {
 
 impl_storage!(SqliteStorage, Sqlite, Backend::Sqlite);
 super::proxies::impl_proxy_store!(SqliteStorage, Sqlite);
+super::audit::impl_audit_store!(SqliteStorage, Sqlite);

@@ -1,0 +1,191 @@
+//! The audit log of admin actions (`crate::audit` records it).
+//!
+//! - `GET /api/admin/audit?actor=&action=&from=&to=&before_id=&limit=` -> newest first
+//!   (`actor`: contains; `action`: prefix, `accounts` matches `accounts.disable`; `from`/`to`:
+//!   Unix ms or RFC 3339; `before_id` pages backwards; `limit` 1..=1000, default 200), with
+//!   `details`, `before` and `after` as JSON (already redacted when stored).
+//! - `GET /api/admin/audit/export.csv` with the same filters: every matching entry, newest
+//!   first, as CSV (cells quoted, formulas defused).
+
+use std::collections::HashMap;
+
+use axum::{
+    extract::{Query, State},
+    http::header,
+    response::{IntoResponse, Response},
+    routing::get,
+    Json, Router,
+};
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult, AppState, List};
+use crate::storage::audit::{AuditFilter, AuditRow};
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/audit", get(list))
+        .route("/audit/export.csv", get(export_csv))
+}
+
+/// Most entries one page lists.
+const PAGE_MAX: u32 = 1000;
+/// Entries per storage read of the export.
+const EXPORT_PAGE: u32 = 1000;
+
+type Q = Query<HashMap<String, String>>;
+
+fn text(q: &HashMap<String, String>, k: &str) -> Option<String> {
+    q.get(k)
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+fn instant(q: &HashMap<String, String>, k: &str) -> Result<Option<i64>, ApiError> {
+    let Some(v) = text(q, k) else {
+        return Ok(None);
+    };
+    if let Ok(ms) = v.parse::<i64>() {
+        return Ok(Some(ms));
+    }
+    time::OffsetDateTime::parse(&v, &time::format_description::well_known::Rfc3339)
+        .map(|t| Some(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).unwrap_or(i64::MAX)))
+        .map_err(|_| {
+            ApiError::bad_request(format!(
+                "{k} must be Unix milliseconds or an RFC 3339 time, got {v:?}"
+            ))
+            .with_param(k)
+        })
+}
+
+fn filter_of(q: &HashMap<String, String>) -> Result<AuditFilter, ApiError> {
+    let before_id = match text(q, "before_id") {
+        None => None,
+        Some(v) => Some(v.parse::<i64>().map_err(|_| {
+            ApiError::bad_request(format!("before_id must be an integer, got {v:?}"))
+                .with_param("before_id")
+        })?),
+    };
+    Ok(AuditFilter {
+        actor: text(q, "actor"),
+        action: text(q, "action"),
+        since_ms: instant(q, "from")?,
+        until_ms: instant(q, "to")?,
+        before_id,
+    })
+}
+
+fn parsed(s: &Option<String>) -> Value {
+    s.as_deref()
+        .and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn view(r: &AuditRow) -> Value {
+    let e = &r.entry;
+    json!({
+        "id": r.id,
+        "object": "audit_entry",
+        "at": e.at_ms,
+        "actor": e.actor,
+        "source": e.source,
+        "action": e.action,
+        "object_type": e.object_type,
+        "object_id": e.object_id,
+        "status": e.status,
+        "details": parsed(&e.details),
+        "before": parsed(&e.before),
+        "after": parsed(&e.after),
+    })
+}
+
+async fn list(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<Value>> {
+    let f = filter_of(&q)?;
+    let limit = match text(&q, "limit") {
+        None => 200,
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=PAGE_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("limit is 1..={PAGE_MAX}, got {v:?}"))
+                    .with_param("limit")
+            })?,
+    };
+    let rows = core.storage.audit().list_audit(&f, limit).await?;
+    Ok(Json(List::of(rows.iter().map(view).collect())))
+}
+
+/// RFC 3339 (UTC) of a Unix ms instant.
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}
+
+/// One CSV text cell: quoted when needed, formulas defused.
+fn cell(out: &mut String, v: &str) {
+    let defuse = v.starts_with(['=', '+', '-', '@']);
+    if defuse || v.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        if defuse {
+            out.push('\'');
+        }
+        out.push_str(&v.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(v);
+    }
+}
+
+const CSV_HEADER: &str =
+    "id,time,actor,source,action,object_type,object_id,status,details,before,after\n";
+
+async fn export_csv(State(core): State<AppState>, Query(q): Q) -> Result<Response, ApiError> {
+    let mut f = filter_of(&q)?;
+    let mut out = String::from(CSV_HEADER);
+    loop {
+        let rows = core.storage.audit().list_audit(&f, EXPORT_PAGE).await?;
+        for r in &rows {
+            let e = &r.entry;
+            let cols = [
+                r.id.to_string(),
+                rfc3339(e.at_ms),
+                e.actor.clone(),
+                e.source.clone().unwrap_or_default(),
+                e.action.clone(),
+                e.object_type.clone().unwrap_or_default(),
+                e.object_id.clone().unwrap_or_default(),
+                e.status.to_string(),
+                e.details.clone().unwrap_or_default(),
+                e.before.clone().unwrap_or_default(),
+                e.after.clone().unwrap_or_default(),
+            ];
+            for (i, c) in cols.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                cell(&mut out, c);
+            }
+            out.push('\n');
+        }
+        match rows.last() {
+            Some(last) if rows.len() == EXPORT_PAGE as usize => f.before_id = Some(last.id),
+            _ => break,
+        }
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                header::CONTENT_DISPOSITION,
+                "attachment; filename=\"audit.csv\"",
+            ),
+        ],
+        out,
+    )
+        .into_response())
+}

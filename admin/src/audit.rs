@@ -1,0 +1,546 @@
+//! The audit log of admin actions (issue 27): who changed what, when, from where, and the
+//! before/after of what changed, with every secret redacted before anything is stored.
+//!
+//! # Key Components
+//! - [`layer`]: one Axum middleware around every authenticated admin API route (and
+//!   [`login_layer`] around the login): each mutation (`POST`/`PUT`/`PATCH`/`DELETE`) is
+//!   recorded with its actor ([`actor_of`]), action ([`action_of`], derived from the matched
+//!   route, so a new route is audited without an edit here), object, HTTP status, the redacted
+//!   request body, and, for settings, client keys, accounts and proxies, the fields that
+//!   changed ([`state_of`] before and after the handler, [`changed`]). Rate-limited (429)
+//!   answers are not recorded (an attacker cannot fill the table with refused logins).
+//! - [`record`]: the one writer; internal actors (`cli`, `auto-clean`, `auth-dir`) call it
+//!   directly. A storage failure is logged, never returned: auditing never fails an action.
+//! - [`redact`]: secrets out of any JSON: values under secret-looking names (password, token,
+//!   key, secret, cookie, authorization, code, content, ...), JWT-looking and gateway-key
+//!   strings anywhere, URL credentials, and long strings (pasted credential files).
+//!
+//! # Error handling
+//! Nothing here fails the request it audits; an unreadable body is the handler's to refuse.
+
+use std::net::SocketAddr;
+
+use axum::{
+    body::{Body, Bytes},
+    extract::{ConnectInfo, MatchedPath, Request, State},
+    http::{Method, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use serde_json::{json, Map, Value};
+
+use crate::{
+    auth::Principal,
+    sidecar::Core,
+    storage::{audit::AuditWrite, Storage},
+};
+
+/// Redaction marker.
+pub const REDACTED: &str = "[redacted]";
+/// Strings longer than this are dropped from the details (a pasted credential file).
+const MAX_STRING: usize = 256;
+/// Largest response body read back for the created object's id.
+const MAX_RESPONSE_PEEK: u64 = 256 << 10;
+/// Largest request body the audit reads (the API's own limit).
+const MAX_REQUEST: usize = 64 << 20;
+
+/// Actor of the command line helpers.
+pub const ACTOR_CLI: &str = "cli";
+/// Actor of the auto-clean task.
+pub const ACTOR_AUTO_CLEAN: &str = "auto-clean";
+/// Actor of the watched auth directory.
+pub const ACTOR_AUTH_DIR: &str = "auth-dir";
+
+/// An internal actor's entry (no HTTP status, no source).
+pub fn internal(
+    actor: &str,
+    action: &str,
+    object_type: &str,
+    object_id: Option<String>,
+    details: Value,
+) -> AuditWrite {
+    AuditWrite {
+        at_ms: crate::storage::now_ms_i64(),
+        actor: actor.to_owned(),
+        action: action.to_owned(),
+        object_type: Some(object_type.to_owned()),
+        object_id,
+        details: json_text(&redact(&details)),
+        ..AuditWrite::default()
+    }
+}
+
+/// Appends `e` (its JSON texts already redacted); a failure is logged, never returned.
+pub async fn record(storage: &dyn Storage, e: &AuditWrite) {
+    if let Err(err) = storage.audit().append_audit(e).await {
+        tracing::warn!(error = %err, action = %e.action, "cannot write the audit log");
+    }
+}
+
+fn json_text(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::Object(m) if m.is_empty() => None,
+        v => Some(v.to_string()),
+    }
+}
+
+/// Whether a JSON member name holds a secret.
+fn secret_name(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    const PARTS: &[&str] = &[
+        "password",
+        "passwd",
+        "token",
+        "secret",
+        "cookie",
+        "authorization",
+        "credential",
+        "verifier",
+        "content",
+        "api_key",
+        "apikey",
+        "private",
+    ];
+    const EXACT: &[&str] = &["key", "code", "text", "state", "files", "auth", "session"];
+    PARTS.iter().any(|p| k.contains(p)) || EXACT.contains(&k.as_str())
+}
+
+/// Whether a string looks like a secret wherever it appears.
+fn secret_value(s: &str) -> bool {
+    let t = s.trim();
+    let jwt = t.starts_with("eyJ") && t.matches('.').count() >= 2;
+    jwt || ["cg-", "cgadm-", "sk-", "rt_", "Bearer "]
+        .iter()
+        .any(|p| t.starts_with(p))
+}
+
+/// `v` with every secret replaced by [`REDACTED`] (see the module docs).
+pub fn redact(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    // Numbers and flags are never secrets (`tokens_per_day`).
+                    let plain = matches!(v, Value::Null | Value::Number(_) | Value::Bool(_));
+                    let v = if secret_name(k) && !plain {
+                        Value::String(REDACTED.into())
+                    } else {
+                        redact(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(redact).collect()),
+        Value::String(s) => {
+            if secret_value(s) {
+                Value::String(REDACTED.into())
+            } else if s.len() > MAX_STRING {
+                Value::String(format!("[{} bytes]", s.len()))
+            } else if s.contains("://") {
+                Value::String(shared_state::secret::redact_url(s))
+            } else {
+                v.clone()
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+/// The top-level members of two objects that differ: `(before, after)`, each `None` when
+/// nothing changed.
+pub fn changed(before: &Value, after: &Value) -> (Option<Value>, Option<Value>) {
+    let empty = Map::new();
+    let b = before.as_object().unwrap_or(&empty);
+    let a = after.as_object().unwrap_or(&empty);
+    let mut ob = Map::new();
+    let mut oa = Map::new();
+    for k in b.keys().chain(a.keys()) {
+        let (x, y) = (b.get(k), a.get(k));
+        if x != y && !ob.contains_key(k) && !oa.contains_key(k) {
+            ob.insert(k.clone(), x.cloned().unwrap_or(Value::Null));
+            oa.insert(k.clone(), y.cloned().unwrap_or(Value::Null));
+        }
+    }
+    if ob.is_empty() {
+        (None, None)
+    } else {
+        (Some(Value::Object(ob)), Some(Value::Object(oa)))
+    }
+}
+
+/// Who made an authenticated request, as stored.
+pub async fn actor_of(storage: &dyn Storage, p: &Principal) -> String {
+    match p {
+        Principal::Session => "session".into(),
+        Principal::StaticToken => "static_token".into(),
+        Principal::Token { id, .. } => {
+            let name = storage
+                .list_admin_tokens()
+                .await
+                .ok()
+                .and_then(|ts| ts.into_iter().find(|t| t.id == *id).map(|t| t.name));
+            match name {
+                Some(n) => format!("token:{n}#{id}"),
+                None => format!("token#{id}"),
+            }
+        }
+    }
+}
+
+/// `(action, object type, object id)` of a mutation on the route `matched` (as declared,
+/// `{id}` for parameters; the `/api/admin` prefix optional) reached at `path`.
+pub fn action_of(method: &Method, matched: &str, path: &str) -> (String, String, Option<String>) {
+    let strip = |s: &str| -> Vec<String> {
+        s.trim_start_matches("/api/admin")
+            .split('/')
+            .filter(|x| !x.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let pat = strip(matched);
+    let real = strip(path);
+    let id = pat
+        .iter()
+        .position(|s| s.starts_with('{'))
+        .and_then(|i| real.get(i).cloned());
+    let words: Vec<&str> = pat
+        .iter()
+        .filter(|s| !s.starts_with('{'))
+        .map(String::as_str)
+        .collect();
+    let first = words.first().copied().unwrap_or("unknown");
+    let object = match first {
+        "accounts" => "account",
+        "keys" => "key",
+        "tokens" => "admin_token",
+        "proxies" => "proxy",
+        "login" | "logout" => "session",
+        other => other,
+    }
+    .to_owned();
+    let verb = match *method {
+        Method::PATCH | Method::PUT => "update",
+        Method::DELETE => "delete",
+        _ => "create",
+    };
+    let last_is_param = pat.last().is_some_and(|s| s.starts_with('{'));
+    let action = if last_is_param || (words.len() == 1 && !matches!(first, "login" | "logout")) {
+        format!("{first}.{verb}")
+    } else if *method == Method::PUT || *method == Method::PATCH {
+        format!("{}.update", words.join("."))
+    } else {
+        words.join(".")
+    };
+    (action, object, id)
+}
+
+/// The state of an object worth a before/after: settings, a client key, an account, a proxy.
+async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> {
+    let id = id.and_then(|i| i.parse::<i64>().ok());
+    match (object, id) {
+        ("settings", _) => {
+            let stored = core.storage.load_settings().await.ok()?;
+            let (eff, _) = crate::settings::effective(core.publisher.defaults(), &stored);
+            let mut m = crate::settings::to_json(&eff);
+            m.extend(crate::settings::sidecar_json(&crate::settings::sidecar(
+                &stored,
+            )));
+            Some(Value::Object(m))
+        }
+        ("key", Some(id)) => {
+            let k = core
+                .storage
+                .list_keys()
+                .await
+                .ok()?
+                .into_iter()
+                .find(|k| k.id == id)?;
+            let mut v = serde_json::to_value(crate::api::keys::LimitsView::of(&k.limits)).ok()?;
+            v["name"] = json!(k.name);
+            v["revoked"] = json!(k.revoked_at.is_some());
+            Some(v)
+        }
+        ("account", Some(id)) => {
+            let (r, _) = core.storage.get_account(id).await.ok()??;
+            let proxy = core
+                .storage
+                .proxies()
+                .list_proxy_assignments()
+                .await
+                .ok()
+                .and_then(|a| a.into_iter().find(|(i, _)| *i == id).map(|(_, a)| a));
+            Some(json!({
+                "status": r.status.as_str(),
+                "weight": r.weight,
+                "max_concurrency": r.max_concurrency,
+                "account_group": r.account_group,
+                "proxy": proxy,
+            }))
+        }
+        ("proxy", Some(id)) => {
+            let p = core
+                .storage
+                .proxies()
+                .list_proxies()
+                .await
+                .ok()?
+                .into_iter()
+                .find(|p| p.id == id)?;
+            Some(json!({
+                "name": p.name,
+                "url": shared_state::secret::redact_url(&p.url),
+                "has_password": p.password.is_some(),
+                "pool": p.pool,
+                "enabled": p.enabled,
+            }))
+        }
+        _ => None,
+    }
+}
+
+fn is_mutation(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+fn source_of(req: &Request) -> Option<String> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+}
+
+/// Reads back a small JSON answer (the created object's id) and rebuilds the response.
+async fn peek_id(resp: Response) -> (Response, Option<String>) {
+    use axum::body::HttpBody as _;
+    let small = resp
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n <= MAX_RESPONSE_PEEK);
+    if !small {
+        return (resp, None);
+    }
+    let (parts, body) = resp.into_parts();
+    match axum::body::to_bytes(
+        body,
+        usize::try_from(MAX_RESPONSE_PEEK).unwrap_or(usize::MAX),
+    )
+    .await
+    {
+        Ok(b) => {
+            let id = serde_json::from_slice::<Value>(&b)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .and_then(|v| match v {
+                    Value::Number(n) => Some(n.to_string()),
+                    Value::String(s) => Some(s),
+                    _ => None,
+                });
+            (Response::from_parts(parts, Body::from(b)), id)
+        }
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR.into_response(), None),
+    }
+}
+
+/// The audit middleware of the authenticated admin API (see the module docs).
+pub(crate) async fn layer(
+    State(core): State<std::sync::Arc<Core>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if !is_mutation(req.method()) {
+        return next.run(req).await;
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let matched = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| path.clone(), |m| m.as_str().to_owned());
+    let source = source_of(&req);
+    let principal = req.extensions().get::<Principal>().cloned();
+    let (action, object, id) = action_of(&method, &matched, &path);
+    let (parts, body) = req.into_parts();
+    let bytes: Bytes = match axum::body::to_bytes(body, MAX_REQUEST).await {
+        Ok(b) => b,
+        Err(_) => {
+            return crate::api::too_large_response();
+        }
+    };
+    let details = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice::<Value>(&bytes)
+            .map(|v| redact(&v))
+            .unwrap_or_else(|_| json!({"body": format!("[{} bytes, not JSON]", bytes.len())}))
+    };
+    let before = state_of(&core, &object, id.as_deref()).await;
+    let req = Request::from_parts(parts, Body::from(bytes));
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return resp;
+    }
+    let (resp, created) = if id.is_none() && status.is_success() {
+        peek_id(resp).await
+    } else {
+        (resp, None)
+    };
+    let id = id.or(created);
+    let after = if status.is_success() {
+        state_of(&core, &object, id.as_deref()).await
+    } else {
+        None
+    };
+    let (b, a) = match (&before, &after) {
+        (Some(b), Some(a)) => changed(&redact(b), &redact(a)),
+        (Some(b), None) if status.is_success() => (Some(redact(b)), None),
+        _ => (None, None),
+    };
+    let actor = match &principal {
+        Some(p) => actor_of(core.storage.as_ref(), p).await,
+        None => "anonymous".into(),
+    };
+    let e = AuditWrite {
+        at_ms: crate::storage::now_ms_i64(),
+        actor,
+        source,
+        action,
+        object_type: Some(object),
+        object_id: id,
+        status: i64::from(status.as_u16()),
+        details: json_text(&details),
+        before: b.as_ref().and_then(json_text),
+        after: a.as_ref().and_then(json_text),
+    };
+    record(core.storage.as_ref(), &e).await;
+    resp
+}
+
+/// The audit middleware of `POST /login` (public): the body (a password) is never read.
+pub(crate) async fn login_layer(
+    State(core): State<std::sync::Arc<Core>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let source = source_of(&req);
+    let resp = next.run(req).await;
+    let status = resp.status();
+    // Refused before any check (rate limit, size, type): nothing was attempted.
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE
+    ) {
+        return resp;
+    }
+    let e = AuditWrite {
+        at_ms: crate::storage::now_ms_i64(),
+        actor: if status.is_success() {
+            "session".into()
+        } else {
+            "anonymous".into()
+        },
+        source,
+        action: "login".into(),
+        object_type: Some("session".into()),
+        status: i64::from(status.as_u16()),
+        ..AuditWrite::default()
+    };
+    record(core.storage.as_ref(), &e).await;
+    resp
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn actions_from_routes() {
+        let a = |m: Method, pat: &str, path: &str| action_of(&m, pat, path);
+        assert_eq!(
+            a(
+                Method::POST,
+                "/api/admin/accounts/{id}/disable",
+                "/api/admin/accounts/7/disable"
+            ),
+            (
+                "accounts.disable".into(),
+                "account".into(),
+                Some("7".into())
+            )
+        );
+        assert_eq!(
+            a(Method::PATCH, "/api/admin/keys/{id}", "/api/admin/keys/3").0,
+            "keys.update"
+        );
+        assert_eq!(a(Method::DELETE, "/keys/{id}", "/keys/3").0, "keys.delete");
+        assert_eq!(a(Method::POST, "/keys", "/keys").0, "keys.create");
+        assert_eq!(
+            a(Method::PUT, "/settings", "/settings").0,
+            "settings.update"
+        );
+        assert_eq!(
+            a(Method::POST, "/accounts/bulk", "/accounts/bulk").0,
+            "accounts.bulk"
+        );
+        assert_eq!(
+            a(Method::PUT, "/accounts/{id}/proxy", "/accounts/2/proxy"),
+            (
+                "accounts.proxy.update".into(),
+                "account".into(),
+                Some("2".into())
+            )
+        );
+        assert_eq!(a(Method::POST, "/logout", "/logout").0, "logout");
+        assert_eq!(a(Method::POST, "/tokens", "/tokens").1, "admin_token");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let v = json!({
+            "password": "hunter2",
+            "name": "ci",
+            "url": "http://user:pw@proxy:8080",
+            "nested": [{"refresh_token": "rt_x"}, "eyJhbGciOi.eyJzdWIi.sig", "cg-abcdef"],
+            "files": [{"name": "a.json", "content": "{...}"}],
+            "long": "x".repeat(300),
+            "weight": 3,
+            "tokens_per_day": 5,
+            "pool": null,
+        });
+        let r = redact(&v);
+        let s = r.to_string();
+        for secret in [
+            "hunter2",
+            "pw@",
+            "rt_x",
+            "eyJhbGciOi",
+            "cg-abcdef",
+            "xxxxxxxx",
+        ] {
+            assert!(!s.contains(secret), "{secret} in {s}");
+        }
+        assert_eq!(r["name"], "ci");
+        assert_eq!(r["weight"], 3);
+        assert_eq!(r["tokens_per_day"], 5);
+        assert_eq!(r["pool"], Value::Null);
+    }
+
+    #[test]
+    fn only_changed_members() {
+        let (b, a) = changed(
+            &json!({"x": 1, "y": 2}),
+            &json!({"x": 1, "y": 3, "z": true}),
+        );
+        assert_eq!(b.unwrap(), json!({"y": 2, "z": null}));
+        assert_eq!(a.unwrap(), json!({"y": 3, "z": true}));
+        assert_eq!(changed(&json!({"x": 1}), &json!({"x": 1})), (None, None));
+    }
+}

@@ -1,0 +1,467 @@
+//! The audit log of admin actions (issue 27), through the running gateway: every kind of
+//! mutation (session login/logout, tokens, keys and their limits, settings, accounts, proxies,
+//! imports, the CLI) is recorded with its actor, action, object and before/after; the list
+//! filters by actor, action and time; the CSV export has the same rows; and no secret the test
+//! used (admin password, admin and client keys, account tokens, a proxy password) appears in
+//! the stored rows, the listing or the CSV. On SQLite and PostgreSQL.
+
+use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
+use reqwest::{header, StatusCode};
+use serde_json::{json, Value};
+
+const PASSWORD: &str = "audit-password-7f3a91";
+const PROXY_PASSWORD: &str = "proxy-secret-55e1";
+
+fn auth_json(t: &benches::IssuedTokens) -> String {
+    json!({
+        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
+        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
+                   "refresh_token": t.refresh_token, "account_id": t.account_id},
+        "last_refresh": "2026-11-29T00:00:00Z"
+    })
+    .to_string()
+}
+
+/// An admin request with `bearer` (or the session cookie `cookie`).
+async fn call(
+    s: &Stack,
+    method: reqwest::Method,
+    path: &str,
+    bearer: Option<&str>,
+    cookie: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, header::HeaderMap, Value) {
+    let mut r = client().request(method.clone(), format!("{}{path}", s.admin_url()));
+    if let Some(b) = bearer {
+        r = r.bearer_auth(b);
+    }
+    if let Some(c) = cookie {
+        r = r.header(header::COOKIE, format!("cg_admin_session={c}"));
+    }
+    if method != reqwest::Method::GET {
+        r = r
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.unwrap_or(json!({})).to_string());
+    }
+    let resp = r.send().await.unwrap();
+    let st = resp.status();
+    let h = resp.headers().clone();
+    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (st, h, v)
+}
+
+async fn audit(s: &Stack, query: &str) -> Vec<Value> {
+    let (st, _, v) = call(
+        s,
+        reqwest::Method::GET,
+        &format!("/api/admin/audit{query}"),
+        Some(ADMIN_TOKEN),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    v["data"].as_array().unwrap().clone()
+}
+
+fn find<'a>(rows: &'a [Value], action: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["action"] == action)
+        .unwrap_or_else(|| panic!("no {action} entry in {rows:#?}"))
+}
+
+/// Every stored audit row as one text per row (all columns), straight from the database.
+async fn stored_rows(s: &Stack) -> Vec<String> {
+    use sqlx::Connection;
+    let sql = "SELECT CAST(id AS TEXT) || '|' || CAST(at_ms AS TEXT) || '|' || actor || '|' || \
+               COALESCE(source, '') || '|' || action || '|' || COALESCE(object_type, '') || '|' \
+               || COALESCE(object_id, '') || '|' || CAST(status AS TEXT) || '|' || \
+               COALESCE(details, '') || '|' || COALESCE(before_json, '') || '|' || \
+               COALESCE(after_json, '') FROM audit_log ORDER BY id";
+    match &s.db.database_url {
+        Some(url) => {
+            let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query_scalar::<_, String>(sql)
+                .fetch_all(&mut c)
+                .await
+                .unwrap()
+        }
+        None => {
+            let path = s.dir.path().join("codex-gateway.db");
+            let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::query_scalar::<_, String>(sql)
+                .fetch_all(&mut c)
+                .await
+                .unwrap()
+        }
+    }
+}
+
+async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
+    let s = StackBuilder {
+        accounts: 2,
+        postgres,
+        admin_password: Some(PASSWORD.into()),
+        ..StackBuilder::default()
+    }
+    .start();
+    let t = Some(ADMIN_TOKEN);
+    let started = shared_state::now_ms();
+
+    // A failed and a successful login; the session makes a change and logs out.
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/login",
+        None,
+        None,
+        Some(json!({"password": "wrong-guess-1234"})),
+    )
+    .await;
+    assert_eq!(st, 401);
+    let (st, h, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/login",
+        None,
+        None,
+        Some(json!({"password": PASSWORD})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let cookie = h
+        .get(header::SET_COOKIE)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .strip_prefix("cg_admin_session=")
+        .unwrap()
+        .to_owned();
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/accounts/1/disable",
+        None,
+        Some(&cookie),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+
+    // A named admin token, used for a key with limits.
+    let (st, _, tok) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/tokens",
+        t,
+        None,
+        Some(json!({"name": "ci-bot"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{tok}");
+    let admin_token = tok["token"].as_str().unwrap().to_owned();
+    let token_id = tok["id"].as_i64().unwrap();
+    let (st, _, key) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/keys",
+        Some(&admin_token),
+        None,
+        Some(json!({"name": "team-a"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{key}");
+    let client_key = key["key"].as_str().unwrap().to_owned();
+    let key_id = key["id"].as_i64().unwrap();
+    let (st, _, v) = call(
+        &s,
+        reqwest::Method::PATCH,
+        &format!("/api/admin/keys/{key_id}"),
+        Some(&admin_token),
+        None,
+        Some(json!({"rpm": 60, "tokens_per_day": 100000})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+
+    // Settings, a proxy with a password, an import of a credential file.
+    let (st, _, v) = call(
+        &s,
+        reqwest::Method::PUT,
+        "/api/admin/settings",
+        t,
+        None,
+        Some(json!({"max_attempts": 5, "auto_clean_after_hours": 48})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, _, proxy) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/proxies",
+        t,
+        None,
+        Some(
+            json!({"name": "egress-1", "url": format!("http://user:{PROXY_PASSWORD}@127.0.0.1:9")}),
+        ),
+    )
+    .await;
+    assert_eq!(st, 200, "{proxy}");
+    let extra = s.mock.add_account(benches::MockAccount::new("acct-audit"));
+    let (st, _, v) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/accounts/import",
+        t,
+        None,
+        Some(json!({"files": [{"name": "auth.json", "content": auth_json(&extra)}]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    // The CLI (its own process in real life) writes to the same log.
+    let db = s.db.clone();
+    std::thread::spawn(move || admin::cli::settings_set(&db, "min_request_interval_ms", "25"))
+        .join()
+        .unwrap()
+        .unwrap();
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/logout",
+        None,
+        Some(&cookie),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::DELETE,
+        &format!("/api/admin/tokens/{token_id}"),
+        t,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+
+    let rows = audit(&s, "?limit=1000").await;
+    // Who.
+    let login_failed = rows
+        .iter()
+        .find(|r| r["action"] == "login" && r["status"] == 401)
+        .expect("failed login");
+    assert_eq!(login_failed["actor"], "anonymous");
+    assert_eq!(login_failed["source"], "127.0.0.1");
+    let disable = find(&rows, "accounts.disable");
+    assert_eq!(disable["actor"], "session");
+    assert_eq!(disable["object_type"], "account");
+    assert_eq!(disable["object_id"], "1");
+    assert_eq!(disable["before"], json!({"status": "active"}));
+    assert_eq!(disable["after"], json!({"status": "disabled"}));
+    let key_create = find(&rows, "keys.create");
+    assert_eq!(key_create["actor"], format!("token:ci-bot#{token_id}"));
+    assert_eq!(key_create["object_id"], key_id.to_string());
+    let key_update = find(&rows, "keys.update");
+    assert_eq!(
+        key_update["before"],
+        json!({"rpm": null, "tokens_per_day": null})
+    );
+    assert_eq!(
+        key_update["after"],
+        json!({"rpm": 60, "tokens_per_day": 100000})
+    );
+    let settings = rows
+        .iter()
+        .find(|r| r["action"] == "settings.update" && r["actor"] == "static_token")
+        .expect("settings entry");
+    assert_eq!(
+        settings["before"],
+        json!({"max_attempts": 3, "auto_clean_after_hours": null})
+    );
+    assert_eq!(
+        settings["after"],
+        json!({"max_attempts": 5, "auto_clean_after_hours": 48.0})
+    );
+    let cli = rows
+        .iter()
+        .find(|r| r["action"] == "settings.update" && r["actor"] == "cli")
+        .expect("CLI entry");
+    assert_eq!(cli["after"], json!({"min_request_interval_ms": "25"}));
+    let proxy_entry = find(&rows, "proxies.create");
+    assert_eq!(proxy_entry["object_id"], proxy["id"].to_string());
+    assert!(
+        proxy_entry["details"]["url"]
+            .as_str()
+            .is_some_and(|u| u.contains("127.0.0.1:9")),
+        "{proxy_entry}"
+    );
+    find(&rows, "accounts.import");
+    find(&rows, "tokens.create");
+    find(&rows, "tokens.delete");
+    find(&rows, "logout");
+    // The stack's own set-up went through the CLI too.
+    assert!(rows
+        .iter()
+        .any(|r| r["actor"] == "cli" && r["action"] == "keys.create"));
+    // Reads are not audited.
+    assert!(rows.iter().all(|r| r["action"] != "audit"), "{rows:#?}");
+
+    // Filters: actor (contains), action (prefix), time.
+    let by_actor = audit(&s, "?actor=ci-bot").await;
+    assert_eq!(by_actor.len(), 2, "{by_actor:#?}");
+    assert!(by_actor
+        .iter()
+        .all(|r| r["actor"] == format!("token:ci-bot#{token_id}")));
+    let by_action = audit(&s, "?action=keys").await;
+    assert!(by_action
+        .iter()
+        .all(|r| r["action"].as_str().unwrap().starts_with("keys.")));
+    assert!(by_action.len() >= 3, "{by_action:#?}");
+    let future = audit(&s, &format!("?from={}", shared_state::now_ms() + 60_000)).await;
+    assert!(future.is_empty());
+    let before_start = audit(&s, &format!("?to={started}")).await;
+    assert!(
+        before_start.iter().all(|r| r["actor"] == "cli"),
+        "only the set-up happened before the test: {before_start:#?}"
+    );
+    let (st, _, err) = call(
+        &s,
+        reqwest::Method::GET,
+        "/api/admin/audit?from=yesterday",
+        t,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 400);
+    assert_eq!(err["error"]["param"], "from");
+
+    // The CSV export: the same entries.
+    let resp = client()
+        .get(format!("{}/api/admin/audit/export.csv", s.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()[header::CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let csv = resp.text().await.unwrap();
+    assert!(csv.starts_with("id,time,actor,source,action,"), "{csv}");
+    assert_eq!(csv.lines().count(), rows.len() + 1, "{csv}");
+    assert!(csv.contains("accounts.disable"));
+    let csv_keys = client()
+        .get(format!(
+            "{}/api/admin/audit/export.csv?action=keys.update",
+            s.admin_url()
+        ))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(csv_keys.lines().count(), 2, "{csv_keys}");
+
+    // No secret anywhere: stored rows, the listing, the CSV.
+    let listing = serde_json::to_string(&rows).unwrap();
+    let stored = stored_rows(&s).await;
+    assert_eq!(stored.len(), rows.len());
+    let stored = stored.join("\n");
+    let mut secrets = vec![
+        PASSWORD.to_owned(),
+        PROXY_PASSWORD.to_owned(),
+        ADMIN_TOKEN.to_owned(),
+        admin_token.clone(),
+        client_key.clone(),
+        s.key.clone(),
+        cookie.clone(),
+    ];
+    for a in s.accounts.iter().chain([&extra]) {
+        secrets.extend([
+            a.access_token.clone(),
+            a.refresh_token.clone(),
+            a.id_token.clone(),
+        ]);
+    }
+    for secret in &secrets {
+        for (what, text) in [
+            ("stored rows", &stored),
+            ("listing", &listing),
+            ("CSV", &csv),
+        ] {
+            assert!(
+                !text.contains(secret.as_str()),
+                "a secret is in the {what}: {text}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_action_is_audited_without_secrets_sqlite() {
+    every_admin_action_is_audited_without_secrets(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_action_is_audited_without_secrets_postgres() {
+    every_admin_action_is_audited_without_secrets(true).await;
+}
+
+/// A read-only token cannot mutate, and what it was refused is not an action.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_are_not_actions() {
+    let s = StackBuilder::default().start();
+    let (_, _, tok) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/tokens",
+        Some(ADMIN_TOKEN),
+        None,
+        Some(json!({"name": "viewer", "scope": "read"})),
+    )
+    .await;
+    let read = tok["token"].as_str().unwrap().to_owned();
+    let n = audit(&s, "").await.len();
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/accounts/1/disable",
+        Some(&read),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 403);
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/accounts/1/disable",
+        Some("cgadm-wrong"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 401);
+    assert_eq!(audit(&s, "").await.len(), n);
+    // The read token may list the log.
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::GET,
+        "/api/admin/audit",
+        Some(&read),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+}
