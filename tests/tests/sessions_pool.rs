@@ -469,3 +469,56 @@ async fn token_refresh_presents_the_configured_wire_identity() {
     );
     assert_eq!(refresh[0].header("originator"), Some("codex_exec"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_replay_after_an_account_switch_carries_no_foreign_blob() {
+    let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
+    // `store` not false: the gateway keeps the transcript for `previous_response_id`.
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "first",
+            "include": ["reasoning.encrypted_content"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(s.served_by(), ["acct-0"]);
+    assert!(v["output"][0]["encrypted_content"].is_string(), "{v}");
+
+    s.mock.set_behaviour(
+        "acct-0",
+        "error=usage_limit_reached,reasoning=1".parse().unwrap(),
+    );
+    s.mock.clear_requests();
+    let r = s
+        .post("/v1/responses")
+        .json(
+            &json!({"model": "gpt-5.5", "input": "second", "previous_response_id": id,
+            "include": ["reasoning.encrypted_content"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let reqs = upstream(&s.mock);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert_eq!(on_1.len(), 1);
+    assert!(on_1[0].blobs().is_empty(), "the replayed blob stayed home");
+    assert!(
+        on_1[0].body_text().contains("first"),
+        "the history was replayed"
+    );
+    // The replay did carry acct-0's blob: offered to its minter first (which was dry).
+    let on_0: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-0"))
+        .collect();
+    assert_eq!(on_0.len(), 1);
+    assert_eq!(on_0[0].blobs().len(), 1);
+    assert!(on_0[0].foreign_blobs().is_empty());
+}
