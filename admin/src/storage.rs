@@ -424,6 +424,9 @@ pub struct UsageRow {
     pub error_class: Option<String>,
     /// Cost, USD micros.
     pub cost_micros: i64,
+    /// The gateway request id (`x-request-id`; `None` for records stored before migration
+    /// 0021).
+    pub request_id: Option<String>,
 }
 
 /// One hourly rollup row ([`Storage::usage_rollups`]).
@@ -520,6 +523,11 @@ pub struct UsageEntry {
     pub error_code: Option<String>,
     /// Start, Unix ms.
     pub started_at_ms: i64,
+    /// Failure class, when the request failed.
+    pub error_class: Option<String>,
+    /// The gateway request id (`x-request-id`; `None` for records stored before migration
+    /// 0021).
+    pub request_id: Option<String>,
 }
 
 /// The durable store behind the sidecar, the admin API and the CLI.
@@ -643,6 +651,13 @@ pub trait Storage: Send + Sync + 'static {
         filter: UsageFilter,
         bucket_ms: i64,
     ) -> StorageFuture<'_, Vec<UsageBucket>>;
+    /// The stored records of one gateway request id (`x-request-id`), oldest first, at most
+    /// `limit` (a client's own id may repeat).
+    fn usage_by_request_id<'a>(
+        &'a self,
+        request_id: &'a str,
+        limit: u32,
+    ) -> StorageFuture<'a, Vec<UsageRow>>;
     /// The newest failed usage records (status >= 400 or an error code), newest first.
     fn recent_failures(&self, limit: u32) -> StorageFuture<'_, Vec<UsageEntry>>;
 

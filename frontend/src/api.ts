@@ -89,7 +89,17 @@ export interface AdminToken {
 export interface Failure {
   id: number; key_id: number; account_id: number | null; route: string; model: string; status: number
   error_code: string | null; started_at_ms: number; latency_ms: number; key_name: string | null
-  account_label: string | null
+  account_label: string | null; error_class: string | null; request_id: string | null
+}
+
+/** One stored usage record, every field (`GET /usage/records?request_id=`). */
+export interface UsageRecordRow {
+  id: number; record_id: string | null; request_id: string | null; started_at_ms: number
+  key_id: number; key_name: string | null; account_id: number | null; account_label: string | null
+  route: string; model: string; transport: string | null; status: number; stream: boolean
+  input_tokens: number; cached_tokens: number; output_tokens: number; reasoning_tokens: number
+  ttfb_ms: number | null; ttft_ms: number | null; latency_ms: number; failovers: number
+  error_code: string | null; error_class: string | null; cost_micros: number
 }
 
 export interface DataPlane {

@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use benches::{Behaviour, ErrorKind};
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::{client, Stack, StackBuilder};
 use serde_json::{json, Value};
@@ -288,4 +289,145 @@ async fn websocket_error_events_carry_the_turns_id() {
         ids.push(id.to_owned());
     }
     assert_ne!(ids[0], ids[1], "each turn its own id");
+}
+
+/// The CSV export parsed into rows of `header -> cell` (cells here never hold commas).
+async fn csv(s: &Stack) -> Vec<std::collections::HashMap<String, String>> {
+    let r = s
+        .admin_get("/api/admin/usage/export.csv")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
+    let head: Vec<String> = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    lines
+        .map(|l| {
+            head.iter()
+                .cloned()
+                .zip(l.split(',').map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+/// The id a client got is in its usage record: the CSV export's `request_id`, the admin
+/// API's search by id (every field, the key's name), the failures list; a WebSocket turn's
+/// record carries the turn's id; an unknown id finds nothing, a malformed one is a 400.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
+    let s = StackBuilder::default().start();
+    let r = s
+        .post("/v1/responses")
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ok_id = rid(&r);
+    r.text().await.unwrap();
+    // A failed request: the upstream refuses it (400 context_length_exceeded), under a
+    // client-chosen id.
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::ContextLengthExceeded).times(1),
+    );
+    let r = s
+        .post("/v1/chat/completions")
+        .header("x-request-id", "client-failure-1")
+        .json(&json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    s.mock.clear_behaviour("acct-0");
+    assert_eq!(rid(&r), "client-failure-1");
+    // A WebSocket turn.
+    let mut ws = ws_connect(&s).await;
+    ws.send(Message::text(
+        json!({"type": "response.create", "model": "gpt-5.5", "input": "w"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let mut ws_done = false;
+    while !ws_done {
+        let v = ws_next_json(&mut ws).await;
+        ws_done = v["type"] == "response.completed";
+    }
+    drop(ws);
+    until("3 usage records", Duration::from_secs(20), || async {
+        csv(&s).await.len() >= 3
+    })
+    .await;
+    let rows = csv(&s).await;
+    let ids: Vec<&str> = rows.iter().map(|r| r["request_id"].as_str()).collect();
+    assert!(ids.contains(&ok_id.as_str()), "{rows:?}");
+    assert!(ids.contains(&"client-failure-1"), "{rows:?}");
+    let ws_row = rows
+        .iter()
+        .find(|r| r["transport"] == "ws")
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    let ws_id = ws_row["request_id"].clone();
+    assert!(is_generated(&ws_id) && ws_id != ok_id, "{ws_id}");
+    // Found by id, with every field and the key's name.
+    for (id, status) in [
+        (ok_id.as_str(), 200),
+        ("client-failure-1", 400),
+        (ws_id.as_str(), 200),
+    ] {
+        let v: Value = s
+            .admin_get(&format!("/api/admin/usage/records?request_id={id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let data = v["data"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(data.len(), 1, "{v}");
+        assert_eq!(data[0]["request_id"], id, "{v}");
+        assert_eq!(data[0]["status"], status, "{v}");
+        assert_eq!(data[0]["key_name"], "test", "{v}");
+    }
+    let v: Value = s
+        .admin_get("/api/admin/usage/records?request_id=req_unknown")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(0), "{v}");
+    let r = s
+        .admin_get("/api/admin/usage/records?request_id=a%20b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // The failures list names the failed request's id and class.
+    let v: Value = s
+        .admin_get("/api/admin/failures")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let f = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["request_id"] == "client-failure-1")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(f["status"], 400, "{f}");
+    assert!(
+        f["error_class"].as_str().is_some_and(|c| !c.is_empty()),
+        "{f}"
+    );
 }

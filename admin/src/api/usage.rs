@@ -7,12 +7,16 @@
 //!   most 2,000 buckets) and one series per model, key or account, each with requests, tokens
 //!   (input + output) and errors per bucket;
 //! - `GET /api/admin/failures?limit=` -> the newest failed requests (status >= 400 or an error
-//!   code), newest first, with the key name and account label;
+//!   code), newest first, with the key name, account label, failure class and request id;
+//! - `GET /api/admin/usage/records?request_id=` -> the stored records of one gateway request
+//!   id (the `x-request-id` a client got; a client's own id may repeat), every field, with
+//!   the key name and account label: "which request was that?";
 //! - `GET /api/admin/usage/export.csv?from=&to=&group_by=&key_id=&account_id=` -> CSV
 //!   (`from`/`to`: Unix ms or RFC 3339, `[from, to)`): `group_by` absent or `record`: every
 //!   raw record with every field, streamed page by page; `hour`: the hourly rollups (one row
 //!   per hour, key, account, model whose hour starts in the window); `key`, `account` or
-//!   `model`: the rollups of the window summed per group. Text cells that a spreadsheet would
+//!   `model`: the rollups of the window summed per group. Raw records end with their
+//!   `request_id`. Text cells that a spreadsheet would
 //!   run as a formula (`=`, `+`, `-`, `@` first) get a leading `'`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +36,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/usage", get(get_usage))
         .route("/usage/series", get(get_series))
         .route("/failures", get(get_failures))
+        .route("/usage/records", get(get_records))
         .route("/usage/export.csv", get(export_csv))
 }
 
@@ -272,6 +277,46 @@ async fn get_failures(State(core): State<AppState>, Query(q): Q) -> ApiResult<Li
     )))
 }
 
+/// A stored record with names resolved ([`get_records`]).
+#[derive(Debug, Serialize)]
+pub(crate) struct RecordView {
+    #[serde(flatten)]
+    row: crate::storage::UsageRow,
+    key_name: Option<String>,
+    account_label: Option<String>,
+}
+
+/// Most records answered for one request id.
+const RECORDS_PER_ID: u32 = 100;
+
+async fn get_records(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<RecordView>> {
+    let id = q.get("request_id").map(|v| v.trim()).unwrap_or("");
+    // The gateway keeps only ids of this shape (`gateway::request_id::is_valid`): anything
+    // else cannot match and is a typo.
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if !valid {
+        return Err(ApiError::bad_request(
+            "request_id must be 1 to 128 characters of A-Z a-z 0-9 . _ : -",
+        )
+        .with_param("request_id"));
+    }
+    let rows = core.storage.usage_by_request_id(id, RECORDS_PER_ID).await?;
+    let names = Names::load(&core).await?;
+    Ok(Json(List::of(
+        rows.into_iter()
+            .map(|row| RecordView {
+                key_name: names.keys.get(&row.key_id).cloned(),
+                account_label: row.account_id.and_then(|a| names.accounts.get(&a).cloned()),
+                row,
+            })
+            .collect(),
+    )))
+}
+
 // === CSV export ===
 
 /// Raw records per page of the streamed export.
@@ -347,7 +392,7 @@ fn line(out: &mut String, cells: &[Result<String, &str>]) {
 const RECORD_HEADER: &str = "id,record_id,started_at,started_at_ms,key_id,key_name,account_id,\
 account_label,route,model,reasoning_effort,service_tier,transport,status,stream,input_tokens,\
 cached_tokens,output_tokens,reasoning_tokens,ttfb_ms,ttft_ms,latency_ms,failovers,error_code,\
-error_class,cost_usd,cost_micros\r\n";
+error_class,cost_usd,cost_micros,request_id\r\n";
 
 const ROLLUP_HEADER: &str = "hour,hour_ms,key_id,key_name,account_id,account_label,model,\
 requests,errors,input_tokens,cached_tokens,output_tokens,reasoning_tokens,failovers,\
@@ -413,6 +458,7 @@ fn record_line(out: &mut String, r: &crate::storage::UsageRow, names: &Names) {
             Err(r.error_class.as_deref().unwrap_or("")),
             Ok(usd(u64::try_from(r.cost_micros).unwrap_or(0))),
             n(r.cost_micros),
+            Err(r.request_id.as_deref().unwrap_or("")),
         ],
     );
 }

@@ -71,7 +71,7 @@ pub(super) const RECORD_QUOTA: &str = "UPDATE accounts SET \
 pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, account_id, route, \
      model, status, stream, input_tokens, cached_tokens, output_tokens, reasoning_tokens, \
      ttfb_ms, latency_ms, error_code, started_at_ms, cost_micros, record_id, reasoning_effort, service_tier, \
-     transport, ttft_ms, failovers, error_class) ";
+     transport, ttft_ms, failovers, error_class, request_id) ";
 
 /// What follows the values of a usage INSERT: a record already stored (spool replay) is
 /// skipped, and the ids of the inserted rows come back (the rollups are added from the
@@ -99,10 +99,18 @@ pub(super) const ROLLUP_UPSERT: &str = "INSERT INTO usage_hourly (hour_ms, key_i
 pub(super) const USAGE_ROWS: &str = "SELECT id, record_id, started_at_ms, key_id, account_id, \
      route, model, reasoning_effort, service_tier, transport, status, stream, input_tokens, \
      cached_tokens, output_tokens, reasoning_tokens, ttfb_ms, ttft_ms, latency_ms, failovers, \
-     error_code, error_class, cost_micros FROM usage_records \
+     error_code, error_class, cost_micros, request_id FROM usage_records \
      WHERE ($1 IS NULL OR started_at_ms >= $1) AND ($2 IS NULL OR started_at_ms < $2) \
        AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) AND id > $5 \
      ORDER BY id LIMIT $6";
+
+/// Every column of the raw records of one request id (a client's id may repeat), oldest
+/// first (`$2`: limit).
+pub(super) const USAGE_BY_REQUEST_ID: &str = "SELECT id, record_id, started_at_ms, key_id, \
+     account_id, route, model, reasoning_effort, service_tier, transport, status, stream, \
+     input_tokens, cached_tokens, output_tokens, reasoning_tokens, ttfb_ms, ttft_ms, latency_ms, \
+     failovers, error_code, error_class, cost_micros, request_id FROM usage_records \
+     WHERE request_id = $1 ORDER BY id LIMIT $2";
 
 /// Hourly rollups in a window.
 pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, model, requests, \
@@ -112,7 +120,7 @@ pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, mode
        AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
      ORDER BY hour_ms, key_id, account_id, model";
 
-/// Rows per multi-row usage INSERT (21 binds each; far below both engines' limits).
+/// Rows per multi-row usage INSERT (23 binds each; far below both engines' limits).
 pub(super) const USAGE_CHUNK: usize = 200;
 
 /// Usage totals grouped by `(key_id, account_id)`. `SUM` of a `BIGINT` is `NUMERIC` on
@@ -152,8 +160,8 @@ pub(super) const USAGE_BUCKETS: &str = "SELECT (started_at_ms / $5) * $5 AS buck
      GROUP BY bucket, key_id, account_id, model ORDER BY bucket";
 
 pub(super) const RECENT_FAILURES: &str = "SELECT id, key_id, account_id, route, model, status, \
-     stream, ttfb_ms, latency_ms, error_code, started_at_ms FROM usage_records \
-     WHERE status >= 400 OR error_code IS NOT NULL \
+     stream, ttfb_ms, latency_ms, error_code, started_at_ms, error_class, request_id \
+     FROM usage_records WHERE status >= 400 OR error_code IS NOT NULL \
      ORDER BY started_at_ms DESC, id DESC LIMIT $1";
 
 /// Implements [`super::Storage`] for `$ty { pool: sqlx::Pool<$db>, cipher: Cipher }`.
@@ -162,6 +170,38 @@ macro_rules! impl_storage {
         // === impl $ty (shared SQL) ===
 
         impl $ty {
+            fn usage_row(
+                r: &<$db as sqlx::Database>::Row,
+            ) -> Result<$crate::storage::UsageRow, $crate::error::StorageError> {
+                use sqlx::Row;
+                Ok($crate::storage::UsageRow {
+                    id: r.try_get("id")?,
+                    record_id: r.try_get("record_id")?,
+                    started_at_ms: r.try_get("started_at_ms")?,
+                    key_id: r.try_get("key_id")?,
+                    account_id: r.try_get("account_id")?,
+                    route: r.try_get("route")?,
+                    model: r.try_get("model")?,
+                    reasoning_effort: r.try_get("reasoning_effort")?,
+                    service_tier: r.try_get("service_tier")?,
+                    transport: r.try_get("transport")?,
+                    status: r.try_get("status")?,
+                    stream: r.try_get("stream")?,
+                    input_tokens: r.try_get("input_tokens")?,
+                    cached_tokens: r.try_get("cached_tokens")?,
+                    output_tokens: r.try_get("output_tokens")?,
+                    reasoning_tokens: r.try_get("reasoning_tokens")?,
+                    ttfb_ms: r.try_get("ttfb_ms")?,
+                    ttft_ms: r.try_get("ttft_ms")?,
+                    latency_ms: r.try_get("latency_ms")?,
+                    failovers: r.try_get("failovers")?,
+                    error_code: r.try_get("error_code")?,
+                    error_class: r.try_get("error_class")?,
+                    cost_micros: r.try_get("cost_micros")?,
+                    request_id: r.try_get("request_id")?,
+                })
+            }
+
             fn account_row(
                 r: &<$db as sqlx::Database>::Row,
             ) -> Result<$crate::storage::AccountRow, $crate::error::StorageError> {
@@ -908,7 +948,10 @@ macro_rules! impl_storage {
                                 .push_bind(r.transport.as_str())
                                 .push_bind(r.ttft_ms.map(to_i64))
                                 .push_bind(i64::from(r.failovers))
-                                .push_bind(r.error_class.as_deref());
+                                .push_bind(r.error_class.as_deref())
+                                .push_bind(
+                                    Some(r.request_id.as_str()).filter(|id| !id.is_empty()),
+                                );
                         });
                         qb.push($crate::storage::sql::USAGE_INSERT_TAIL);
                         let rows = qb.build().fetch_all(&mut *tx).await?;
@@ -957,7 +1000,6 @@ macro_rules! impl_storage {
                 limit: u32,
             ) -> $crate::storage::StorageFuture<'_, Vec<$crate::storage::UsageRow>> {
                 Box::pin(async move {
-                    use sqlx::Row;
                     let rows = sqlx::query($crate::storage::sql::USAGE_ROWS)
                         .bind(filter.since_ms)
                         .bind(filter.until_ms)
@@ -967,35 +1009,7 @@ macro_rules! impl_storage {
                         .bind(i64::from(limit))
                         .fetch_all(&self.pool)
                         .await?;
-                    let mut out = Vec::with_capacity(rows.len());
-                    for r in &rows {
-                        out.push($crate::storage::UsageRow {
-                            id: r.try_get("id")?,
-                            record_id: r.try_get("record_id")?,
-                            started_at_ms: r.try_get("started_at_ms")?,
-                            key_id: r.try_get("key_id")?,
-                            account_id: r.try_get("account_id")?,
-                            route: r.try_get("route")?,
-                            model: r.try_get("model")?,
-                            reasoning_effort: r.try_get("reasoning_effort")?,
-                            service_tier: r.try_get("service_tier")?,
-                            transport: r.try_get("transport")?,
-                            status: r.try_get("status")?,
-                            stream: r.try_get("stream")?,
-                            input_tokens: r.try_get("input_tokens")?,
-                            cached_tokens: r.try_get("cached_tokens")?,
-                            output_tokens: r.try_get("output_tokens")?,
-                            reasoning_tokens: r.try_get("reasoning_tokens")?,
-                            ttfb_ms: r.try_get("ttfb_ms")?,
-                            ttft_ms: r.try_get("ttft_ms")?,
-                            latency_ms: r.try_get("latency_ms")?,
-                            failovers: r.try_get("failovers")?,
-                            error_code: r.try_get("error_code")?,
-                            error_class: r.try_get("error_class")?,
-                            cost_micros: r.try_get("cost_micros")?,
-                        });
-                    }
-                    Ok(out)
+                    rows.iter().map(Self::usage_row).collect()
                 })
             }
 
@@ -1196,6 +1210,21 @@ macro_rules! impl_storage {
                 })
             }
 
+            fn usage_by_request_id<'a>(
+                &'a self,
+                request_id: &'a str,
+                limit: u32,
+            ) -> $crate::storage::StorageFuture<'a, Vec<$crate::storage::UsageRow>> {
+                Box::pin(async move {
+                    let rows = sqlx::query($crate::storage::sql::USAGE_BY_REQUEST_ID)
+                        .bind(request_id)
+                        .bind(i64::from(limit))
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter().map(Self::usage_row).collect()
+                })
+            }
+
             fn recent_failures(
                 &self,
                 limit: u32,
@@ -1220,6 +1249,8 @@ macro_rules! impl_storage {
                             latency_ms: r.try_get("latency_ms")?,
                             error_code: r.try_get("error_code")?,
                             started_at_ms: r.try_get("started_at_ms")?,
+                            error_class: r.try_get("error_class")?,
+                            request_id: r.try_get("request_id")?,
                         });
                     }
                     Ok(out)

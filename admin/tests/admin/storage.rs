@@ -499,6 +499,8 @@ async fn usage_dedup_rollups_and_retention(db: &TestDb) {
         failovers: 2,
         error_class: (i == 3).then(|| "server_is_overloaded".into()),
         cost_micros: 17,
+        request_id: format!("req_{i}"),
+        bytes_out: 0,
     };
     let recs: Vec<UsageRecord> = (0..4).map(mk).collect();
     assert_eq!(s.insert_usage(&recs[..2]).await.unwrap(), 2);
@@ -517,6 +519,11 @@ async fn usage_dedup_rollups_and_retention(db: &TestDb) {
     assert_eq!((r.ttft_ms, r.failovers), (Some(42), 2));
     assert_eq!(r.error_class.as_deref(), Some("server_is_overloaded"));
     assert_eq!(r.route, "chat_completions");
+    assert_eq!(r.request_id.as_deref(), Some("req_3"));
+    // Found by its request id (migration 0021).
+    let by_id = s.usage_by_request_id("req_3", 10).await.unwrap();
+    assert_eq!(by_id, vec![r.clone()]);
+    assert!(s.usage_by_request_id("req_9", 10).await.unwrap().is_empty());
     // Paging by id.
     let page = s
         .usage_rows(UsageFilter::default(), rows[1].id, 1)
