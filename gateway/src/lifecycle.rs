@@ -697,6 +697,8 @@ pub async fn open_traced(
                     after_refresh: refreshed,
                     overloaded_elsewhere,
                     blocked_elsewhere,
+                    // A refreshed account comes from a later snapshot.
+                    snapshot_version: if refreshed { 0 } else { snap.version },
                 };
                 // Another account's recorded blobs never reach this one.
                 let cleaned = if stripped_all {

@@ -48,6 +48,11 @@ pub struct Prior {
     /// nothing (its health still records it). An IP-level block thus cools the one account it
     /// happened on, not every account a request tries.
     pub blocked_elsewhere: bool,
+    /// The version of the snapshot the attempt's account (and so its token) came from; 0 when
+    /// unknown (the current one is reported). A refresh request names the token that failed,
+    /// not a newer one published while the request was in flight (the sidecar skips a
+    /// request whose token was replaced since: issue 23's stale-refresh race).
+    pub snapshot_version: u64,
 }
 
 /// The recovery of a request the upstream refused because it could not verify an opaque blob
@@ -127,7 +132,10 @@ pub fn apply(
             });
             ctx.report(WorkerEvent::RefreshRequest {
                 account_id: account.id,
-                seen_version: ctx.snapshot.load().version,
+                seen_version: match prior.snapshot_version {
+                    0 => ctx.snapshot.load().version,
+                    v => v,
+                },
             });
         }
         FailureClass::Deactivated => effect(AccountEffect::Status(AccountStatus::Banned)),
