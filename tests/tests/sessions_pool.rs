@@ -522,3 +522,49 @@ async fn a_transcript_replay_after_an_account_switch_carries_no_foreign_blob() {
     assert_eq!(on_0[0].blobs().len(), 1);
     assert!(on_0[0].foreign_blobs().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_compaction_stays_with_its_minter() {
+    let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
+    // Remote compaction v2: the history ends in a compaction_trigger; the answer is one
+    // compaction item that replaces the history in later requests.
+    let history = vec![
+        json!({"type": "message", "role": "user", "content": "a long history"}),
+        json!({"type": "compaction_trigger"}),
+    ];
+    let (status, resp) = turn(&s, &history).await;
+    assert_eq!(status, 200);
+    let out = resp["output"].as_array().unwrap().clone();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["type"], "compaction");
+    assert_eq!(s.served_by(), ["acct-0"]);
+
+    s.mock.set_behaviour(
+        "acct-0",
+        "error=usage_limit_reached,reasoning=1".parse().unwrap(),
+    );
+    s.mock.clear_requests();
+    let next = vec![
+        out[0].clone(),
+        json!({"type": "message", "role": "user", "content": "go on"}),
+    ];
+    let (status, _) = turn(&s, &next).await;
+    assert_eq!(status, 200);
+    let reqs = upstream(&s.mock);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert_eq!(on_1.len(), 1, "cleaned before sending");
+    let input = on_1[0].json.as_ref().unwrap()["input"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(input.iter().all(|i| i["type"] != "compaction"), "{input:?}");
+    assert!(on_1[0].body_text().contains("go on"));
+    assert!(
+        s.metric("codex_gateway_encrypted_items_stripped_total")
+            .await
+            >= 1
+    );
+}
