@@ -15,6 +15,7 @@
 //! | [`models`] | `GET /models`, `POST /models/refresh` |
 //! | [`forecast`] | `GET /forecast` (quota forecast: accounts, plans, pool) |
 //! | [`audit`] | `GET /audit`, `GET /audit/export.csv` (the audit log of admin actions) |
+//! | [`pool`] | `POST /auto-clean/run`, `POST /accounts/test` (batch test, straight to the upstream) |
 //!
 //! Every mutation republishes the snapshot before answering, and is recorded in the audit log
 //! by one middleware (`crate::audit::layer`; the login by `crate::audit::login_layer`).
@@ -64,6 +65,7 @@ mod forecast;
 pub(crate) mod keys;
 mod models;
 mod ops;
+mod pool;
 mod proxies;
 mod session;
 mod settings;
@@ -121,6 +123,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .merge(proxies::routes())
         .merge(forecast::routes())
         .merge(audit::routes())
+        .merge(pool::routes())
         .fallback(not_found)
         // Inside `require_admin`: it knows the caller (`Principal`).
         .layer(middleware::from_fn_with_state(

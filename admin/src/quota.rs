@@ -294,6 +294,33 @@ impl UsageClient {
     }
 }
 
+impl UsageClient {
+    /// `POST url` with a JSON body as the Codex CLI sends a turn for one account (the batch
+    /// test, [`crate::batch`]): the identity headers of [`UsageClient::identity_get`], a
+    /// streamed answer, and `timeout`.
+    pub(crate) fn identity_post(
+        &self,
+        url: &str,
+        access_token: &Secret,
+        chatgpt_account_id: &str,
+        timeout: Duration,
+    ) -> reqwest::RequestBuilder {
+        let mut req = self
+            .http
+            .post(url)
+            .timeout(timeout)
+            .bearer_auth(access_token.expose())
+            .header(reqwest::header::USER_AGENT, &self.endpoint.user_agent)
+            .header("originator", &self.endpoint.originator)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if !chatgpt_account_id.is_empty() {
+            req = req.header("ChatGPT-Account-Id", chatgpt_account_id);
+        }
+        req
+    }
+}
+
 /// The start of an error body, printable (at most 200 characters, no control characters).
 pub(crate) fn snippet(body: &[u8]) -> String {
     String::from_utf8_lossy(body)

@@ -20,6 +20,8 @@
 //!   - the per-key counter reconciliation ([`key_limits`]): every 500 ms with Redis, and
 //!     `last_used_at` of the keys;
 //!   - fleet invalidations over Redis pub/sub ([`crate::pubsub`]), with Redis only;
+//!   - auto-clean ([`crate::clean`]): dead accounts disabled or deleted after the configured
+//!     time (off by default);
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //!   Each runs under the [`crate::supervisor`]: a panic or an unexpected return is counted
@@ -396,6 +398,8 @@ fn spawn_tasks(
             }
         }
     });
+    // The access log's writer outlives a crashed usage loop.
+    let access = crate::access_log::AccessLog::start(&cfg.access_log, Arc::clone(events.stats()));
     // A run's spool adopts the file of a crashed run (unlocked once dropped) and replays it;
     // without one (the data directory is not writable) usage is kept in memory only.
     let usage = sup.spawn("events_usage", {
@@ -419,6 +423,7 @@ fn spawn_tasks(
                 Arc::clone(&events),
                 spool,
                 usage_cfg,
+                access.clone(),
                 stop.clone(),
             )
         }
@@ -445,6 +450,10 @@ fn spawn_tasks(
         sup.spawn("forecast", {
             let (core, stop) = (Arc::clone(core), stop.clone());
             move || forecast_loop(Arc::clone(&core), stop.clone())
+        }),
+        sup.spawn("auto_clean", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || crate::clean::run(Arc::clone(&core), stop.clone())
         }),
     ];
     // Fleet invalidations (`crate::pubsub`), only with Redis.

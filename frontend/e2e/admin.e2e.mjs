@@ -192,6 +192,15 @@ try {
   await shot('proxies')
   log('proxy added')
 
+  // 6b'. Batch test of one account from the app: straight to the upstream, one result row.
+  await byTest('nav-accounts').click()
+  await byTest(`account-${MOVE_ACCOUNT}`).locator('input[type="checkbox"]').check()
+  await byTest('bulk-test').click()
+  await byTest('test-results').locator('tbody tr').filter({ hasText: 'ok' }).first().waitFor({ timeout: T })
+  result.test_results = await byTest('test-results').textContent()
+  await byTest(`account-${MOVE_ACCOUNT}`).locator('input[type="checkbox"]').uncheck()
+  log('batch test shown')
+
   // 6c. The audit log lists what the app just did (the proxy's password redacted).
   await byTest('nav-audit').click()
   await byTest('audit-table').locator('tr').filter({ hasText: 'proxies.create' }).first().waitFor({ timeout: T })

@@ -165,3 +165,8 @@ export interface AuditEntry {
   object_type: string | null; object_id: string | null; status: number
   details: unknown; before: unknown; after: unknown
 }
+
+export interface AccountTestResult {
+  id: number; label: string | null; ok: boolean; status: number | null
+  ttfb_ms: number | null; latency_ms: number; error_class: string | null; message: string | null
+}

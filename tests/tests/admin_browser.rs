@@ -233,6 +233,11 @@ fn admin_app_in_a_real_browser() {
         proxy_row.contains("socks5://e2e@127.0.0.1:1") && !proxy_row.contains("hidden-pw"),
         "the proxies page lists the proxy without its password: {proxy_row:?}"
     );
+    let tested = result["test_results"].as_str().unwrap_or_default();
+    assert!(
+        tested.contains("ok") && tested.contains("200"),
+        "the batch test of one account from the app: {tested:?}"
+    );
     let audit = result["audit_table"].as_str().unwrap_or_default();
     assert!(
         audit.contains("accounts.disable")

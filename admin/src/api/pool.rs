@@ -1,0 +1,88 @@
+//! Keeping the pool clean (issue 27).
+//!
+//! - `POST /api/admin/auto-clean/run` `{"dry_run"?}` -> what auto-clean did (or would do) now
+//!   with the stored settings (`crate::clean`); off (`auto_clean_after_hours` unset) it does
+//!   nothing and says so (`enabled: false`).
+//! - `POST /api/admin/accounts/test` `{"ids":[..],"model"?,"concurrency"?}` -> one minimal
+//!   request per account straight to the upstream (`crate::batch`: never through the data
+//!   plane, never charged to a client key); `model` defaults to [`DEFAULT_TEST_MODEL`],
+//!   `concurrency` to 4 (1..=32); results in the order of `ids`.
+
+use axum::{body::Bytes, extract::State, routing::post, Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse_body, ApiError, ApiResult, AppState};
+
+/// The model a batch test asks for when none is given.
+pub const DEFAULT_TEST_MODEL: &str = "gpt-5.5";
+
+pub(super) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/auto-clean/run", post(auto_clean))
+        .route("/accounts/test", post(test_accounts))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CleanRequest {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn auto_clean(State(core): State<AppState>, body: Bytes) -> ApiResult<crate::clean::Pass> {
+    let req: CleanRequest = parse_body(&body)?;
+    Ok(Json(crate::clean::run_once(&core, req.dry_run).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TestRequest {
+    #[serde(default)]
+    ids: Vec<i64>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    concurrency: Option<usize>,
+}
+
+async fn test_accounts(State(core): State<AppState>, body: Bytes) -> ApiResult<Value> {
+    let req: TestRequest = parse_body(&body)?;
+    if req.ids.is_empty() {
+        return Err(
+            ApiError::bad_request("\"ids\": give at least one account id").with_param("ids"),
+        );
+    }
+    if req.ids.len() > crate::batch::MAX_ACCOUNTS {
+        return Err(ApiError::bad_request(format!(
+            "\"ids\": at most {} accounts per batch",
+            crate::batch::MAX_ACCOUNTS
+        ))
+        .with_param("ids"));
+    }
+    let concurrency = req.concurrency.unwrap_or(4);
+    if !(1..=crate::batch::MAX_CONCURRENCY).contains(&concurrency) {
+        return Err(ApiError::bad_request(format!(
+            "\"concurrency\" is 1..={}",
+            crate::batch::MAX_CONCURRENCY
+        ))
+        .with_param("concurrency"));
+    }
+    let model = req
+        .model
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(DEFAULT_TEST_MODEL)
+        .to_owned();
+    let results = crate::batch::test_accounts(&core, &req.ids, &model, concurrency).await;
+    let ok = results.iter().filter(|r| r.ok).count();
+    Ok(Json(json!({
+        "object": "account_test",
+        "model": model,
+        "concurrency": concurrency,
+        "succeeded": ok,
+        "failed": results.len() - ok,
+        "results": results,
+    })))
+}

@@ -1,0 +1,180 @@
+//! Auto-clean (issue 27): accounts banned upstream or needing a new login for longer than
+//! `auto_clean_after_hours` are disabled or deleted (`auto_clean_action`), each action in the
+//! audit log with actor `auto-clean`. Off by default (runtime settings, `crate::settings`).
+//!
+//! # Key Components
+//! - [`run_once`]: one pass over the stored accounts (also `POST /api/admin/auto-clean/run`,
+//!   with a dry run that only lists what would be cleaned).
+//! - [`run`]: the supervised loop: settings read from storage every round, so a change takes
+//!   effect without a restart (within [`OFF_RECHECK`] when it was off); while on, a round every
+//!   tenth of the threshold, between 1 s and 60 s.
+//!
+//! "For longer than" is measured from the account's `updated_at`: the last change of its
+//! status, tokens or limits, so an operator's later edit of a dead account restarts its clock
+//! (it is never cleaned early).
+//!
+//! # Error handling
+//! A storage failure skips the round (logged); the next round tries again.
+
+use std::{sync::Arc, time::Duration};
+
+use serde::Serialize;
+use serde_json::json;
+use shared_state::{AccountEffect, AccountStatus};
+use tokio::sync::watch;
+
+use crate::{
+    error::StorageError,
+    settings::{CleanAction, SidecarSettings},
+    sidecar::Core,
+};
+
+/// How often a loop that found auto-clean off looks at the settings again.
+pub const OFF_RECHECK: Duration = Duration::from_secs(10);
+
+/// One account auto-clean acted on (or would, in a dry run).
+#[derive(Debug, Clone, Serialize)]
+pub struct Cleaned {
+    /// Account id.
+    pub id: i64,
+    /// Email or account id.
+    pub label: String,
+    /// Its status (`banned` / `reauth_required`).
+    pub status: &'static str,
+    /// Since when (its `updated_at`, Unix ms).
+    pub since: i64,
+    /// `disable` or `delete`.
+    pub action: &'static str,
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    /// `auto_clean`.
+    pub object: &'static str,
+    /// Whether auto-clean is on.
+    pub enabled: bool,
+    /// The threshold in hours (`null`: off).
+    pub after_hours: Option<f64>,
+    /// `disable` or `delete`.
+    pub action: &'static str,
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// The accounts acted on.
+    pub cleaned: Vec<Cleaned>,
+}
+
+/// One pass (see the module docs).
+pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> {
+    let stored = core.storage.load_settings().await?;
+    let s: SidecarSettings = crate::settings::sidecar(&stored);
+    let mut pass = Pass {
+        object: "auto_clean",
+        enabled: s.auto_clean_after_hours.is_some(),
+        after_hours: s.auto_clean_after_hours,
+        action: s.auto_clean_action.as_str(),
+        dry_run,
+        cleaned: Vec::new(),
+    };
+    let Some(hours) = s.auto_clean_after_hours else {
+        return Ok(pass);
+    };
+    // Whole milliseconds; at least 1 ms.
+    #[allow(clippy::cast_possible_truncation)]
+    let after_ms = ((hours * 3_600_000.0) as i64).max(1);
+    let now = crate::storage::now_ms_i64();
+    for a in core.storage.list_accounts().await? {
+        if !matches!(
+            a.status,
+            AccountStatus::Banned | AccountStatus::ReauthRequired
+        ) {
+            continue;
+        }
+        if now.saturating_sub(a.updated_at) < after_ms {
+            continue;
+        }
+        let c = Cleaned {
+            id: a.id,
+            label: a.label(),
+            status: a.status.as_str(),
+            since: a.updated_at,
+            action: s.auto_clean_action.as_str(),
+        };
+        if !dry_run {
+            let done = match s.auto_clean_action {
+                CleanAction::Disable => {
+                    let ok = core
+                        .storage
+                        .set_status(a.id, AccountStatus::Disabled)
+                        .await?;
+                    if ok {
+                        if let Some(live) = core.publisher.live(a.id).await {
+                            live.apply(&AccountEffect::OperatorStatus {
+                                status: AccountStatus::Disabled,
+                                cooldown_until_ms: live.cooldown_until_ms(),
+                            });
+                        }
+                    }
+                    ok
+                }
+                CleanAction::Delete => core.storage.delete_account(a.id).await?,
+            };
+            if !done {
+                continue;
+            }
+            let mut e = crate::audit::internal(
+                crate::audit::ACTOR_AUTO_CLEAN,
+                match s.auto_clean_action {
+                    CleanAction::Disable => "accounts.disable",
+                    CleanAction::Delete => "accounts.delete",
+                },
+                "account",
+                Some(a.id.to_string()),
+                json!({
+                    "label": c.label,
+                    "status_since": a.updated_at,
+                    "after_hours": hours,
+                }),
+            );
+            e.before = Some(json!({"status": c.status}).to_string());
+            e.after = Some(
+                match s.auto_clean_action {
+                    CleanAction::Disable => json!({"status": "disabled"}),
+                    CleanAction::Delete => json!({"deleted": true}),
+                }
+                .to_string(),
+            );
+            crate::audit::record(core.storage.as_ref(), &e).await;
+            tracing::info!(
+                account = a.id,
+                status = c.status,
+                action = c.action,
+                "auto-clean"
+            );
+        }
+        pass.cleaned.push(c);
+    }
+    if !dry_run && !pass.cleaned.is_empty() {
+        core.republish().await;
+    }
+    Ok(pass)
+}
+
+/// The auto-clean loop (see the module docs).
+pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let wait = match run_once(&core, false).await {
+            Ok(p) => p.after_hours.map_or(OFF_RECHECK, |h| {
+                Duration::from_secs_f64((h * 360.0).clamp(1.0, 60.0))
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "auto-clean round failed");
+                OFF_RECHECK
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
