@@ -74,6 +74,7 @@ use shared_state::{
 };
 use tokio::sync::watch;
 
+pub mod access_log;
 mod api;
 pub mod audit;
 pub mod auth;
@@ -208,6 +209,8 @@ pub struct SidecarConfig {
     pub forecast_clock: shared_state::forecast::Clock,
     /// Usage records: the durable spool's bound and retention.
     pub usage: UsageConfig,
+    /// The access log (`[access_log]`): path, rotation.
+    pub access_log: shared_state::config::AccessLogConfig,
 }
 
 // === impl SidecarConfig ===
@@ -239,6 +242,7 @@ impl SidecarConfig {
             model_aliases: HashMap::new(),
             forecast_clock: shared_state::forecast::Clock::system(),
             usage: UsageConfig::default(),
+            access_log: shared_state::config::AccessLogConfig::default(),
         }
     }
 

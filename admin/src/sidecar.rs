@@ -398,6 +398,8 @@ fn spawn_tasks(
             }
         }
     });
+    // The access log's writer outlives a crashed usage loop.
+    let access = crate::access_log::AccessLog::start(&cfg.access_log, Arc::clone(events.stats()));
     // A run's spool adopts the file of a crashed run (unlocked once dropped) and replays it;
     // without one (the data directory is not writable) usage is kept in memory only.
     let usage = sup.spawn("events_usage", {
@@ -421,6 +423,7 @@ fn spawn_tasks(
                 Arc::clone(&events),
                 spool,
                 usage_cfg,
+                access.clone(),
                 stop.clone(),
             )
         }

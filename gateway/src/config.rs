@@ -106,6 +106,8 @@ pub struct FileConfig {
     prices: std::collections::HashMap<String, FilePrice>,
     #[serde(default)]
     usage: FileUsage,
+    #[serde(default)]
+    access_log: FileAccessLog,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -124,6 +126,15 @@ struct FileUsage {
     spool_max_bytes: Option<u64>,
     retention_days: Option<u32>,
     rollup_retention_days: Option<u32>,
+}
+
+/// `[access_log]`: one JSON line per request (`path`: a file or `-` for stdout; absent: off).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAccessLog {
+    path: Option<PathBuf>,
+    max_bytes: Option<u64>,
+    keep: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -455,6 +466,8 @@ pub struct GatewayConfig {
     pub prices: shared_state::keys::PriceTable,
     /// Usage records: the durable spool's bound and retention (`[usage]`).
     pub usage: shared_state::config::UsageConfig,
+    /// The access log (`[access_log]`), written by the sidecar.
+    pub access_log: shared_state::config::AccessLogConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -552,6 +565,7 @@ impl GatewayConfig {
             refresh_lease_ttl: shared_state::config::REFRESH_LEASE_TTL,
             prices: shared_state::keys::PriceTable::default(),
             usage: shared_state::config::UsageConfig::default(),
+            access_log: shared_state::config::AccessLogConfig::default(),
             force_legacy_driver: std::env::var_os("MONOIO_FORCE_LEGACY_DRIVER")
                 .is_some_and(|v| !v.is_empty() && v != "0"),
         })
@@ -688,6 +702,18 @@ impl GatewayConfig {
         }
         if let Some(v) = file.usage.rollup_retention_days {
             c.usage.rollup_retention_days = v;
+        }
+        c.access_log.path = file.access_log.path.filter(|p| !p.as_os_str().is_empty());
+        if let Some(v) = file.access_log.max_bytes {
+            if v < 4096 {
+                return Err(ConfigError(format!(
+                    "`access_log.max_bytes` = {v} must be at least 4096"
+                )));
+            }
+            c.access_log.max_bytes = v;
+        }
+        if let Some(v) = file.access_log.keep {
+            c.access_log.keep = v;
         }
         let ms = Duration::from_millis;
         if let Some(v) = file.upstream.connect_timeout_ms {
@@ -907,6 +933,29 @@ mod tests {
             load("[prices.x]\ninput = 1.0\n").is_err(),
             "output is required"
         );
+    }
+
+    #[test]
+    fn access_log_keys_parse_and_are_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            GatewayConfig::load(&ServeArgs {
+                config: Some(p.clone()),
+                ..Default::default()
+            })
+        };
+        let c = load("").unwrap();
+        assert_eq!(c.access_log.path, None, "off by default");
+        let c = load("[access_log]\npath = \"-\"\nmax_bytes = 8192\nkeep = 2\n").unwrap();
+        assert!(c.access_log.is_stdout());
+        assert_eq!((c.access_log.max_bytes, c.access_log.keep), (8192, 2));
+        let c = load("[access_log]\npath = \"/var/log/a.log\"\n").unwrap();
+        assert_eq!(c.access_log.path, Some(PathBuf::from("/var/log/a.log")));
+        assert_eq!(c.access_log.keep, 5);
+        assert!(load("[access_log]\npath = \"-\"\nmax_bytes = 10\n").is_err());
+        assert!(load("[access_log]\nbogus = 1\n").is_err());
     }
 
     #[test]

@@ -204,6 +204,9 @@ pub struct UsageStats {
     /// Records dropped because a worker's local spool was full (the only place usage is
     /// ever dropped; see docs/architecture.md "Usage records").
     pub dropped: AtomicU64,
+    /// Access-log lines dropped (its queue full, or a write failed): the access log never
+    /// holds anything up.
+    pub access_log_dropped: AtomicU64,
 }
 
 // === impl UsageStats ===
@@ -213,7 +216,7 @@ impl UsageStats {
     pub fn render(&self, o: &mut String) {
         use std::fmt::Write;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let rows: [(&str, &str, &str, u64); 8] = [
+        let rows: [(&str, &str, &str, u64); 9] = [
             (
                 "codex_gateway_usage_spool_records",
                 "gauge",
@@ -261,6 +264,12 @@ impl UsageStats {
                 "counter",
                 "Usage records dropped because a worker's local spool was full.",
                 g(&self.dropped),
+            ),
+            (
+                "codex_gateway_access_log_dropped_total",
+                "counter",
+                "Access-log lines dropped (queue full or write failed).",
+                g(&self.access_log_dropped),
             ),
         ];
         for (name, ty, help, v) in rows {

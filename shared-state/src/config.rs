@@ -3,6 +3,7 @@
 //!
 //! # Key Components
 //! - [`UsageConfig`]: the durable usage spool's bound and the retention of usage records.
+//! - [`AccessLogConfig`]: where the access log goes (`[access_log]`) and its rotation.
 
 /// The sidecar's periodic snapshot reload (the fallback behind Redis invalidations).
 pub const DEFAULT_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -29,6 +30,35 @@ impl Default for UsageConfig {
             spool_max_bytes: 256 * 1024 * 1024,
             retention_days: 90,
             rollup_retention_days: 730,
+        }
+    }
+}
+
+/// The access log (`[access_log]`): one JSON line per request, written by the sidecar from
+/// the usage records (see `docs/operations.md`, "Traceability").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessLogConfig {
+    /// `path`: a file, `-` for stdout; `None`: no access log.
+    pub path: Option<std::path::PathBuf>,
+    /// `max_bytes`: the file is rotated (`path.1`, `path.2`, ...) before it would pass this.
+    pub max_bytes: u64,
+    /// `keep`: rotated files kept (the oldest beyond are deleted; 0: none kept).
+    pub keep: u32,
+}
+
+impl AccessLogConfig {
+    /// Whether the log goes to stdout (`path = "-"`).
+    pub fn is_stdout(&self) -> bool {
+        self.path.as_deref() == Some(std::path::Path::new("-"))
+    }
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            max_bytes: 100 * 1024 * 1024,
+            keep: 5,
         }
     }
 }

@@ -431,3 +431,186 @@ async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
         "{f}"
     );
 }
+
+/// The non-empty lines of the access log at `path`, parsed.
+fn access_lines(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Asserts no secret of the stack (the client key, any account token) is in `text`.
+fn no_secret(s: &Stack, text: &str) {
+    assert!(!text.contains(&s.key), "the client key leaked");
+    for t in &s.accounts {
+        for secret in [&t.access_token, &t.refresh_token, &t.id_token] {
+            assert!(!text.contains(secret.as_str()), "an account token leaked");
+        }
+    }
+}
+
+/// `[access_log]` on: one JSON line per request (HTTP stream, JSON, a failure, a WebSocket
+/// turn) with the request id the client got, the key's name (never the key), route, model,
+/// account, status, transport, bytes out, TTFB, duration, failovers, error class; no secret
+/// anywhere in the file.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_access_log_has_one_line_per_request_and_no_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("logs/access.log");
+    let p = path.clone();
+    let s = StackBuilder {
+        tweak: Some(Box::new(move |c| c.access_log.path = Some(p))),
+        ..StackBuilder::default()
+    }
+    .start();
+    let r = s
+        .post("/v1/responses")
+        .json(&json!({"model": "gpt-5.5", "input": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let sse_id = rid(&r);
+    let sse_len = r.bytes().await.unwrap().len() as u64;
+    let r = s
+        .post("/v1/chat/completions")
+        .json(&json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    let json_id = rid(&r);
+    let json_len = r.bytes().await.unwrap().len() as u64;
+    s.mock.set_behaviour(
+        "acct-0",
+        Behaviour::error(ErrorKind::ContextLengthExceeded).times(1),
+    );
+    let r = s
+        .post("/v1/responses")
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let failed_id = rid(&r);
+    s.mock.clear_behaviour("acct-0");
+    let mut ws = ws_connect(&s).await;
+    ws.send(Message::text(
+        json!({"type": "response.create", "model": "gpt-5.5", "input": "w"}).to_string(),
+    ))
+    .await
+    .unwrap();
+    while ws_next_json(&mut ws).await["type"] != "response.completed" {}
+    drop(ws);
+    until("4 access-log lines", Duration::from_secs(20), || async {
+        access_lines(&path).len() >= 4
+    })
+    .await;
+    let lines = access_lines(&path);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    let by_id = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l["request_id"] == id)
+            .unwrap_or_else(|| panic!("no line for {id}: {lines:?}"))
+            .clone()
+    };
+    let sse = by_id(&sse_id);
+    for field in [
+        "ts",
+        "request_id",
+        "key_name",
+        "route",
+        "model",
+        "account",
+        "account_id",
+        "status",
+        "transport",
+        "bytes_out",
+        "ttfb_ms",
+        "duration_ms",
+        "failovers",
+        "error_class",
+    ] {
+        assert!(sse.get(field).is_some(), "{field} missing: {sse}");
+    }
+    assert_eq!(sse["key_name"], "test", "{sse}");
+    assert_eq!(sse["route"], "responses", "{sse}");
+    assert_eq!(sse["model"], "gpt-5.5", "{sse}");
+    assert_eq!(sse["status"], 200, "{sse}");
+    assert_eq!(sse["transport"], "h1", "{sse}");
+    assert_eq!(sse["failovers"], 0, "{sse}");
+    assert!(sse["error_class"].is_null(), "{sse}");
+    assert!(sse["account_id"].as_i64().is_some(), "{sse}");
+    assert!(sse["ttfb_ms"].as_u64().is_some(), "{sse}");
+    // The body bytes the client read: the SSE chunks' payload, the JSON body.
+    assert_eq!(sse["bytes_out"].as_u64(), Some(sse_len), "{sse}");
+    let chat = by_id(&json_id);
+    assert_eq!(chat["route"], "chat_completions", "{chat}");
+    assert_eq!(chat["bytes_out"].as_u64(), Some(json_len), "{chat}");
+    let failed = by_id(&failed_id);
+    assert_eq!(failed["status"], 400, "{failed}");
+    assert!(
+        failed["error_class"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "{failed}"
+    );
+    let ws_line = lines
+        .iter()
+        .find(|l| l["transport"] == "ws")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(
+        is_generated(ws_line["request_id"].as_str().unwrap()),
+        "{ws_line}"
+    );
+    no_secret(&s, &std::fs::read_to_string(&path).unwrap());
+}
+
+/// The file is rotated before it would pass `max_bytes`, `keep` rotated files kept, the
+/// oldest deleted; every file holds whole JSON lines.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_access_log_rotates_at_its_size_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("access.log");
+    let p = path.clone();
+    let s = StackBuilder {
+        tweak: Some(Box::new(move |c| {
+            c.access_log.path = Some(p);
+            c.access_log.max_bytes = 2_000;
+            c.access_log.keep = 2;
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let rotated = |n: u32| dir.path().join(format!("access.log.{n}"));
+    let mut sent = 0;
+    // Lines are about 450 bytes: four files' worth of requests rotates at least three times.
+    while sent < 20 {
+        let r = s
+            .post("/v1/responses")
+            .json(&respond_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap();
+        sent += 1;
+    }
+    until("two rotations", Duration::from_secs(20), || async {
+        rotated(2).exists() && !access_lines(&path).is_empty()
+    })
+    .await;
+    for p in [path.clone(), rotated(1), rotated(2)] {
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len > 0 && len <= 2_000, "{}: {len}", p.display());
+        assert!(!access_lines(&p).is_empty());
+    }
+    assert!(!rotated(3).exists(), "only `keep` rotated files");
+    let kept: usize = [path.clone(), rotated(1), rotated(2)]
+        .iter()
+        .map(|p| access_lines(p).len())
+        .sum();
+    assert!(kept < 20, "the oldest file was deleted: {kept}");
+}

@@ -12,7 +12,8 @@
 //!     window ([`BATCH_WINDOW`]), with their hourly rollups; while storage is down the spool
 //!     keeps them (on disk, bounded) and the loop retries with backoff; at the spool's bound
 //!     the loop stops taking records off the queue (see [`crate::spool`]). Retention prunes
-//!     raw records and rollups hourly ([`UsageConfig`]).
+//!     raw records and rollups hourly ([`UsageConfig`]). Each record taken also becomes
+//!     an access-log line when `[access_log]` is on ([`crate::access_log`]).
 //!
 //! # Error handling
 //! Failures are logged with counts on transition (not per record). On shutdown both loops
@@ -32,7 +33,7 @@ use shared_state::{AccountEffect, AccountStatus, Events, UsageRecord, WorkerEven
 use tokio::{sync::watch, time::Instant};
 
 use super::Core;
-use crate::{spool::Spool, storage::QuotaUpdate, UsageConfig};
+use crate::{access_log::AccessLog, spool::Spool, storage::QuotaUpdate, UsageConfig};
 
 /// Most usage records mirrored in memory (the rest is read back from the spool file).
 pub const USAGE_MEM_CAP: usize = 50_000;
@@ -377,6 +378,8 @@ struct Usage {
     backoff: Backoff,
     /// When the oldest record not yet in the database arrived.
     since: Option<Instant>,
+    /// The access log (names from the published snapshot), when on.
+    access: Option<(AccessLog, Arc<Core>)>,
 }
 
 // === impl Usage ===
@@ -410,6 +413,12 @@ impl Usage {
             }
             if batch.is_empty() {
                 break;
+            }
+            if let Some((log, core)) = &self.access {
+                let snap = core.publisher.current();
+                for u in &batch {
+                    log.push(crate::access_log::line(u, &snap));
+                }
             }
             taken += batch.len();
             match &mut self.spool {
@@ -532,6 +541,7 @@ pub(crate) async fn usage_loop(
     events: Arc<Events>,
     spool: Option<Spool>,
     cfg: UsageConfig,
+    access: Option<AccessLog>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut u = Usage {
@@ -540,6 +550,7 @@ pub(crate) async fn usage_loop(
         mem: VecDeque::new(),
         backoff: Backoff::default(),
         since: None,
+        access: access.map(|a| (a, Arc::clone(&core))),
     };
     if u.pending() > 0 {
         // Replayed records from an earlier process: in the database as soon as possible.

@@ -210,6 +210,7 @@ impl App {
         sc.reload_interval = cfg.reload_interval;
         sc.refresh_lease_ttl = cfg.refresh_lease_ttl;
         sc.usage = cfg.usage;
+        sc.access_log = cfg.access_log.clone();
         sc.settings = Settings {
             max_attempts: cfg.max_attempts,
             ..cfg.pool.clone()
