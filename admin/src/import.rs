@@ -39,6 +39,8 @@ pub struct ImportSummary {
     pub updated: Vec<String>,
     /// `(source, reason)` of everything not imported.
     pub skipped: Vec<(String, String)>,
+    /// Storage ids of the accounts added or updated, in file order.
+    pub ids: Vec<i64>,
 }
 
 // === impl ImportSummary ===
@@ -172,6 +174,25 @@ pub async fn import_text(
             Parsed::Skipped(src, why) => sum.skipped.push((src, why)),
         }
     }
+}
+
+/// The first credential of a file's `text`: its ChatGPT account id (from the file, else from
+/// its tokens' claims) and its `last_refresh` (Unix ms); `None` when the file holds none. Read
+/// without I/O (the watched auth directory compares it with storage, `crate::auth_dir`).
+pub(crate) fn file_identity(text: &str) -> Option<(Option<String>, Option<i64>)> {
+    parse_text("", text).into_iter().find_map(|p| match p {
+        Parsed::Credential(_, raw) => {
+            let from_claims = || {
+                [&raw.id_token, &raw.access_token]
+                    .iter()
+                    .filter(|t| !t.is_empty())
+                    .find_map(|t| decode_claims(t).ok().and_then(|c| c.account_id))
+            };
+            let id = raw.account_id.clone().or_else(from_claims);
+            Some((id, raw.last_refresh_ms))
+        }
+        Parsed::Skipped(..) => None,
+    })
 }
 
 /// One entry of a credential file, in file order: a credential to import, or why a part of
@@ -386,6 +407,7 @@ async fn import_raw(
                 created = o.created,
                 "imported account"
             );
+            sum.ids.push(o.id);
             if o.created {
                 sum.added.push(label);
             } else {

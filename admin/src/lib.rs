@@ -78,6 +78,7 @@ pub mod access_log;
 mod api;
 pub mod audit;
 pub mod auth;
+pub(crate) mod auth_dir;
 pub(crate) mod batch;
 pub(crate) mod clean;
 pub mod cli;
@@ -181,6 +182,9 @@ pub struct SidecarConfig {
     /// Poll each active account's usage this often, staggered across accounts; zero
     /// disables polling.
     pub quota_poll_interval: Duration,
+    /// The watched auth directory (`auth_dir`, `crate::auth_dir`): `auth.json` files dropped
+    /// into it are imported, removed ones disabled (`None`: off).
+    pub auth_dir: Option<PathBuf>,
     /// `originator` header of sidecar requests upstream.
     pub originator: String,
     /// `User-Agent` of sidecar requests upstream.
@@ -231,6 +235,7 @@ impl SidecarConfig {
             upstream_base_url: DEFAULT_UPSTREAM_BASE_URL.to_owned(),
             quota_usage_url: None,
             quota_poll_interval: DEFAULT_QUOTA_POLL_INTERVAL,
+            auth_dir: None,
             originator: DEFAULT_ORIGINATOR.to_owned(),
             user_agent: DEFAULT_USER_AGENT.to_owned(),
             upstream_ca: None,

@@ -22,6 +22,7 @@
 //!   - fleet invalidations over Redis pub/sub ([`crate::pubsub`]), with Redis only;
 //!   - auto-clean ([`crate::clean`]): dead accounts disabled or deleted after the configured
 //!     time (off by default);
+//!   - the watched auth directory ([`crate::auth_dir`]), when `auth_dir` is configured;
 //!   - the Axum admin server ([`crate::api`]).
 //!
 //!   Each runs under the [`crate::supervisor`]: a panic or an unexpected return is counted
@@ -461,6 +462,12 @@ fn spawn_tasks(
         abortable.push(sup.spawn("pubsub", {
             let (core, stop) = (Arc::clone(core), stop.clone());
             move || crate::pubsub::run(Arc::clone(&core), url.clone(), stop.clone())
+        }));
+    }
+    if let Some(dir) = cfg.auth_dir.clone() {
+        abortable.push(sup.spawn("auth_dir", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || crate::auth_dir::run(Arc::clone(&core), dir.clone(), stop.clone())
         }));
     }
     if !cfg.quota_poll_interval.is_zero() {

@@ -71,6 +71,7 @@ pub struct FileConfig {
     listen: Option<String>,
     admin_listen: Option<String>,
     data_dir: Option<PathBuf>,
+    auth_dir: Option<PathBuf>,
     workers: Option<usize>,
     database_url: Option<String>,
     redis_url: Option<String>,
@@ -379,6 +380,9 @@ pub struct GatewayConfig {
     pub admin_listen: SocketAddr,
     /// Data directory.
     pub data_dir: PathBuf,
+    /// Watched auth directory (`auth_dir`): `auth.json` files dropped in are imported, removed
+    /// ones disabled (`None`: off; admin's `auth_dir` module).
+    pub auth_dir: Option<PathBuf>,
     /// Worker threads.
     pub workers: usize,
     /// Database URL (None = SQLite in the data dir).
@@ -529,6 +533,7 @@ impl GatewayConfig {
             listen: addr("listen", "0.0.0.0:8080")?,
             admin_listen: addr("admin_listen", "127.0.0.1:8081")?,
             data_dir: PathBuf::from("./data"),
+            auth_dir: None,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             database_url: None,
             redis_url: None,
@@ -598,6 +603,7 @@ impl GatewayConfig {
         if let Some(d) = args.data_dir.clone().or(file.data_dir.clone()) {
             c.data_dir = d;
         }
+        c.auth_dir = file.auth_dir.clone();
         if let Some(w) = args.workers.or(file.workers) {
             if w == 0 || w > 1024 {
                 return Err(ConfigError(format!(

@@ -267,3 +267,137 @@ async fn batch_test_reaches_each_account_directly() {
         assert_eq!(v["error"]["param"], param, "{v}");
     }
 }
+
+fn auth_json(t: &benches::IssuedTokens) -> String {
+    json!({
+        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
+        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
+                   "refresh_token": t.refresh_token, "account_id": t.account_id},
+        "last_refresh": "2026-11-29T00:00:00Z"
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_dir_imports_disables_and_writes_back() {
+    let auth = tempfile::tempdir().unwrap();
+    let dir = auth.path().to_path_buf();
+    let s = StackBuilder {
+        accounts: 1,
+        workers: 1,
+        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
+            c.auth_dir = Some(dir);
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    // A login dropped in as a file (one level down, as `$CODEX_HOME/auth.json` trees are).
+    let t = s.mock.add_account(benches::MockAccount::new("acct-file"));
+    std::fs::create_dir(auth.path().join("alice")).unwrap();
+    let file = auth.path().join("alice/auth.json");
+    std::fs::write(&file, auth_json(&t)).unwrap();
+    wait_for("the file's account imported", async || {
+        stored_status(&s, "acct-file").await.as_deref() == Some("active")
+    })
+    .await;
+    let id = account(&s, "acct-file").await.unwrap()["id"]
+        .as_i64()
+        .unwrap();
+
+    // Removed: disabled. Back: enabled.
+    std::fs::remove_file(&file).unwrap();
+    wait_for("disabled after its file went", async || {
+        stored_status(&s, "acct-file").await.as_deref() == Some("disabled")
+    })
+    .await;
+    assert_eq!(s.account("acct-file").status, "disabled");
+    std::fs::write(&file, auth_json(&t)).unwrap();
+    wait_for("enabled when its file is back", async || {
+        stored_status(&s, "acct-file").await.as_deref() == Some("active")
+    })
+    .await;
+
+    // Write-back: a refresh rotates the tokens; the file gets them, atomically (no temporary
+    // left), and that write is not taken for a new file.
+    let (st, v) = admin(
+        &s,
+        reqwest::Method::PUT,
+        "/api/admin/settings",
+        json!({"auth_dir_write_back": true}),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["auth_dir_write_back"], true);
+    let (st, v) = admin(
+        &s,
+        reqwest::Method::POST,
+        &format!("/api/admin/accounts/{id}/refresh"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(st, 202, "{v}");
+    let rotated = async || {
+        let now = s.mock.account_tokens("acct-file")?;
+        (now.refresh_token != t.refresh_token).then_some(now)
+    };
+    wait_for("the refresh", async || rotated().await.is_some()).await;
+    let fresh = rotated().await.unwrap();
+    wait_for("the file rewritten with the rotated tokens", async || {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        v["tokens"]["refresh_token"] == fresh.refresh_token.as_str()
+    })
+    .await;
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(v["tokens"]["access_token"], fresh.access_token.as_str());
+    assert_eq!(v["tokens"]["account_id"], "acct-file");
+    assert_eq!(v["auth_mode"], "chatgpt");
+    assert_ne!(v["last_refresh"], "2026-11-29T00:00:00Z");
+    let names: Vec<String> = std::fs::read_dir(auth.path().join("alice"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["auth.json"]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+
+    // The audit log tells the story, as auth-dir, without a token.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, log) = admin(
+        &s,
+        reqwest::Method::GET,
+        "/api/admin/audit?actor=auth-dir",
+        Value::Null,
+    )
+    .await;
+    let actions: Vec<&str> = log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            "accounts.import",
+            "accounts.disable",
+            "accounts.import",
+            "accounts.enable",
+            "accounts.write_back"
+        ],
+        "{log}"
+    );
+    let text = log.to_string();
+    for secret in [
+        &t.access_token,
+        &t.refresh_token,
+        &fresh.access_token,
+        &fresh.refresh_token,
+    ] {
+        assert!(!text.contains(secret.as_str()), "a token in the audit log");
+    }
+}

@@ -179,6 +179,7 @@ impl App {
             cfg.admin_listen,
         );
         sc.redis_url = cfg.redis_url.clone();
+        sc.auth_dir = cfg.auth_dir.clone();
         sc.admin_token = cfg.admin_token.clone();
         sc.admin_password = cfg.admin_password.clone();
         sc.admin_allowed_hosts = cfg.admin_allowed_hosts.clone();
