@@ -16,6 +16,8 @@
 //! | `strategy` | `smart`, `round_robin`, `fill_first`, `sticky`, `quota_reset_priority` | string |
 //! | `pause_threshold_pct` | (0, 100], or `off` (never pause on usage) | number, or `null` when off |
 //! | `min_request_interval_ms` | 0..=60000 | number |
+//! | `max_wait_for_account_ms` | 0..=60000 (0 = never wait; default 3000) | number |
+//! | `service_tier` | `pass` (default), `strip`, `refuse` | string |
 //! | `auto_clean_after_hours` | hours above 0 (fractions allowed), or `off` (default) | number, or `null` when off |
 //! | `auto_clean_action` | `disable` (default) or `delete` | string |
 //! | `auth_dir_write_back` | `true` / `false` (default) | boolean |
@@ -30,7 +32,8 @@
 //! Every setting is hot: the data plane reads it from the published snapshot
 //! (`Snapshot::settings`) at each request, never from its start-up configuration:
 //! `max_attempts` in `gateway::lifecycle::open`, `strategy`, `pause_threshold_pct` and
-//! `min_request_interval_ms` in `gateway::scheduler`, `default_max_concurrency` in the
+//! `min_request_interval_ms` in `gateway::scheduler`, `max_wait_for_account_ms` and
+//! `service_tier` in `gateway::lifecycle::open`, `default_max_concurrency` in the
 //! published account entries (`publish`). `tests/tests/pool_state.rs` changes each
 //! one through the admin API and checks the next request.
 //!
@@ -48,7 +51,10 @@
 //! warning and the default stays in force.
 
 use serde_json::{Map, Value};
-use shared_state::{snapshot::Strategy, Settings};
+use shared_state::{
+    snapshot::{ServiceTierPolicy, Strategy},
+    Settings,
+};
 
 /// Why a setting change was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -99,6 +105,8 @@ pub const MAX_ATTEMPTS_LIMIT: u32 = 16;
 pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
 /// Largest accepted minimum spacing of request starts on one account, ms.
 pub const MAX_REQUEST_INTERVAL_MS: u64 = 60_000;
+/// Longest accepted wait for a cooling account, ms (a request holds its client that long).
+pub const MAX_WAIT_FOR_ACCOUNT_MS: u64 = 60_000;
 
 const SPECS: &[Spec] = &[
     Spec {
@@ -148,6 +156,29 @@ const SPECS: &[Spec] = &[
             Ok(())
         },
     },
+    Spec {
+        key: "max_wait_for_account_ms",
+        get: |s| Value::from(s.max_wait_for_account_ms),
+        set: |s, v| {
+            s.max_wait_for_account_ms = v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= MAX_WAIT_FOR_ACCOUNT_MS)
+                .ok_or_else(|| {
+                    format!("expected an integer from 0 to {MAX_WAIT_FOR_ACCOUNT_MS}, got {v:?}")
+                })?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "service_tier",
+        get: |s| Value::from(s.service_tier.as_str()),
+        set: |s, v| {
+            s.service_tier = v.parse::<ServiceTierPolicy>()?;
+            Ok(())
+        },
+    },
 ];
 
 /// Every setting key, in display order.
@@ -157,6 +188,8 @@ pub const KEYS: &[&str] = &[
     "strategy",
     "pause_threshold_pct",
     "min_request_interval_ms",
+    "max_wait_for_account_ms",
+    "service_tier",
     "auto_clean_after_hours",
     "auto_clean_action",
     "auth_dir_write_back",
@@ -376,6 +409,27 @@ mod tests {
         let j = to_json(&Settings::default());
         assert_eq!(j.len(), SPECS.len());
         assert_eq!(j["max_attempts"], json!(3));
+    }
+
+    #[test]
+    fn day_two_pool_settings_validate() {
+        let mut s = Settings::default();
+        assert_eq!(s.max_wait_for_account_ms, 3000);
+        assert_eq!(s.service_tier, ServiceTierPolicy::Pass);
+        apply(&mut s, "max_wait_for_account_ms", "0").unwrap();
+        assert_eq!(s.max_wait_for_account_ms, 0);
+        for bad in ["-1", "60001", "x", "1.5"] {
+            assert!(
+                apply(&mut s, "max_wait_for_account_ms", bad).is_err(),
+                "{bad}"
+            );
+        }
+        apply(&mut s, "service_tier", " Strip ").unwrap();
+        assert_eq!(s.service_tier, ServiceTierPolicy::Strip);
+        assert!(apply(&mut s, "service_tier", "fast").is_err());
+        let j = to_json(&s);
+        assert_eq!(j["service_tier"], json!("strip"));
+        assert_eq!(j["max_wait_for_account_ms"], json!(0));
     }
 
     #[test]

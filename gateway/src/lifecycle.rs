@@ -454,17 +454,23 @@ fn candidates(
         .affinity_key
         .as_deref()
         .map(|k| scheduler::scoped_affinity_key(plan.key_id, k));
-    scheduler::order(
+    let now_ms = shared_state::now_ms();
+    let mut cands = scheduler::order(
         snap,
         &scheduler::PickRequest {
             model: &plan.model,
             affinity_key: affinity.as_deref(),
-            now_ms: shared_state::now_ms(),
+            now_ms,
             cursor: ctx.next_cursor(),
             max_candidates: snap.settings.max_attempts.max(1) as usize + 2,
             group: plan.key_limits.account_group.as_deref(),
         },
-    )
+    );
+    // Accounts that refused this session's content go last (session anti-affinity).
+    if let Some(key) = affinity.as_deref() {
+        scheduler::apply_avoidance(&mut cands, key, now_ms);
+    }
+    cands
 }
 
 /// Why no attempt could be accepted: 429 with the earliest reset when every active account is
@@ -630,7 +636,9 @@ pub async fn open_traced(
         ));
     }
     let group = plan.key_limits.account_group.as_deref();
-    let snap = ctx.snapshot.load_full();
+    let mut snap = ctx.snapshot.load_full();
+    // The operator's service tier policy (hot: the published setting).
+    let tier_body = service_tier(&plan.body, snap.settings.service_tier)?;
     // Blobs the body carries and who minted them: their minter goes first while it is
     // schedulable (stronger than session affinity; it holds without a session id too).
     let owned = bound::Owned::of(&plan.body);
@@ -649,10 +657,12 @@ pub async fn open_traced(
     let mut last_err: Option<Error> = None;
     // What goes upstream: the plan's body, or (after an `invalid_encrypted_content`) the same
     // without its blobs, for the rest of the request.
-    let mut body = plan.body.clone();
+    let mut body = tier_body.unwrap_or_else(|| plan.body.clone());
     let mut stripped_all = false;
 
     let queue_deadline = Instant::now() + QUEUE_WAIT;
+    // How long this request may wait for a cooling account to come back (hot setting).
+    let cooling_deadline = shared_state::now_ms() + snap.settings.max_wait_for_account_ms;
     'queue: loop {
         let mut all_full = !cands.is_empty();
         for account in cands.iter() {
@@ -825,6 +835,26 @@ pub async fn open_traced(
             prefer_home(&mut cands, home, &snap, plan, group);
             continue 'queue;
         }
+        // Nothing could even be tried and accounts are only cooling: wait (bounded by
+        // `max_wait_for_account_ms`) for the earliest to come back, then order again. The
+        // sleep is this request's only: the worker serves others meanwhile.
+        if attempts == 0 && cands.is_empty() && !ctx.is_draining() {
+            let now = shared_state::now_ms();
+            if let Some(at) = scheduler::earliest_comeback(&snap, &plan.model, group, now)
+                .filter(|&at| at <= cooling_deadline)
+            {
+                tracing::debug!(
+                    wait_ms = at.saturating_sub(now),
+                    "every account cooling; waiting for the earliest"
+                );
+                monoio::time::sleep(Duration::from_millis(at.saturating_sub(now) + 1)).await;
+                // A newer snapshot may have been published meanwhile (nothing was leased).
+                snap = ctx.snapshot.load_full();
+                cands = candidates(ctx, plan, &snap);
+                prefer_home(&mut cands, home, &snap, plan, group);
+                continue 'queue;
+            }
+        }
         break;
     }
     if attempts == 0 {
@@ -891,6 +921,49 @@ async fn wait_for_fresh_token(
     }
 }
 
+/// The body as the service tier policy wants it: `Ok(None)` when unchanged, `Ok(Some(_))`
+/// without its priority tier (`strip`), `Err` (400 in the client's dialect) when the operator
+/// refuses it. `body` is the normalised one, where `fast` already reads `priority`.
+fn service_tier(
+    body: &Bytes,
+    policy: shared_state::snapshot::ServiceTierPolicy,
+) -> Result<Option<Bytes>, Error> {
+    use shared_state::snapshot::ServiceTierPolicy;
+    use sonic_rs::{JsonValueMutTrait as _, JsonValueTrait as _};
+    if policy == ServiceTierPolicy::Pass {
+        return Ok(None);
+    }
+    let asks_priority = sonic_rs::get(&body[..], ["service_tier"])
+        .ok()
+        .and_then(|v| v.as_str().map(|t| t == "priority" || t == "fast"))
+        .unwrap_or(false);
+    if !asks_priority {
+        return Ok(None);
+    }
+    match policy {
+        ServiceTierPolicy::Pass => Ok(None),
+        ServiceTierPolicy::Refuse => Err(Error::new(
+            ErrorKind::BadRequest {
+                message: "the priority (fast) service tier is not allowed on this gateway; \
+                          send the request without service_tier"
+                    .into(),
+                param: Some("service_tier".into()),
+            },
+            Side::Downstream,
+        )),
+        ServiceTierPolicy::Strip => {
+            let mut v: sonic_rs::Value = match sonic_rs::from_slice(body) {
+                Ok(v) => v,
+                Err(_) => return Ok(None),
+            };
+            if let Some(o) = v.as_object_mut() {
+                o.remove(&"service_tier");
+            }
+            Ok(sonic_rs::to_vec(&v).ok().map(Bytes::from))
+        }
+    }
+}
+
 /// A definitive upstream rejection (HTTP error, or a failure before the commit barrier): apply
 /// its account effects and decide whether another candidate may try.
 fn rejected(
@@ -903,6 +976,31 @@ fn rejected(
     if failure.is_unverifiable_blob() {
         // The payload's fault, not the account's: no effect here (see `policy::blob_recovery`).
         return AttemptError::Unverifiable(failure);
+    }
+    if policy::moves_session(&failure) {
+        // This account refused the session's content: no account effect; the session keeps
+        // away from it and the request tries the next candidate.
+        let now = shared_state::now_ms();
+        if let Some(k) = plan.affinity_key.as_deref() {
+            let key = scheduler::scoped_affinity_key(plan.key_id, k);
+            scheduler::avoid(
+                &key,
+                account.id,
+                now + scheduler::AVOID_TTL.as_millis() as u64,
+                now,
+            );
+        }
+        ctx.metrics.session_account_switch();
+        tracing::info!(
+            account = account.id,
+            session = plan.affinity_key.as_deref().unwrap_or(""),
+            code = failure.code.as_deref().unwrap_or(""),
+            "account refused the session's content; moving the session to another account"
+        );
+        return AttemptError::Failover {
+            error: Error::upstream(failure),
+            class: None,
+        };
     }
     let failover = policy::apply(ctx, account, &failure.class, &plan.model, prior);
     let class = failure.class.clone();

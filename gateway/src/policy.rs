@@ -5,6 +5,8 @@
 //! # Key Components
 //! - [`apply`]: takes a [`FailureClass`] for an account and returns whether the request may
 //!   move on to another candidate.
+//! - [`moves_session`]: a `cyber_policy` refusal moves the session to another account without
+//!   penalising this one.
 //! - [`blob_recovery`]: the one retry of a request refused for a blob the account cannot
 //!   verify (same account, blobs stripped, no account effect).
 
@@ -71,6 +73,15 @@ pub fn blob_recovery(
         return None;
     }
     codex_protocol::bound::strip_all(body)
+}
+
+/// A refusal of the session's *content* by this account (the upstream's `cyber_policy`):
+/// the request moves to another account and the session keeps away from this one
+/// (`scheduler::avoid`), but the account is not penalised (no cooldown, no health record),
+/// so the caller does not [`apply`] the failure. Another account may well serve the session:
+/// the upstream's flag is per account.
+pub fn moves_session(failure: &codex_protocol::classify::Failure) -> bool {
+    failure.is_cyber_policy()
 }
 
 /// Applies the effect of `class` on `account` and reports it. Returns true when another

@@ -36,6 +36,10 @@
 //!   or waiting for a refreshed token) stay in the order but come after every ready account
 //!   (in the strategy's order), so a pool where everything is busy still yields candidates
 //!   to queue on.
+//! - Session anti-affinity ([`avoid`], [`apply_avoidance`]): an account that refused a
+//!   session's content (`cyber_policy`) goes behind every other candidate of that session for
+//!   [`AVOID_TTL`]; [`earliest_comeback`]: when a cooling pool can serve again (the bounded
+//!   wait of `Settings::max_wait_for_account_ms`).
 //! - Feedback the lifecycle records: [`record_success`], [`record_failure`] (with
 //!   [`FailureKind::from_class`]), [`note_request_start`], [`exclude_model`].
 //! - [`board`]: every account's assessment and the candidate order the current strategy
@@ -94,6 +98,7 @@
 //! None: an empty result means no account is schedulable now; the lifecycle turns that into
 //! its own "no account" / "quota exhausted" error.
 
+mod avoid;
 mod board;
 mod hash;
 mod health;
@@ -108,6 +113,7 @@ use std::{
     time::Duration,
 };
 
+pub use avoid::{apply_avoidance, avoid, earliest_comeback, AVOID_TTL};
 pub use board::board;
 pub(crate) use health::quota_pcts;
 pub use health::{

@@ -163,6 +163,12 @@ pub struct Settings {
     pub pause_threshold_pct: Option<f64>,
     /// Minimum time between two request starts on one account, in ms (0 = none).
     pub min_request_interval_ms: u64,
+    /// How long a request that finds every eligible account cooling waits for the earliest
+    /// one to come back (ms; 0 = never wait: the 503 at once). A comeback later than this
+    /// bound is not waited for.
+    pub max_wait_for_account_ms: u64,
+    /// What happens to a request asking for the priority (`fast`) service tier.
+    pub service_tier: ServiceTierPolicy,
 }
 
 impl Default for Settings {
@@ -173,7 +179,54 @@ impl Default for Settings {
             strategy: Strategy::default(),
             pause_threshold_pct: None,
             min_request_interval_ms: 0,
+            max_wait_for_account_ms: DEFAULT_MAX_WAIT_FOR_ACCOUNT_MS,
+            service_tier: ServiceTierPolicy::default(),
         }
+    }
+}
+
+/// Default of [`Settings::max_wait_for_account_ms`]: a few seconds, enough for a short
+/// cooldown (an overload's 5 s is not waited for; a `Retry-After: 1..3` is).
+pub const DEFAULT_MAX_WAIT_FOR_ACCOUNT_MS: u64 = 3_000;
+
+/// What the gateway does with a request asking for the priority service tier
+/// (`service_tier: "priority"` or `"fast"`), which the upstream bills at a higher rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ServiceTierPolicy {
+    /// Sent upstream as asked (the default).
+    #[default]
+    Pass,
+    /// Removed from the request: it runs at the default tier.
+    Strip,
+    /// Refused with a 400 in the client's dialect.
+    Refuse,
+}
+
+// === impl ServiceTierPolicy ===
+
+impl ServiceTierPolicy {
+    /// Every policy, in documentation order.
+    pub const ALL: [ServiceTierPolicy; 3] = [Self::Pass, Self::Strip, Self::Refuse];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Strip => "strip",
+            Self::Refuse => "refuse",
+        }
+    }
+}
+
+impl std::str::FromStr for ServiceTierPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim().to_ascii_lowercase();
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == t)
+            .ok_or_else(|| format!("expected one of pass, strip, refuse, got {s:?}"))
     }
 }
 

@@ -134,6 +134,15 @@ pub struct Failure {
 // === impl Failure ===
 
 impl Failure {
+    /// The upstream refused the request's content under its cybersecurity policy (code
+    /// `cyber_policy`, codex-protocol.md §2.6). The class stays [`FailureClass::Request`]
+    /// (the payload, not the account's credentials or quota); the flag is the account's
+    /// own, so the gateway's answer is another account for the session, without a penalty
+    /// (`gateway::policy::moves_session`).
+    pub fn is_cyber_policy(&self) -> bool {
+        self.code.as_deref() == Some("cyber_policy")
+    }
+
     /// The upstream could not verify an opaque blob of the request: another account's
     /// reasoning `encrypted_content` or compaction item (codex-protocol.md §4 item 8). Two
     /// shapes occur: code `invalid_encrypted_content`, or no code and a message opening with
@@ -817,6 +826,25 @@ mod tests {
         ] {
             let f = classify_http(400, Some("application/json"), None, body.as_bytes());
             assert!(!f.is_unverifiable_blob(), "{body}");
+        }
+    }
+
+    #[test]
+    fn cyber_policy_is_told_apart_from_other_request_errors() {
+        let body = r#"{"error":{"message":"This request has been flagged for possible cybersecurity risk.","type":"invalid_request_error","code":"cyber_policy"}}"#;
+        let f = classify_http(400, Some("application/json"), None, body.as_bytes());
+        assert_eq!(f.class, FailureClass::Request);
+        assert!(f.is_cyber_policy());
+        let s = classify_stream_error(br#"{"code":"cyber_policy","message":"flagged"}"#);
+        assert!(s.is_cyber_policy());
+        // A client-chosen message naming the code is not the code.
+        for other in [
+            r#"{"error":{"code":"context_length_exceeded"}}"#,
+            r#"{"error":{"message":"cyber_policy"}}"#,
+            r#"{"detail":"cyber_policy"}"#,
+        ] {
+            let f = classify_http(400, Some("application/json"), None, other.as_bytes());
+            assert!(!f.is_cyber_policy(), "{other}");
         }
     }
 }
