@@ -5,7 +5,9 @@
 //!   the key), route, model, account, status, transport, bytes out, time to first byte (and
 //!   token), duration, failovers, error class and code, tokens. The workers already hand
 //!   every request's usage record to the sidecar; the usage loop derives the line from it,
-//!   so the data plane does no extra work at all.
+//!   so the data plane does no extra work for them. A request answered without a usage
+//!   record (refused before its lifecycle: 401, 404, admission 429, an unreadable request)
+//!   is sent as a `WorkerEvent::Access` record, only while the access log is on.
 //! - [`AccessLog`]: a bounded queue to a writer thread of its own (file I/O never runs on
 //!   the sidecar's Tokio thread). [`AccessLog::push`] never blocks: a full queue drops the
 //!   line and counts it (`codex_gateway_access_log_dropped_total`).
@@ -104,7 +106,8 @@ pub fn line(record: &UsageRecord, snap: &Snapshot) -> Vec<u8> {
     let v = serde_json::json!({
         "ts": ts,
         "request_id": record.request_id,
-        "key_id": record.key_id,
+        // 0: a request refused before any key was known to be valid.
+        "key_id": (record.key_id != 0).then_some(record.key_id),
         "key_name": key_name,
         "route": record.route,
         "model": record.model,

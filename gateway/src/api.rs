@@ -309,10 +309,48 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
         if let Some(v) = &retry {
             headers.push(("retry-after", v));
         }
-        conn.write_response(r.status, &headers, &r.body, keep)
-            .await?;
+        let written = conn.write_response(r.status, &headers, &r.body, keep).await;
+        access_unaccounted(
+            ctx,
+            conn,
+            route,
+            r.status,
+            e.class(),
+            e.code(),
+            r.body.len(),
+        );
+        written?;
         Ok(keep)
     })
+}
+
+/// The access-log record of a request answered without a usage record (refused before its
+/// lifecycle), while the access log is on; a request with a usage record gets its line from
+/// that record.
+fn access_unaccounted<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    route: &'static str,
+    status: u16,
+    class: &'static str,
+    code: String,
+    bytes: usize,
+) {
+    if ctx.cfg.access_log.path.is_none() || conn.accounted() {
+        return;
+    }
+    let took = conn.elapsed().as_millis() as u64;
+    ctx.report_access(shared_state::UsageRecord {
+        route,
+        status,
+        bytes_out: bytes as u64,
+        latency_ms: took,
+        started_at_ms: shared_state::now_ms().saturating_sub(took),
+        error_class: Some(class.to_owned()),
+        error_code: Some(code),
+        request_id: conn.request_id().to_owned(),
+        ..Default::default()
+    });
 }
 
 /// Answers a request that could not be read (malformed framing, over a limit) and returns
@@ -349,6 +387,12 @@ pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
             };
             ctx.metrics.request(route, status);
             let _ = conn.write_response(status, &[JSON], &body, false).await;
+            let class = if status == 408 {
+                "timeout"
+            } else {
+                "bad_http_request"
+            };
+            access_unaccounted(ctx, conn, route, status, class, class.into(), body.len());
         }
         ReadError::Closed | ReadError::Io(_) => {}
     }

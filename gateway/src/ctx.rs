@@ -108,6 +108,21 @@ impl WorkerCtx {
         });
     }
 
+    /// The access-log record of a request answered without a usage record: sent once, never
+    /// spooled (a full queue drops it and counts): the access log never delays usage.
+    pub fn report_access(&self, record: shared_state::UsageRecord) {
+        if self
+            .events
+            .try_send(WorkerEvent::Access(Box::new(record)))
+            .is_err()
+        {
+            self.events
+                .stats()
+                .access_log_dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Sends a fact to the sidecar; a full queue spools it locally (facts are not dropped
     /// unless the spool itself overflows, which is logged and, for usage, counted). Usage
     /// records and control facts have separate queues and spools: a usage backlog never holds

@@ -287,6 +287,11 @@ pub enum WorkerEvent {
     /// as the largest variant (65,536 slots each: 37 MiB resident with the record inline,
     /// 11 MiB boxed).
     Usage(Box<UsageRecord>),
+    /// A request answered without a usage record (refused before its lifecycle: 401, 404,
+    /// admission 429, an unreadable or malformed request): only its access-log line, never
+    /// stored. Sent only while the access log is on, once (never spooled: a full queue drops
+    /// it and counts, `UsageStats::access_log_dropped`).
+    Access(Box<UsageRecord>),
     /// An account effect the data plane decided and already applied (failure policy, quota
     /// signals); the sidecar persists it when [`AccountEffect::is_persisted`].
     Account {
@@ -308,9 +313,10 @@ pub enum WorkerEvent {
 // === impl WorkerEvent ===
 
 impl WorkerEvent {
-    /// True for a usage record (the usage queue); false for control facts.
+    /// True for a usage record or an access-log record (the usage queue); false for control
+    /// facts.
     pub fn is_usage(&self) -> bool {
-        matches!(self, Self::Usage(_))
+        matches!(self, Self::Usage(_) | Self::Access(_))
     }
 }
 

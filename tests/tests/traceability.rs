@@ -503,12 +503,37 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     .unwrap();
     while ws_next_json(&mut ws).await["type"] != "response.completed" {}
     drop(ws);
-    until("4 access-log lines", Duration::from_secs(20), || async {
-        access_lines(&path).len() >= 4
+    // Refused before any lifecycle (no usage record): a line each too.
+    let r = client()
+        .post(format!("{}/v1/responses", s.url()))
+        .bearer_auth("sk-not-a-key-but-secret-looking")
+        .json(&respond_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let unauthorized_id = rid(&r);
+    let r = client()
+        .get(format!("{}/nowhere", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let not_found_id = rid(&r);
+    let r = s
+        .post("/v1/messages")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let bad_json_id = rid(&r);
+    until("7 access-log lines", Duration::from_secs(20), || async {
+        access_lines(&path).len() >= 7
     })
     .await;
     let lines = access_lines(&path);
-    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines.len(), 7, "one line per request: {lines:?}");
     let by_id = |id: &str| {
         lines
             .iter()
@@ -565,7 +590,24 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
         is_generated(ws_line["request_id"].as_str().unwrap()),
         "{ws_line}"
     );
-    no_secret(&s, &std::fs::read_to_string(&path).unwrap());
+    let l = by_id(&unauthorized_id);
+    assert_eq!(l["status"], 401, "{l}");
+    assert_eq!(l["error_class"], "unauthorized", "{l}");
+    assert!(l["key_name"].is_null() && l["key_id"].is_null(), "{l}");
+    assert_eq!(by_id(&not_found_id)["status"], 404);
+    let l = by_id(&bad_json_id);
+    assert_eq!(
+        (l["status"].as_u64(), l["route"].as_str()),
+        (Some(400), Some("messages")),
+        "{l}"
+    );
+    assert_eq!(l["error_class"], "bad_request", "{l}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    no_secret(&s, &text);
+    assert!(
+        !text.contains("sk-not-a-key"),
+        "a presented key is never logged"
+    );
 }
 
 /// The file is rotated before it would pass `max_bytes`, `keep` rotated files kept, the

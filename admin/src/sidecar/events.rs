@@ -156,7 +156,7 @@ impl Pending {
                 seen_version,
             } => super::refresh::request(core, account_id, seen_version),
             // Usage has its own queue; a stray record is not lost either.
-            WorkerEvent::Usage(u) => {
+            WorkerEvent::Usage(u) | WorkerEvent::Access(u) => {
                 tracing::debug!(key = u.key_id, "usage record on the control queue");
             }
         }
@@ -404,21 +404,32 @@ impl Usage {
         let mut taken = 0;
         while self.has_room() {
             let mut batch = Vec::new();
+            // Requests answered without a usage record: an access-log line only.
+            let mut access_only = Vec::new();
+            let mut drained = 0;
             for ev in events.drain_usage().take(USAGE_BATCH) {
-                if let WorkerEvent::Usage(u) = ev {
-                    let mut u = *u;
-                    storable(&mut u);
-                    batch.push(u);
+                drained += 1;
+                match ev {
+                    WorkerEvent::Usage(u) => {
+                        let mut u = *u;
+                        storable(&mut u);
+                        batch.push(u);
+                    }
+                    WorkerEvent::Access(u) => access_only.push(*u),
+                    _ => {}
                 }
             }
-            if batch.is_empty() {
+            if drained == 0 {
                 break;
             }
             if let Some((log, core)) = &self.access {
                 let snap = core.publisher.current();
-                for u in &batch {
+                for u in batch.iter().chain(&access_only) {
                     log.push(crate::access_log::line(u, &snap));
                 }
+            }
+            if batch.is_empty() {
+                continue;
             }
             taken += batch.len();
             match &mut self.spool {

@@ -96,7 +96,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         ROUTE,
         creq.model.clone(),
         creq.stream,
-        conn.request_id(),
+        conn.usage_id(),
     );
     let plan = RequestPlan {
         route: ROUTE,

@@ -67,14 +67,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         }
     };
     drop(catalog);
-    let mut usage = UsageGuard::start(
-        ctx,
-        &key,
-        ROUTE,
-        norm.model.clone(),
-        false,
-        conn.request_id(),
-    );
+    let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), false, conn.usage_id());
     let plan = RequestPlan {
         route: ROUTE,
         model: norm.model,

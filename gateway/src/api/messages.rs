@@ -136,7 +136,7 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         ROUTE,
         mreq.model.clone(),
         mreq.stream,
-        conn.request_id(),
+        conn.usage_id(),
     );
     let plan = RequestPlan {
         route: ROUTE,

@@ -122,7 +122,7 @@ async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
         ROUTE,
         norm.model.clone(),
         norm.stream,
-        conn.request_id(),
+        conn.usage_id(),
     );
     let plan = RequestPlan {
         route: ROUTE,

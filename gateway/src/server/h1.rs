@@ -137,6 +137,11 @@ pub struct Conn<S> {
     /// The current request's id ([`crate::request_id`]), answered in `x-request-id` on every
     /// response; empty until a head is read or a response needs one (then generated).
     request_id: String,
+    /// When the current request's head began to arrive (its duration in the access log).
+    started: Option<Instant>,
+    /// The current request has a usage record ([`Conn::usage_id`]): its access-log line
+    /// comes from that record.
+    accounted: bool,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -170,7 +175,25 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             limits,
             body_clock: None,
             request_id: String::new(),
+            started: None,
+            accounted: false,
         }
+    }
+
+    /// The request id for the request's usage record; marks the request as having one.
+    pub fn usage_id(&mut self) -> &str {
+        self.accounted = true;
+        self.request_id()
+    }
+
+    /// Whether the current request has a usage record ([`Conn::usage_id`]).
+    pub fn accounted(&self) -> bool {
+        self.accounted
+    }
+
+    /// Time since the current request's head began to arrive (zero when unknown).
+    pub fn elapsed(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// The current request's id: the client's well-formed `x-request-id`, else a generated
@@ -203,6 +226,8 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
     pub async fn read_head(&mut self, idle: Duration) -> Result<Request, ReadError> {
         // A new request: a new id (generated when needed if the head cannot be read).
         self.request_id.clear();
+        self.accounted = false;
+        self.started = None;
         // When the head's first byte arrived (a pipelined head already buffered: now).
         let mut head_started = (!self.buf.is_empty()).then(Instant::now);
         let (head_len, req) = loop {
@@ -257,6 +282,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             }
         };
         self.buf.drain(..head_len);
+        self.started = head_started;
         self.request_id = crate::request_id::for_request(req.header(crate::request_id::HEADER));
         self.head_request = req.method == "HEAD";
         self.body_unread = req.framing != Framing::None;
