@@ -51,6 +51,8 @@ pub struct WorkerCtx {
     /// HTTP response transcripts (`previous_response_id`): the workers' shared store, and
     /// Redis when configured (other instances).
     pub transcripts: Rc<crate::transcripts::Transcripts>,
+    /// Who minted which account-bound blob: the app's map, and Redis when configured.
+    pub owners: Rc<crate::owners::Owners>,
     /// The configured identity header values, built once.
     pub wire: crate::lifecycle::WireValues,
     events: EventSender,
@@ -77,6 +79,7 @@ impl WorkerCtx {
         catalog: shared_state::SharedCatalog,
         events: EventSender,
         transcripts: Rc<crate::transcripts::Transcripts>,
+        owners: Rc<crate::owners::Owners>,
     ) -> Self {
         Self {
             id,
@@ -89,6 +92,7 @@ impl WorkerCtx {
             registry,
             catalog,
             transcripts,
+            owners,
             events,
             spool: RefCell::new(VecDeque::new()),
             usage_spool: RefCell::new(VecDeque::new()),

@@ -17,6 +17,7 @@
 //! commit, one terminal SSE event after).
 
 use std::{
+    rc::Rc,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -96,6 +97,8 @@ pub struct RequestPlan {
 pub struct Committed {
     /// The account serving the stream.
     pub account: Arc<AccountEntry>,
+    /// Where the blobs this stream mints are recorded (`crate::owners`).
+    owners: Rc<crate::owners::Owners>,
     _lease: Lease,
     /// Client-visible upstream headers.
     pub headers: Vec<(&'static str, String)>,
@@ -203,7 +206,7 @@ impl Committed {
                             // Blobs this account mints (`crate::owners`); the events before
                             // the commit were observed by the attempt.
                             if ev.event_type() == "response.output_item.done" {
-                                bound::record_minted(&ev.data, self.account.id);
+                                bound::record_minted(&self.owners, &ev.data, self.account.id);
                             }
                             batch.push(ev)
                         }
@@ -538,7 +541,7 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
         }
         // A finished output item carrying a blob (reasoning, compaction): this account
         // minted it (`crate::owners`).
-        "response.output_item.done" => bound::record_minted(&ev.data, account.id),
+        "response.output_item.done" => bound::record_minted(&ctx.owners, &ev.data, account.id),
         _ => {}
     }
 }
@@ -550,11 +553,11 @@ mod bound {
     use codex_protocol::bound::{self as blobs, BlobKind, Stripped};
     use sonic_rs::JsonValueTrait;
 
-    use crate::owners::BlobOwners;
+    use crate::owners::Owners;
 
     /// Records the blob of an `output_item.done` event's item as minted by `account`. One
     /// SIMD search when the item carries none.
-    pub fn record_minted(data: &[u8], account: i64) {
+    pub fn record_minted(owners: &Owners, data: &[u8], account: i64) {
         if !blobs::may_carry_blobs(data) {
             return;
         }
@@ -562,7 +565,7 @@ mod bound {
             return;
         };
         if let Some(b) = blob.as_str() {
-            BlobOwners::global().record(blobs::fingerprint(b), account);
+            owners.record(blobs::fingerprint(b), account);
         }
     }
 
@@ -575,12 +578,18 @@ mod bound {
 
     impl Owned {
         /// Reads `body`'s blobs and looks their owners up (nothing when it has none: one
-        /// search).
-        pub fn of(body: &[u8]) -> Self {
-            let mut found = Vec::new();
-            let owners = BlobOwners::global();
-            blobs::input_blobs(body, |_, fp| found.push((fp, owners.owner(fp))));
-            Self { blobs: found }
+        /// search): this app's map first, then Redis within a short bound for the blobs it
+        /// does not know (`Owners::owners`).
+        pub async fn of(owners: &Owners, body: &[u8]) -> Self {
+            let mut fps = Vec::new();
+            blobs::input_blobs(body, |_, fp| fps.push(fp));
+            if fps.is_empty() {
+                return Self::default();
+            }
+            let found = owners.owners(&fps).await;
+            Self {
+                blobs: fps.into_iter().zip(found).collect(),
+            }
         }
 
         /// The account to try first: the minter of the latest recorded blob.
@@ -641,7 +650,7 @@ pub async fn open_traced(
     let tier_body = service_tier(&plan.body, snap.settings.service_tier)?;
     // Blobs the body carries and who minted them: their minter goes first while it is
     // schedulable (stronger than session affinity; it holds without a session id too).
-    let owned = bound::Owned::of(&plan.body);
+    let owned = bound::Owned::of(&ctx.owners, &plan.body).await;
     let home = owned.home();
     let mut cands = candidates(ctx, plan, &snap);
     prefer_home(&mut cands, home, &snap, plan, group);
@@ -1179,6 +1188,7 @@ async fn attempt(
                     scheduler::record_success(&account.live, started.elapsed());
                     return Ok(Committed {
                         account: Arc::clone(account),
+                        owners: Rc::clone(&ctx.owners),
                         _lease: lease,
                         headers,
                         held,

@@ -59,6 +59,8 @@ pub struct WorkerSeed {
     pub transcripts: Arc<shared_state::TranscriptStore>,
     /// The workers' Redis (shared transcripts), when configured and reachable by name.
     pub redis: Option<crate::redis::RedisTarget>,
+    /// Who minted which account-bound blob, shared by the app's workers (`crate::owners`).
+    pub owners: Arc<crate::owners::BlobOwners>,
     /// Open-connection caps, shared by the workers.
     pub conns: Arc<ConnGate>,
 }
@@ -142,6 +144,7 @@ async fn worker_main(
         catalog,
         transcripts,
         redis,
+        owners,
         conns,
         ..
     } = seed;
@@ -164,9 +167,12 @@ async fn worker_main(
             return;
         }
     };
+    // One Redis client per worker: transcripts, blob owners and the key limits share it.
+    let redis = redis.map(|t| Rc::new(crate::redis::WorkerRedis::new(t)));
+    let owners = Rc::new(crate::owners::Owners::new(owners, redis.clone()));
     let transcripts = Rc::new(crate::transcripts::Transcripts::new(
         transcripts,
-        redis.map(|t| Rc::new(crate::redis::WorkerRedis::new(t))),
+        redis,
         cfg.transcript_ttl,
     ));
     let ctx = Rc::new(WorkerCtx::new(
@@ -180,6 +186,7 @@ async fn worker_main(
         catalog,
         events,
         transcripts,
+        owners,
     ));
     ctx.upstream.start_background();
     // The idle deadlines of this worker's open streams (`crate::deadline`).

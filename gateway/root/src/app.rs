@@ -248,6 +248,9 @@ impl App {
             },
             cfg.max_connections_per_ip,
         ));
+        // Who minted which account-bound blob: this app's workers share it (and, through
+        // Redis when configured, other instances).
+        let owners = Arc::new(gateway::owners::BlobOwners::with_defaults());
         let mut workers = Vec::with_capacity(n);
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
@@ -263,6 +266,7 @@ impl App {
                 catalog: Arc::clone(&catalog),
                 transcripts: Arc::clone(&transcripts),
                 redis: redis.clone(),
+                owners: Arc::clone(&owners),
                 conns: Arc::clone(&conns),
             };
             let ready = ready_tx.clone();
