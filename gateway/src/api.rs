@@ -40,6 +40,10 @@ use crate::{
 
 pub(crate) const JSON: (&str, &str) = ("content-type", "application/json");
 
+/// Anthropic's name for the request id header (its SDKs read it as `_request_id`): answers in
+/// Anthropic's dialect carry the id under it too, beside `x-request-id`.
+const ANTHROPIC_REQUEST_ID: &str = "request-id";
+
 /// Dispatches one request. Returns `Ok(true)` when the connection may serve another request.
 pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
@@ -299,7 +303,8 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<bool>> + 'a>> {
     Box::pin(async move {
         let request_id = conn.request_id().to_owned();
-        let r = e.render_as(Dialect::of_route(route), Some(&request_id));
+        let dialect = Dialect::of_route(route);
+        let r = e.render_as(dialect, Some(&request_id));
         ctx.metrics.request(route, r.status);
         if e.side != Side::Downstream {
             tracing::warn!(route, status = r.status, request_id, error = %e, "request failed");
@@ -308,6 +313,9 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
         let mut headers: Vec<(&str, &str)> = vec![JSON];
         if let Some(v) = &retry {
             headers.push(("retry-after", v));
+        }
+        if dialect == Dialect::Anthropic {
+            headers.push((ANTHROPIC_REQUEST_ID, &request_id));
         }
         let written = conn.write_response(r.status, &headers, &r.body, keep).await;
         access_unaccounted(
@@ -583,13 +591,24 @@ pub(crate) struct HttpSink<'a, S> {
     pub(crate) keep: bool,
 }
 
+impl<S: AsyncReadRent + AsyncWriteRent> HttpSink<'_, S> {
+    /// The request id for Anthropic's `request-id` header, on its dialect's routes.
+    fn anthropic_id(&mut self) -> Option<String> {
+        (Dialect::of_route(self.route) == Dialect::Anthropic)
+            .then(|| self.conn.request_id().to_owned())
+    }
+}
+
 impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
     async fn begin(&mut self, headers: &[(&'static str, String)]) -> io::Result<()> {
         self.conn.release_read_buffer();
         self.ctx.metrics.request(self.route, 200);
-        self.conn
-            .start_stream(200, &sse_headers(headers), self.http10)
-            .await
+        let mut h = sse_headers(headers);
+        let id = self.anthropic_id();
+        if let Some(id) = &id {
+            h.push((ANTHROPIC_REQUEST_ID, id));
+        }
+        self.conn.start_stream(200, &h, self.http10).await
     }
 
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -606,6 +625,10 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
         let mut h: Vec<(&str, &str)> = vec![JSON];
         for (n, v) in headers {
             h.push((n, v.as_str()));
+        }
+        let id = self.anthropic_id();
+        if let Some(id) = &id {
+            h.push((ANTHROPIC_REQUEST_ID, id));
         }
         self.conn.write_response(200, &h, body, self.keep).await?;
         Ok(self.keep)

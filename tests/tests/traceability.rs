@@ -144,11 +144,25 @@ async fn every_answer_carries_a_request_id() {
         .unwrap();
     assert_eq!(r.status(), 400);
     let id = check(rid(&r));
+    // Anthropic's own header name too (its SDKs read `request-id`).
+    assert_eq!(r.headers()["request-id"].to_str().unwrap(), id);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     assert_eq!(v["request_id"], id.as_str(), "{v}");
-    // 429: a key allowed one request in flight while a second waits is refused.
+    // 200 on /v1/messages: both headers, the same id.
+    let r = s
+        .post("/v1/messages")
+        .json(&json!({"model": "gpt-5.5", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let id = check(rid(&r));
+    assert_eq!(r.headers()["request-id"].to_str().unwrap(), id);
+    r.text().await.unwrap();
+    // 429: a key allowed one request per minute (a third request covers a minute's turn).
     let key = key_with(&s, "rpm-1", json!({"rpm": 1})).await;
     let mut statuses = Vec::new();
     for _ in 0..3 {
