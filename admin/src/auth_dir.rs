@@ -264,7 +264,7 @@ impl Watcher {
             let stored = identity
                 .as_ref()
                 .and_then(|(cid, _)| cid.as_deref())
-                .and_then(|cid| by_chatgpt(cid));
+                .and_then(&by_chatgpt);
             let file_refresh = identity.as_ref().and_then(|(_, r)| *r).unwrap_or(0);
             let stored_newer =
                 stored.is_some_and(|a| a.last_refresh_at.unwrap_or(0) > file_refresh);

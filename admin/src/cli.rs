@@ -520,6 +520,18 @@ pub fn admin_tokens_create(
     }))
 }
 
+/// The audit log (`codex-gateway admin audit`): entries matching `filter`, newest first, at
+/// most `limit` (secrets were redacted before they were stored).
+pub fn audit_list(
+    db: &DbTarget,
+    filter: &crate::storage::audit::AuditFilter,
+    limit: u32,
+) -> Result<Vec<crate::storage::audit::AuditRow>, AdminError> {
+    block_on(with_storage(db, async |s: &dyn Storage| {
+        Ok(s.audit().list_audit(filter, limit).await?)
+    }))
+}
+
 /// Lists admin API tokens (prefixes, scopes and expiries; never the tokens).
 pub fn admin_tokens_list(db: &DbTarget) -> Result<Vec<AdminTokenRow>, AdminError> {
     block_on(with_storage(db, async |s: &dyn Storage| {

@@ -5,6 +5,8 @@
 //! used (admin password, admin and client keys, account tokens, a proxy password) appears in
 //! the stored rows, the listing or the CSV. On SQLite and PostgreSQL.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
+
 use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
 use reqwest::{header, StatusCode};
 use serde_json::{json, Value};

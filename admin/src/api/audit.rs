@@ -115,62 +115,13 @@ async fn list(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<Value
     Ok(Json(List::of(rows.iter().map(view).collect())))
 }
 
-/// RFC 3339 (UTC) of a Unix ms instant.
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
-}
-
-/// One CSV text cell: quoted when needed, formulas defused.
-fn cell(out: &mut String, v: &str) {
-    let defuse = v.starts_with(['=', '+', '-', '@']);
-    if defuse || v.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        if defuse {
-            out.push('\'');
-        }
-        out.push_str(&v.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(v);
-    }
-}
-
-const CSV_HEADER: &str =
-    "id,time,actor,source,action,object_type,object_id,status,details,before,after\n";
-
 async fn export_csv(State(core): State<AppState>, Query(q): Q) -> Result<Response, ApiError> {
     let mut f = filter_of(&q)?;
-    let mut out = String::from(CSV_HEADER);
+    let mut out = String::from(crate::audit::CSV_HEADER);
     loop {
         let rows = core.storage.audit().list_audit(&f, EXPORT_PAGE).await?;
         for r in &rows {
-            let e = &r.entry;
-            let cols = [
-                r.id.to_string(),
-                rfc3339(e.at_ms),
-                e.actor.clone(),
-                e.source.clone().unwrap_or_default(),
-                e.action.clone(),
-                e.object_type.clone().unwrap_or_default(),
-                e.object_id.clone().unwrap_or_default(),
-                e.status.to_string(),
-                e.details.clone().unwrap_or_default(),
-                e.before.clone().unwrap_or_default(),
-                e.after.clone().unwrap_or_default(),
-            ];
-            for (i, c) in cols.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                cell(&mut out, c);
-            }
-            out.push('\n');
+            crate::audit::csv_row(&mut out, r);
         }
         match rows.last() {
             Some(last) if rows.len() == EXPORT_PAGE as usize => f.before_id = Some(last.id),

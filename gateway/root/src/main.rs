@@ -93,6 +93,27 @@ enum AdminCmd {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Show the audit log of admin actions, newest first (secrets are never stored in it).
+    Audit {
+        /// Only actors containing this text (`session`, `token:<name>`, `cli`, `auto-clean`,
+        /// `auth-dir`).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only actions starting with this text (`accounts`, `keys.update`, ...).
+        #[arg(long)]
+        action: Option<String>,
+        /// Only the last this many hours.
+        #[arg(long)]
+        since_hours: Option<u32>,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Print CSV (the columns of GET /api/admin/audit/export.csv).
+        #[arg(long)]
+        csv: bool,
+        #[command(flatten)]
+        db: DbArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -404,6 +425,71 @@ fn main() -> ExitCode {
                         "codex-gateway: admin token #{} ({}) created (shown once)",
                         row.id, row.scope
                     );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("codex-gateway: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Admin {
+            cmd:
+                AdminCmd::Audit {
+                    actor,
+                    action,
+                    since_hours,
+                    limit,
+                    csv,
+                    db,
+                },
+        } => {
+            let since_ms = since_hours.map(|h| {
+                i64::try_from(shared_state::now_ms())
+                    .unwrap_or(i64::MAX)
+                    .saturating_sub(i64::from(h) * 3_600_000)
+            });
+            let filter = admin::storage::audit::AuditFilter {
+                actor,
+                action,
+                since_ms,
+                ..Default::default()
+            };
+            match admin::cli::audit_list(&db.target(), &filter, limit.clamp(1, 100_000)) {
+                Ok(rows) => {
+                    let mut out = String::new();
+                    if csv {
+                        out.push_str(admin::audit::CSV_HEADER);
+                        for r in &rows {
+                            admin::audit::csv_row(&mut out, r);
+                        }
+                    } else {
+                        for r in &rows {
+                            let e = &r.entry;
+                            out.push_str(&format!(
+                                "{:<6} {:<14} {:<24} {:<24} {:<10} {:<4} {}{}\n",
+                                r.id,
+                                e.at_ms,
+                                e.actor,
+                                e.action,
+                                format!(
+                                    "{}{}",
+                                    e.object_type.as_deref().unwrap_or(""),
+                                    e.object_id
+                                        .as_deref()
+                                        .map(|i| format!("#{i}"))
+                                        .unwrap_or_default()
+                                ),
+                                e.status,
+                                e.before
+                                    .as_deref()
+                                    .map(|b| format!("{b} -> "))
+                                    .unwrap_or_default(),
+                                e.after.as_deref().or(e.details.as_deref()).unwrap_or("")
+                            ));
+                        }
+                    }
+                    print!("{out}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
