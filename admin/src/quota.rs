@@ -113,6 +113,9 @@ pub struct WhamUsage {
     pub primary: Option<UsageWindow>,
     /// `rate_limit.secondary_window` (the weekly window).
     pub secondary: Option<UsageWindow>,
+    /// `rate_limit_reset_credits.available_count`: how many times the account may reset its
+    /// limits early (shown per account; `None`: not reported).
+    pub reset_credits: Option<u64>,
 }
 
 // === impl WhamUsage ===
@@ -137,6 +140,9 @@ impl WhamUsage {
             limit_reached: rl.and_then(|r| boolean(field(r, &["limit_reached", "limitReached"]))),
             primary: window(&["primary_window", "primaryWindow", "primary"]),
             secondary: window(&["secondary_window", "secondaryWindow", "secondary"]),
+            reset_credits: field(&v, &["rate_limit_reset_credits", "rateLimitResetCredits"])
+                .and_then(|c| field(c, &["available_count", "availableCount"]))
+                .and_then(|n| secs(Some(n))),
         })
     }
 
@@ -459,8 +465,16 @@ mod tests {
             "rate_limit":{"allowed":true,"limit_reached":false,
               "primary_window":{"used_percent":42.5,"limit_window_seconds":18000,"reset_after_seconds":600,"reset_at":1900000000},
               "secondary_window":{"used_percent":7,"limit_window_seconds":604800,"reset_after_seconds":3600}},
-            "credits":{"has_credits":false,"unlimited":false,"balance":"0"}}"#;
+            "credits":{"has_credits":false,"unlimited":false,"balance":"0"},
+            "rate_limit_reset_credits":{"available_count":3,"applicable_available_count":2}}"#;
         let u = WhamUsage::parse(body).unwrap();
+        assert_eq!(u.reset_credits, Some(3));
+        assert_eq!(
+            WhamUsage::parse(br#"{"plan_type":"plus"}"#)
+                .unwrap()
+                .reset_credits,
+            None
+        );
         assert_eq!(u.plan_type.as_deref(), Some("plus"));
         assert_eq!(u.limit_reached, Some(false));
         let p = u.primary.unwrap();

@@ -97,6 +97,9 @@ pub(crate) struct Core {
     pub forecast: crate::forecast::Forecaster,
     /// Operator account actions wait here for the data-plane effects queued before them.
     pub settle: events::Settle,
+    /// Reset credits per account as last polled (`/wham/usage`'s
+    /// `rate_limit_reset_credits.available_count`; in memory, refreshed by every poll).
+    pub reset_credits: std::sync::Mutex<std::collections::HashMap<i64, u64>>,
 }
 
 // === impl Core ===
@@ -259,6 +262,7 @@ pub(crate) async fn run(
             upstream_base_url: cfg.upstream_base_url.clone(),
             forecast: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
             settle: events::Settle::default(),
+            reset_credits: std::sync::Mutex::default(),
         });
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);

@@ -655,6 +655,14 @@ impl MockHandle {
             .quota = Some((primary_pct, secondary_pct));
     }
 
+    /// Sets the reset credits `/wham/usage` reports (`rate_limit_reset_credits`).
+    pub fn set_reset_credits(&self, chatgpt_account_id: &str, available: u64) {
+        self.shared
+            .lock()
+            .account_mut(chatgpt_account_id, &self.shared.cfg)
+            .reset_credits = available;
+    }
+
     /// Stops the server now (also done when the last clone is dropped). Open streams are cut.
     pub fn shutdown(&self) {
         self.guard.stop();

@@ -63,7 +63,7 @@ export interface Account {
   cooldown_reason: string | null; primary_used_pct: number | null; primary_reset_at: number | null
   secondary_used_pct: number | null; secondary_reset_at: number | null; access_expires_at: number | null
   last_refresh_at: number | null; refresh_in_flight: boolean; health: Health; created_at: number
-  account_group: string | null
+  account_group: string | null; reset_credits?: number | null
 }
 
 export interface KeyLimits {

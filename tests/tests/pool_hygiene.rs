@@ -4,6 +4,8 @@
 //! per account straight to the upstream, bounded, never charged to a client key, the data
 //! plane's counters untouched).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
+
 use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind};
@@ -400,4 +402,28 @@ async fn auth_dir_imports_disables_and_writes_back() {
     ] {
         assert!(!text.contains(secret.as_str()), "a token in the audit log");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reset_credits_are_shown_per_account() {
+    let s = stack(2);
+    s.mock.set_reset_credits("acct-0", 3);
+    for i in 0..2 {
+        let id = account(&s, &format!("acct-{i}")).await.unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        let (st, v) = admin(
+            &s,
+            reqwest::Method::POST,
+            &format!("/api/admin/accounts/{id}/quota"),
+            json!({}),
+        )
+        .await;
+        assert!(st < 300, "{st} {v}");
+    }
+    wait_for("acct-0's reset credits", async || {
+        account(&s, "acct-0").await.unwrap()["reset_credits"] == 3
+    })
+    .await;
+    assert_eq!(account(&s, "acct-1").await.unwrap()["reset_credits"], 0);
 }

@@ -86,6 +86,8 @@ pub(crate) struct AccountView {
     secondary_used_pct: Option<f64>,
     secondary_reset_at: Option<i64>,
     quota_updated_at: Option<i64>,
+    /// Reset credits as last polled (`null`: not reported yet).
+    reset_credits: Option<u64>,
     access_expires_at: Option<i64>,
     last_refresh_at: Option<i64>,
     refresh_in_flight: bool,
@@ -220,6 +222,12 @@ pub(super) async fn account_view(
         ),
         secondary_reset_at: r.secondary_reset_at,
         quota_updated_at: r.quota_updated_at,
+        reset_credits: core
+            .reset_credits
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&r.id)
+            .copied(),
         access_expires_at: r.access_expires_at,
         last_refresh_at: r.last_refresh_at,
         refresh_in_flight: core.refresh.in_flight(r.id),

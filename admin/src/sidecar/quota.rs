@@ -105,6 +105,12 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
         .await
     {
         Ok(usage) => {
+            if let Some(n) = usage.reset_credits {
+                core.reset_credits
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(id, n);
+            }
             let live = core.publisher.live(id).await;
             let current_cooldown = live.as_ref().map_or(0, |l| l.cooldown_until_ms());
             let stored = match crate::quota::store_usage(

@@ -537,13 +537,17 @@ fn usage(shared: &Shared, parts: &Parts) -> Response<Body> {
     }
     let id = account_header(&parts.headers);
     let q = shared.quota(id);
-    let (user_id, email) = {
+    let (user_id, email, credits) = {
         let inner = shared.lock();
         match id.and_then(|i| inner.accounts.get(i)) {
-            Some(st) => (st.account.chatgpt_user_id.clone(), st.account.email.clone()),
+            Some(st) => (
+                st.account.chatgpt_user_id.clone(),
+                st.account.email.clone(),
+                st.reset_credits,
+            ),
             None => {
                 let a = MockAccount::new(id.unwrap_or("acct-mock"));
-                (a.chatgpt_user_id, a.email)
+                (a.chatgpt_user_id, a.email, 0)
             }
         }
     };
@@ -575,7 +579,7 @@ fn usage(shared: &Shared, parts: &Parts) -> Response<Body> {
             "overage_limit_reached": false,
         },
         "spend_control": {"reached": false},
-        "rate_limit_reset_credits": {"available_count": 0, "applicable_available_count": 0},
+        "rate_limit_reset_credits": {"available_count": credits, "applicable_available_count": credits},
     });
     reply::json(200, body.to_string())
 }

@@ -138,6 +138,8 @@ pub(crate) struct AccountState {
     /// How many times the behaviour was applied (for `fail_times`).
     pub(crate) behaviour_uses: u32,
     pub(crate) quota: Option<(f64, f64)>,
+    /// `rate_limit_reset_credits.available_count` in `/wham/usage` (issue 27).
+    pub(crate) reset_credits: u64,
 }
 
 // === impl Shared ===
@@ -274,6 +276,7 @@ impl Inner {
                 behaviour: None,
                 behaviour_uses: 0,
                 quota: None,
+                reset_credits: 0,
             })
     }
 
