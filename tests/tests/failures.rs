@@ -365,7 +365,8 @@ async fn request_errors_are_returned_without_failover() {
                 400,
                 "context_length_exceeded",
             ),
-            (ErrorKind::CyberPolicy, 400, "cyber_policy"),
+            // `cyber_policy` moves the session to another account (issue 27):
+            // tests/tests/day_two_pool.rs.
         ] {
             let s = two(legacy);
             s.mock.set_behaviour("acct-0", Behaviour::error(kind));
