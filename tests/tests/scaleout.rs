@@ -516,3 +516,165 @@ async fn a_session_stays_on_its_account_across_instances() {
         );
     }
 }
+
+/// One streamed Responses turn of `input` at `base` (no session id, so only the blob
+/// ownership can route it): status and the completed response.
+async fn blob_turn(base: &str, key: &str, input: &[Value]) -> (u16, Value) {
+    let r = client()
+        .post(format!("{base}/v1/responses"))
+        .bearer_auth(key)
+        .json(&json!({
+            "model": "gpt-5.5", "stream": true, "store": false,
+            "include": ["reasoning.encrypted_content"], "input": input,
+        }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let done = integration_tests::parse_sse(&text)
+        .into_iter()
+        .rev()
+        .find(|(t, _)| t == "response.completed")
+        .map(|(_, d)| serde_json::from_str::<Value>(&d).unwrap())
+        .unwrap_or(Value::Null);
+    (status, done["response"].clone())
+}
+
+/// Issue 23: who minted a reasoning blob is shared through Redis. A turn on instance A mints
+/// a blob on one account; the continuations carrying it (no session id, round robin: only the
+/// ownership record can route them) go straight to the minter on instance B, and on A after a
+/// restart (its in-memory records gone): no refusal, no stripped retry, no foreign blob.
+#[tokio::test(flavor = "multi_thread")]
+async fn blob_owners_are_shared_across_instances_and_restarts() {
+    let mut f = Fleet::start(
+        StackBuilder {
+            accounts: 2,
+            workers: 1,
+            ..StackBuilder::default()
+        },
+        15,
+        |c| c.pool.strategy = shared_state::snapshot::Strategy::RoundRobin,
+    )
+    .connected()
+    .await;
+    let mut r = redis_conn(15).await;
+    let owner_keys = |r: &mut redis::aio::MultiplexedConnection| {
+        let mut r = r.clone();
+        async move {
+            redis::cmd("KEYS")
+                .arg("codex-gateway:owner:*")
+                .query_async::<Vec<String>>(&mut r)
+                .await
+                .unwrap()
+        }
+    };
+    for k in owner_keys(&mut r).await {
+        let _: () = redis::cmd("DEL").arg(k).query_async(&mut r).await.unwrap();
+    }
+    for a in ["acct-0", "acct-1"] {
+        f.a.mock.set_behaviour(a, "reasoning=1".parse().unwrap());
+    }
+    let key = f.a.key.clone();
+    let first = vec![json!({"type": "message", "role": "user", "content": "first"})];
+    f.a.mock.clear_requests();
+    let (st, resp) = blob_turn(&f.a.url(), &key, &first).await;
+    assert_eq!(st, 200, "{resp}");
+    let minter = f.a.served_by();
+    assert_eq!(minter.len(), 1);
+    let minter = minter[0].clone();
+    assert_eq!(resp["output"][0]["type"], "reasoning");
+    assert!(resp["output"][0]["encrypted_content"].is_string());
+    // The record is written behind the response (never awaited): wait for it to land.
+    let t0 = Instant::now();
+    let keys = loop {
+        let keys = owner_keys(&mut r).await;
+        if !keys.is_empty() {
+            break keys;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no owner record in Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // The fingerprint and the account id, never the blob.
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let stored: String = redis::cmd("GET")
+        .arg(&keys[0])
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert_eq!(stored, account_id_of(&f.a.app, &minter).to_string());
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the record expires: {ttl}");
+
+    let mut input = first.clone();
+    input.extend(resp["output"].as_array().unwrap().iter().cloned());
+    input.push(json!({"type": "message", "role": "user", "content": "second"}));
+    let continue_at = |f: &Fleet, base: String| {
+        let (key, input, minter) = (key.clone(), input.clone(), minter.clone());
+        let mock = f.a.mock.clone();
+        async move {
+            mock.clear_requests();
+            // Round robin would alternate: every one goes to the minter.
+            for _ in 0..4 {
+                let (st, v) = blob_turn(&base, &key, &input).await;
+                assert_eq!(st, 200, "{v}");
+            }
+            let reqs: Vec<_> = mock
+                .requests()
+                .into_iter()
+                .filter(|r| r.path.ends_with("/responses"))
+                .collect();
+            let served: Vec<_> = reqs.iter().filter_map(|r| r.account_id()).collect();
+            assert_eq!(
+                served,
+                [minter.as_str(); 4],
+                "no refusal, no stripped retry"
+            );
+            assert!(reqs.iter().all(|r| r.foreign_blobs().is_empty()));
+            assert!(
+                reqs.iter().all(|r| r.blobs().len() == 1),
+                "the blob went along"
+            );
+        }
+    };
+    continue_at(&f, f.b_url()).await;
+    assert_eq!(
+        metric_at(f.b(), "codex_gateway_encrypted_items_stripped_total").await,
+        0
+    );
+
+    // Instance A restarted: its records are gone from memory, Redis still has them.
+    tokio::task::block_in_place(|| f.a.restart());
+    continue_at(&f, f.a.url()).await;
+    assert_eq!(
+        f.a.metric("codex_gateway_encrypted_items_stripped_total")
+            .await,
+        0
+    );
+}
+
+/// A counter summed over its label sets in an instance's `/metrics` (0 when absent).
+async fn metric_at(h: &AppHandle, name: &str) -> i64 {
+    let text = client()
+        .get(format!("http://{}/metrics", h.data_addr))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
