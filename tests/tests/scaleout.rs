@@ -4,7 +4,8 @@
 //! not overwrite the newer holder's tokens (fencing); a cooldown, a new key and a disabled
 //! account reach the other instance within 1 s (pub/sub invalidations: the periodic reload is
 //! set to 30 s, so only an invalidation can be that fast); usage from both instances in one
-//! report; a session stays on its account across instances.
+//! report; a session stays on its account across instances; who minted a reasoning blob is
+//! known on the other instance and after a restart (issue 23).
 //!
 //! Each test uses its own Redis database number (lease and fence keys are per account id, and
 //! every test's first account is id 1); pub/sub channels are server-wide, so another test's
