@@ -115,6 +115,7 @@ try {
   await shot('keys-created')
   await byTest('key-done').click()
   let afterDisable = -1
+  let lastRequestId = ''
   const ask = async (input) => {
     if (afterDisable >= 0) afterDisable++
     const r = await fetch(`${GATEWAY}/v1/responses`, {
@@ -123,6 +124,7 @@ try {
       body: JSON.stringify({ model: 'gpt-5.5', input, stream: false }),
     })
     if (r.status !== 200) throw new Error(`gateway answered ${r.status}: ${await r.text()}`)
+    lastRequestId = r.headers.get('x-request-id') ?? ''
     return r.json()
   }
   const FIRST = 5
@@ -139,6 +141,13 @@ try {
   await byTest('usage-group').selectOption('key')
   await byTest('usage-table').locator('tr', { hasText: 'browser-e2e' }).waitFor({ timeout: T })
   await shot('usage')
+  // "Which request was that?": the last request found by the id the client got.
+  if (!lastRequestId.startsWith('req_')) throw new Error(`no x-request-id: ${lastRequestId}`)
+  await byTest('request-id-search').fill(lastRequestId)
+  await byTest('request-id-find').click()
+  await byTest('request-records').locator('tr', { hasText: 'browser-e2e' }).waitFor({ timeout: T })
+  await shot('usage-request')
+  log('request', lastRequestId, 'found by id on the usage page')
   await byTest('nav-api-keys').click()
   await byTest('key-browser-e2e').locator('[data-testid="key-requests"]').filter({ hasText: String(FIRST) }).waitFor({ timeout: T })
   log('usage visible on dashboard, usage and keys pages')
