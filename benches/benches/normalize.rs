@@ -1,7 +1,8 @@
 //! Request normalization (`codex_protocol::normalize::normalize_responses`) of the client's
 //! `/v1/responses` body, for a small request, a request the Codex CLI 0.171.0 sent (38 KB,
 //! recorded: the fuzz corpus' `seed-codex-cli-0.171.0-recorded`) and a ~1 MiB one (a long
-//! Codex conversation: many input items, tools, large tool outputs).
+//! Codex conversation: many input items, tools, large tool outputs); and the JSON nesting-depth
+//! scan (`codex_protocol::depth::check`) every request body passes first, on the same bodies.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -78,15 +79,27 @@ fn bench(c: &mut Criterion) {
     .expect("the recorded Codex CLI request");
     // The corpus file's first byte is the fuzz target's mode; the rest is the body.
     let codex_cli = recorded[1..].to_vec();
-    for (name, body) in [
+    let bodies = [
         ("small", small()),
         ("codex_cli", codex_cli),
         ("1MiB", large(1 << 20)),
-    ] {
-        normalize_responses(&body).unwrap();
+    ];
+    for (name, body) in &bodies {
+        normalize_responses(body).unwrap();
         g.throughput(Throughput::Bytes(body.len() as u64));
         g.bench_function(format!("{name}_{}b", body.len()), |b| {
-            b.iter(|| black_box(normalize_responses(black_box(&body)).unwrap()))
+            b.iter(|| black_box(normalize_responses(black_box(body)).unwrap()))
+        });
+    }
+    g.finish();
+    // The nesting-depth scan every body now passes before any parser (issue 28): what it
+    // adds per request, beside the normaliser above.
+    let mut g = c.benchmark_group("json_depth_check");
+    for (name, body) in &bodies {
+        assert!(codex_protocol::depth::check(body));
+        g.throughput(Throughput::Bytes(body.len() as u64));
+        g.bench_function(format!("{name}_{}b", body.len()), |b| {
+            b.iter(|| black_box(codex_protocol::depth::check(black_box(body))))
         });
     }
     g.finish();

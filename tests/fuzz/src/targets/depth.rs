@@ -17,11 +17,16 @@
 //! - [`codex_protocol::depth::within`] measures exactly the depth the builder made (complete
 //!   texts), and never less than it (truncated ones);
 //! - whatever [`codex_protocol::depth::check`] lets through, every reader of the data plane
-//!   (sonic-rs's tree and its drop and serialisation, its lazy `get`, the `/v1/responses`
-//!   normaliser, the chat and Anthropic translators, with their own invariants) handles on a
-//!   thread with a worker's 2 MiB stack: an overflow aborts the run.
+//!   (sonic-rs's tree and its drop and serialisation, its lazy `get`, the event readers, the
+//!   `/v1/responses` normaliser, the chat and Anthropic translators and the token count)
+//!   handles on a thread with a worker's 2 MiB stack: an overflow aborts the run.
 
-use codex_protocol::depth;
+use codex_protocol::{
+    anthropic::{count_tokens, messages_to_responses, MessagesRequestOptions},
+    chat::{chat_to_responses, ChatRequestOptions},
+    depth,
+    normalize::{normalize_responses_with, ModelChoice},
+};
 use sonic_rs::JsonValueTrait;
 
 /// A worker thread's stack (monoio workers are std threads with the default size).
@@ -128,7 +133,8 @@ fn place(shape: u8, value: &[u8]) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Every reader the depth check guards, on `body`.
+/// Every reader the depth check guards, on `body`: the translators themselves, not their
+/// targets (whose invariant checks are slow on bodies this size; their own targets hold them).
 fn read_everything(body: &[u8]) {
     if let Ok(v) = sonic_rs::from_slice::<sonic_rs::Value>(body) {
         let _ = sonic_rs::to_vec(&v);
@@ -137,13 +143,24 @@ fn read_everything(body: &[u8]) {
     let _ = sonic_rs::get(body, &["type"]).map(|t| t.as_str().map(str::len));
     let _ = codex_protocol::events::event_type(body);
     let _ = codex_protocol::events::stream_error(body);
-    for mode in 0..3u8 {
-        let mut input = vec![mode];
-        input.extend_from_slice(body);
-        super::normalize::run(&input);
-        super::chat::run(&input);
-        super::anthropic::run(&input);
-    }
+    let _ = codex_protocol::events::usage_of_terminal(body);
+    let _ = normalize_responses_with(body, &|_| ModelChoice::Keep);
+    let _ = chat_to_responses(
+        body,
+        &ChatRequestOptions {
+            default_prompt_cache_key: None,
+            upstream_model: None,
+            reasoning_levels: &[],
+        },
+    );
+    let opts = MessagesRequestOptions {
+        upstream_model: None,
+        reasoning_levels: &[],
+        default_effort: None,
+        prompt_cache_key: None,
+    };
+    let _ = messages_to_responses(body, &opts);
+    let _ = count_tokens(body);
 }
 
 /// The fuzz target.
