@@ -124,6 +124,10 @@ async fn a_truncated_reply_is_an_error() {
     assert!(conn.call(&[b"GET", b"a"]).await.is_err());
 }
 
+/// Distinct keys for the tests against the real Redis: both drivers' copies of a test run at
+/// once, and a `static` inside a test body would be one per copy (both counting from 0).
+static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// Against the real Redis of the test machine (skipped when none answers): set, read back
 /// with a refreshed time to live, expire.
 #[monoio::test_all(timer_enabled = true)]
@@ -139,8 +143,7 @@ async fn real_redis_round_trip() {
     }
     let r = WorkerRedis::new(RedisTarget::resolve("redis://127.0.0.1:6379/0").unwrap());
     // Both drivers run this test at once: one key each.
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let key = format!("codex-gateway:test:{}:{n}", std::process::id()).into_bytes();
     let big = vec![b'x'; 300_000];
     r.set_px(&key, &big, Duration::from_secs(30)).await.unwrap();
@@ -192,8 +195,7 @@ async fn submitted_commands_run_in_order_and_every_callback_is_told() {
     assert_eq!(got.borrow().as_slice(), &[None]);
     got.borrow_mut().clear();
     r.start_writer();
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let key = format!("codex-gateway:test:q:{}:{n}", std::process::id()).into_bytes();
     r.submit(encode(&[b"SET", &key, b"10", b"PX", b"30000"]), cb(&got));
     for i in 1..=300i64 {
