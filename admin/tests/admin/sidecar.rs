@@ -562,9 +562,13 @@ async fn settings_and_usage_api(db: &TestDb) {
     assert_eq!(
         overridden,
         [
+            "auth_dir_write_back",
+            "auto_clean_action",
             "default_max_concurrency",
+            "max_wait_for_account_ms",
             "min_request_interval_ms",
             "pause_threshold_pct",
+            "service_tier",
             "strategy"
         ]
     );
