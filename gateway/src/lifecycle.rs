@@ -353,6 +353,11 @@ fn identity_headers(
     }
     h.push(("content-type", HeaderValue::from_static("application/json")));
     h.push(("accept", HeaderValue::from_static("text/event-stream")));
+    // Cloudflare's cookies this account (through this egress) was given, sent back as a
+    // browser would (the client's own `cookie` never passes).
+    if let Some(c) = cf_cookies::header(account, shared_state::now_ms()) {
+        h.push(("cookie", c));
+    }
     let iid = installation_id(account);
     // The client's own id inside the turn metadata would link every pool account.
     let turn_metadata = plan
@@ -930,6 +935,138 @@ async fn wait_for_fresh_token(
     }
 }
 
+/// Cloudflare's cookies (`__cf_bm`, `cf_clearance`, `__cflb`), kept per account and egress
+/// (codex-protocol.md §2.2: peers persist `Set-Cookie` per account) and sent back on that
+/// account's later requests through the same egress, as a browser would. Process-wide (every
+/// worker), in memory only, bounded; other cookies are ignored. Values are secrets of a kind:
+/// never logged.
+mod cf_cookies {
+    use std::{collections::HashMap, sync::Mutex};
+
+    use http::HeaderValue;
+    use shared_state::AccountEntry;
+
+    /// The cookies kept (others the upstream sets are not the gateway's business).
+    const KEPT: &[&str] = &["__cf_bm", "cf_clearance", "__cflb"];
+    /// Most (account, egress) jars at once.
+    const MAX_JARS: usize = 100_000;
+    /// How long a cookie without `Max-Age`/`Expires` is kept (`__cf_bm` lives 30 min).
+    const DEFAULT_TTL_MS: u64 = 30 * 60 * 1000;
+
+    /// (name, value, expires at ms).
+    type Jar = Vec<(String, String, u64)>;
+
+    static JARS: Mutex<Option<HashMap<(i64, i64), Jar>>> = Mutex::new(None);
+
+    fn key(account: &AccountEntry) -> (i64, i64) {
+        (account.id, account.egress.as_ref().map_or(0, |e| e.id))
+    }
+
+    /// Keeps the Cloudflare cookies of a response's `Set-Cookie` headers.
+    pub fn remember(account: &AccountEntry, head: &crate::upstream::Head, now_ms: u64) {
+        let mut found: Vec<(String, String, u64)> = Vec::new();
+        let mut take = |v: &str| {
+            if let Some(c) = parse(v, now_ms) {
+                found.push(c);
+            }
+        };
+        match head {
+            crate::upstream::Head::Map(m) => {
+                for v in m.get_all("set-cookie") {
+                    if let Ok(v) = v.to_str() {
+                        take(v);
+                    }
+                }
+            }
+            crate::upstream::Head::Pairs(p) => {
+                for (n, v) in p {
+                    if n.eq_ignore_ascii_case("set-cookie") {
+                        take(v);
+                    }
+                }
+            }
+        }
+        if found.is_empty() {
+            return;
+        }
+        let Ok(mut g) = JARS.lock() else {
+            return;
+        };
+        let map = g.get_or_insert_with(HashMap::new);
+        if map.len() >= MAX_JARS {
+            map.retain(|_, j| {
+                j.retain(|c| c.2 > now_ms);
+                !j.is_empty()
+            });
+            if map.len() >= MAX_JARS {
+                return;
+            }
+        }
+        let jar = map.entry(key(account)).or_default();
+        for c in found {
+            jar.retain(|o| o.0 != c.0);
+            // An expired (deleted) cookie just leaves the jar.
+            if c.2 > now_ms {
+                jar.push(c);
+            }
+        }
+    }
+
+    /// The `Cookie` header for the account's next request, if it holds any live cookie.
+    pub fn header(account: &AccountEntry, now_ms: u64) -> Option<HeaderValue> {
+        let g = JARS.lock().ok()?;
+        let jar = g.as_ref()?.get(&key(account))?;
+        let v = jar
+            .iter()
+            .filter(|c| c.2 > now_ms)
+            .map(|c| format!("{}={}", c.0, c.1))
+            .collect::<Vec<_>>()
+            .join("; ");
+        if v.is_empty() {
+            return None;
+        }
+        let mut h = HeaderValue::from_str(&v).ok()?;
+        h.set_sensitive(true);
+        Some(h)
+    }
+
+    /// `name=value; Max-Age=..; ...` of a kept cookie: (name, value, expiry ms).
+    fn parse(v: &str, now_ms: u64) -> Option<(String, String, u64)> {
+        let mut parts = v.split(';');
+        let (name, value) = parts.next()?.trim().split_once('=')?;
+        if !KEPT.contains(&name) || value.len() > 4096 || !value.is_ascii() {
+            return None;
+        }
+        let mut until = now_ms + DEFAULT_TTL_MS;
+        for a in parts {
+            if let Some((k, v)) = a.trim().split_once('=') {
+                if k.eq_ignore_ascii_case("max-age") {
+                    if let Ok(s) = v.trim().parse::<i64>() {
+                        until = now_ms.saturating_add((s.max(0) as u64).saturating_mul(1000));
+                    }
+                }
+            }
+        }
+        Some((name.to_owned(), value.to_owned(), until))
+    }
+
+    #[cfg(test)]
+    #[allow(clippy::unwrap_used)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_cloudflare_cookies_are_kept_with_their_lifetime() {
+            assert_eq!(
+                parse("__cf_bm=abc.def; path=/; Max-Age=60; HttpOnly", 1000),
+                Some(("__cf_bm".into(), "abc.def".into(), 61_000))
+            );
+            assert_eq!(parse("session=secret; Path=/", 0), None);
+            assert_eq!(parse("cf_clearance=x; Max-Age=0", 5).unwrap().2, 5);
+        }
+    }
+}
+
 /// The body as the service tier policy wants it: `Ok(None)` when unchanged, `Ok(Some(_))`
 /// without its priority tier (`strip`), `Err` (400 in the client's dialect) when the operator
 /// refuses it. `body` is the normalised one, where `fast` already reads `priority`.
@@ -1101,6 +1238,7 @@ async fn attempt(
     };
     let rl = events::rate_limits_from_headers(|n| resp.header(n));
     record_quota(ctx, account, &rl);
+    cf_cookies::remember(account, &resp.headers, shared_state::now_ms());
     let idle = up.config().idle_timeout;
 
     if resp.status != 200 {

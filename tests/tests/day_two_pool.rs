@@ -233,3 +233,57 @@ async fn service_tier_setting_passes_strips_or_refuses_the_priority_tier() {
     let (st, v) = put_settings(&s, json!({"service_tier": "turbo"})).await;
     assert_eq!(st, 400, "{v}");
 }
+
+/// The `cookie` header of each upstream `/responses` request since the last clear, with the
+/// account it went to.
+fn upstream_cookies(s: &Stack) -> Vec<(String, Option<String>)> {
+    let v = s
+        .mock
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .map(|r| {
+            (
+                r.account_id().unwrap_or_default().to_owned(),
+                r.header("cookie").map(str::to_owned),
+            )
+        })
+        .collect();
+    s.mock.clear_requests();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cloudflare_cookies_are_kept_per_account_and_sent_back() {
+    let s = stack(2);
+    let cookie = |c: &str| Behaviour {
+        set_cookie: Some(c.into()),
+        ..Behaviour::default()
+    };
+    s.mock
+        .set_behaviour("acct-0", cookie("__cf_bm=bm-of-acct-0"));
+    s.mock
+        .set_behaviour("acct-1", cookie("tracking=not-cloudflare"));
+
+    // The first request has no cookie; the upstream sets one.
+    let (st, v) = ask(&s, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(upstream_cookies(&s), vec![("acct-0".to_owned(), None)]);
+
+    // acct-0's later requests send it back; acct-1 (reached after a 500 on acct-0) never
+    // gets acct-0's cookie, and a non-Cloudflare cookie is not kept.
+    s.mock
+        .set_behaviour("acct-0", Behaviour::error(ErrorKind::Internal));
+    let (st, v) = ask(&s, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        upstream_cookies(&s),
+        vec![
+            ("acct-0".to_owned(), Some("__cf_bm=bm-of-acct-0".to_owned())),
+            ("acct-1".to_owned(), None),
+        ]
+    );
+    let (st, v) = ask(&s, None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(upstream_cookies(&s), vec![("acct-1".to_owned(), None)]);
+}

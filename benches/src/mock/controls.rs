@@ -229,6 +229,9 @@ pub struct Behaviour {
     /// `code` (`code: "invalid_encrypted_content"`, the default) or `null` (`code: null`, the
     /// message says the content "could not be verified"). Both occur upstream.
     pub blob_error: Option<String>,
+    /// A `Set-Cookie` of a successful answer (`x-mock-set-cookie`, `name=value`), sent with
+    /// `Path=/; HttpOnly` as Cloudflare sets `__cf_bm`.
+    pub set_cookie: Option<String>,
     /// Fail the refresh grant of the account (account / process layers only).
     pub refresh_error: Option<RefreshError>,
     /// Apply this behaviour only to the first N matching requests (account layer only).
@@ -306,6 +309,7 @@ impl Behaviour {
             "cached-tokens" => self.cached_tokens = Some(v.parse().map_err(|e| bad(&e))?),
             "param" => self.param = Some(v.to_owned()),
             "retry-after" => self.retry_after = Some(v.to_owned()),
+            "set-cookie" => self.set_cookie = Some(v.to_owned()),
             "blob-error" => match v.to_ascii_lowercase().as_str() {
                 "code" | "null" => self.blob_error = Some(v.to_ascii_lowercase()),
                 _ => return Err(bad(&"expected code or null")),
@@ -347,6 +351,7 @@ impl Behaviour {
             param,
             retry_after,
             blob_error,
+            set_cookie,
             refresh_error,
             fail_times
         );

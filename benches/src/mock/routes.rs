@@ -342,6 +342,9 @@ async fn responses(shared: Arc<Shared>, parts: Parts, body: Bytes) -> Response<B
     reply::set_header(&mut r, "content-type", "text/event-stream");
     reply::set_header(&mut r, "cache-control", "no-cache");
     reply::set_header(&mut r, "x-request-id", format!("req_{}", rand_hex(16)));
+    if let Some(c) = &c.set_cookie {
+        reply::set_header(&mut r, "set-cookie", format!("{c}; Path=/; HttpOnly"));
+    }
     quota_headers(&mut r, &quota);
     match h.get("x-codex-turn-state") {
         Some(v) => {
