@@ -467,3 +467,181 @@ async fn refused_requests_are_not_actions() {
     .await;
     assert_eq!(st, 200);
 }
+
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The day-two admin features at `trace` level (audited actions with secrets in their bodies,
+/// the batch test sending each account's token upstream, the auth directory importing a file
+/// and writing rotated tokens back): no secret in any log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn day_two_admin_features_log_no_secret_at_trace_level() {
+    let logs = Captured::default();
+    let w = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "trace,benches=off,integration_tests=off",
+        ))
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .init();
+    let auth = tempfile::tempdir().unwrap();
+    let dir = auth.path().to_path_buf();
+    let s = StackBuilder {
+        accounts: 2,
+        admin_password: Some(PASSWORD.into()),
+        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
+            c.auth_dir = Some(dir);
+        })),
+        ..StackBuilder::default()
+    }
+    .start();
+    let t = Some(ADMIN_TOKEN);
+    let (st, h, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/login",
+        None,
+        None,
+        Some(json!({"password": PASSWORD})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let cookie = h[header::SET_COOKIE].to_str().unwrap().to_owned();
+    let (st, _, _) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/proxies",
+        t,
+        None,
+        Some(json!({"name": "p", "url": format!("socks5://u:{PROXY_PASSWORD}@127.0.0.1:9")})),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let (_, _, tok) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/tokens",
+        t,
+        None,
+        Some(json!({"name": "ops"})),
+    )
+    .await;
+    let admin_token = tok["token"].as_str().unwrap().to_owned();
+    call(
+        &s,
+        reqwest::Method::PUT,
+        "/api/admin/settings",
+        t,
+        None,
+        Some(json!({"auth_dir_write_back": true})),
+    )
+    .await;
+    // A file account: imported, then refreshed and written back.
+    let file_acct = s.mock.add_account(benches::MockAccount::new("acct-file"));
+    let file = auth.path().join("auth.json");
+    std::fs::write(&file, auth_json(&file_acct)).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let file_id = loop {
+        let (_, _, list) = call(
+            &s,
+            reqwest::Method::GET,
+            "/api/admin/accounts",
+            t,
+            None,
+            None,
+        )
+        .await;
+        if let Some(a) = list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["chatgpt_account_id"] == "acct-file")
+        {
+            break a["id"].as_i64().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "file not imported");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    call(
+        &s,
+        reqwest::Method::POST,
+        &format!("/api/admin/accounts/{file_id}/refresh"),
+        t,
+        None,
+        None,
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let now = s.mock.account_tokens("acct-file").unwrap();
+        if std::fs::read_to_string(&file)
+            .unwrap()
+            .contains(&now.refresh_token)
+            && now.refresh_token != file_acct.refresh_token
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no write-back");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // The batch test of every account.
+    let (st, _, v) = call(
+        &s,
+        reqwest::Method::POST,
+        "/api/admin/accounts/test",
+        t,
+        None,
+        Some(json!({"ids": [1, 2, file_id]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["succeeded"], 3, "{v}");
+
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let log = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(log.contains("TRACE"), "trace level was on");
+    let mut secrets = vec![
+        PASSWORD.to_owned(),
+        PROXY_PASSWORD.to_owned(),
+        ADMIN_TOKEN.to_owned(),
+        admin_token,
+        s.key.clone(),
+        cookie
+            .split(';')
+            .next()
+            .unwrap()
+            .trim_start_matches("cg_admin_session=")
+            .to_owned(),
+    ];
+    for a in s.accounts.iter().chain([&file_acct]) {
+        secrets.extend([
+            a.access_token.clone(),
+            a.refresh_token.clone(),
+            a.id_token.clone(),
+        ]);
+    }
+    for id in ["acct-0", "acct-1", "acct-file"] {
+        let t = s.mock.account_tokens(id).unwrap();
+        secrets.extend([t.access_token, t.refresh_token, t.id_token]);
+    }
+    for secret in secrets.iter().filter(|x| !x.is_empty()) {
+        let probe = &secret[secret.len().saturating_sub(24)..];
+        if let Some(at) = log.find(probe) {
+            let from = log[..at].rfind('\n').map_or(0, |p| p + 1);
+            let to = log[at..].find('\n').map_or(log.len(), |p| at + p);
+            panic!("a secret reached the logs: {}", &log[from..to]);
+        }
+    }
+    assert!(!log.contains("eyJ"), "a JWT-shaped string reached the logs");
+}
