@@ -29,7 +29,9 @@ pub const AVOID_TTL: Duration = Duration::from_secs(30 * 60);
 pub const AVOID_MAX: usize = 10_000;
 
 /// Sessions (hash of the scoped affinity key) → accounts to keep away from, with deadlines.
-static TABLE: Mutex<Option<HashMap<u64, Vec<(i64, u64)>>>> = Mutex::new(None);
+type Table = HashMap<u64, Vec<(i64, u64)>>;
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// Entries in [`TABLE`] (the fast path: 0 = nothing to apply).
 static LEN: AtomicUsize = AtomicUsize::new(0);
 
