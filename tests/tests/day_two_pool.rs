@@ -2,7 +2,10 @@
 //! a request that finds every account cooling waits (bounded by `max_wait_for_account_ms`)
 //! for the earliest one instead of an immediate 503; a `cyber_policy` refusal moves the
 //! session to another account without penalising the refusing one; the `service_tier`
-//! setting passes, strips or refuses the priority ("fast") tier.
+//! setting passes, strips or refuses the priority ("fast") tier; Cloudflare cookies are kept
+//! per account and sent back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{Stack, StackBuilder};
