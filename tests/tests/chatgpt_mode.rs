@@ -849,3 +849,108 @@ fn builtin_provider_with_codex_api_key() {
     assert!(out.contains(DEFAULT_TEXT), "{out}");
     assert_eq!(upstream(&s).len(), 1);
 }
+
+/// Issues 23 and 24 with the real client: the Codex CLI in ChatGPT mode compacts remotely
+/// through the gateway (remote compaction v2: a WebSocket turn ending in
+/// `compaction_trigger`, answered with one account-bound `compaction` item that replaces the
+/// history), and when the account that minted it runs dry the session continues on the other
+/// account, which never receives the foreign blob.
+#[test]
+fn chatgpt_mode_survives_an_account_switch_after_a_remote_compaction() {
+    let Some(bin) = codex_bin() else { return };
+    let s = StackBuilder {
+        accounts: 2,
+        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
+            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        })),
+        ..Default::default()
+    }
+    .start();
+    for a in ["acct-0", "acct-1"] {
+        s.mock.set_behaviour(a, "reasoning=1".parse().unwrap());
+    }
+    let mut cli = ChatGptCli::new(bin, &s);
+    // A tiny auto-compaction limit: the CLI compacts before its second turn.
+    let compact = ["-c", "model_auto_compact_token_limit=50"];
+    let run = |cli: &mut ChatGptCli, args: &[&str]| {
+        let mut all: Vec<&str> = vec!["exec"];
+        all.extend_from_slice(&compact);
+        all.extend_from_slice(args);
+        cli.run(&all, &[])
+    };
+    let (ok, out, err) = run(&mut cli, &["--skip-git-repo-check", "say hi"]);
+    assert_ran("codex exec (ChatGPT mode)", ok, &out, &err, &s);
+    let (ok, out, err) = run(
+        &mut cli,
+        &["resume", "--last", "--skip-git-repo-check", "and again"],
+    );
+    assert_ran("codex exec resume (compacting)", ok, &out, &err, &s);
+    assert!(
+        err.contains("context compacted") || out.contains("context compacted"),
+        "the CLI compacted\n{}",
+        tail(&err, 3000)
+    );
+    let ups = upstream(&s);
+    let last_type = |u: &RecordedRequest| -> String {
+        u.json
+            .as_ref()
+            .and_then(|j| j["input"].as_array())
+            .and_then(|a| a.last())
+            .and_then(|i| i["type"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let carries = |u: &RecordedRequest, ty: &str| -> bool {
+        u.json
+            .as_ref()
+            .and_then(|j| j["input"].as_array())
+            .is_some_and(|a| a.iter().any(|i| i["type"] == ty))
+    };
+    assert!(
+        ups.iter().any(|u| last_type(u) == "compaction_trigger"),
+        "a remote compaction v2 request went upstream"
+    );
+    assert!(
+        ups.iter().any(|u| carries(u, "compaction")),
+        "the next turn carries the compaction item"
+    );
+    assert!(
+        ups.iter().all(|u| u.account_id() == Some("acct-0")),
+        "all on the first account so far"
+    );
+    // The account that minted the compaction runs dry between turns.
+    s.mock
+        .set_behaviour("acct-0", "error=usage_limit_reached".parse().unwrap());
+    s.mock.clear_requests();
+    let (ok, out, err) = run(
+        &mut cli,
+        &[
+            "resume",
+            "--last",
+            "--skip-git-repo-check",
+            "and a third time",
+        ],
+    );
+    assert_ran("codex exec resume (after the switch)", ok, &out, &err, &s);
+    assert!(out.contains(DEFAULT_TEXT), "the third answer\n{out}");
+    let ups = upstream(&s);
+    let on_1: Vec<&RecordedRequest> = ups
+        .iter()
+        .filter(|u| u.account_id() == Some("acct-1"))
+        .collect();
+    assert!(!on_1.is_empty(), "the session moved to acct-1");
+    for u in &on_1 {
+        assert!(
+            u.foreign_blobs().is_empty(),
+            "acct-1 received a foreign blob: {}",
+            u.body_text()
+        );
+    }
+    // The CLI compacts again on acct-1 (its limit is tiny): whatever compaction item acct-1
+    // receives is its own (foreign_blobs above), and it answers.
+    assert!(on_1
+        .last()
+        .unwrap()
+        .body_text()
+        .contains("and a third time"));
+}
