@@ -194,7 +194,9 @@ pub fn redact(v: &Value) -> Value {
             } else if s.len() > MAX_STRING {
                 Value::String(format!("[{} bytes]", s.len()))
             } else if s.contains("://") {
-                Value::String(shared_state::secret::redact_url(s))
+                // Queries and fragments carry codes and states (an OAuth callback): dropped.
+                let base = s.split(['?', '#']).next().unwrap_or_default();
+                Value::String(shared_state::secret::redact_url(base))
             } else {
                 v.clone()
             }
@@ -563,6 +565,7 @@ mod tests {
             "password": "hunter2",
             "name": "ci",
             "url": "http://user:pw@proxy:8080",
+            "callback_url": "http://localhost:1455/auth/callback?code=oauth-code-1&state=st",
             "nested": [{"refresh_token": "rt_x"}, "eyJhbGciOi.eyJzdWIi.sig", "cg-abcdef"],
             "files": [{"name": "a.json", "content": "{...}"}],
             "long": "x".repeat(300),
@@ -579,6 +582,7 @@ mod tests {
             "eyJhbGciOi",
             "cg-abcdef",
             "xxxxxxxx",
+            "oauth-code-1",
         ] {
             assert!(!s.contains(secret), "{secret} in {s}");
         }

@@ -206,8 +206,12 @@ impl Watcher {
                 return;
             }
         };
-        let by_chatgpt = |cid: &str| -> Option<&AccountRow> {
-            accounts.iter().find(|a| a.chatgpt_account_id == cid)
+        // One workspace (account id) has many users: match the user too when the file says.
+        let stored_of = |id: &crate::import::FileIdentity| -> Option<&AccountRow> {
+            let cid = id.account_id.as_deref()?;
+            accounts.iter().find(|a| {
+                a.chatgpt_account_id == cid && id.user_id.as_deref().is_none_or(|u| a.user_id == u)
+            })
         };
         let write_back = match core.storage.load_settings().await {
             Ok(s) => crate::settings::sidecar(&s).auth_dir_write_back,
@@ -261,11 +265,11 @@ impl Watcher {
                 continue;
             };
             let identity = crate::import::file_identity(&text);
-            let stored = identity
+            let stored = identity.as_ref().and_then(stored_of);
+            let file_refresh = identity
                 .as_ref()
-                .and_then(|(cid, _)| cid.as_deref())
-                .and_then(&by_chatgpt);
-            let file_refresh = identity.as_ref().and_then(|(_, r)| *r).unwrap_or(0);
+                .and_then(|i| i.last_refresh_ms)
+                .unwrap_or(0);
             let stored_newer =
                 stored.is_some_and(|a| a.last_refresh_at.unwrap_or(0) > file_refresh);
             if !seen {

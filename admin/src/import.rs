@@ -176,20 +176,35 @@ pub async fn import_text(
     }
 }
 
-/// The first credential of a file's `text`: its ChatGPT account id (from the file, else from
-/// its tokens' claims) and its `last_refresh` (Unix ms); `None` when the file holds none. Read
-/// without I/O (the watched auth directory compares it with storage, `crate::auth_dir`).
-pub(crate) fn file_identity(text: &str) -> Option<(Option<String>, Option<i64>)> {
+/// Who a credential file is for, read without I/O (the watched auth directory compares it
+/// with storage, `crate::auth_dir`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FileIdentity {
+    /// ChatGPT account id (from the file, else from its tokens' claims).
+    pub account_id: Option<String>,
+    /// ChatGPT user id from the tokens' claims (one workspace has many users).
+    pub user_id: Option<String>,
+    /// The file's `last_refresh`, Unix ms.
+    pub last_refresh_ms: Option<i64>,
+}
+
+/// The identity of the first credential of a file's `text`; `None` when it holds none.
+pub(crate) fn file_identity(text: &str) -> Option<FileIdentity> {
     parse_text("", text).into_iter().find_map(|p| match p {
         Parsed::Credential(_, raw) => {
-            let from_claims = || {
-                [&raw.id_token, &raw.access_token]
-                    .iter()
-                    .filter(|t| !t.is_empty())
-                    .find_map(|t| decode_claims(t).ok().and_then(|c| c.account_id))
-            };
-            let id = raw.account_id.clone().or_else(from_claims);
-            Some((id, raw.last_refresh_ms))
+            let claims: Vec<_> = [&raw.id_token, &raw.access_token]
+                .iter()
+                .filter(|t| !t.is_empty())
+                .filter_map(|t| decode_claims(t).ok())
+                .collect();
+            Some(FileIdentity {
+                account_id: raw
+                    .account_id
+                    .clone()
+                    .or_else(|| claims.iter().find_map(|c| c.account_id.clone())),
+                user_id: claims.iter().find_map(|c| c.user_id.clone()),
+                last_refresh_ms: raw.last_refresh_ms,
+            })
         }
         Parsed::Skipped(..) => None,
     })
