@@ -11,7 +11,7 @@
 //!   answers are not recorded (an attacker cannot fill the table with refused logins).
 //! - [`record`]: the one writer; internal actors (`cli`, `auto-clean`, `auth-dir`) call it
 //!   directly. A storage failure is logged, never returned: auditing never fails an action.
-//! - [`redact`]: secrets out of any JSON: values under secret-looking names (password, token,
+//! - [`redact`]: secrets out of any JSON (request bodies over 256 KiB are recorded by size only): values under secret-looking names (password, token,
 //!   key, secret, cookie, authorization, code, content, ...), JWT-looking and gateway-key
 //!   strings anywhere, URL credentials, and long strings (pasted credential files).
 //!
@@ -41,6 +41,8 @@ pub const REDACTED: &str = "[redacted]";
 const MAX_STRING: usize = 256;
 /// Largest response body read back for the created object's id.
 const MAX_RESPONSE_PEEK: u64 = 256 << 10;
+/// Largest request body parsed into the details (larger ones are recorded by size).
+const MAX_DETAILS_BODY: usize = 256 << 10;
 /// Largest request body the audit reads (the API's own limit).
 const MAX_REQUEST: usize = 64 << 20;
 
@@ -430,6 +432,9 @@ pub(crate) async fn layer(
     };
     let details = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Null
+    } else if bytes.len() > MAX_DETAILS_BODY {
+        // An import of many files: its size is enough (and it is not parsed twice).
+        json!({"body": format!("[{} bytes]", bytes.len())})
     } else {
         serde_json::from_slice::<Value>(&bytes)
             .map(|v| redact(&v))
