@@ -11,9 +11,10 @@
 //!   answers are not recorded (an attacker cannot fill the table with refused logins).
 //! - [`record`]: the one writer; internal actors (`cli`, `auto-clean`, `auth-dir`) call it
 //!   directly. A storage failure is logged, never returned: auditing never fails an action.
-//! - [`redact`]: secrets out of any JSON (request bodies over 256 KiB are recorded by size only): values under secret-looking names (password, token,
+//! - [`redact`]: secrets out of any JSON: values under secret-looking names (password, token,
 //!   key, secret, cookie, authorization, code, content, ...), JWT-looking and gateway-key
-//!   strings anywhere, URL credentials, and long strings (pasted credential files).
+//!   strings anywhere, URL credentials, queries and fragments, and long strings (pasted
+//!   credential files). Request bodies over 256 KiB are recorded by size only.
 //!
 //! # Error handling
 //! Nothing here fails the request it audits; an unreadable body is the handler's to refuse.
