@@ -325,6 +325,11 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
         .iter()
         .all(|r| r["action"].as_str().unwrap().starts_with("keys.")));
     assert!(by_action.len() >= 3, "{by_action:#?}");
+    // "Who disabled account 1?"
+    let by_object = audit(&s, "?object_type=account&object_id=1").await;
+    assert_eq!(by_object.len(), 1, "{by_object:#?}");
+    assert_eq!(by_object[0]["action"], "accounts.disable");
+    assert_eq!(by_object[0]["actor"], "session");
     let future = audit(&s, &format!("?from={}", shared_state::now_ms() + 60_000)).await;
     assert!(future.is_empty());
     let before_start = audit(&s, &format!("?to={started}")).await;

@@ -1,7 +1,8 @@
 //! The audit log of admin actions (`crate::audit` records it).
 //!
-//! - `GET /api/admin/audit?actor=&action=&from=&to=&before_id=&limit=` -> newest first
-//!   (`actor`: contains; `action`: prefix, `accounts` matches `accounts.disable`; `from`/`to`:
+//! - `GET /api/admin/audit?actor=&action=&object_type=&object_id=&from=&to=&before_id=&limit=`
+//!   -> newest first (`actor`: contains; `action`: prefix, `accounts` matches
+//!   `accounts.disable`; `object_type`/`object_id`: exact; `from`/`to`:
 //!   Unix ms or RFC 3339; `before_id` pages backwards; `limit` 1..=1000, default 200), with
 //!   `details`, `before` and `after` as JSON (already redacted when stored).
 //! - `GET /api/admin/audit/export.csv` with the same filters: every matching entry, newest
@@ -68,6 +69,8 @@ fn filter_of(q: &HashMap<String, String>) -> Result<AuditFilter, ApiError> {
     Ok(AuditFilter {
         actor: text(q, "actor"),
         action: text(q, "action"),
+        object_type: text(q, "object_type"),
+        object_id: text(q, "object_id"),
         since_ms: instant(q, "from")?,
         until_ms: instant(q, "to")?,
         before_id,

@@ -77,6 +77,10 @@ pub struct AuditFilter {
     pub actor: Option<String>,
     /// Action starts with this text (`accounts` matches `accounts.disable`).
     pub action: Option<String>,
+    /// Only this object type (`account`, `key`, ...).
+    pub object_type: Option<String>,
+    /// Only this object id.
+    pub object_id: Option<String>,
     /// At or after, Unix ms.
     pub since_ms: Option<i64>,
     /// Before, Unix ms.
@@ -106,6 +110,15 @@ pub(super) fn filter_sql(f: &AuditFilter) -> (String, Vec<String>, Vec<i64>) {
     if let Some(a) = f.action.as_deref().filter(|s| !s.is_empty()) {
         texts.push(a.to_owned());
         conds.push(format!("action LIKE ${} || '%'", texts.len()));
+    }
+    for (v, col) in [
+        (f.object_type.as_deref(), "object_type"),
+        (f.object_id.as_deref(), "object_id"),
+    ] {
+        if let Some(v) = v.filter(|s| !s.is_empty()) {
+            texts.push(v.to_owned());
+            conds.push(format!("{col} = ${}", texts.len()));
+        }
     }
     let mut n = texts.len();
     for (v, op, col) in [
@@ -217,15 +230,18 @@ mod tests {
         let (w, t, i) = filter_sql(&AuditFilter {
             actor: Some("tok".into()),
             action: Some("accounts".into()),
+            object_type: None,
+            object_id: Some("7".into()),
             since_ms: Some(5),
             until_ms: None,
             before_id: Some(9),
         });
         assert_eq!(
             w,
-            "WHERE actor LIKE '%' || $1 || '%' AND action LIKE $2 || '%' AND at_ms >= $3 AND id < $4"
+            "WHERE actor LIKE '%' || $1 || '%' AND action LIKE $2 || '%' AND object_id = $3 \
+             AND at_ms >= $4 AND id < $5"
         );
-        assert_eq!(t, vec!["tok", "accounts"]);
+        assert_eq!(t, vec!["tok", "accounts", "7"]);
         assert_eq!(i, vec![5, 9]);
         assert_eq!(filter_sql(&AuditFilter::default()).0, "");
     }
