@@ -568,3 +568,71 @@ async fn a_remote_compaction_stays_with_its_minter() {
             >= 1
     );
 }
+
+fn python() -> String {
+    if let Ok(p) = std::env::var("CODEX_GATEWAY_TEST_PYTHON") {
+        return p;
+    }
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
+    if std::path::Path::new(venv).exists() {
+        return venv.to_owned();
+    }
+    "python3".to_owned()
+}
+
+/// Runs `sdk_thinking_switch.py PHASE` against the stack, `stdin` piped in; its stdout.
+fn sdk_thinking(s: &Stack, phase: &str, stdin: &str) -> String {
+    use std::io::Write;
+    let py = python();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/sdk_thinking_switch.py");
+    let mut child = std::process::Command::new(&py)
+        .args([script, &s.url(), &s.key, phase])
+        .env("NO_PROXY", "*")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {py} (run tests/run.sh to prepare the venv): {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "sdk_thinking_switch.py {phase} failed (python: {py}; tests/run.sh installs the Anthropic SDK)\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Issue 23 with the official Anthropic SDK: a conversation that sends our thinking block
+/// (its signature carries account-bound encrypted reasoning) back continues after the pool
+/// switched accounts, and the new account never receives the foreign blob.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_anthropic_sdk_with_thinking_continues_after_an_account_switch() {
+    let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
+    let first = tokio::task::block_in_place(|| sdk_thinking(&s, "first", ""));
+    assert_eq!(s.served_by(), ["acct-0"]);
+    let blocks: Value = serde_json::from_str(first.trim()).unwrap();
+    let sig = blocks[0]["signature"].as_str().unwrap().to_owned();
+    assert!(benches::mock::blob_minted_for(&sig, "acct-0"));
+    s.mock.set_behaviour(
+        "acct-0",
+        "error=usage_limit_reached,reasoning=1".parse().unwrap(),
+    );
+    s.mock.clear_requests();
+    let second = tokio::task::block_in_place(|| sdk_thinking(&s, "second", &first));
+    assert!(second.contains("text"), "{second}");
+    let reqs = upstream(&s.mock);
+    let on_1: Vec<&RecordedRequest> = reqs
+        .iter()
+        .filter(|r| r.account_id() == Some("acct-1"))
+        .collect();
+    assert_eq!(on_1.len(), 1, "served by acct-1, cleaned before sending");
+    assert!(on_1[0].foreign_blobs().is_empty());
+    assert!(on_1[0].body_text().contains("And again."));
+}
