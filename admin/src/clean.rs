@@ -101,6 +101,15 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
             action: s.auto_clean_action.as_str(),
         };
         if !dry_run {
+            // Several instances share the database: one that acted since the listing wins.
+            let still_dead = core
+                .storage
+                .get_account(a.id)
+                .await?
+                .is_some_and(|(now, _)| now.status == a.status);
+            if !still_dead {
+                continue;
+            }
             let done = match s.auto_clean_action {
                 CleanAction::Disable => {
                     let ok = core
