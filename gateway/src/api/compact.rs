@@ -24,7 +24,7 @@
 use std::io;
 
 use bytes::Bytes;
-use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
+use codex_protocol::sse::SseEvent;
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
@@ -32,9 +32,8 @@ use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
 use super::{header_session, open_and_forward, passthrough, responses::ResponsesJson, write_error};
 use crate::{
     ctx::WorkerCtx,
-    error::{Error, ErrorKind, Side},
+    error::Error,
     lifecycle::RequestPlan,
-    models,
     pipeline::{Encoder, UsageGuard},
     server::h1::{Conn, Request},
 };
@@ -54,19 +53,10 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         Ok(b) => b,
         Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
     };
-    let catalog = ctx.catalog.load();
-    let strict = ctx.cfg.strict_models;
-    let norm = match normalize_responses_with(&body, &|m| models::choose(&catalog, strict, m)) {
+    let norm = match super::responses::normalize(ctx, &body) {
         Ok(n) => n,
-        Err(e) => {
-            let e = match e.unknown_model {
-                Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
-                None => Error::bad_request(e.message, e.param),
-            };
-            return write_error(ctx, conn, ROUTE, &e, keep).await;
-        }
+        Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
     };
-    drop(catalog);
     let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), false, conn.usage_id());
     let plan = RequestPlan {
         route: ROUTE,

@@ -71,6 +71,23 @@ enum Prepared<'a> {
     Answered(io::Result<bool>),
 }
 
+/// A Responses body normalised for the upstream with the published catalog (the one mapping
+/// of its refusals: an unknown model is `model_not_found`, anything else a 400 naming the
+/// parameter). `/v1/responses` and remote compaction share it.
+pub(crate) fn normalize(
+    ctx: &WorkerCtx,
+    body: &[u8],
+) -> Result<codex_protocol::normalize::Normalized, Error> {
+    let catalog = ctx.catalog.load();
+    let strict = ctx.cfg.strict_models;
+    normalize_responses_with(body, &|m| models::choose(&catalog, strict, m)).map_err(|e| {
+        match e.unknown_model {
+            Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
+            None => Error::bad_request(e.message, e.param),
+        }
+    })
+}
+
 /// Normalises the request, splices a continuation's history, and plans the turn.
 async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
     ctx: &'a WorkerCtx,
@@ -79,19 +96,10 @@ async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
     key: &ClientKey,
     keep: bool,
 ) -> Prepared<'a> {
-    let catalog = ctx.catalog.load();
-    let strict = ctx.cfg.strict_models;
-    let norm = match normalize_responses_with(&req.body, &|m| models::choose(&catalog, strict, m)) {
+    let norm = match normalize(ctx, &req.body) {
         Ok(n) => n,
-        Err(e) => {
-            let e = match e.unknown_model {
-                Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
-                None => Error::bad_request(e.message, e.param),
-            };
-            return Prepared::Answered(write_error(ctx, conn, ROUTE, &e, keep).await);
-        }
+        Err(e) => return Prepared::Answered(write_error(ctx, conn, ROUTE, &e, keep).await),
     };
-    drop(catalog);
     // previous_response_id: the upstream keeps nothing (store:false), so the gateway replays
     // the chain it kept; a client that sent store:false gets no transcript kept.
     let keep_transcript = norm.store != Some(false);
