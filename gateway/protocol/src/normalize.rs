@@ -140,6 +140,11 @@ pub enum ModelChoice {
     Reject,
 }
 
+/// The refusal of an `input` that is neither a string nor a list of items, worded once for
+/// every surface that checks it (the normaliser, the Responses WebSocket, which rebuilds
+/// `input` from its transcript before normalising).
+pub const INPUT_TYPE_ERROR: &str = "`input` must be a string or an array of input items.";
+
 /// Normalizes a client `/v1/responses` body for the Codex backend, keeping the model.
 pub fn normalize_responses(body: &[u8]) -> Result<Normalized, NormalizeError> {
     normalize_responses_with(body, &|_| ModelChoice::Keep)
@@ -207,10 +212,7 @@ pub fn normalize_responses_with(
     }
     if let Some(i) = field("input") {
         if !i.is_str() && !i.is_array() {
-            return Err(err(
-                "`input` must be a string or an array of input items.",
-                Some("input"),
-            ));
+            return Err(err(INPUT_TYPE_ERROR, Some("input")));
         }
     }
     let text = |k: &str| {

@@ -24,10 +24,10 @@
 use std::io;
 
 use bytes::Bytes;
-use codex_protocol::sse::SseEvent;
+use codex_protocol::{normalize::Normalized, sse::SseEvent};
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
-use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
+use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
 
 use super::{header_session, open_and_forward, passthrough, responses::ResponsesJson, write_error};
 use crate::{
@@ -49,11 +49,12 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     key: ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
-    let body = match with_trigger(&req.body) {
-        Ok(b) => b,
-        Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
-    };
-    let norm = match super::responses::normalize(ctx, &body) {
+    // The normaliser first (one validation of the body, a string input already one user
+    // message), then the trigger on the normalised input.
+    let norm = match super::responses::normalize(ctx, &req.body).and_then(|mut n| {
+        n.body = with_trigger(&n)?;
+        Ok(n)
+    }) {
         Ok(n) => n,
         Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
     };
@@ -78,50 +79,22 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     .await
 }
 
-/// The compaction request as a v2 request: `input` (a string is one user message) with
-/// `{"type":"compaction_trigger"}` last (not twice), `previous_response_id` refused (v1 has
-/// none, and the gateway keeps no transcript for compaction), the rest as sent (the
-/// normaliser applies the Codex rules after).
-pub fn with_trigger(body: &[u8]) -> Result<Vec<u8>, Error> {
-    let mut v: sonic_rs::Value = sonic_rs::from_slice(body).map_err(|e| {
-        Error::bad_request(format!("The request body is not valid JSON: {e}"), None)
-    })?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err(Error::bad_request(
-            "The request body must be a JSON object.",
-            None,
-        ));
-    };
-    if obj
-        .get(&"previous_response_id")
-        .is_some_and(|p| !p.is_null())
-    {
+/// The normalised compaction request as a v2 request: its `input` (always an array once
+/// normalised) with `{"type":"compaction_trigger"}` last (not twice); `previous_response_id`
+/// refused (v1 has none, and the gateway keeps no transcript for compaction).
+pub fn with_trigger(norm: &Normalized) -> Result<Vec<u8>, Error> {
+    if norm.previous_response_id.is_some() {
         return Err(Error::bad_request(
             "Compaction takes the whole history in `input`; `previous_response_id` is not supported here.",
             Some("previous_response_id"),
         ));
     }
-    let mut items = match obj.get(&"input") {
-        None => sonic_rs::Array::new(),
-        Some(i) if i.is_str() => {
-            let mut a = sonic_rs::Array::new();
-            a.push(sonic_rs::json!({
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": i.as_str().unwrap_or_default()}],
-            }));
-            a
-        }
-        Some(i) => match i.as_array() {
-            Some(a) => a.clone(),
-            None => {
-                return Err(Error::bad_request(
-                    "`input` must be a string or an array of input items.",
-                    Some("input"),
-                ))
-            }
-        },
-    };
+    let mut v: sonic_rs::Value = sonic_rs::from_slice(&norm.body)
+        .map_err(|e| Error::bad_request(format!("cannot read body: {e}"), None))?;
+    let items = v
+        .get_mut("input")
+        .and_then(|i| i.as_array_mut())
+        .ok_or_else(|| Error::bad_request("`input` is missing.", Some("input")))?;
     let triggered = items
         .iter()
         .last()
@@ -131,7 +104,6 @@ pub fn with_trigger(body: &[u8]) -> Result<Vec<u8>, Error> {
     if !triggered {
         items.push(sonic_rs::json!({"type": "compaction_trigger"}));
     }
-    obj.insert(&"input", items);
     sonic_rs::to_vec(&v).map_err(|e| Error::bad_request(format!("cannot encode body: {e}"), None))
 }
 
@@ -171,12 +143,19 @@ impl Encoder for CompactJson {
 
 #[cfg(test)]
 mod tests {
-    use sonic_rs::Value;
+    use sonic_rs::{JsonContainerTrait, Value};
 
     use super::*;
 
+    /// What `serve` makes of `body` before the lifecycle (the normaliser keeping the model).
+    fn compaction_of(body: &[u8]) -> Result<Vec<u8>, Error> {
+        let n = codex_protocol::normalize::normalize_responses(body)
+            .map_err(|e| Error::bad_request(e.message, e.param))?;
+        with_trigger(&n)
+    }
+
     fn input_of(body: &[u8]) -> Value {
-        let v: Value = sonic_rs::from_slice(&with_trigger(body).unwrap()).unwrap();
+        let v: Value = sonic_rs::from_slice(&compaction_of(body).unwrap()).unwrap();
         v.get("input").unwrap().clone()
     }
 
@@ -206,7 +185,7 @@ mod tests {
             (br#"[1]"#, None),
             (br#"{"#, None),
         ] {
-            let e = with_trigger(body).unwrap_err();
+            let e = compaction_of(body).unwrap_err();
             assert_eq!(e.to_openai().status, 400);
             assert_eq!(e.to_openai().body.param.as_deref(), param, "{body:?}");
         }

@@ -347,10 +347,7 @@ async fn turn(
     // would otherwise go upstream empty).
     if let Some(i) = v.get("input") {
         if !i.is_str() && !i.is_array() {
-            let e = Error::bad_request(
-                "`input` must be a string or an array of input items.",
-                Some("input"),
-            );
+            let e = Error::bad_request(codex_protocol::normalize::INPUT_TYPE_ERROR, Some("input"));
             shared.send_text(&e.ws_error_event(&request_id));
             return;
         }
