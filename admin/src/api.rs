@@ -462,16 +462,13 @@ async fn guard(State(core): State<AppState>, req: Request, next: Next) -> Respon
     no_store(next.run(req).await)
 }
 
-/// The bearer token of a request, if any. The scheme is matched without regard to case (RFC
-/// 7235 §2.1: `BEARER x` is `Bearer x`).
+/// The bearer token of a request, if any, the scheme in any case
+/// ([`shared_state::secret::bearer_credentials`], the data plane's rule too).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, rest) = v.split_at_checked(7)?;
-            scheme.eq_ignore_ascii_case("bearer ").then_some(rest)
-        })
+        .and_then(shared_state::secret::bearer_credentials)
         .map(str::trim)
 }
 

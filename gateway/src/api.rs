@@ -240,11 +240,10 @@ pub(crate) fn too_deep() -> Error {
     )
 }
 
-/// The credentials of an `Authorization` header with the `Bearer` scheme, matched without
-/// regard to case (RFC 7235 §2.1: `BEARER x` and `bearer x` are `Bearer x`).
+/// The credentials of an `Authorization` header with the `Bearer` scheme, in any case
+/// ([`shared_state::secret::bearer_credentials`], the admin API's rule too).
 pub(crate) fn bearer(value: &str) -> Option<&str> {
-    let (scheme, rest) = value.split_at_checked(7)?;
-    scheme.eq_ignore_ascii_case("bearer ").then_some(rest)
+    shared_state::secret::bearer_credentials(value)
 }
 
 /// `/metrics` is open unless `metrics_token` is set; then it needs `Authorization: Bearer

@@ -106,6 +106,14 @@ fn is_secret_param(name: &str) -> bool {
     .any(|s| n == *s || n.ends_with(&format!("_{s}")) || n.ends_with(s))
 }
 
+/// The credentials of an `Authorization` header value with the `Bearer` scheme, the scheme
+/// matched without regard to case (RFC 7235 §2.1: `BEARER x` is `Bearer x`). The one rule for
+/// the data plane's keys and the admin API's tokens.
+pub fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case("bearer ").then_some(rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
