@@ -1,4 +1,4 @@
-//! Importing Codex credentials into storage (codex-protocol.md §2.8).
+//! Importing Codex credentials into storage (docs/protocol.md#credential-files).
 //!
 //! # Key Components
 //! - [`import_paths`]: walks files and directories (recursively: `*.json`, `*.txt`) and

@@ -1,5 +1,5 @@
 //! Fleet-wide refresh leases in Redis: one token refresh per account across every gateway
-//! instance sharing the database (codex-protocol.md §2.7: the refresh token rotates, so two
+//! instance sharing the database (docs/protocol.md#oauth-refresh: the refresh token rotates, so two
 //! concurrent refreshes kill the account).
 //!
 //! # Key Components

@@ -1,4 +1,4 @@
-//! The Codex model catalog endpoint (codex-protocol.md §2.10, §5.5): the URL and the
+//! The Codex model catalog endpoint (docs/protocol.md#model-catalog): the URL and the
 //! conditional request the sidecar's catalog refresher sends for one account.
 //!
 //! # Key Components

@@ -1,4 +1,4 @@
-//! The OAuth token endpoint client (codex-protocol.md §2.7) and identity from JWT claims.
+//! The OAuth token endpoint client (docs/protocol.md#oauth-refresh) and identity from JWT claims.
 //!
 //! # Key Components
 //! - [`OAuthClient::refresh`]: `POST <token_url>` with JSON
@@ -191,7 +191,7 @@ pub fn pkce_pair() -> (String, String) {
     (verifier, challenge)
 }
 
-/// The browser URL that starts a Codex login (codex-protocol.md: authorize).
+/// The browser URL that starts a Codex login (docs/protocol.md#oauth-refresh: login).
 pub fn authorize_url(token_url: &str, challenge: &str, state: &str) -> String {
     let q = |s: &str| -> String {
         s.bytes()

@@ -1,4 +1,4 @@
-//! Quota polling against the Codex usage endpoint (codex-protocol.md §2.1, §2.5): the URL,
+//! Quota polling against the Codex usage endpoint (docs/protocol.md#quota-signals): the URL,
 //! the request, the tolerant parser of its JSON, and what an answer does to an account.
 //!
 //! # Key Components

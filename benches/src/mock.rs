@@ -1,5 +1,5 @@
-//! `mock-codex`: a mock of the ChatGPT Codex upstream, built from the protocol notes
-//! (`codex-protocol.md` §0, §2, §5.3), used by the integration tests in-process and by the load
+//! `mock-codex`: a mock of the ChatGPT Codex upstream, built from docs/protocol.md
+//! (docs/protocol.md#the-mock), used by the integration tests in-process and by the load
 //! tests as a standalone binary.
 //!
 //! # Key Components
@@ -19,11 +19,11 @@
 //! - `POST {prefix}/responses`: validation like the real backend, then an SSE stream with the
 //!   full Responses event sequence (one DATA frame / chunk per event).
 //! - `GET {prefix}/responses` with `Upgrade: websocket` (HTTP/1.1): the Responses WebSocket
-//!   (§2.9): `response.create` frames answered with the same events, one per text frame,
+//!   (docs/protocol.md#websocket-mode): `response.create` frames answered with the same events, one per text frame,
 //!   connection-local `previous_response_id`, warm-ups, one response in flight per socket
 //!   ([`MockConfig::ws_max_connection_age`], [`MockConfig::ws_refuse_upgrade`],
 //!   [`MockHandle::ws_kill_all`]).
-//! - Account-bound blobs (§4 items 8-9): reasoning `encrypted_content` (only when the request's
+//! - Account-bound blobs (docs/protocol.md#account-bound-blobs): reasoning `encrypted_content` (only when the request's
 //!   `include` asks for it) and remote compaction v2's `compaction` item (answer to a request
 //!   whose last input item is `compaction_trigger`) are minted for the serving account; a
 //!   request carrying a blob another account minted is refused `400 invalid_encrypted_content`

@@ -1898,7 +1898,7 @@ fn binary_ws_flags_and_operator_endpoints() {
     let _ = child.wait();
 }
 
-// --- Account-bound blobs (codex-protocol.md §4 items 8-9) -------------------------------
+// --- Account-bound blobs (docs/protocol.md#account-bound-blobs) --------------------------
 
 /// POST as `account`.
 async fn post_as(

@@ -341,7 +341,7 @@ impl ResolvedAddrs {
     }
 }
 
-/// The client identity we present upstream (codex-protocol.md §2.2, design.md §4).
+/// The client identity we present upstream (docs/protocol.md#identity-headers).
 #[derive(Debug, Clone)]
 pub struct WireProfile {
     /// `originator` header.

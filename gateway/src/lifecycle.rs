@@ -1,4 +1,4 @@
-//! One request: **Request -> Attempt -> Stream** (design.md §3).
+//! One request: **Request -> Attempt -> Stream** (docs/conventions.md#lifecycle).
 //!
 //! # Key Components
 //! - [`RequestPlan`]: what the API layer hands over: the normalized upstream body, the model,
@@ -278,7 +278,7 @@ mod fnv128 {
     }
 }
 
-/// `x-codex-turn-state` is bound to the account that issued it (codex-protocol.md §2.2): the
+/// `x-codex-turn-state` is bound to the account that issued it (docs/protocol.md#turn-state): the
 /// value a client sees is the upstream's, prefixed with a tag of the issuing account
 /// (`cg1.<tag>.<upstream value>`), and a client's value goes upstream (unwrapped) only on an
 /// attempt on that same account; on any other account, or when it carries no tag of ours,
@@ -552,7 +552,7 @@ pub fn observe_event(ctx: &WorkerCtx, account: &AccountEntry, ev: &SseEvent) {
 }
 
 /// Account-bound blobs of a request: who minted them, and the body each account may receive
-/// (issue 23; codex-protocol.md §4 items 8-9).
+/// (issue 23; docs/protocol.md#account-bound-blobs).
 mod bound {
     use bytes::Bytes;
     use codex_protocol::bound::{self as blobs, BlobKind, Stripped};
@@ -743,7 +743,7 @@ pub async fn open_traced(
                     );
                 }
                 let cleaned = cleaned.map(|(b, _)| b);
-                // One installation per account, inside the payload too (§4 item 10).
+                // One installation per account, inside the payload too (docs/protocol.md#one-installation-per-account).
                 let iid = installation_id(&account);
                 let iid = iid.to_str().unwrap_or_default();
                 let own_id = |b: &Bytes| {
@@ -783,7 +783,7 @@ pub async fn open_traced(
                         error,
                         class: Some(FailureClass::AuthExpired),
                     }) if !refreshed => {
-                        // One refresh, then the same account again (design.md §3).
+                        // One refresh, then the same account again (docs/protocol.md#what-a-class-does).
                         refreshed = true;
                         match wait_for_fresh_token(ctx, &account).await {
                             Some(fresh) => {
@@ -936,7 +936,7 @@ async fn wait_for_fresh_token(
 }
 
 /// Cloudflare's cookies (`__cf_bm`, `cf_clearance`, `__cflb`), kept per account and egress
-/// (codex-protocol.md §2.2: peers persist `Set-Cookie` per account) and sent back on that
+/// (docs/protocol.md#identity-headers: `Set-Cookie` kept per account) and sent back on that
 /// account's later requests through the same egress, as a browser would. Process-wide (every
 /// worker), in memory only, bounded; other cookies are ignored. Values are secrets of a kind:
 /// never logged.

@@ -1,4 +1,4 @@
-//! Who minted which account-bound blob (issue 23; codex-protocol.md §4 items 8-9).
+//! Who minted which account-bound blob (issue 23; docs/protocol.md#account-bound-blobs).
 //!
 //! The upstream binds every opaque blob it returns (a reasoning item's `encrypted_content`,
 //! what our Anthropic thinking `signature`s carry, a remote compaction v2 `compaction` item)

@@ -59,7 +59,7 @@ pub struct Prior {
 
 /// The recovery of a request the upstream refused because it could not verify an opaque blob
 /// (another account's reasoning `encrypted_content` or compaction item that we had no record
-/// of: a client's old history, another gateway's; codex-protocol.md §4 item 8): the body to
+/// of: a client's old history, another gateway's; docs/protocol.md#account-bound-blobs): the body to
 /// retry once, on the same account, with every blob stripped. `None`: no retry (not that
 /// failure, the retry was already made, or there is nothing to strip), and the error goes to
 /// the client. Never an account effect: the account did nothing wrong, so the caller does not

@@ -1,5 +1,5 @@
 //! The account scheduler: the one owner of "which accounts, in which order" for a request
-//! (design.md §3, *freeze the candidate order*).
+//! (docs/conventions.md#lifecycle, *freeze the candidate order*).
 //!
 //! # Key Components
 //! - [`order`] / [`order_with`]: the frozen candidate order of one request: unique accounts,

@@ -1,5 +1,5 @@
 //! Test support for every read loop: the same bytes delivered over a real socket in a chosen
-//! segmentation, exactly one segment per `read` call (conventions.md §12).
+//! segmentation, exactly one segment per `read` call (docs/io-traps.md#testing-io-code).
 //!
 //! # Key Components
 //! - [`Plan`]: how a byte string is cut: whole, one byte per read, or seeded random cuts.

@@ -4,7 +4,7 @@
 //!
 //! # Key Components
 //! - [`read_more`]: appends one socket read to a buffer. monoio's `read` into a `Vec<u8>`
-//!   writes at offset 0 and sets the length to the bytes read (monoio-notes.md §5.4 item 0),
+//!   writes at offset 0 and sets the length to the bytes read (docs/io-traps.md#a-read-replaces-the-buffer),
 //!   so every loop that accumulates bytes across reads goes through this function, which reads
 //!   into the spare capacity (`slice_mut(len..)`) instead.
 //! - [`take_line`]: the next CRLF-terminated line; a bare LF is an error at once (never a wait).

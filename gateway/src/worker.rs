@@ -1,4 +1,4 @@
-//! Thread-per-core workers (design.md §1, conventions #3).
+//! Thread-per-core workers (docs/conventions.md#threads, docs/io-traps.md#driver-fallback).
 //!
 //! # Key Components
 //! - [`crate::ctx::WorkerCtx`]: everything one worker owns (`!Send`), built here.

@@ -1,5 +1,5 @@
 //! Decoding the claims of a ChatGPT OAuth JWT (id token or access token), without verifying
-//! the signature (codex-protocol.md §2.7: the upstream verifies; we only read identity).
+//! the signature (docs/protocol.md#jwt-claims: the upstream verifies; we only read identity).
 //!
 //! # Key Components
 //! - [`Claims`]: the identity fields the pool needs (account id, user id, plan, email, exp).

@@ -7,8 +7,8 @@
 //! installs the pinned CLI under `target/codex-cli` and sets it. Without the variable every
 //! test here prints why it is skipped and returns; with it, nothing is skipped.
 //!
-//! The CLI talks to the gateway as a custom provider over HTTP+SSE (codex-protocol.md §5.2;
-//! `OPENAI_BASE_URL` does nothing for 0.171, §5.6 item 8). Everything that would reach the
+//! The CLI talks to the gateway as a custom provider over HTTP+SSE (docs/protocol.md#what-real-clients-send;
+//! `OPENAI_BASE_URL` does nothing for 0.171). Everything that would reach the
 //! internet (plugin marketplace sync from github.com, apps, analytics, update checks) is
 //! switched off in its `config.toml`, and each CLI run is killed (its whole process group)
 //! after [`RUN_TIMEOUT`].
@@ -375,7 +375,7 @@ fn exec_one_turn(legacy: bool, websockets: bool) {
         Some(("user", "say hi")),
         "the prompt is the last input item"
     );
-    // Session headers reach the upstream (the sticky-routing signals of §5.2).
+    // Session headers reach the upstream (the sticky-routing signals, docs/protocol.md#identity-headers).
     let session = req.header("session-id").expect("session-id forwarded");
     assert_eq!(body["prompt_cache_key"], session);
 }

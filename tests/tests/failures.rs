@@ -1,4 +1,4 @@
-//! One test per row of the failure table (codex-protocol.md §2.6): which account served, what
+//! One test per row of the failure table (docs/protocol.md#what-a-class-does): which account served, what
 //! the client saw, and the account's state afterwards. Accounts are tried in the worker's
 //! round-robin order, so each test makes acct-0 fail and checks the outcome whichever account
 //! was tried first.

@@ -287,7 +287,7 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 /// What the Codex CLI's built-in provider sends over HTTP: `Content-Encoding: zstd` bodies
-/// (codex-protocol.md §5.5); other clients send gzip. Both stream, on both endpoints.
+/// (docs/protocol.md#what-real-clients-send); other clients send gzip. Both stream, on both endpoints.
 #[test]
 fn compressed_request_bodies_stream() {
     let s = StackBuilder::default().start();

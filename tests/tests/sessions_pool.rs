@@ -1,5 +1,5 @@
 //! Sessions survive the pool (issue 23): account-bound blobs (reasoning `encrypted_content`,
-//! compaction items, codex-protocol.md §4 items 8-9) never reach an account that did not mint
+//! compaction items, docs/protocol.md#account-bound-blobs) never reach an account that did not mint
 //! them, and a refusal of blobs we had no record of is recovered by one stripped retry on the
 //! same account. mock-codex binds its blobs to the minting account like the real backend
 //! (`RecordedRequest::foreign_blobs` says what each account received).

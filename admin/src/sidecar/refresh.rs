@@ -1,4 +1,4 @@
-//! Single-flight OAuth token refresh (codex-protocol.md §2.7, design.md §6).
+//! Single-flight OAuth token refresh (docs/protocol.md#oauth-refresh).
 //!
 //! # Key Components
 //! - [`RefreshBook`]: per-process bookkeeping: the accounts with a refresh in flight (one

@@ -487,7 +487,7 @@ struct UsageState {
     bodies: HashMap<String, Value>,
 }
 
-/// The §2.5 usage JSON.
+/// The `/wham/usage` JSON (docs/protocol.md#quota-signals).
 pub fn usage_body(plan: &str, primary: f64, secondary: f64, limit_reached: bool) -> Value {
     json!({
         "user_id": "user-x", "account_id": "acc-x", "email": "x@x", "plan_type": plan,

@@ -1,4 +1,4 @@
-//! Account-bound opaque blobs, as strict as the real backend (codex-protocol.md §4 items 8-9).
+//! Account-bound opaque blobs, as strict as the real backend (docs/protocol.md#account-bound-blobs).
 //!
 //! The backend binds every opaque blob it returns (reasoning items' `encrypted_content`,
 //! remote compaction v2's `compaction` items) to the account that minted it, and refuses a

@@ -5,7 +5,7 @@
 //!   process ([`super::MockConfig`] fields and `default_behaviour`) → account
 //!   ([`super::MockHandle::set_behaviour`]) → request (`x-mock-*` headers, then the same keys in
 //!   the body's `client_metadata`).
-//! - [`ErrorKind`]: the upstream HTTP errors of codex-protocol.md §2.6.
+//! - [`ErrorKind`]: the upstream HTTP errors of docs/protocol.md#error-bodies.
 //! - [`RefreshError`]: forced failures of the OAuth refresh grant.
 //!
 //! # Usage

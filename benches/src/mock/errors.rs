@@ -1,4 +1,4 @@
-//! The upstream's HTTP error answers (codex-protocol.md §2.6) and in-stream failure payloads.
+//! The upstream's HTTP error answers (docs/protocol.md#error-bodies) and in-stream failure payloads.
 //!
 //! # Key Components
 //! - [`http_error`]: the response for an [`ErrorKind`] and/or a forced status.

@@ -1,4 +1,4 @@
-//! Unsigned JWTs with the claim layout of real ChatGPT tokens (codex-protocol.md §2.7), in the
+//! Unsigned JWTs with the claim layout of real ChatGPT tokens (docs/protocol.md#jwt-claims), in the
 //! same encoding as `shared_state::jwt::encode_unsigned` (reimplemented: the mock does not
 //! depend on the gateway's crates).
 

@@ -1,4 +1,4 @@
-//! The OAuth token endpoint (`POST /oauth/token`, codex-protocol.md §2.7) and the account
+//! The OAuth token endpoint (`POST /oauth/token`, docs/protocol.md#oauth-refresh) and the account
 //! registry's token issuing.
 //!
 //! # Key Components
@@ -241,7 +241,7 @@ fn exchange_code(shared: &Shared, code: &str) -> Response<Body> {
     tokens_json(&t, true)
 }
 
-/// The refresh failure bodies (codex-protocol.md §2.7).
+/// The refresh failure bodies (docs/protocol.md#oauth-refresh).
 fn refresh_error(e: RefreshError) -> Response<Body> {
     let oauth = |code: &str, message: &str| {
         reply::json(

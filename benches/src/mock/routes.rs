@@ -2,10 +2,10 @@
 //!
 //! # Key Components
 //! - [`handle`]: the hyper service function (collects the body, dispatches by path).
-//! - `responses`: `POST {prefix}/responses`: auth, account, body validation (§2.3), controls,
+//! - `responses`: `POST {prefix}/responses`: auth, account, body validation (docs/protocol.md#request-bodies), controls,
 //!   then an error answer or the SSE stream of [`super::events`].
-//! - `models`, `usage`, `accounts_check`: the catalog, `/wham/usage` (§2.5) and the workspace
-//!   routing answer Codex CLI needs in ChatGPT-login mode (§5.5).
+//! - `models`, `usage`, `accounts_check`: the catalog, `/wham/usage` (docs/protocol.md#quota-signals) and the
+//!   workspace routing answer Codex CLI needs in ChatGPT-login mode (docs/protocol.md#chatgpt-mode).
 //!
 //! # Error handling
 //! Every failure becomes an HTTP answer in the upstream's own shapes; the service never
@@ -30,7 +30,7 @@ use super::{
     ws, IssuedTokens, MockAccount, RecordedRequest, DEFAULT_TEXT, MODELS_CATALOG,
 };
 
-/// Body fields the Codex backend rejects with `Unsupported parameter: X` (§2.3).
+/// Body fields the Codex backend rejects with `Unsupported parameter: X` (docs/protocol.md#request-bodies).
 const REJECTED_FIELDS: &[&str] = &[
     "max_output_tokens",
     "max_tokens",
@@ -241,7 +241,7 @@ pub(crate) fn request_controls(
     Ok(b)
 }
 
-/// Validates the body like the Codex backend (§2.3); `Some` is the rejection.
+/// Validates the body like the Codex backend (docs/protocol.md#request-bodies); `Some` is the rejection.
 pub(crate) fn validate(body: &Map<String, Value>) -> Option<Response<Body>> {
     if let Some(f) = REJECTED_FIELDS.iter().find(|f| body.contains_key(**f)) {
         return Some(reply::detail(400, &format!("Unsupported parameter: {f}")));
@@ -400,7 +400,7 @@ pub(crate) fn error_answer(
     Some(r)
 }
 
-/// The refusal of a request carrying a blob `account_id` did not mint (§4 item 8), in the
+/// The refusal of a request carrying a blob `account_id` did not mint (docs/protocol.md#account-bound-blobs), in the
 /// shape the controls choose (`x-mock-blob-error`).
 pub(crate) fn foreign_blob(
     c: &Behaviour,
@@ -533,7 +533,7 @@ fn auth_only(shared: &Shared, parts: &Parts) -> Option<Response<Body>> {
     account_header(&parts.headers).and_then(|id| check_strict(shared, id, token))
 }
 
-/// `GET /backend-api/wham/usage` (§2.5).
+/// `GET /backend-api/wham/usage` (docs/protocol.md#quota-signals).
 fn usage(shared: &Shared, parts: &Parts) -> Response<Body> {
     if let Some(r) = auth_only(shared, parts) {
         return r;
@@ -587,7 +587,7 @@ fn usage(shared: &Shared, parts: &Parts) -> Response<Body> {
     reply::json(200, body.to_string())
 }
 
-/// `GET /backend-api/wham/accounts/check`: Codex CLI's workspace routing discovery (§5.5).
+/// `GET /backend-api/wham/accounts/check`: Codex CLI's workspace routing discovery (docs/protocol.md#chatgpt-mode).
 fn accounts_check(shared: &Shared, parts: &Parts) -> Response<Body> {
     let id = account_header(&parts.headers).unwrap_or("acct-mock");
     let body = json!({"accounts": [{

@@ -1,4 +1,4 @@
-//! The Responses WebSocket (codex-protocol.md §2.9, §5.4): `GET {prefix}/responses` with
+//! The Responses WebSocket (docs/protocol.md#websocket-mode): `GET {prefix}/responses` with
 //! `Upgrade: websocket` on HTTP/1.1 (plain TCP or TLS), one JSON event per text frame.
 //!
 //! # Key Components
@@ -669,7 +669,7 @@ async fn ws_error_from_http(r: Response<Body>) -> Bytes {
     Bytes::from(ev.to_string())
 }
 
-/// `codex.rate_limits`: the quota the HTTP path sends as `x-codex-*` headers (§2.5).
+/// `codex.rate_limits`: the quota the HTTP path sends as `x-codex-*` headers (docs/protocol.md#quota-signals).
 fn rate_limits_event(q: &QuotaView) -> Bytes {
     let reached = q.primary_pct >= 100.0 || q.secondary_pct >= 100.0;
     Bytes::from(

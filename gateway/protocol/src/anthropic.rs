@@ -1,5 +1,5 @@
 //! Anthropic Messages (`/v1/messages`) <-> Codex Responses translation, the Anthropic
-//! counterpart of [`crate::chat`] (codex-protocol.md §3 is the model).
+//! counterpart of [`crate::chat`] (docs/protocol.md#anthropic-messages-mapping).
 //!
 //! Pure pieces, no I/O and no runtime: the data plane feeds them bytes and events and writes
 //! what they return.

@@ -1,5 +1,5 @@
 //! Account-bound blobs in a Responses body: find them, fingerprint them, and strip the ones
-//! another account would refuse (codex-protocol.md §4 items 8-9).
+//! another account would refuse (docs/protocol.md#account-bound-blobs).
 //!
 //! The backend binds every opaque blob it returns to the account that minted it: a reasoning
 //! item's `encrypted_content` (what the Codex CLI replays every turn, and what our Anthropic

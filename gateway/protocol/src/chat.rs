@@ -1,11 +1,11 @@
-//! `/v1/chat/completions` <-> Codex Responses translation (codex-protocol.md §3).
+//! `/v1/chat/completions` <-> Codex Responses translation (docs/protocol.md#chat-completions-mapping).
 //!
 //! Three pure pieces, no I/O and no runtime: the data plane feeds them bytes and events and
 //! writes what they return.
 //!
 //! # Key Components
 //! - [`chat_to_responses`]: a client Chat Completions body -> the Codex Responses upstream body
-//!   (§3.1, already normalized per §2.3: `stream:true`, `store:false`, `instructions:""`,
+//!   (docs/protocol.md#request, already normalized per docs/protocol.md#request-bodies: `stream:true`, `store:false`, `instructions:""`,
 //!   `include:["reasoning.encrypted_content"]`, `reasoning.summary:"auto"`), plus the
 //!   client-facing facts the response side needs ([`ChatRequest`]). Parameters are
 //!   *whitelisted*: anything not mapped (temperature, max_tokens, stop, seed, user, ...) is
@@ -13,9 +13,10 @@
 //! - [`ToolNameMap`]: tool names over 64 characters are shortened deterministically
 //!   (`first 55 chars + "_" + 8 hex`) and restored on output.
 //! - [`ChatStream`]: one upstream Responses event in, zero or more complete
-//!   `data: {chat.completion.chunk}\n\n` frames out (§3.2), ending in either a finish chunk,
+//!   `data: {chat.completion.chunk}\n\n` frames out (docs/protocol.md#stream), ending in either a finish chunk,
 //!   an optional usage chunk and `data: [DONE]`, or exactly one `data: {"error":{...}}` frame.
-//! - [`ChatAggregator`]: the same events folded into one `chat.completion` JSON body (§3.3),
+//! - [`ChatAggregator`]: the same events folded into one `chat.completion` JSON body
+//!   (docs/protocol.md#non-stream-and-usage),
 //!   or a [`ChatUpstreamFailure`].
 //!
 //! # Usage

@@ -1,5 +1,5 @@
 //! The one failure classifier: what an upstream error means for the account and the request
-//! (codex-protocol.md §2.6). HTTP error responses and in-stream `response.failed` / `error`
+//! (docs/protocol.md#classification). HTTP error responses and in-stream `response.failed` / `error`
 //! events go through the same rules.
 //!
 //! # Key Components
@@ -135,7 +135,7 @@ pub struct Failure {
 
 impl Failure {
     /// The upstream refused the request's content under its cybersecurity policy (code
-    /// `cyber_policy`, codex-protocol.md §2.6). The class stays [`FailureClass::Request`]
+    /// `cyber_policy`, docs/protocol.md#error-bodies). The class stays [`FailureClass::Request`]
     /// (the payload, not the account's credentials or quota); the flag is the account's
     /// own, so the gateway's answer is another account for the session, without a penalty
     /// (`gateway::policy::moves_session`).
@@ -144,7 +144,7 @@ impl Failure {
     }
 
     /// The upstream could not verify an opaque blob of the request: another account's
-    /// reasoning `encrypted_content` or compaction item (codex-protocol.md §4 item 8). Two
+    /// reasoning `encrypted_content` or compaction item (docs/protocol.md#account-bound-blobs). Two
     /// shapes occur: code `invalid_encrypted_content`, or no code and a message opening with
     /// "The encrypted content" and saying it "could not be verified" (the blob's ends are
     /// echoed between the two, so only the opening and that fixed phrase are read). The class
@@ -448,7 +448,7 @@ mod tests {
         classify_http(status, Some("application/json"), None, body.as_bytes()).class
     }
 
-    /// The deactivation message the upstream sends (codex-protocol.md §2.6).
+    /// The deactivation message the upstream sends (docs/protocol.md#error-bodies).
     const DEACTIVATED_MSG: &str = "Your OpenAI account has been deactivated, please check your \
         email for more information. If you feel this is an error, contact us through our help \
         center at help.openai.com.";
@@ -527,7 +527,7 @@ mod tests {
         );
     }
 
-    // One test per 403 shape (codex-protocol.md §2.6: "Account deactivated 401/403 containing
+    // One test per 403 shape (docs/protocol.md#error-bodies: "Account deactivated 401/403 containing
     // 'account has been deactivated' / account_deactivated"; "Cloudflare: HTML 403"), plus the
     // 403s the table does not list, which must never ban.
 

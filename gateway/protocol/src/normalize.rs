@@ -1,4 +1,5 @@
-//! Client `/v1/responses` body -> the body the Codex backend accepts (codex-protocol.md §2.3).
+//! Client `/v1/responses` body -> the body the Codex backend accepts
+//! (docs/protocol.md#request-bodies).
 //!
 //! # Key Components
 //! - [`normalize_responses`]: one strict pass over the client body's top-level fields, then the
@@ -538,7 +539,7 @@ fn rewrite_items(
     Ok(())
 }
 
-/// The installation id the Codex CLI repeats inside its payload (codex-protocol.md §4 item 10):
+/// The installation id the Codex CLI repeats inside its payload (docs/protocol.md#one-installation-per-account):
 /// `body` with the body's `client_metadata` carrying `id` in place of the client's, in
 /// `x-codex-installation-id` and in the `installation_id` of the `x-codex-turn-metadata` JSON
 /// string it mirrors. `None`: nothing to change (one SIMD search when the body names no

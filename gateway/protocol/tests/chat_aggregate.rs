@@ -1,4 +1,4 @@
-//! Non-stream aggregation (codex-protocol.md §3.3) on the same transcripts as the stream tests.
+//! Non-stream aggregation (docs/protocol.md#non-stream-and-usage) on the same transcripts as the stream tests.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,4 +1,4 @@
-//! Request translation (codex-protocol.md §3.1): one table row per mapping, plus the drop
+//! Request translation (docs/protocol.md#request): one table row per mapping, plus the drop
 //! list, tool-name shortening, options and errors.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -1,4 +1,4 @@
-//! Stream translation (codex-protocol.md §3.2) from recorded Codex SSE transcripts.
+//! Stream translation (docs/protocol.md#stream) from recorded Codex SSE transcripts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,6 +1,6 @@
 //! Process wiring: [`App::spawn`] starts the sidecar thread (`admin`) and the pinned workers
 //! (`gateway`) and returns a handle with the bound addresses. The binary and the in-process
-//! integration tests use the same entry point (conventions #2). This is the one place that
+//! integration tests use the same entry point (docs/conventions.md#composition-root). This is the one place that
 //! knows both sides: the workers get what the sidecar publishes (the snapshot and catalog
 //! cells, the fact and command channels of `shared-state`), never the sidecar itself.
 //!

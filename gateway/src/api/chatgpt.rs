@@ -67,7 +67,7 @@ pub enum Route {
 
 /// The ChatGPT-mode route of `path` (trailing slash trimmed), `None` outside the ChatGPT
 /// prefixes. `/api/codex/...` is the form the CLI uses when its base is not a `backend-api`
-/// base (codex-protocol.md §2.1).
+/// base (docs/protocol.md#endpoints).
 pub fn route(path: &str) -> Option<Route> {
     let rest = path
         .strip_prefix("/backend-api/")

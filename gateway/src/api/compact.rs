@@ -3,9 +3,9 @@
 //! to shrink a conversation: a Responses-shaped body in, `{"output":[...]}` out (non-stream
 //! JSON), the output holding a `compaction` item that replaces the history.
 //!
-//! The upstream retired its own `/responses/compact` (codex-protocol.md §2.1: it answers 404;
-//! the Codex CLI moved to remote compaction v2, a `{"type":"compaction_trigger"}` item last in
-//! an ordinary `/responses` request, §4 item 9). So the gateway serves v1 through v2, as the
+//! The upstream retired its own `/responses/compact` (docs/protocol.md#compaction: it answers
+//! 404; the Codex CLI moved to remote compaction v2, a `{"type":"compaction_trigger"}` item
+//! last in an ordinary `/responses` request). So the gateway serves v1 through v2, as the
 //! pool's peers do: the request's `input` gains the trigger and goes through the very same
 //! lifecycle as `/v1/responses` (one pool, session affinity, account-bound blobs cleaned or
 //! recovered, failover before the commit), and the collected answer's `output` is returned in

@@ -5,7 +5,8 @@
 //! # Key Components
 //! - [`serve`]: authenticates the handshake head, answers 101 (negotiating
 //!   `permessage-deflate`), splits the socket and runs the session.
-//! - One task per socket direction (a read is never cancelled and resumed, monoio-notes §5.4):
+//! - One task per socket direction (a read is never cancelled and resumed,
+//!   docs/io-traps.md#cancellation):
 //!   the **reader** decodes client frames, answers pings, refuses a second `response.create`
 //!   while one is in flight (an `error` event; nothing is lost) and hands requests to the
 //!   session; the **writer** writes frames in order, each write making progress within

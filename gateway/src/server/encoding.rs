@@ -1,5 +1,5 @@
 //! Request body content codings: `zstd` (what the Codex CLI's built-in provider sends over
-//! HTTP, codex-protocol.md §5.5), `gzip` and `deflate` (other clients), `identity`.
+//! HTTP, docs/protocol.md#what-real-clients-send), `gzip` and `deflate` (other clients), `identity`.
 //!
 //! # Key Components
 //! - [`decode`]: turns a received body into the JSON the routes parse, never producing more

@@ -1,4 +1,5 @@
-//! A streaming HTTP/1.1 client (monoio-transports buffers whole bodies, monoio-notes.md §2.2).
+//! A streaming HTTP/1.1 client (monoio-transports buffers whole bodies,
+//! docs/io-traps.md#streaming-http11-client).
 //! The body is handed out chunk by chunk as it arrives, for SSE.
 //!
 //! # Key Components

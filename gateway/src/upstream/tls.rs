@@ -1,7 +1,7 @@
 //! rustls client configuration for the upstream: webpki roots plus an optional private CA,
 //! ALPN `h2` then `http/1.1`. The ring provider is installed once per process
 //! ([`install_crypto_provider`]) because sqlx/reqwest and monoio-rustls both link rustls
-//! (monoio-notes.md §2.2, §5.4.11).
+//! (docs/io-traps.md#rustls-provider).
 
 use std::{path::Path, sync::Arc};
 

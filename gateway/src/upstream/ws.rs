@@ -1,4 +1,4 @@
-//! The per-worker upstream Responses WebSocket pool (codex-protocol.md §2.9).
+//! The per-worker upstream Responses WebSocket pool (docs/protocol.md#websocket-mode).
 //!
 //! # Key Components
 //! - [`WsRoute`]: what a client WebSocket turn asks of the upstream: its conversation (the

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/*/seed-*): real request
-shapes from codex-protocol.md (Codex CLI 0.171.0 over HTTP, the OpenAI and Anthropic SDKs),
+shapes from docs/protocol.md#what-real-clients-send (Codex CLI 0.171.0 over HTTP, the OpenAI and Anthropic SDKs),
 Codex SSE streams as the mock upstream sends them, WebSocket frames (masked, fragmented,
 permessage-deflate), RESP2 replies and credential files. Re-run after changing it; files
 it does not write are left alone: regress-* (inputs that once failed) and

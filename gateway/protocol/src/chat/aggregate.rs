@@ -1,4 +1,4 @@
-//! Codex Responses SSE events -> one `chat.completion` body (codex-protocol.md §3.3).
+//! Codex Responses SSE events -> one `chat.completion` body (docs/protocol.md#non-stream-and-usage).
 //!
 //! # Key Components
 //! - [`ChatAggregator`]: fed the same events as [`super::ChatStream`]; [`ChatAggregator::finish`]

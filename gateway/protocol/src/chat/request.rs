@@ -1,4 +1,4 @@
-//! Chat Completions request -> Codex Responses upstream body (codex-protocol.md §3.1, §2.3).
+//! Chat Completions request -> Codex Responses upstream body (docs/protocol.md#request).
 //!
 //! # Key Components
 //! - [`chat_to_responses`]: one borrowed serde pass over the client body (strings are not

@@ -1,4 +1,4 @@
-//! Codex Responses SSE events -> `chat.completion.chunk` frames (codex-protocol.md §3.2).
+//! Codex Responses SSE events -> `chat.completion.chunk` frames (docs/protocol.md#stream).
 //!
 //! # Key Components
 //! - [`ChatStream`]: a small state machine fed one upstream event at a time. Each call appends

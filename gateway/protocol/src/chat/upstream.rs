@@ -3,7 +3,7 @@
 //!
 //! # Key Components
 //! - [`Kind`] / [`kind_of`]: the event types the chat translation acts on (everything else is
-//!   dropped per codex-protocol.md §3.2).
+//!   dropped per docs/protocol.md#stream).
 //! - [`RawEvent`]: one borrowed serde pass over an event's data; strings without escapes are
 //!   not copied, deltas stay raw JSON so they can be copied into chunks as they are.
 //! - [`ChatUpstreamFailure`]: a `response.failed` / `error` event (its error object read by

@@ -9,7 +9,7 @@ use crate::testing::{Plan, SegmentedIo};
 const MAX_BODY: usize = 16 * 1024 * 1024;
 const IDLE: Duration = Duration::from_secs(5);
 
-/// A Codex-CLI-shaped request head (codex-protocol.md §5.2), ~1 KB.
+/// A Codex-CLI-shaped request head (docs/protocol.md#what-real-clients-send), ~1 KB.
 fn cli_head(extra: &str) -> String {
     format!(
         "POST /v1/responses HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nauthorization: Bearer sk-cg-test\r\n\

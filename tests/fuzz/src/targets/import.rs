@@ -1,4 +1,4 @@
-//! `import`: credential-file parsing for `import` (`admin::import`, codex-protocol.md §2.8):
+//! `import`: credential-file parsing for `import` (`admin::import`, docs/protocol.md#credential-files):
 //! `auth.json`, the flat CPA file, JSON arrays, JSON lines, one token per line, and the JWT
 //! claims read from the tokens.
 //!
