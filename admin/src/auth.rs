@@ -119,23 +119,9 @@ impl TokenScope {
     }
 }
 
-/// Hashing the password failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AuthError {
-    /// Argon2 refused the input.
-    #[error("cannot hash the admin password: {0}")]
-    Hash(String),
-    /// Storage failed.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// The admin listener is not on loopback and the operator set no credential.
-    #[error(
-        "refusing to serve the admin API on {0} without an admin credential: set \
-         CODEX_GATEWAY_ADMIN_PASSWORD (or admin_token), or run `codex-gateway admin \
-         reset-password`, or keep admin_listen on 127.0.0.1"
-    )]
-    NoCredential(SocketAddr),
-}
+/// Defined with the crate's other error types ([`crate::error`], which names it in
+/// [`crate::error::SidecarError::AdminAuth`]), so `error` does not depend on this module.
+pub use crate::error::AuthError;
 
 /// Argon2id PHC string of `password` with a random salt (the crate's default cost: 19 MiB,
 /// 2 passes).

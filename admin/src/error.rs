@@ -5,6 +5,7 @@
 //! - [`SidecarError`]: why [`crate::spawn`] could not start the sidecar (bad database URL,
 //!   unreachable PostgreSQL or Redis, admin port in use).
 //! - [`AdminError`]: what the blocking CLI helpers in [`crate::cli`] return.
+//! - [`AuthError`]: setting up the admin credential ([`crate::auth`]).
 //!
 //! # Error handling
 //! Every message is safe to print: URLs are shown with their credentials removed
@@ -125,10 +126,29 @@ pub enum SidecarError {
     /// The admin credential could not be set up, or the admin listener would be exposed
     /// without one.
     #[error(transparent)]
-    AdminAuth(#[from] crate::auth::AuthError),
+    AdminAuth(#[from] AuthError),
     /// The sidecar thread died before it reported readiness.
     #[error("the sidecar thread exited during startup")]
     StartupAborted,
+}
+
+/// Setting up the admin credential failed (`crate::auth`): hashing the password, storage,
+/// or no credential for a listener off loopback.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// Argon2 refused the input.
+    #[error("cannot hash the admin password: {0}")]
+    Hash(String),
+    /// Storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The admin listener is not on loopback and the operator set no credential.
+    #[error(
+        "refusing to serve the admin API on {0} without an admin credential: set \
+         CODEX_GATEWAY_ADMIN_PASSWORD (or admin_token), or run `codex-gateway admin \
+         reset-password`, or keep admin_listen on 127.0.0.1"
+    )]
+    NoCredential(SocketAddr),
 }
 
 /// What the CLI helpers report.

@@ -215,12 +215,13 @@ impl HeldJournal {
 
 /// At start, before the first snapshot: stores what an earlier process held. An entry is
 /// applied only to the account it was sealed for and only when it is not older than the
-/// stored tokens (by access-token expiry); what cannot be stored now stays held in
-/// `publisher` (returned: the ids that need a writer).
+/// stored tokens (by access-token expiry); what cannot be stored now is handed to `hold` (the
+/// publisher's `hold_tokens`; a callback, so this module does not name the publisher, which
+/// names it) and returned: the ids that need a writer.
 pub(crate) async fn replay(
     journal: &HeldJournal,
     storage: &dyn crate::storage::Storage,
-    publisher: &crate::publish::Publisher,
+    hold: &dyn Fn(i64, TokenUpdate),
 ) -> Vec<i64> {
     let mut still_held = Vec::new();
     for e in journal.load() {
@@ -232,7 +233,7 @@ pub(crate) async fn replay(
             }
             Err(err) => {
                 tracing::error!(account = e.id, error = %err, "cannot read the account of held tokens; holding them");
-                publisher.hold_tokens(e.id, e.tokens);
+                hold(e.id, e.tokens);
                 still_held.push(e.id);
                 continue;
             }
@@ -255,7 +256,7 @@ pub(crate) async fn replay(
             ),
             Err(err) => {
                 tracing::error!(account = e.id, error = %err, "cannot store held tokens yet; holding them");
-                publisher.hold_tokens(e.id, e.tokens);
+                hold(e.id, e.tokens);
                 still_held.push(e.id);
             }
         }

@@ -225,7 +225,12 @@ pub(crate) async fn run(
         // Rotated tokens an earlier process could not store (storage was down) go first.
         let journal = crate::held::HeldJournal::open(&cfg.db.data_dir);
         let held = match &journal {
-            Ok(j) => crate::held::replay(j, storage.as_ref(), &publisher).await,
+            Ok(j) => {
+                crate::held::replay(j, storage.as_ref(), &|id, tokens| {
+                    publisher.hold_tokens(id, tokens);
+                })
+                .await
+            }
             Err(_) => Vec::new(),
         };
         publisher.reload(storage.as_ref(), true).await?;
