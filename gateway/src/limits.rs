@@ -808,7 +808,7 @@ pub async fn usage<S: AsyncReadRent + AsyncWriteRent>(
 ) -> io::Result<bool> {
     let body = usage_json(key, &ctx.health, shared_state::now_ms());
     ctx.metrics.request("usage", 200);
-    conn.write_response(200, &[crate::api::JSON], &body, keep)
+    conn.write_response(200, &[("content-type", "application/json")], &body, keep)
         .await?;
     Ok(keep)
 }
