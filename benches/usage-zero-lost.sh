@@ -8,14 +8,23 @@
 # Reports: requests sent by loadgen, usage rows stored, duplicates (must be 0), records
 # dropped (must be 0), the spool's peak size and the gateway's peak RSS.
 #
+# KILL=9: the first gateway is killed with SIGKILL at three quarters of DURATION, during the
+# outage and while the streams run, and a new one starts at once on the same port (the
+# database still down); its spool adopts the file the killed process left. Checked then: the
+# rows of requests the killed process started include every request it had ended 50 ms before
+# the kill (its own count, read from /metrics), the new process's rows equal its own count,
+# no duplicate, nothing dropped, and the replay took the killed process's records.
+#
 # Build first:  cargo build --release -p codex-gateway -p codex-gateway-benches
 # Run:          benches/usage-zero-lost.sh
+#               KILL=9 benches/usage-zero-lost.sh
 #               CONCURRENCY=200 DURATION=10 OUTAGE=0 benches/usage-zero-lost.sh
 set -euo pipefail
 BIN=${BIN:-target/release}
 CONCURRENCY=${CONCURRENCY:-1000}
 DURATION=${DURATION:-20}
 OUTAGE=${OUTAGE:-1}
+KILL=${KILL:-}
 PG=${PG:-postgres://postgres@127.0.0.1:5432}
 RATE=${RATE:-20}
 TOKENS=${TOKENS:-40}
@@ -86,14 +95,29 @@ if [ "$OUTAGE" = 1 ]; then
     -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '$db'" >/dev/null
   echo "outage: $db refuses connections"
 fi
-while kill -0 "$lg" 2>/dev/null; do sample; sleep 0.2; done
-sample
-spooled=$(metric codex_gateway_usage_spool_records)
 # Requests a gateway process ended on /v1/responses (streams cut at the deadline end when
 # their handler notices the client left: give them a moment).
 ended() { curl -sf "http://$addr/metrics" | awk '/^codex_gateway_requests_total[{]route="responses"/ {s+=$2} END {print s+0}'; }
+kill_ms=
+if [ "$KILL" = 9 ]; then
+  kill_at=$((half_at + DURATION / 4))
+  while [ "$SECONDS" -lt "$kill_at" ]; do sample; sleep 0.2; done
+  ended_before_kill=$(ended)
+  spooled_before_kill=$(metric codex_gateway_usage_spool_records)
+  sleep 0.05
+  kill -9 "$gw"
+  kill_ms=$(date +%s%3N)
+  wait "$gw" 2>/dev/null || true
+  echo "kill -9 of the gateway at $((SECONDS - half_at + DURATION / 2)) s: it had ended $ended_before_kill requests 50 ms before, $spooled_before_kill records spooled"
+  start_gw
+fi
+while kill -0 "$lg" 2>/dev/null; do sample; sleep 0.2; done
+sample
+spooled=$(metric codex_gateway_usage_spool_records)
 handled_before=0
-if [ "$OUTAGE" = 1 ]; then
+if [ "$KILL" = 9 ]; then
+  psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS true" >/dev/null
+elif [ "$OUTAGE" = 1 ]; then
   sleep 2
   handled_before=$(ended)
   kill -TERM "$gw"; wait "$gw" || true
@@ -121,7 +145,7 @@ for _ in $(seq 120); do
 done
 handled=$((handled_before + $(ended)))
 dupes=$(psql -tA "$url" -c "SELECT COUNT(*) FROM (SELECT record_id FROM usage_records GROUP BY record_id HAVING COUNT(*) > 1) d")
-echo "concurrency=$CONCURRENCY duration=${DURATION}s outage=$OUTAGE"
+echo "concurrency=$CONCURRENCY duration=${DURATION}s outage=$OUTAGE kill=${KILL:-none}"
 echo "spooled when stopped:       ${spooled:-0}"
 echo "requests started (loadgen): $started (ok $(jq .requests_ok "$work/load1.json"), cut at the deadline $(jq .requests_cut "$work/load1.json"), never connected $unconnected)"
 echo "usage rows stored:          $rows"
@@ -131,6 +155,20 @@ echo "replayed after restart:     $(metric codex_gateway_usage_replayed_total)"
 echo "dropped (metric):           $(metric codex_gateway_usage_dropped_total)"
 echo "peak spool bytes:           $peak_spool"
 echo "peak gateway RSS:           $((peak_rss / 1024)) MiB"
+if [ "$KILL" = 9 ]; then
+  first=$(psql -tA "$url" -c "SELECT COUNT(*) FROM usage_records WHERE started_at_ms < $kill_ms")
+  second=$((rows - first))
+  replayed=$(metric codex_gateway_usage_replayed_total)
+  echo "rows of the killed process:  $first (it had ended $ended_before_kill 50 ms before the kill: $((first - ended_before_kill)) more ended in those 50 ms)"
+  echo "rows of the new process:     $second (it ended $handled)"
+  if [ "${replayed:-0}" = 0 ]; then
+    echo "the new process replayed nothing: not a test of the crash"; exit 1
+  fi
+  [ "$first" -ge "$ended_before_kill" ] && [ "$second" = "$handled" ] && [ "$dupes" = 0 ] &&
+    [ "$(metric codex_gateway_usage_dropped_total)" = 0 ] && echo "ZERO LOST (kill -9)" ||
+    { echo "MISMATCH"; exit 1; }
+  exit 0
+fi
 if [ "$OUTAGE" = 1 ] && [ "${spooled:-0}" = 0 ]; then
   echo "the outage caught no records (nothing spooled when the gateway stopped): not a test of the outage"; exit 1
 fi

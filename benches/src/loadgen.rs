@@ -83,6 +83,11 @@ pub struct LoadConfig {
     /// `Some`: Responses WebSocket sessions instead of HTTP requests (see [`ws`]); `url` may
     /// then be `ws://` or `http://`, and `body` is the `response.create` frame of each turn.
     pub ws: Option<WsConfig>,
+    /// Local addresses the connections are bound to, round robin (empty: the kernel's
+    /// choice). One source address gives one destination about 28,000 ephemeral ports;
+    /// spreading over several addresses of 127.0.0.0/8 lets one run hold more connections
+    /// to one loopback listener.
+    pub source_ips: Vec<std::net::IpAddr>,
 }
 
 impl Default for LoadConfig {
@@ -101,6 +106,7 @@ impl Default for LoadConfig {
             target_pids: Vec::new(),
             sample_every: Duration::from_millis(100),
             ws: None,
+            source_ips: Vec::new(),
         }
     }
 }
@@ -306,6 +312,8 @@ struct Shared {
     users_done: AtomicUsize,
     /// WebSocket mode: the handshake URI and the `response.create` frame.
     ws: Option<ws::WsTarget>,
+    /// The next of [`LoadConfig::source_ips`] to bind to.
+    next_source: AtomicUsize,
 }
 
 /// How one request ended.
@@ -366,6 +374,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
         stop: AtomicBool::new(false),
         users_done: AtomicUsize::new(0),
         ws: ws_target,
+        next_source: AtomicUsize::new(0),
         cfg,
     });
     let cfg = &shared.cfg;
@@ -613,9 +622,43 @@ fn take_budget(s: &Shared) -> bool {
     }
 }
 
+/// A TCP connection to the target, from the next source address when some are given.
+#[allow(unsafe_code)]
+async fn tcp_connect(s: &Shared) -> std::io::Result<TcpStream> {
+    let ips = &s.cfg.source_ips;
+    if ips.is_empty() {
+        return TcpStream::connect(s.addr).await;
+    }
+    let ip = ips[s.next_source.fetch_add(1, Relaxed) % ips.len()];
+    let sock = if ip.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // The port is then chosen at connect time, per (source, destination), not at bind time
+    // per source address: each source address gives each destination the whole range.
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd as _;
+        let on: libc::c_int = 1;
+        // SAFETY: a valid socket, an int option of the right size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    sock.bind(SocketAddr::new(ip, 0))?;
+    sock.connect(s.addr).await
+}
+
 async fn connect(s: &Shared) -> Option<SendRequest<Full<Bytes>>> {
     let t0 = Instant::now();
-    let tcp = match TcpStream::connect(s.addr).await {
+    let tcp = match tcp_connect(s).await {
         Ok(t) => t,
         Err(e) => {
             tracing::debug!(error = %e, "connect failed");

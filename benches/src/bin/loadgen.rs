@@ -107,6 +107,11 @@ struct Args {
     /// Print the report as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Bind the connections to these local addresses, round robin (repeatable or
+    /// comma-separated), e.g. 127.0.0.2,127.0.0.3: one source address gives one destination
+    /// about 28,000 ephemeral ports.
+    #[arg(long = "source-ip", value_delimiter = ',')]
+    source_ips: Vec<std::net::IpAddr>,
 }
 
 /// Exit code for a bad command line (EX_USAGE).
@@ -202,6 +207,7 @@ fn config(a: &Args) -> Result<LoadConfig, String> {
         target_pids: a.target_pids.clone(),
         sample_every: Duration::from_millis(a.sample_ms.max(1)),
         ws,
+        source_ips: a.source_ips.clone(),
     })
 }
 

@@ -150,7 +150,7 @@ async fn connect(s: &Shared, target: &WsTarget) -> Option<Socket> {
         }
     };
     let handshake = async {
-        let tcp = TcpStream::connect(s.addr)
+        let tcp = super::tcp_connect(s)
             .await
             .map_err(tungstenite::Error::Io)?;
         let _ = tcp.set_nodelay(true);
