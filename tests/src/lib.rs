@@ -195,11 +195,14 @@ pub struct StackBuilder {
     /// Extra CA for the upstream.
     pub upstream_ca: Option<PathBuf>,
     /// Tweak the config before start.
-    pub tweak: Option<Box<dyn FnOnce(&mut GatewayConfig)>>,
+    pub tweak: Option<ConfigTweak>,
     /// Admin password to configure (as `CODEX_GATEWAY_ADMIN_PASSWORD` would); the admin API
     /// token [`ADMIN_TOKEN`] is always configured.
     pub admin_password: Option<String>,
 }
+
+/// A change to the gateway's configuration before start ([`StackBuilder::tweak`]).
+pub type ConfigTweak = Box<dyn FnOnce(&mut GatewayConfig)>;
 
 impl Default for StackBuilder {
     fn default() -> Self {

@@ -276,7 +276,7 @@ impl Load {
                     let client = crate::client();
                     let mut i = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        let stream = (i + c as u64) % 2 == 0;
+                        let stream = (i + c as u64).is_multiple_of(2);
                         i += 1;
                         requests.fetch_add(1, Ordering::Relaxed);
                         match one(&client, &url, &key, stream).await {

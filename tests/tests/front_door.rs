@@ -170,7 +170,7 @@ fn large_bodies_in_random_pieces_over_keep_alive() {
                 let n = (1 + (rng % 60_000) as usize).min(rest.len());
                 c.write_all(&rest[..n]).unwrap();
                 rest = &rest[n..];
-                if rng % 4 == 0 {
+                if rng.is_multiple_of(4) {
                     std::thread::sleep(Duration::from_millis(2));
                 }
             }

@@ -359,7 +359,7 @@ fn frames_split_at_random_points_over_a_raw_socket() {
                 let n = (1 + (rng % 3000) as usize).min(rest.len());
                 c.write_all(&rest[..n]).unwrap();
                 rest = &rest[n..];
-                if rng % 3 == 0 {
+                if rng.is_multiple_of(3) {
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
@@ -386,7 +386,7 @@ fn frames_split_at_random_points_over_a_raw_socket() {
         let deflate = handshake::client_verify(&hs, status, &headers).expect("101");
         assert!(deflate.is_some(), "permessage-deflate accepted");
         buf.drain(..head_end);
-        let mut enc = Encoder::new(Role::Client, deflate.clone());
+        let mut enc = Encoder::new(Role::Client, deflate);
         let mut frames = Vec::new();
         enc.ping(&mut frames, b"split-ping");
         enc.text(&mut frames, payload.as_bytes());

@@ -5,6 +5,9 @@
 //! (A binary test lives here, where Cargo sets `CARGO_BIN_EXE_codex-gateway`; the in-process
 //! usage tests are in `tests/tests/usage.rs`.)
 
+// Harness code (stacks, helpers) may unwrap: a panic is the test's failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::time::{Duration, Instant};

@@ -146,7 +146,7 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
     let _open = scopeguard(|| ctx.metrics.ws_sessions_delta(-1));
     let (io, buffered) = conn.into_parts();
     let (rd, wr) = io.into_split();
-    let shared = Rc::new(WsShared::new(hs.deflate.clone()));
+    let shared = Rc::new(WsShared::new(hs.deflate));
     let (to_writer, from_session) = mpsc::unbounded_channel();
     *shared.tx.borrow_mut() = Some(to_writer);
     let (to_session, from_reader) = mpsc::channel(4);

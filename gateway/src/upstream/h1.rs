@@ -306,6 +306,9 @@ pub(crate) async fn read_head<S: AsyncReadRent>(
 }
 
 /// The connection a body is read from.
+// The TLS variant is the common one and lives once per pooled connection: boxing it would add
+// an allocation per connection and a pointer chase per read for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum BodyIo {
     /// Plain TCP.
     Plain(TcpStream),

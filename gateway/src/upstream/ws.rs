@@ -128,10 +128,7 @@ impl WsPool {
 
     /// Whether WebSocket may be tried now (breaker closed, or half-open for a probe).
     pub fn allowed(&self) -> bool {
-        match self.open_until.get() {
-            Some(t) if Instant::now() < t => false,
-            _ => true,
-        }
+        !matches!(self.open_until.get(), Some(t) if Instant::now() < t)
     }
 
     fn failed(&self) {
@@ -665,7 +662,7 @@ impl super::Upstream {
         Ok(WsConn {
             io,
             rbuf: buf,
-            dec: Decoder::new(Role::Client, limits, deflate.clone()),
+            dec: Decoder::new(Role::Client, limits, deflate),
             enc: Encoder::new(Role::Client, deflate),
             created: Instant::now(),
             idle_since: Instant::now(),
@@ -717,13 +714,13 @@ mod tests {
     #[monoio::test_all(timer_enabled = true)]
     async fn turn_frames_split_anywhere() {
         for deflate in [None, Some(DeflateParams::default())] {
-            let (wire, events) = server_frames(deflate.clone());
+            let (wire, events) = server_frames(deflate);
             for plan in Plan::standard(8, true) {
                 let mut conn = WsConn {
                     io: BodyIo::Segmented(SegmentedIo::new(&wire, plan)),
                     rbuf: Vec::new(),
-                    dec: Decoder::new(Role::Client, Limits::default(), deflate.clone()),
-                    enc: Encoder::new(Role::Client, deflate.clone()),
+                    dec: Decoder::new(Role::Client, Limits::default(), deflate),
+                    enc: Encoder::new(Role::Client, deflate),
                     created: Instant::now(),
                     idle_since: Instant::now(),
                     alive_at: Instant::now(),

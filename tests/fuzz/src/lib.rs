@@ -29,8 +29,11 @@ pub mod targets {
     pub mod ws_ext;
 }
 
+/// A target: its name and its entry.
+pub type Target = (&'static str, fn(&[u8]));
+
 /// Every target: its name (also its corpus directory under `tests/fuzz/corpus/`) and entry.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[Target] = &[
     ("h1", targets::h1::run),
     ("sse", targets::sse::run),
     ("ws", targets::ws::run),

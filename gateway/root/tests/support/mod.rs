@@ -76,7 +76,7 @@ pub fn serve_with(dir: &str, upstream: &str, extra: &[&str]) -> Served {
     let admin = line
         .split("admin http://")
         .nth(1)
-        .and_then(|r| r.split(|c: char| c == ';' || c == ')').next())
+        .and_then(|r| r.split([';', ')']).next())
         .unwrap()
         .to_owned();
     std::thread::spawn(move || {

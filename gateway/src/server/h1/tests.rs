@@ -51,7 +51,7 @@ fn chunked(body: &[u8]) -> Vec<u8> {
     while !rest.is_empty() {
         let take = n.min(rest.len());
         push_hex(&mut out, take);
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             out.extend_from_slice(b";ext=1");
         }
         out.extend_from_slice(b"\r\n");
@@ -592,7 +592,7 @@ async fn partial_writes_deliver_every_byte_in_order() {
             assert!(n > 0, "EOF after {} bytes", got.len());
             got.extend_from_slice(&tmp[..n]);
             reads += 1;
-            if reads % 64 == 0 {
+            if reads.is_multiple_of(64) {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }

@@ -59,7 +59,7 @@ fn chunked(body: &[u8]) -> Vec<u8> {
     while !rest.is_empty() {
         let take = n.min(rest.len());
         out.extend_from_slice(format!("{take:X}").as_bytes());
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             out.extend_from_slice(b";x=y");
         }
         out.extend_from_slice(b"\r\n");

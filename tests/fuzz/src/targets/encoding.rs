@@ -61,7 +61,7 @@ pub fn run(data: &[u8]) {
     }
     // Round trip: encode in the header's order, decode.
     let codings: Vec<&str> = header.split(',').map(str::trim).collect();
-    if codings.iter().any(|c| *c == "br") {
+    if codings.contains(&"br") {
         assert!(matches!(
             decode(Some(header), body.to_vec(), limit),
             Err(DecodeError::Unsupported(_))
