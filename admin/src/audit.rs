@@ -9,8 +9,17 @@
 //!   request body, and, for settings, client keys, accounts and proxies, the fields that
 //!   changed ([`state_of`] before and after the handler, [`changed`]). Rate-limited (429)
 //!   answers are not recorded (an attacker cannot fill the table with refused logins).
+//! - [`Affected`]: what a handler acting on many objects per call (bulk account actions, the
+//!   batch test, an auto-clean run, an import or export, a proxy assignment) affected,
+//!   attached to its response ([`Audited`]); the middleware folds it into the call's **one**
+//!   entry (`object_id`: the affected ids, comma-separated, which the object filter matches;
+//!   `details.affected` / `details.failed`), never one entry per object.
 //! - [`record`]: the one writer; internal actors (`cli`, `auto-clean`, `auth-dir`) call it
 //!   directly. A storage failure is logged, never returned: auditing never fails an action.
+//! - [`prune`] / [`prune_loop`]: entries older than the `audit_retention_days` setting
+//!   (default 180, 0 = forever) are deleted by the sidecar every [`PRUNE_EVERY`] (by `at_ms`,
+//!   indexed, in batches); a prune that deleted anything is itself recorded
+//!   (actor [`ACTOR_RETENTION`]).
 //! - [`redact`]: secrets out of any JSON: values under secret-looking names (password, token,
 //!   key, secret, cookie, authorization, code, content, ...), JWT-looking and gateway-key
 //!   strings anywhere, URL credentials, queries and fragments, and long strings (pasted
@@ -53,6 +62,100 @@ pub const ACTOR_CLI: &str = "cli";
 pub const ACTOR_AUTO_CLEAN: &str = "auto-clean";
 /// Actor of the watched auth directory.
 pub const ACTOR_AUTH_DIR: &str = "auth-dir";
+/// Actor of the audit log's own pruning.
+pub const ACTOR_RETENTION: &str = "audit-retention";
+/// How often the sidecar prunes the audit log.
+pub const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What one call acting on many objects affected, for its one audit entry (see the module
+/// docs). Ids only: never a secret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Affected {
+    /// The objects' type (`account`); `None`: the route's own object type.
+    pub object_type: Option<&'static str>,
+    /// The action recorded instead of the one derived from the route (`accounts.disable` for
+    /// a bulk disable, so "who disabled account 17?" finds it with the single ones).
+    pub action: Option<String>,
+    /// Ids the call acted on.
+    pub ids: Vec<i64>,
+    /// Ids it was asked to act on and could not.
+    pub failed: Vec<i64>,
+}
+
+/// A handler's answer with what it affected (the response extension the middleware reads).
+pub type Audited<T> = (axum::Extension<Affected>, axum::Json<T>);
+
+// === impl Affected ===
+
+impl Affected {
+    /// `ids` of `object_type` affected.
+    pub fn of(object_type: &'static str, ids: impl IntoIterator<Item = i64>) -> Self {
+        Self {
+            object_type: Some(object_type),
+            ids: ids.into_iter().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// With the ids that failed.
+    pub fn failed(mut self, ids: impl IntoIterator<Item = i64>) -> Self {
+        self.failed = ids.into_iter().collect();
+        self
+    }
+
+    /// Recorded as `action`.
+    pub fn action(mut self, action: impl Into<String>) -> Self {
+        self.action = Some(action.into());
+        self
+    }
+
+    /// The answer `body` carrying this.
+    pub fn with<T>(self, body: T) -> Audited<T> {
+        (axum::Extension(self), axum::Json(body))
+    }
+
+    /// The ids as stored in `object_id`: comma-separated; `None` when there are none.
+    pub fn ids_text(&self) -> Option<String> {
+        (!self.ids.is_empty()).then(|| {
+            self.ids
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    }
+
+    /// Folds this into `e` (one entry for the whole call). The route's own object id (a
+    /// proxy's, for an assignment of accounts to it) is kept; the affected ids then go into
+    /// the details only.
+    pub fn fold_into(&self, e: &mut AuditWrite) {
+        if let Some(a) = &self.action {
+            e.action = a.clone();
+        }
+        let mut details = e
+            .details
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<Value>(d).ok())
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        if let Some(m) = details.as_object_mut() {
+            if let Some(t) = self.object_type {
+                m.insert("affected_type".into(), json!(t));
+            }
+            m.insert("affected".into(), json!(self.ids));
+            if !self.failed.is_empty() {
+                m.insert("failed".into(), json!(self.failed));
+            }
+        }
+        e.details = json_text(&details);
+        if e.object_id.is_none() {
+            if let Some(t) = self.object_type {
+                e.object_type = Some(t.to_owned());
+            }
+            e.object_id = self.ids_text();
+        }
+    }
+}
 
 /// An internal actor's entry (no HTTP status, no source).
 pub fn internal(
@@ -448,7 +551,8 @@ pub(crate) async fn layer(
     if status == StatusCode::TOO_MANY_REQUESTS {
         return resp;
     }
-    let (resp, created) = if id.is_none() && status.is_success() {
+    let affected = resp.extensions().get::<Affected>().cloned();
+    let (resp, created) = if id.is_none() && affected.is_none() && status.is_success() {
         peek_id(resp).await
     } else {
         (resp, None)
@@ -468,7 +572,7 @@ pub(crate) async fn layer(
         Some(p) => actor_of(core.storage.as_ref(), p).await,
         None => "anonymous".into(),
     };
-    let e = AuditWrite {
+    let mut e = AuditWrite {
         at_ms: crate::storage::now_ms_i64(),
         actor,
         source,
@@ -480,8 +584,76 @@ pub(crate) async fn layer(
         before: b.as_ref().and_then(json_text),
         after: a.as_ref().and_then(json_text),
     };
+    if let Some(a) = &affected {
+        a.fold_into(&mut e);
+    }
     record(core.storage.as_ref(), &e).await;
     resp
+}
+
+/// Deletes the entries older than `retention` at `now_ms` (every batch until none is left);
+/// returns how many went (`Ok(0)` when kept forever). A prune that deleted anything records
+/// one entry saying so.
+pub async fn prune(
+    storage: &dyn Storage,
+    retention: crate::settings::RetentionDays,
+    now_ms: i64,
+) -> Result<u64, crate::error::StorageError> {
+    let Some(cutoff) = retention.cutoff_ms(now_ms) else {
+        return Ok(0);
+    };
+    let mut total = 0u64;
+    loop {
+        let n = storage.audit().prune_audit(cutoff).await?;
+        total += n;
+        if n < crate::storage::audit::PRUNE_BATCH.unsigned_abs() {
+            break;
+        }
+        // Between batches, others write.
+        tokio::task::yield_now().await;
+    }
+    if total > 0 {
+        tracing::info!(deleted = total, days = retention.0, "audit log pruned");
+        let e = internal(
+            ACTOR_RETENTION,
+            "audit.prune",
+            "audit_log",
+            None,
+            json!({"deleted": total, "retention_days": retention.0, "before": cutoff}),
+        );
+        record(storage, &e).await;
+    }
+    Ok(total)
+}
+
+/// [`prune`] with the stored `audit_retention_days` (read at each call, so a change takes
+/// effect at the next round).
+pub async fn prune_stored(
+    storage: &dyn Storage,
+    now_ms: i64,
+) -> Result<u64, crate::error::StorageError> {
+    let stored = storage.load_settings().await?;
+    let s = crate::settings::sidecar(&stored);
+    prune(storage, s.audit_retention_days, now_ms).await
+}
+
+/// The sidecar's pruning loop: a round at start, then every [`PRUNE_EVERY`]; a storage
+/// failure skips the round (logged).
+pub(crate) async fn prune_loop(
+    core: std::sync::Arc<Core>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(PRUNE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if let Err(e) = prune_stored(core.storage.as_ref(), crate::storage::now_ms_i64()).await {
+            tracing::warn!(error = %e, "audit log prune failed");
+        }
+    }
 }
 
 /// The audit middleware of `POST /login` (public): the body (a password) is never read.

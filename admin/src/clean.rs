@@ -1,6 +1,8 @@
 //! Auto-clean (issue 27): accounts banned upstream or needing a new login for longer than
-//! `auto_clean_after_hours` are disabled or deleted (`auto_clean_action`), each action in the
-//! audit log with actor `auto-clean`. Off by default (runtime settings, `crate::settings`).
+//! `auto_clean_after_hours` are disabled or deleted (`auto_clean_action`). Each pass that
+//! acted is **one** audit entry listing the accounts ([`audit_entry`]): actor `auto-clean` for
+//! the background task, the operator for `POST /api/admin/auto-clean/run` (the API's audit
+//! middleware records that call). Off by default (runtime settings, `crate::settings`).
 //!
 //! # Key Components
 //! - [`run_once`]: one pass over the stored accounts (also `POST /api/admin/auto-clean/run`,
@@ -131,29 +133,6 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
             if !done {
                 continue;
             }
-            let mut e = crate::audit::internal(
-                crate::audit::ACTOR_AUTO_CLEAN,
-                match s.auto_clean_action {
-                    CleanAction::Disable => "accounts.disable",
-                    CleanAction::Delete => "accounts.delete",
-                },
-                "account",
-                Some(a.id.to_string()),
-                json!({
-                    "label": c.label,
-                    "status_since": a.updated_at,
-                    "after_hours": hours,
-                }),
-            );
-            e.before = Some(json!({"status": c.status}).to_string());
-            e.after = Some(
-                match s.auto_clean_action {
-                    CleanAction::Disable => json!({"status": "disabled"}),
-                    CleanAction::Delete => json!({"deleted": true}),
-                }
-                .to_string(),
-            );
-            crate::audit::record(core.storage.as_ref(), &e).await;
             tracing::info!(
                 account = a.id,
                 status = c.status,
@@ -169,13 +148,68 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
     Ok(pass)
 }
 
+/// The one audit entry of a pass that acted (`None`: a dry run, or nothing cleaned), as the
+/// internal actor `auto-clean`: the accounts' ids (`object_id`, comma-separated), each one's
+/// label, status and since when, and the status before and after.
+pub fn audit_entry(pass: &Pass) -> Option<crate::storage::audit::AuditWrite> {
+    if pass.dry_run || pass.cleaned.is_empty() {
+        return None;
+    }
+    let delete = pass.action == CleanAction::Delete.as_str();
+    let affected = crate::audit::Affected::of("account", pass.cleaned.iter().map(|c| c.id)).action(
+        if delete {
+            "accounts.delete"
+        } else {
+            "accounts.disable"
+        },
+    );
+    let mut e = crate::audit::internal(
+        crate::audit::ACTOR_AUTO_CLEAN,
+        "auto-clean",
+        "account",
+        None,
+        json!({
+            "after_hours": pass.after_hours,
+            "accounts": pass.cleaned.iter().map(|c| json!({
+                "id": c.id,
+                "label": c.label,
+                "status": c.status,
+                "status_since": c.since,
+            })).collect::<Vec<_>>(),
+        }),
+    );
+    affected.fold_into(&mut e);
+    let before = match pass.cleaned.as_slice() {
+        [one] => json!({"status": one.status}),
+        many => json!({"status": many
+            .iter()
+            .map(|c| (c.id.to_string(), json!(c.status)))
+            .collect::<serde_json::Map<_, _>>()}),
+    };
+    e.before = Some(before.to_string());
+    e.after = Some(
+        if delete {
+            json!({"deleted": true})
+        } else {
+            json!({"status": "disabled"})
+        }
+        .to_string(),
+    );
+    Some(e)
+}
+
 /// The auto-clean loop (see the module docs).
 pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     loop {
         let wait = match run_once(&core, false).await {
-            Ok(p) => p.after_hours.map_or(OFF_RECHECK, |h| {
-                Duration::from_secs_f64((h * 360.0).clamp(1.0, 60.0))
-            }),
+            Ok(p) => {
+                if let Some(e) = audit_entry(&p) {
+                    crate::audit::record(core.storage.as_ref(), &e).await;
+                }
+                p.after_hours.map_or(OFF_RECHECK, |h| {
+                    Duration::from_secs_f64((h * 360.0).clamp(1.0, 60.0))
+                })
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "auto-clean round failed");
                 OFF_RECHECK

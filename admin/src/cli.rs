@@ -184,7 +184,16 @@ pub fn accounts_import(
         let details = serde_json::json!({
             "added": sum.added, "updated": sum.updated, "skipped": sum.skipped.len(),
         });
-        audit(s, "accounts.import", "account", None, details).await;
+        // One entry listing the accounts imported (`crate::audit::Affected`).
+        let mut e = crate::audit::internal(
+            crate::audit::ACTOR_CLI,
+            "accounts.import",
+            "account",
+            None,
+            details,
+        );
+        crate::audit::Affected::of("account", sum.ids.iter().copied()).fold_into(&mut e);
+        crate::audit::record(s, &e).await;
         Ok(sum)
     }))
 }

@@ -11,7 +11,10 @@
 //!   `SchedulerLive::burn_*_pct_h`, where the scheduler (`quota_reset_priority`) and the data
 //!   plane's `/metrics` read them.
 //! - [`Forecaster::view`]: per account and for the pool, when it runs out and when capacity
-//!   returns ([`ForecastView`], `GET /api/admin/forecast`).
+//!   returns ([`ForecastView`], `GET /api/admin/forecast`), counting the reset credits each
+//!   account holds (as the quota poller last read them from `/wham/usage`): a credit is spent
+//!   when its account runs out and gives it a fresh window (`shared_state::forecast`). The
+//!   pool's run-out without them is shown next to it, so the credits' worth is visible.
 //!
 //! # Usage
 //! The sidecar samples every [`TICK`]; the API samples before each answer. Nothing here
@@ -172,9 +175,16 @@ impl Forecaster {
         (now, burns)
     }
 
-    /// Samples, then forecasts every account and the pool.
-    pub fn view(&self, snap: &Snapshot) -> ForecastView {
+    /// Samples, then forecasts every account and the pool; `credits`: the reset credits per
+    /// account id (absent: none known).
+    pub fn view(&self, snap: &Snapshot, credits: &HashMap<i64, u64>) -> ForecastView {
         let (now, burns) = self.sample(snap);
+        let credits_of = |id: i64| {
+            credits
+                .get(&id)
+                .map_or(0, |&n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        let mut members = Vec::new();
         let mut plans: BTreeMap<String, PlanView> = BTreeMap::new();
         let mut accounts = Vec::with_capacity(snap.accounts.len());
         for a in snap.accounts.iter() {
@@ -184,9 +194,14 @@ impl Forecaster {
                 .copied()
                 .unwrap_or(((0.0, BurnSource::None), (0.0, BurnSource::None)));
             let (p, s) = forecast::windows_of(a);
-            let f = forecast::account_of(a, now);
+            let member = forecast::Member {
+                reset_credits: credits_of(a.id),
+                ..forecast::member(a)
+            };
+            let f = forecast::account(&member, now);
             let plan = plan_of(a.plan.as_deref()).to_owned();
             if counted {
+                members.push(member);
                 let e = plans.entry(plan.clone()).or_insert_with(|| PlanView {
                     plan: plan.clone(),
                     ..Default::default()
@@ -212,6 +227,8 @@ impl Forecaster {
                     Binding::Secondary => "secondary",
                 }),
                 capacity_returns_at_ms: f.returns_at_ms.filter(|&r| r != 0),
+                reset_credits: credits.get(&a.id).copied(),
+                credits_used: f.credits_used,
             });
         }
         for p in plans.values_mut() {
@@ -220,7 +237,21 @@ impl Forecaster {
                 p.burn_secondary_pct_per_hour /= p.observed as f64;
             }
         }
-        let pool = forecast::pool_of(snap, now);
+        let pool = forecast::pool(&members, now);
+        let total_credits: u64 = members.iter().map(|m| u64::from(m.reset_credits)).sum();
+        // The same pool without its credits, for comparison (only worth simulating with some).
+        let without = if total_credits == 0 {
+            pool
+        } else {
+            let bare: Vec<forecast::Member> = members
+                .iter()
+                .map(|m| forecast::Member {
+                    reset_credits: 0,
+                    ..*m
+                })
+                .collect();
+            forecast::pool(&bare, now)
+        };
         ForecastView {
             now_ms: now,
             pool: PoolView {
@@ -229,6 +260,9 @@ impl Forecaster {
                 demand_pct_per_hour: pool.demand_pct_h,
                 exhausts_at_ms: pool.exhausts_at_ms,
                 capacity_returns_at_ms: pool.returns_at_ms.filter(|&r| r != 0),
+                reset_credits: total_credits,
+                credits_used: pool.credits_used,
+                exhausts_without_credits_at_ms: without.exhausts_at_ms,
             },
             plans: plans.into_values().collect(),
             accounts,
@@ -347,6 +381,13 @@ pub struct PoolView {
     pub exhausts_at_ms: Option<u64>,
     /// When the first account can serve again after that.
     pub capacity_returns_at_ms: Option<u64>,
+    /// Reset credits the counted accounts hold.
+    pub reset_credits: u64,
+    /// Of those, how many the forecast spends before the pool runs out (each when its
+    /// account runs out).
+    pub credits_used: u32,
+    /// When the pool would run out without any reset credit (`null`: not within 8 days).
+    pub exhausts_without_credits_at_ms: Option<u64>,
 }
 
 /// One plan's burn.
@@ -396,12 +437,17 @@ pub struct AccountForecastView {
     pub primary: WindowView,
     /// The weekly window.
     pub secondary: WindowView,
-    /// When the account runs out (`null`: it lasts to its resets).
+    /// When the account runs out, after spending its reset credits (`null`: it lasts to its
+    /// resets).
     pub exhausts_at_ms: Option<u64>,
     /// Which window runs out first.
     pub binding: Option<&'static str>,
     /// When it can serve again after running out.
     pub capacity_returns_at_ms: Option<u64>,
+    /// Reset credits it holds, as last polled (`null`: not polled yet).
+    pub reset_credits: Option<u64>,
+    /// Of those, how many the forecast spends before that run-out.
+    pub credits_used: u32,
 }
 
 #[cfg(test)]

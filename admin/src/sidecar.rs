@@ -465,6 +465,10 @@ fn spawn_tasks(
             let (core, stop) = (Arc::clone(core), stop.clone());
             move || crate::clean::run(Arc::clone(&core), stop.clone())
         }),
+        sup.spawn("audit_prune", {
+            let (core, stop) = (Arc::clone(core), stop.clone());
+            move || crate::audit::prune_loop(Arc::clone(&core), stop.clone())
+        }),
     ];
     // Fleet invalidations (`crate::pubsub`), only with Redis.
     if let Some(url) = cfg.redis_url.clone().filter(|u| !u.trim().is_empty()) {

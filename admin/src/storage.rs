@@ -296,11 +296,13 @@ pub struct KeyRow {
 
 /// Builds a key's limits from its stored columns: `[rpm, max_concurrency, tokens_per_day,
 /// tokens_per_month, cost_per_day_micros, cost_per_month_micros, expires_at]` (negative
-/// values load as no limit), the JSON model list, the group and the enabled flag.
+/// values load as no limit), the JSON model list, the group, the service tier policy (an
+/// unknown stored name loads as unset, with a warning) and the enabled flag.
 pub(crate) fn key_limits_of(
     n: [Option<i64>; 7],
     allowed_models: Option<String>,
     account_group: Option<String>,
+    service_tier: Option<String>,
     enabled: bool,
 ) -> shared_state::keys::KeyLimits {
     let u = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
@@ -318,6 +320,15 @@ pub(crate) fn key_limits_of(
             .and_then(|m| serde_json::from_str::<Vec<String>>(&m).ok())
             .unwrap_or_default(),
         account_group: account_group.filter(|g| !g.is_empty()),
+        service_tier: service_tier
+            .filter(|t| !t.trim().is_empty())
+            .and_then(|t| match t.parse() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a key's stored service_tier is unknown: unset");
+                    None
+                }
+            }),
         enabled,
     }
 }

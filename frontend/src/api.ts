@@ -70,6 +70,8 @@ export interface KeyLimits {
   rpm: number | null; max_concurrency: number | null; tokens_per_day: number | null
   tokens_per_month: number | null; cost_per_day_usd: number | null; cost_per_month_usd: number | null
   allowed_models: string[]; account_group: string | null; expires_at: number | null; enabled: boolean
+  /** pass / strip / refuse; null: the global service_tier setting. */
+  service_tier: 'pass' | 'strip' | 'refuse' | null
 }
 
 export interface KeyPeriod { requests: number; tokens: number; cost_usd: number }
@@ -116,11 +118,14 @@ export interface ForecastAccount {
   id: number; label: string; plan: string; counted: boolean; schedulable: boolean
   primary: ForecastWindow; secondary: ForecastWindow
   exhausts_at_ms: number | null; binding: 'primary' | 'secondary' | null; capacity_returns_at_ms: number | null
+  /** Reset credits as last polled (null: not polled yet); credits_used: spent by the forecast. */
+  reset_credits: number | null; credits_used: number
 }
 export interface Forecast {
   now_ms: number; lookback_s: number
   pool: { accounts: number; available_now: number; demand_pct_per_hour: number
-    exhausts_at_ms: number | null; capacity_returns_at_ms: number | null }
+    exhausts_at_ms: number | null; capacity_returns_at_ms: number | null
+    reset_credits: number; credits_used: number; exhausts_without_credits_at_ms: number | null }
   plans: { plan: string; accounts: number; observed: number; burn_primary_pct_per_hour: number; burn_secondary_pct_per_hour: number }[]
   accounts: ForecastAccount[]
 }

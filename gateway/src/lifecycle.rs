@@ -651,8 +651,12 @@ pub async fn open_traced(
     }
     let group = plan.key_limits.account_group.as_deref();
     let mut snap = ctx.snapshot.load_full();
-    // The operator's service tier policy (hot: the published setting).
-    let tier_body = service_tier(&plan.body, snap.settings.service_tier)?;
+    // The operator's service tier policy: the key's own, else the published setting (hot).
+    let tier_body = service_tier(
+        &plan.body,
+        plan.key_limits
+            .service_tier_policy(snap.settings.service_tier),
+    )?;
     // Blobs the body carries and who minted them: their minter goes first while it is
     // schedulable (stronger than session affinity; it holds without a session id too).
     let owned = bound::Owned::of(&ctx.owners, &plan.body).await;

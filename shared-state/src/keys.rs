@@ -5,8 +5,10 @@
 //! - [`hash_key`]: SHA-256 of the full `sk-...` key; only this is stored and looked up.
 //! - [`KEY_PREFIX`]: the prefix every gateway key carries.
 //! - [`KeyLimits`]: what the operator set on a key (RPM, concurrency, token and cost budgets
-//!   per UTC day and month, model allow-list, account group, expiry, enabled), published in
-//!   the snapshot with each [`crate::ClientKey`].
+//!   per UTC day and month, model allow-list, account group, service tier policy, expiry,
+//!   enabled), published in the snapshot with each [`crate::ClientKey`].
+//!   [`KeyLimits::service_tier_policy`] is the one rule for which service tier policy applies
+//!   to a request (the key's, else the global setting).
 //! - [`KeyLive`]: process-lifetime atomics of one key (in-flight requests, this minute's
 //!   requests, today's and this month's requests/tokens/cost), shared by every worker and
 //!   kept across snapshots like [`crate::AccountLive`]. Each windowed [`Counter`] holds a
@@ -23,6 +25,9 @@ use std::{
 };
 
 use sha2::{Digest, Sha256};
+
+use crate::snapshot::ServiceTierPolicy;
+
 /// Every client key the gateway issues starts with this.
 pub const KEY_PREFIX: &str = "sk-cg-";
 
@@ -60,6 +65,9 @@ pub struct KeyLimits {
     /// The account group the key is served from; `None`: the shared pool (accounts without a
     /// group).
     pub account_group: Option<String>,
+    /// What happens to this key's requests asking for the priority (`fast`) service tier;
+    /// `None`: the global setting ([`crate::Settings::service_tier`]) applies.
+    pub service_tier: Option<ServiceTierPolicy>,
     /// Expiry, Unix ms.
     pub expires_at_ms: Option<u64>,
     /// A disabled key is refused like an unknown one.
@@ -80,6 +88,12 @@ impl KeyLimits {
     /// Whether the key may authenticate at `now_ms` (enabled and not expired).
     pub fn usable_at(&self, now_ms: u64) -> bool {
         self.enabled && self.expires_at_ms.is_none_or(|e| now_ms < e)
+    }
+
+    /// The service tier policy for this key's requests: the key's own when set, else
+    /// `global` (the published setting). The data plane asks only this.
+    pub fn service_tier_policy(&self, global: ServiceTierPolicy) -> ServiceTierPolicy {
+        self.service_tier.unwrap_or(global)
     }
 
     /// Whether `model` (the upstream slug) is allowed.
@@ -741,6 +755,24 @@ mod tests {
         k.expires_at_ms = None;
         k.enabled = false;
         assert!(!k.usable_at(0));
+    }
+
+    #[test]
+    fn the_keys_service_tier_policy_wins_over_the_global_one() {
+        let mut k = KeyLimits::unlimited();
+        for g in ServiceTierPolicy::ALL {
+            assert_eq!(
+                k.service_tier_policy(g),
+                g,
+                "unset follows the global setting"
+            );
+        }
+        for own in ServiceTierPolicy::ALL {
+            k.service_tier = Some(own);
+            for g in ServiceTierPolicy::ALL {
+                assert_eq!(k.service_tier_policy(g), own);
+            }
+        }
     }
 
     #[test]

@@ -20,6 +20,9 @@
 //!   (nothing listens there) and pastes that URL into
 //!   `POST /accounts/oauth/finish` `{"callback_url"}` (or `{"code","state"}`) -> the imported
 //!   account.
+//!
+//! Bulk actions, imports, exports and the OAuth finish answer with the ids they affected
+//! ([`crate::audit::Affected`]): each call is one audit entry listing them.
 
 use std::{collections::HashMap, sync::Mutex, time::Duration};
 
@@ -35,7 +38,12 @@ use serde::{Deserialize, Serialize};
 use shared_state::{board::BoardEntry, AccountEffect, AccountStatus, Secret};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
-use crate::{import::ImportSummary, sidecar::Core, storage::AccountRow};
+use crate::{
+    audit::{Affected, Audited},
+    import::ImportSummary,
+    sidecar::Core,
+    storage::AccountRow,
+};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -488,7 +496,12 @@ const BULK_ACTIONS: &[&str] = &["enable", "disable", "delete", "refresh", "reset
 /// Most ids one bulk request may name.
 const BULK_MAX: usize = 10_000;
 
-async fn bulk(State(core): State<AppState>, body: Bytes) -> ApiResult<BulkResult> {
+/// The action a bulk call is audited as (the one its single-account route is audited as).
+fn bulk_audit_action(action: &str) -> String {
+    format!("accounts.{}", action.replace('_', "-"))
+}
+
+async fn bulk(State(core): State<AppState>, body: Bytes) -> Result<Audited<BulkResult>, ApiError> {
     let req: BulkRequest = parse_body(&body)?;
     if !BULK_ACTIONS.contains(&req.action.as_str()) {
         return Err(ApiError::bad_request(format!(
@@ -531,7 +544,11 @@ async fn bulk(State(core): State<AppState>, body: Bytes) -> ApiResult<BulkResult
     }
     core.publisher.reload(core.storage.as_ref(), false).await?;
     let succeeded = results.iter().filter(|r| r.ok).count();
-    Ok(Json(BulkResult {
+    // One audit entry for the call, listing what it affected.
+    let affected = Affected::of("account", results.iter().filter(|r| r.ok).map(|r| r.id))
+        .failed(results.iter().filter(|r| !r.ok).map(|r| r.id))
+        .action(bulk_audit_action(&req.action));
+    Ok(affected.with(BulkResult {
         object: "bulk_result",
         action: req.action,
         succeeded,
@@ -585,7 +602,10 @@ impl From<ImportSummary> for ImportView {
 /// Most files one import may carry.
 const IMPORT_MAX_FILES: usize = 5_000;
 
-async fn import(State(core): State<AppState>, body: Bytes) -> ApiResult<ImportView> {
+async fn import(
+    State(core): State<AppState>,
+    body: Bytes,
+) -> Result<Audited<ImportView>, ApiError> {
     let req: ImportRequest = parse_body(&body)?;
     if req.files.is_empty() || req.files.len() > IMPORT_MAX_FILES {
         return Err(
@@ -616,7 +636,8 @@ async fn import(State(core): State<AppState>, body: Bytes) -> ApiResult<ImportVi
         skipped = sum.skipped.len(),
         "accounts imported through the admin API"
     );
-    Ok(Json(sum.into()))
+    let affected = Affected::of("account", sum.ids.iter().copied());
+    Ok(affected.with(sum.into()))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -645,14 +666,19 @@ struct ExportDoc {
     email: Option<String>,
 }
 
-async fn export(State(core): State<AppState>, body: Bytes) -> ApiResult<List<ExportDoc>> {
+async fn export(
+    State(core): State<AppState>,
+    body: Bytes,
+) -> Result<Audited<List<ExportDoc>>, ApiError> {
     let req: ExportRequest = parse_body(&body)?;
     let rows = core.storage.load_accounts().await?;
     let mut data = Vec::new();
+    let mut exported = Vec::new();
     for (row, sec) in rows {
         if req.ids.as_ref().is_some_and(|ids| !ids.contains(&row.id)) {
             continue;
         }
+        exported.push(row.id);
         let last_refresh = row.last_refresh_at.and_then(|ms| {
             time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
                 .ok()
@@ -678,7 +704,7 @@ async fn export(State(core): State<AppState>, body: Bytes) -> ApiResult<List<Exp
         accounts = data.len(),
         "accounts exported through the admin API (tokens included)"
     );
-    Ok(Json(List::of(data)))
+    Ok(Affected::of("account", exported).with(List::of(data)))
 }
 
 /// How long an OAuth login may take between start and finish.
@@ -774,7 +800,10 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn oauth_finish(State(core): State<AppState>, body: Bytes) -> ApiResult<ImportView> {
+async fn oauth_finish(
+    State(core): State<AppState>,
+    body: Bytes,
+) -> Result<Audited<ImportView>, ApiError> {
     let req: OAuthFinish = parse_body(&body)?;
     let url = req.callback_url.as_deref().unwrap_or("").trim();
     let code = req
@@ -838,7 +867,8 @@ async fn oauth_finish(State(core): State<AppState>, body: Bytes) -> ApiResult<Im
     )
     .await;
     core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(sum.into()))
+    let affected = Affected::of("account", sum.ids.iter().copied());
+    Ok(affected.with(sum.into()))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@
 //! Limits ([`LimitsPatch`]): `rpm`, `max_concurrency`, `tokens_per_day`, `tokens_per_month`,
 //! `cost_per_day_usd`, `cost_per_month_usd`, `allowed_models` (list of model slugs, a trailing
 //! `*` matches a prefix; empty: every model), `account_group` (the group of accounts the key
-//! uses; `null`: the shared pool), `expires_at` (Unix seconds), `enabled`.
+//! uses; `null`: the shared pool), `service_tier` (`pass`, `strip` or `refuse`: what happens
+//! to the key's requests asking for the priority tier; `null`: the global `service_tier`
+//! setting applies), `expires_at` (Unix seconds), `enabled`.
 
 use axum::{
     body::Bytes,
@@ -22,7 +24,10 @@ use axum::{
     Json, Router,
 };
 use serde::{Deserialize, Serialize};
-use shared_state::keys::{self as sk, KeyLimits};
+use shared_state::{
+    keys::{self as sk, KeyLimits},
+    snapshot::ServiceTierPolicy,
+};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::storage::{KeyRow, UsageFilter, UsageTotals};
@@ -51,6 +56,8 @@ pub(crate) struct LimitsView {
     cost_per_month_usd: Option<f64>,
     allowed_models: Vec<String>,
     account_group: Option<String>,
+    /// `pass`, `strip`, `refuse`; `null`: the global setting.
+    service_tier: Option<&'static str>,
     /// Unix seconds.
     expires_at: Option<u64>,
     enabled: bool,
@@ -69,6 +76,7 @@ impl LimitsView {
             cost_per_month_usd: usd(l.cost_per_month_micros),
             allowed_models: l.allowed_models.clone(),
             account_group: l.account_group.clone(),
+            service_tier: l.service_tier.map(ServiceTierPolicy::as_str),
             expires_at: l.expires_at_ms.map(|e| e / 1000),
             enabled: l.enabled,
         }
@@ -214,6 +222,9 @@ pub struct LimitsPatch {
     /// Account group (`null` or `""`: the shared pool).
     #[serde(default, deserialize_with = "present")]
     pub account_group: Option<Option<String>>,
+    /// Service tier policy: `pass`, `strip`, `refuse` (`null` or `""`: the global setting).
+    #[serde(default, deserialize_with = "present")]
+    pub service_tier: Option<Option<String>>,
     /// Expiry, Unix seconds (`null`: never).
     #[serde(default, deserialize_with = "present")]
     pub expires_at: Option<Option<u64>>,
@@ -301,6 +312,15 @@ impl LimitsPatch {
         }
         if let Some(g) = &self.account_group {
             l.account_group = group_name(g.as_deref())?;
+        }
+        if let Some(t) = &self.service_tier {
+            l.service_tier = match t.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+                None => None,
+                Some(t) => Some(t.parse::<ServiceTierPolicy>().map_err(|e| {
+                    ApiError::bad_request(format!("\"service_tier\": {e}"))
+                        .with_param("service_tier")
+                })?),
+            };
         }
         if let Some(e) = self.expires_at {
             l.expires_at_ms = e.map(|s| s.saturating_mul(1000));
@@ -411,10 +431,29 @@ mod tests {
         assert_eq!(l.rpm, None);
         assert_eq!(l.account_group, None);
         assert_eq!(l.cost_per_day_micros, Some(1_500_000), "absent fields stay");
+        let p: LimitsPatch = serde_json::from_str(r#"{"service_tier":" Refuse "}"#).unwrap();
+        p.apply(&mut l).unwrap();
+        assert_eq!(l.service_tier, Some(ServiceTierPolicy::Refuse));
+        assert_eq!(
+            serde_json::to_value(LimitsView::of(&l)).unwrap()["service_tier"],
+            "refuse"
+        );
+        let p: LimitsPatch = serde_json::from_str(r#"{"rpm":3}"#).unwrap();
+        p.apply(&mut l).unwrap();
+        assert_eq!(
+            l.service_tier,
+            Some(ServiceTierPolicy::Refuse),
+            "absent stays"
+        );
+        let p: LimitsPatch = serde_json::from_str(r#"{"service_tier":null}"#).unwrap();
+        p.apply(&mut l).unwrap();
+        assert_eq!(l.service_tier, None, "null: the global setting again");
+        assert!(serde_json::to_value(LimitsView::of(&l)).unwrap()["service_tier"].is_null());
         for bad in [
             r#"{"rpm":0}"#,
             r#"{"cost_per_day_usd":-1}"#,
             r#"{"account_group":"a b"}"#,
+            r#"{"service_tier":"fast"}"#,
         ] {
             let p: LimitsPatch = serde_json::from_str(bad).unwrap();
             assert!(p.apply(&mut l).is_err(), "{bad}");

@@ -7,12 +7,16 @@
 //!   request per account straight to the upstream (`crate::batch`: never through the data
 //!   plane, never charged to a client key); `model` defaults to [`DEFAULT_TEST_MODEL`],
 //!   `concurrency` to 4 (1..=32); results in the order of `ids`.
+//!
+//! Each call is one audit entry listing the accounts it acted on (`crate::audit::Affected`):
+//! the ones cleaned (none for a dry run), the ones tested.
 
-use axum::{body::Bytes, extract::State, routing::post, Json, Router};
+use axum::{body::Bytes, extract::State, routing::post, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_body, ApiError, ApiResult, AppState};
+use super::{parse_body, ApiError, AppState};
+use crate::audit::{Affected, Audited};
 
 /// The model a batch test asks for when none is given.
 pub const DEFAULT_TEST_MODEL: &str = "gpt-5.5";
@@ -30,9 +34,18 @@ struct CleanRequest {
     dry_run: bool,
 }
 
-async fn auto_clean(State(core): State<AppState>, body: Bytes) -> ApiResult<crate::clean::Pass> {
+async fn auto_clean(
+    State(core): State<AppState>,
+    body: Bytes,
+) -> Result<Audited<crate::clean::Pass>, ApiError> {
     let req: CleanRequest = parse_body(&body)?;
-    Ok(Json(crate::clean::run_once(&core, req.dry_run).await?))
+    let pass = crate::clean::run_once(&core, req.dry_run).await?;
+    let ids = if pass.dry_run {
+        Vec::new()
+    } else {
+        pass.cleaned.iter().map(|c| c.id).collect()
+    };
+    Ok(Affected::of("account", ids).with(pass))
 }
 
 #[derive(Debug, Deserialize)]
@@ -46,7 +59,10 @@ struct TestRequest {
     concurrency: Option<usize>,
 }
 
-async fn test_accounts(State(core): State<AppState>, body: Bytes) -> ApiResult<Value> {
+async fn test_accounts(
+    State(core): State<AppState>,
+    body: Bytes,
+) -> Result<Audited<Value>, ApiError> {
     let req: TestRequest = parse_body(&body)?;
     if req.ids.is_empty() {
         return Err(
@@ -77,12 +93,14 @@ async fn test_accounts(State(core): State<AppState>, body: Bytes) -> ApiResult<V
         .to_owned();
     let results = crate::batch::test_accounts(&core, &req.ids, &model, concurrency).await;
     let ok = results.iter().filter(|r| r.ok).count();
-    Ok(Json(json!({
-        "object": "account_test",
-        "model": model,
-        "concurrency": concurrency,
-        "succeeded": ok,
-        "failed": results.len() - ok,
-        "results": results,
-    })))
+    Ok(
+        Affected::of("account", req.ids.iter().copied()).with(json!({
+            "object": "account_test",
+            "model": model,
+            "concurrency": concurrency,
+            "succeeded": ok,
+            "failed": results.len() - ok,
+            "results": results,
+        })),
+    )
 }

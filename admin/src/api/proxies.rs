@@ -492,7 +492,7 @@ async fn assign_many(
     State(core): State<AppState>,
     Path(id): Path<String>,
     body: Bytes,
-) -> ApiResult<ProxyView> {
+) -> Result<crate::audit::Audited<ProxyView>, ApiError> {
     let id = parse_id(&id)?;
     let req: AssignMany = parse_body(&body)?;
     let a = ProxyAssignment::Proxy(id);
@@ -504,7 +504,9 @@ async fn assign_many(
         core.storage.proxies().set_account_proxy(*acc, &a).await?;
     }
     core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(one(&core, id).await?))
+    // One audit entry (the proxy's) listing the accounts assigned.
+    let affected = crate::audit::Affected::of("account", req.account_ids.iter().copied());
+    Ok(affected.with(one(&core, id).await?))
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! Audit log storage (issue 27): the `audit_log` table, migration 0020.
 //!
 //! # Key Components
-//! - [`AuditStore`]: append and list, reached through [`super::Storage::audit`]; stamped out
-//!   for both backends by `impl_audit_store!` (the SQL is identical, as in `sql.rs`).
+//! - [`AuditStore`]: append, list and prune, reached through [`super::Storage::audit`];
+//!   stamped out for both backends by `impl_audit_store!` (the SQL is identical, as in
+//!   `sql.rs`). Pruning deletes by `at_ms` through its index (`audit_log_at`), in batches of
+//!   [`PRUNE_BATCH`] so a large first prune never holds SQLite's write lock for long.
 //! - [`AuditWrite`] (what is appended: already redacted by [`crate::audit`]), [`AuditRow`],
 //!   [`AuditFilter`].
 //!
@@ -23,7 +25,7 @@ pub struct AuditWrite {
     pub action: String,
     /// The object's type (`account`, `key`, `settings`, ...).
     pub object_type: Option<String>,
-    /// The object's id.
+    /// The object's id; for an action on many objects, their ids separated by commas.
     pub object_id: Option<String>,
     /// HTTP status of an API call (0: an internal actor).
     pub status: i64,
@@ -79,7 +81,8 @@ pub struct AuditFilter {
     pub action: Option<String>,
     /// Only this object type (`account`, `key`, ...).
     pub object_type: Option<String>,
-    /// Only this object id.
+    /// Only this object id (also an entry whose comma-separated list holds it: a bulk
+    /// action).
     pub object_id: Option<String>,
     /// At or after, Unix ms.
     pub since_ms: Option<i64>,
@@ -96,7 +99,13 @@ pub trait AuditStore: Send + Sync {
     /// Entries matching `f`, newest first, at most `limit`.
     fn list_audit<'a>(&'a self, f: &'a AuditFilter, limit: u32)
         -> StorageFuture<'a, Vec<AuditRow>>;
+    /// Deletes entries older than `before_ms` (Unix ms), at most [`PRUNE_BATCH`] (the oldest
+    /// first); returns how many went. Callers repeat while a full batch went.
+    fn prune_audit(&self, before_ms: i64) -> StorageFuture<'_, u64>;
 }
+
+/// Most entries one [`AuditStore::prune_audit`] call deletes.
+pub const PRUNE_BATCH: i64 = 5_000;
 
 /// `WHERE` clause and its text binds for `f` (placeholders `$1..`), then the id bound.
 pub(super) fn filter_sql(f: &AuditFilter) -> (String, Vec<String>, Vec<i64>) {
@@ -111,14 +120,17 @@ pub(super) fn filter_sql(f: &AuditFilter) -> (String, Vec<String>, Vec<i64>) {
         texts.push(a.to_owned());
         conds.push(format!("action LIKE ${} || '%'", texts.len()));
     }
-    for (v, col) in [
-        (f.object_type.as_deref(), "object_type"),
-        (f.object_id.as_deref(), "object_id"),
-    ] {
-        if let Some(v) = v.filter(|s| !s.is_empty()) {
-            texts.push(v.to_owned());
-            conds.push(format!("{col} = ${}", texts.len()));
-        }
+    if let Some(v) = f.object_type.as_deref().filter(|s| !s.is_empty()) {
+        texts.push(v.to_owned());
+        conds.push(format!("object_type = ${}", texts.len()));
+    }
+    if let Some(v) = f.object_id.as_deref().filter(|s| !s.is_empty()) {
+        texts.push(v.to_owned());
+        let n = texts.len();
+        // One id, or one of a bulk action's comma-separated ids.
+        conds.push(format!(
+            "(object_id = ${n} OR ',' || object_id || ',' LIKE '%,' || ${n} || ',%')"
+        ));
     }
     let mut n = texts.len();
     for (v, op, col) in [
@@ -214,6 +226,20 @@ macro_rules! impl_audit_store {
                     Ok(out)
                 })
             }
+
+            fn prune_audit(&self, before_ms: i64) -> $crate::storage::StorageFuture<'_, u64> {
+                Box::pin(async move {
+                    let r = sqlx::query(
+                        "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log \
+                         WHERE at_ms < $1 ORDER BY at_ms LIMIT $2)",
+                    )
+                    .bind(before_ms)
+                    .bind($crate::storage::audit::PRUNE_BATCH)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(r.rows_affected())
+                })
+            }
         }
     };
 }
@@ -238,7 +264,8 @@ mod tests {
         });
         assert_eq!(
             w,
-            "WHERE actor LIKE '%' || $1 || '%' AND action LIKE $2 || '%' AND object_id = $3 \
+            "WHERE actor LIKE '%' || $1 || '%' AND action LIKE $2 || '%' AND \
+             (object_id = $3 OR ',' || object_id || ',' LIKE '%,' || $3 || ',%') \
              AND at_ms >= $4 AND id < $5"
         );
         assert_eq!(t, vec!["tok", "accounts", "7"]);

@@ -20,13 +20,15 @@ pub(super) const ACCOUNT_COLS: &str = "id, chatgpt_account_id, user_id, email, p
 /// Columns of [`super::KeyRow`], in select order.
 pub(super) const KEY_COLS: &str = "id, name, key_hash, key_prefix, created_at, revoked_at, \
      rpm_limit, max_concurrency, tokens_per_day, tokens_per_month, cost_per_day_micros, \
-     cost_per_month_micros, allowed_models, account_group, expires_at, enabled, last_used_at";
+     cost_per_month_micros, allowed_models, account_group, service_tier, expires_at, enabled, \
+     last_used_at";
 
-/// Sets every limit column of one key (`$11` = now).
+/// Sets every limit column of one key (`$11` = now, `$13` = the key's id).
 pub(super) const UPDATE_KEY_LIMITS: &str = "UPDATE api_keys SET rpm_limit = $1, \
      max_concurrency = $2, tokens_per_day = $3, tokens_per_month = $4, \
      cost_per_day_micros = $5, cost_per_month_micros = $6, allowed_models = $7, \
-     account_group = $8, expires_at = $9, enabled = $10, updated_at = $11 WHERE id = $12";
+     account_group = $8, expires_at = $9, enabled = $10, updated_at = $11, \
+     service_tier = $12 WHERE id = $13";
 
 /// Requests, tokens and cost per key since `$1` (Unix ms).
 pub(super) const KEY_SPEND: &str = "SELECT key_id, COUNT(*) AS requests, \
@@ -120,8 +122,72 @@ pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, mode
        AND ($3 IS NULL OR key_id = $3) AND ($4 IS NULL OR account_id = $4) \
      ORDER BY hour_ms, key_id, account_id, model";
 
-/// Rows per multi-row usage INSERT (23 binds each; far below both engines' limits).
-pub(super) const USAGE_CHUNK: usize = 200;
+/// Rows per multi-row usage INSERT: a batch of any size is cut into chunks of these sizes
+/// only (largest first), so each connection prepares at most this many distinct INSERT
+/// statements, once, and reuses them from its statement cache (sqlx keeps 100 per
+/// connection). A statement per batch size made every new size a new statement: SQLite
+/// parsed and planned an INSERT of up to 200 rows × 23 binds again whenever a batch of a
+/// size not in the cache came (benches/results/2026-12-02.md). 128 rows are 2,944 binds, far
+/// below both engines' limits (SQLite 32,766, PostgreSQL 65,535).
+pub(super) const USAGE_CHUNKS: [usize; 8] = [128, 64, 32, 16, 8, 4, 2, 1];
+
+/// Bind parameters per usage row ([`USAGE_INSERT_HEAD`]'s columns).
+const USAGE_COLS: usize = 23;
+
+/// The chunks a batch of `n` records is inserted in, as (rows, INSERT statement): as many
+/// 128s as fit, then at most one of each smaller power of two. `numbered`: `$N` placeholders
+/// (PostgreSQL); otherwise `?` (SQLite, where a `$N` is a *named* parameter: its parser and
+/// `sqlite3_bind_parameter_name` look names up in a list, quadratic in the binds of a
+/// 128-row INSERT).
+pub(super) fn usage_chunks(
+    mut n: usize,
+    numbered: bool,
+) -> impl Iterator<Item = (usize, &'static str)> {
+    std::iter::from_fn(move || {
+        let i = USAGE_CHUNKS.iter().position(|&s| s <= n)?;
+        n -= USAGE_CHUNKS[i];
+        Some((USAGE_CHUNKS[i], usage_insert_sql(i, numbered)))
+    })
+}
+
+/// The multi-row usage INSERT of `USAGE_CHUNKS[i]` rows, built once per placeholder style.
+fn usage_insert_sql(i: usize, numbered: bool) -> &'static str {
+    static NUMBERED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static PLAIN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let build = || {
+        USAGE_CHUNKS
+            .iter()
+            .map(|&rows| {
+                use std::fmt::Write as _;
+                let mut q = String::with_capacity(USAGE_INSERT_HEAD.len() + rows * 150 + 80);
+                q.push_str(USAGE_INSERT_HEAD);
+                q.push_str("VALUES ");
+                for r in 0..rows {
+                    q.push_str(if r == 0 { "(" } else { ", (" });
+                    for c in 0..USAGE_COLS {
+                        if c > 0 {
+                            q.push_str(", ");
+                        }
+                        if numbered {
+                            let _ = write!(q, "${}", r * USAGE_COLS + c + 1);
+                        } else {
+                            q.push('?');
+                        }
+                    }
+                    q.push(')');
+                }
+                q.push_str(USAGE_INSERT_TAIL);
+                q
+            })
+            .collect::<Vec<_>>()
+    };
+    let all = if numbered {
+        NUMBERED.get_or_init(build)
+    } else {
+        PLAIN.get_or_init(build)
+    };
+    &all[i]
+}
 
 /// Usage totals grouped by `(key_id, account_id)`. `SUM` of a `BIGINT` is `NUMERIC` on
 /// PostgreSQL, hence the casts; `$N IS NULL OR ...` turns an absent filter off.
@@ -309,6 +375,7 @@ macro_rules! impl_storage {
                         ],
                         r.try_get("allowed_models")?,
                         r.try_get("account_group")?,
+                        r.try_get("service_tier")?,
                         r.try_get("enabled")?,
                     ),
                     last_used_at: r.try_get("last_used_at")?,
@@ -820,6 +887,7 @@ macro_rules! impl_storage {
                         .bind(n(limits.expires_at_ms))
                         .bind(limits.enabled)
                         .bind($crate::storage::now_ms_i64())
+                        .bind(limits.service_tier.map(|t| t.as_str()))
                         .bind(id)
                         .execute(&self.pool)
                         .await?;
@@ -910,7 +978,12 @@ macro_rules! impl_storage {
                         std::collections::BTreeMap::new();
                     let mut inserted = 0usize;
                     let mut tx = self.pool.begin().await?;
-                    for chunk in records.chunks($crate::storage::sql::USAGE_CHUNK) {
+                    let mut rest = records;
+                    // `$N` placeholders on PostgreSQL, `?` on SQLite.
+                    let numbered = <$db as sqlx::Database>::NAME == "PostgreSQL";
+                    for (size, sql) in $crate::storage::sql::usage_chunks(records.len(), numbered) {
+                        let (chunk, tail) = rest.split_at(size);
+                        rest = tail;
                         let ids: Vec<String> = chunk
                             .iter()
                             .map(|r| {
@@ -922,39 +995,36 @@ macro_rules! impl_storage {
                                 format!("{id:032x}")
                             })
                             .collect();
-                        let mut qb = sqlx::QueryBuilder::<$db>::new(
-                            $crate::storage::sql::USAGE_INSERT_HEAD,
-                        );
-                        qb.push_values(chunk.iter().zip(&ids), |mut b, (r, id)| {
+                        // One of a few fixed statements (prepared once per connection).
+                        let mut q = sqlx::query::<$db>(sql);
+                        for (r, id) in chunk.iter().zip(&ids) {
                             use $crate::storage::to_i64;
-                            b.push_bind(r.key_id)
-                                .push_bind(r.account_id)
-                                .push_bind(r.route)
-                                .push_bind(r.model.as_str())
-                                .push_bind(i64::from(r.status))
-                                .push_bind(r.stream)
-                                .push_bind(to_i64(r.input_tokens))
-                                .push_bind(to_i64(r.cached_tokens))
-                                .push_bind(to_i64(r.output_tokens))
-                                .push_bind(to_i64(r.reasoning_tokens))
-                                .push_bind(r.ttfb_ms.map(to_i64))
-                                .push_bind(to_i64(r.latency_ms))
-                                .push_bind(r.error_code.as_deref())
-                                .push_bind(to_i64(r.started_at_ms))
-                                .push_bind(to_i64(r.cost_micros))
-                                .push_bind(id.as_str())
-                                .push_bind(r.reasoning_effort.as_deref())
-                                .push_bind(r.service_tier.as_deref())
-                                .push_bind(r.transport.as_str())
-                                .push_bind(r.ttft_ms.map(to_i64))
-                                .push_bind(i64::from(r.failovers))
-                                .push_bind(r.error_class.as_deref())
-                                .push_bind(
-                                    Some(r.request_id.as_str()).filter(|id| !id.is_empty()),
-                                );
-                        });
-                        qb.push($crate::storage::sql::USAGE_INSERT_TAIL);
-                        let rows = qb.build().fetch_all(&mut *tx).await?;
+                            q = q
+                                .bind(r.key_id)
+                                .bind(r.account_id)
+                                .bind(r.route)
+                                .bind(r.model.as_str())
+                                .bind(i64::from(r.status))
+                                .bind(r.stream)
+                                .bind(to_i64(r.input_tokens))
+                                .bind(to_i64(r.cached_tokens))
+                                .bind(to_i64(r.output_tokens))
+                                .bind(to_i64(r.reasoning_tokens))
+                                .bind(r.ttfb_ms.map(to_i64))
+                                .bind(to_i64(r.latency_ms))
+                                .bind(r.error_code.as_deref())
+                                .bind(to_i64(r.started_at_ms))
+                                .bind(to_i64(r.cost_micros))
+                                .bind(id.as_str())
+                                .bind(r.reasoning_effort.as_deref())
+                                .bind(r.service_tier.as_deref())
+                                .bind(r.transport.as_str())
+                                .bind(r.ttft_ms.map(to_i64))
+                                .bind(i64::from(r.failovers))
+                                .bind(r.error_class.as_deref())
+                                .bind(Some(r.request_id.as_str()).filter(|id| !id.is_empty()));
+                        }
+                        let rows = q.fetch_all(&mut *tx).await?;
                         inserted += rows.len();
                         // Every row inserted (no replayed duplicate): the whole chunk goes
                         // into the rollups; otherwise only the records whose ids came back.
@@ -1447,3 +1517,47 @@ macro_rules! impl_storage {
 }
 
 pub(super) use impl_storage;
+
+#[cfg(test)]
+mod usage_chunk_tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_the_fixed_sizes_only() {
+        for n in 0..=1_000 {
+            let sizes: Vec<usize> = usage_chunks(n, true).map(|(s, _)| s).collect();
+            assert_eq!(sizes.iter().sum::<usize>(), n, "n = {n}");
+            assert!(sizes.iter().all(|s| USAGE_CHUNKS.contains(s)), "n = {n}");
+            // Largest first, and below 128 at most one chunk of each size.
+            assert!(sizes.windows(2).all(|w| w[0] >= w[1]), "n = {n}");
+            let small: Vec<_> = sizes.iter().filter(|&&s| s < 128).collect();
+            let mut dedup = small.clone();
+            dedup.dedup();
+            assert_eq!(small, dedup, "n = {n}");
+        }
+        let sizes: Vec<usize> = usage_chunks(200, false).map(|(s, _)| s).collect();
+        assert_eq!(sizes, [128, 64, 8]);
+    }
+
+    #[test]
+    fn each_fixed_statement_has_a_placeholder_per_bind() {
+        for (i, &rows) in USAGE_CHUNKS.iter().enumerate() {
+            let binds = rows * USAGE_COLS;
+            let pg = usage_insert_sql(i, true);
+            assert!(pg.contains(&format!("${binds})")), "{rows} rows");
+            assert!(!pg.contains(&format!("${}", binds + 1)), "{rows} rows");
+            assert!(!pg.contains('?'));
+            let lite = usage_insert_sql(i, false);
+            assert_eq!(lite.matches('?').count(), binds, "{rows} rows");
+            assert!(!lite.contains('$'));
+            for sql in [pg, lite] {
+                // + the column list and ON CONFLICT (record_id)
+                assert_eq!(sql.matches('(').count(), rows + 2, "{rows} rows");
+                assert!(sql.ends_with(USAGE_INSERT_TAIL));
+            }
+            // The same text every time (the statement cache's key).
+            assert!(std::ptr::eq(pg, usage_insert_sql(i, true)));
+            assert_eq!(usage_chunks(rows, false).next(), Some((rows, lite)));
+        }
+    }
+}

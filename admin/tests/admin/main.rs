@@ -6,6 +6,7 @@
 
 mod support;
 
+mod audit;
 mod cli;
 mod import;
 mod models;

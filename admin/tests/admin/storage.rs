@@ -395,6 +395,7 @@ async fn key_limits_groups_and_spend(db: &TestDb) {
         cost_per_month_micros: None,
         allowed_models: vec!["gpt-5.5".into(), "gpt-6*".into()],
         account_group: Some("team-a".into()),
+        service_tier: Some(shared_state::snapshot::ServiceTierPolicy::Strip),
         expires_at_ms: Some(4_102_444_800_000),
         enabled: false,
     };
@@ -417,6 +418,30 @@ async fn key_limits_groups_and_spend(db: &TestDb) {
         .unwrap()
         .unwrap();
     assert_eq!(got.last_used_at, Some(5_000), "last use only moves forward");
+    // The service tier policy unset again (NULL: the global setting applies); an unknown
+    // stored name loads as unset.
+    let mut unset = want.clone();
+    unset.service_tier = None;
+    assert!(s.update_key_limits(row.id, &unset).await.unwrap());
+    let tier = async || {
+        s.find_key_by_hash(&hash_key_hex(&plain))
+            .await
+            .unwrap()
+            .unwrap()
+            .limits
+            .service_tier
+    };
+    assert_eq!(tier().await, None);
+    db.raw_exec("UPDATE api_keys SET service_tier = 'refuse'", &[])
+        .await;
+    assert_eq!(
+        tier().await,
+        Some(shared_state::snapshot::ServiceTierPolicy::Refuse)
+    );
+    db.raw_exec("UPDATE api_keys SET service_tier = 'turbo'", &[])
+        .await;
+    assert_eq!(tier().await, None);
+    assert!(s.update_key_limits(row.id, &want).await.unwrap());
 
     let acc = crate::sidecar::seed_account(s.as_ref(), "acct-g", "rt").await;
     assert!(s.set_account_group(acc, Some("team-a")).await.unwrap());

@@ -221,7 +221,8 @@ enum KeysCmd {
         #[command(flatten)]
         limits: KeyLimitArgs,
         /// Remove these limits (rpm, max_concurrency, tokens_per_day, tokens_per_month,
-        /// cost_per_day_usd, cost_per_month_usd, allowed_models, account_group, expires_at).
+        /// cost_per_day_usd, cost_per_month_usd, allowed_models, account_group, service_tier,
+        /// expires_at).
         #[arg(long = "clear", value_name = "NAME")]
         clear: Vec<String>,
         #[command(flatten)]
@@ -268,6 +269,10 @@ struct KeyLimitArgs {
     /// Account group the key uses (accounts of that group only).
     #[arg(long)]
     group: Option<String>,
+    /// What happens to the key's requests asking for the priority (`fast`) service tier:
+    /// pass, strip or refuse (`--clear service_tier`: the global setting applies).
+    #[arg(long, value_name = "POLICY")]
+    service_tier: Option<String>,
     /// Expiry, Unix seconds.
     #[arg(long, value_name = "UNIX_SECONDS")]
     expires_at: Option<u64>,
@@ -312,6 +317,9 @@ impl KeyLimitArgs {
         }
         if let Some(v) = &self.group {
             put("account_group", v.clone().into());
+        }
+        if let Some(v) = &self.service_tier {
+            put("service_tier", v.clone().into());
         }
         if let Some(v) = self.expires_at {
             put("expires_at", v.into());
