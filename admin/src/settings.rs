@@ -18,15 +18,18 @@
 //! | `min_request_interval_ms` | 0..=60000 | number |
 //! | `max_wait_for_account_ms` | 0..=60000 (0 = never wait; default 3000) | number |
 //! | `service_tier` | `pass` (default), `strip`, `refuse` | string |
+//! | `front_door_rps` | 0..=10000000 requests/s for this instance, all workers together (0 = off, default) | number |
+//! | `front_door_burst` | 0..=10000000 requests at once over that rate (0 = one second's worth, default) | number |
+//! | `per_ip_rps` | 0..=10000000 requests/s per client IP, an IPv6 client by its /64 (0 = off, default) | number |
+//! | `per_ip_burst` | 0..=10000000 (0 = one second's worth of `per_ip_rps`, default) | number |
+//! | `ip_allow_list` | IPv4/IPv6 addresses and CIDR blocks, separated by commas or spaces; empty = everyone (default) | string (canonical: `"10.0.0.0/8, ::1"`); PUT also takes an array of strings |
 //! | `auto_clean_after_hours` | hours above 0 (fractions allowed), or `off` (default) | number, or `null` when off |
 //! | `auto_clean_action` | `disable` (default) or `delete` | string |
 //! | `auth_dir_write_back` | `true` / `false` (default) | boolean |
-//! | `audit_retention_days` | 0..=36500 days (0 = keep forever; default 180) | number |
 //!
-//! The last four are the sidecar's own ([`SidecarSettings`], read by [`sidecar`]): the
-//! auto-clean task (`crate::clean`), the watched auth directory (`crate::auth_dir`) and the
-//! audit log's pruning (`crate::audit::prune_loop`) read them from storage at each round;
-//! they are not part of the published snapshot.
+//! The last three are the sidecar's own ([`SidecarSettings`], read by [`sidecar`]): the
+//! auto-clean task (`crate::clean`) and the watched auth directory (`crate::auth_dir`) read
+//! them from storage at each round; they are not part of the published snapshot.
 //!
 //! In `PUT /api/admin/settings`, JSON `null` removes the override (back to the configured
 //! value); to turn `pause_threshold_pct` off over a configured threshold, send `"off"`.
@@ -37,7 +40,13 @@
 //! `min_request_interval_ms` in `gateway::scheduler`, `max_wait_for_account_ms` and
 //! `service_tier` in `gateway::lifecycle::open`, `default_max_concurrency` in the
 //! published account entries (`publish`). `tests/tests/pool_state.rs` changes each
-//! one through the admin API and checks the next request.
+//! one through the admin API and checks the next request. The front-door limits
+//! (`front_door_*`, `per_ip_*`, `ip_allow_list`) are read by `gateway::front_door` before
+//! each request is routed (the allow-list also at accept); the allow-list is parsed here,
+//! once per publish, never by the workers (`tests/tests/front_door_limits.rs`).
+//! The snapshot's keys take their defaults from the configuration file: top-level
+//! `max_attempts`, `[pool]` for the pool's, `[front_door]` for the front door's
+//! (`deploy/config.example.toml`; `gateway::config`); a stored override wins.
 //!
 //! # Usage
 //! ```
@@ -54,6 +63,7 @@
 
 use serde_json::{Map, Value};
 use shared_state::{
+    ip_list::IpAllowList,
     snapshot::{ServiceTierPolicy, Strategy},
     Settings,
 };
@@ -109,6 +119,8 @@ pub const MAX_CONCURRENCY_LIMIT: u32 = 100_000;
 pub const MAX_REQUEST_INTERVAL_MS: u64 = 60_000;
 /// Longest accepted wait for a cooling account, ms (a request holds its client that long).
 pub const MAX_WAIT_FOR_ACCOUNT_MS: u64 = 60_000;
+/// Largest accepted front-door rate or burst (requests per second, requests).
+pub const MAX_FRONT_DOOR_RATE: u32 = 10_000_000;
 
 const SPECS: &[Spec] = &[
     Spec {
@@ -181,6 +193,46 @@ const SPECS: &[Spec] = &[
             Ok(())
         },
     },
+    Spec {
+        key: "front_door_rps",
+        get: |s| Value::from(s.front_door_rps),
+        set: |s, v| {
+            s.front_door_rps = parse_u32(v, 0, MAX_FRONT_DOOR_RATE)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "front_door_burst",
+        get: |s| Value::from(s.front_door_burst),
+        set: |s, v| {
+            s.front_door_burst = parse_u32(v, 0, MAX_FRONT_DOOR_RATE)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "per_ip_rps",
+        get: |s| Value::from(s.per_ip_rps),
+        set: |s, v| {
+            s.per_ip_rps = parse_u32(v, 0, MAX_FRONT_DOOR_RATE)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "per_ip_burst",
+        get: |s| Value::from(s.per_ip_burst),
+        set: |s, v| {
+            s.per_ip_burst = parse_u32(v, 0, MAX_FRONT_DOOR_RATE)?;
+            Ok(())
+        },
+    },
+    Spec {
+        key: "ip_allow_list",
+        get: |s| Value::from(s.ip_allow_list.to_string()),
+        set: |s, v| {
+            s.ip_allow_list = v.parse::<IpAllowList>().map_err(|e| e.to_string())?;
+            Ok(())
+        },
+    },
 ];
 
 /// Every setting key, in display order.
@@ -192,10 +244,14 @@ pub const KEYS: &[&str] = &[
     "min_request_interval_ms",
     "max_wait_for_account_ms",
     "service_tier",
+    "front_door_rps",
+    "front_door_burst",
+    "per_ip_rps",
+    "per_ip_burst",
+    "ip_allow_list",
     "auto_clean_after_hours",
     "auto_clean_action",
     "auth_dir_write_back",
-    "audit_retention_days",
 ];
 
 /// What auto-clean does to an account banned or needing re-login for too long.
@@ -230,32 +286,6 @@ pub struct SidecarSettings {
     pub auto_clean_action: CleanAction,
     /// Write refreshed tokens back to the files of the watched auth directory.
     pub auth_dir_write_back: bool,
-    /// How long audit log entries are kept.
-    pub audit_retention_days: RetentionDays,
-}
-
-/// Default of [`SidecarSettings::audit_retention_days`]: about six months.
-pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 180;
-/// Longest accepted `audit_retention_days` (a century).
-pub const MAX_AUDIT_RETENTION_DAYS: u32 = 36_500;
-
-/// Days audit entries are kept ([`DEFAULT_AUDIT_RETENTION_DAYS`] unless set; 0: forever).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetentionDays(pub u32);
-
-// === impl RetentionDays ===
-
-impl Default for RetentionDays {
-    fn default() -> Self {
-        Self(DEFAULT_AUDIT_RETENTION_DAYS)
-    }
-}
-
-impl RetentionDays {
-    /// The instant before which entries go (Unix ms) at `now_ms`; `None`: kept forever.
-    pub fn cutoff_ms(self, now_ms: i64) -> Option<i64> {
-        (self.0 > 0).then(|| now_ms.saturating_sub(i64::from(self.0) * 86_400_000))
-    }
 }
 
 /// Longest accepted `auto_clean_after_hours` (a year).
@@ -312,14 +342,6 @@ const SIDECAR_SPECS: &[SidecarSpec] = &[
                 "false" | "off" | "0" => false,
                 _ => return Err(format!("expected true or false, got {v:?}")),
             };
-            Ok(())
-        },
-    },
-    SidecarSpec {
-        key: "audit_retention_days",
-        get: |s| Value::from(s.audit_retention_days.0),
-        set: |s, v| {
-            s.audit_retention_days = RetentionDays(parse_u32(v, 0, MAX_AUDIT_RETENTION_DAYS)?);
             Ok(())
         },
     },
@@ -395,6 +417,15 @@ pub fn text_from_json(key: &str, v: &Value) -> Result<Option<String>, SettingErr
     let text = match v {
         Value::Null => return Ok(None),
         Value::String(s) => s.trim().to_owned(),
+        // The allow-list also as an array of entries.
+        Value::Array(items) if key == "ip_allow_list" && items.iter().all(Value::is_string) => {
+            items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
         _ => {
@@ -467,6 +498,66 @@ mod tests {
         let j = to_json(&s);
         assert_eq!(j["service_tier"], json!("strip"));
         assert_eq!(j["max_wait_for_account_ms"], json!(0));
+    }
+
+    #[test]
+    fn front_door_settings_validate() {
+        let mut s = Settings::default();
+        assert_eq!((s.front_door_rps, s.per_ip_rps), (0, 0), "off by default");
+        assert!(s.ip_allow_list.is_empty());
+        apply(&mut s, "front_door_rps", "500").unwrap();
+        apply(&mut s, "front_door_burst", "0").unwrap();
+        apply(&mut s, "per_ip_rps", " 5 ").unwrap();
+        apply(&mut s, "per_ip_burst", "20").unwrap();
+        assert_eq!(
+            (
+                s.front_door_rps,
+                s.front_door_burst,
+                s.per_ip_rps,
+                s.per_ip_burst
+            ),
+            (500, 0, 5, 20)
+        );
+        for key in [
+            "front_door_rps",
+            "front_door_burst",
+            "per_ip_rps",
+            "per_ip_burst",
+        ] {
+            for bad in ["-1", "1.5", "x", "10000001"] {
+                assert!(apply(&mut s, key, bad).is_err(), "{key} {bad}");
+            }
+        }
+        apply(
+            &mut s,
+            "ip_allow_list",
+            "10.0.0.0/8,  2001:db8::/32 ::ffff:192.0.2.1",
+        )
+        .unwrap();
+        assert!(s.ip_allow_list.allows("10.2.3.4".parse().unwrap()));
+        assert!(!s.ip_allow_list.allows("11.2.3.4".parse().unwrap()));
+        assert_eq!(
+            to_json(&s)["ip_allow_list"],
+            json!("10.0.0.0/8, 2001:db8::/32, 192.0.2.1")
+        );
+        // One bad entry refuses the change, naming the entry; the list in force stays.
+        let e = apply(&mut s, "ip_allow_list", "10.0.0.0/8, 10.0.0.300").unwrap_err();
+        assert!(e.to_string().contains("10.0.0.300"), "{e}");
+        assert!(s.ip_allow_list.allows("10.2.3.4".parse().unwrap()));
+        apply(&mut s, "ip_allow_list", "").unwrap();
+        assert!(s.ip_allow_list.is_empty());
+        // The admin API's JSON forms: a string, or an array of strings.
+        assert_eq!(
+            text_from_json("ip_allow_list", &json!(["127.0.0.1", " ::1 "])).unwrap(),
+            Some("127.0.0.1, ::1".into())
+        );
+        assert!(text_from_json("ip_allow_list", &json!(["127.0.0.1", 5])).is_err());
+        assert!(text_from_json("ip_allow_list", &json!("fe80::/129")).is_err());
+        assert!(text_from_json("per_ip_rps", &json!(["1"])).is_err());
+        assert_eq!(
+            text_from_json("per_ip_rps", &json!(3)).unwrap(),
+            Some("3".into())
+        );
     }
 
     #[test]
@@ -555,25 +646,6 @@ mod tests {
             assert!(text_from_json("auto_clean_after_hours", &json!(bad)).is_err());
         }
         assert!(text_from_json("auto_clean_action", &json!("burn")).is_err());
-        assert_eq!(s.audit_retention_days, RetentionDays(180), "the default");
-        assert_eq!(sidecar_json(&s)["audit_retention_days"], json!(180));
-        let kept = sidecar(&[("audit_retention_days".to_owned(), "0".to_owned())]);
-        assert_eq!(
-            kept.audit_retention_days.cutoff_ms(1_000),
-            None,
-            "0: forever"
-        );
-        let week = sidecar(&[("audit_retention_days".to_owned(), "7".to_owned())]);
-        assert_eq!(
-            week.audit_retention_days.cutoff_ms(10 * 86_400_000),
-            Some(3 * 86_400_000)
-        );
-        for bad in ["-1", "x", "1.5", "36501"] {
-            assert!(
-                text_from_json("audit_retention_days", &json!(bad)).is_err(),
-                "{bad}"
-            );
-        }
         assert_eq!(sidecar(&[]), SidecarSettings::default());
         assert_eq!(sidecar_json(&s)["auto_clean_action"], json!("delete"));
     }

@@ -187,6 +187,18 @@ try {
   await byTest('settings-save').click()
   await byTest('settings-msg').filter({ hasText: 'Saved' }).waitFor({ timeout: T })
   log('strategy set to round_robin')
+  // The front door's settings: a bad allow-list entry is refused inline, a good list and a
+  // per-IP rate are saved (this client, 127.0.0.1, stays on the list).
+  await byTest('setting-ip_allow_list').fill('127.0.0.0/8, ::1, 10.0.0.300')
+  await byTest('settings-save').click()
+  await byTest('error-ip_allow_list').waitFor({ timeout: T })
+  await byTest('setting-ip_allow_list').fill('127.0.0.0/8 ::1')
+  await byTest('setting-per_ip_rps').fill('1000')
+  await byTest('settings-save').click()
+  await byTest('settings-msg').filter({ hasText: 'Saved' }).waitFor({ timeout: T })
+  await page.waitForFunction(() => document.querySelector('[data-testid="setting-ip_allow_list"]')?.value === '127.0.0.0/8, ::1', null, { timeout: T })
+  result.allow_list = await byTest('setting-ip_allow_list').inputValue()
+  log('allow-list set to', result.allow_list)
 
   // 6b. Proxies: a bad URL is refused inline; a good one is listed without its password.
   await byTest('nav-proxies').click()

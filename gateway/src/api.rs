@@ -187,6 +187,53 @@ pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     }
 }
 
+/// The route a request head names, for an answer given before dispatch (the front door,
+/// `crate::front_door`): it picks the dialect ([`Dialect::of_route`]) and the metrics label,
+/// as [`handle`] would.
+pub(crate) fn route_of(path: &str) -> &'static str {
+    let path = path.trim_end_matches('/');
+    match path {
+        "/v1/messages" | "/messages" => messages::ROUTE,
+        "/v1/messages/count_tokens" | "/messages/count_tokens" => messages::COUNT_ROUTE,
+        "/v1/responses" | "/responses" => "responses",
+        "/v1/responses/compact" | "/responses/compact" => compact::ROUTE,
+        "/v1/chat/completions" | "/chat/completions" => chat::ROUTE,
+        "/v1/models" | "/models" => "models",
+        p if p.starts_with("/v1/models/") => "models",
+        p => match chatgpt::route(p) {
+            Some(chatgpt::Route::Responses) => "responses",
+            Some(chatgpt::Route::Compact) => compact::ROUTE,
+            Some(_) => chatgpt::ROUTE,
+            None => "other",
+        },
+    }
+}
+
+/// Answers a request the front door refused (`crate::front_door`), before routing and
+/// authentication, in its route's dialect (429 with `Retry-After`, or 403), and counts it.
+/// A WebSocket handshake is refused the same way and its connection closed. The body is not
+/// read: a request with one is answered `connection: close` (a client must not send its next
+/// request behind an unread body), a request without one keeps its connection (the rates;
+/// an address not on the allow-list is always closed). Returns whether the connection may
+/// serve another request.
+pub async fn refuse_front_door<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: &Request,
+    refusal: crate::front_door::Refusal,
+) -> bool {
+    ctx.metrics.guard(refusal.guard());
+    let keep = req.keep_alive
+        && !ctx.is_draining()
+        && req.framing == crate::server::h1::Framing::None
+        && !ws::wants_upgrade(req)
+        && refusal != crate::front_door::Refusal::NotAllowed;
+    let e = Error::new(ErrorKind::FrontDoor(refusal), Side::Downstream);
+    write_error(ctx, conn, route_of(&req.path), &e, keep)
+        .await
+        .unwrap_or(false)
+}
+
 /// Authenticates the head, admits it under the key's limits (when `admit`: every route that
 /// goes upstream), then reads and decodes the body. `Err` carries the handler's result when
 /// the request was already answered (401, 429, 413, 400). The slot holds the key's

@@ -102,6 +102,8 @@ pub struct FileConfig {
     models: FileModels,
     #[serde(default)]
     pool: FilePool,
+    #[serde(default)]
+    front_door: FileFrontDoor,
     /// USD per 1M tokens by model slug (`default` prices every other model).
     #[serde(default)]
     prices: std::collections::HashMap<String, FilePrice>,
@@ -145,7 +147,37 @@ struct FilePool {
     pause_threshold_pct: Option<f64>,
     default_max_concurrency: Option<u32>,
     min_request_interval_ms: Option<u64>,
+    max_wait_for_account_ms: Option<u64>,
+    service_tier: Option<String>,
 }
+
+/// `[front_door]`: the defaults of the front-door settings (`crate::front_door`; the admin
+/// API overrides them at runtime).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileFrontDoor {
+    rps: Option<u32>,
+    burst: Option<u32>,
+    per_ip_rps: Option<u32>,
+    per_ip_burst: Option<u32>,
+    ip_allow_list: Option<FileIpList>,
+}
+
+/// An allow-list in the file: one string (entries separated by commas or spaces) or an
+/// array of entries.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum FileIpList {
+    Text(String),
+    List(Vec<String>),
+}
+
+/// Largest front-door rate or burst (the admin API's bound too:
+/// `admin::settings::MAX_FRONT_DOOR_RATE`).
+const MAX_FRONT_DOOR_RATE: u32 = 10_000_000;
+/// Longest wait for a cooling account, ms (the admin API's bound too:
+/// `admin::settings::MAX_WAIT_FOR_ACCOUNT_MS`).
+const MAX_WAIT_FOR_ACCOUNT_MS: u64 = 60_000;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -844,6 +876,44 @@ impl GatewayConfig {
         if let Some(v) = file.pool.min_request_interval_ms {
             c.pool.min_request_interval_ms = v;
         }
+        if let Some(v) = file.pool.max_wait_for_account_ms {
+            if v > MAX_WAIT_FOR_ACCOUNT_MS {
+                return Err(ConfigError(format!(
+                    "`pool.max_wait_for_account_ms` = {v} must be at most {MAX_WAIT_FOR_ACCOUNT_MS}"
+                )));
+            }
+            c.pool.max_wait_for_account_ms = v;
+        }
+        if let Some(v) = &file.pool.service_tier {
+            c.pool.service_tier = v
+                .parse()
+                .map_err(|e| ConfigError(format!("`pool.service_tier`: {e}")))?;
+        }
+        let fd = &file.front_door;
+        for (key, v, slot) in [
+            ("rps", fd.rps, &mut c.pool.front_door_rps),
+            ("burst", fd.burst, &mut c.pool.front_door_burst),
+            ("per_ip_rps", fd.per_ip_rps, &mut c.pool.per_ip_rps),
+            ("per_ip_burst", fd.per_ip_burst, &mut c.pool.per_ip_burst),
+        ] {
+            if let Some(v) = v {
+                if v > MAX_FRONT_DOOR_RATE {
+                    return Err(ConfigError(format!(
+                        "`front_door.{key}` = {v} must be at most {MAX_FRONT_DOOR_RATE}"
+                    )));
+                }
+                *slot = v;
+            }
+        }
+        if let Some(l) = &fd.ip_allow_list {
+            let text = match l {
+                FileIpList::Text(t) => t.clone(),
+                FileIpList::List(v) => v.join(","),
+            };
+            c.pool.ip_allow_list = text
+                .parse()
+                .map_err(|e| ConfigError(format!("`front_door.ip_allow_list`: {e}")))?;
+        }
         if let Some(v) = file.models.strict {
             c.strict_models = v;
         }
@@ -962,6 +1032,67 @@ mod tests {
         assert_eq!(c.access_log.keep, 5);
         assert!(load("[access_log]\npath = \"-\"\nmax_bytes = 10\n").is_err());
         assert!(load("[access_log]\nbogus = 1\n").is_err());
+    }
+
+    #[test]
+    fn pool_and_front_door_settings_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&p, text).unwrap();
+            GatewayConfig::load(&ServeArgs {
+                config: Some(p.clone()),
+                ..Default::default()
+            })
+        };
+        let c = load("").unwrap();
+        assert_eq!(c.pool, shared_state::Settings::default());
+        let c = load(
+            "[pool]\nmax_wait_for_account_ms = 0\nservice_tier = \"refuse\"\n\
+             [front_door]\nrps = 200\nburst = 400\nper_ip_rps = 5\nper_ip_burst = 10\n\
+             ip_allow_list = \"10.0.0.0/8, ::1\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.pool.max_wait_for_account_ms, 0);
+        assert_eq!(
+            c.pool.service_tier,
+            shared_state::snapshot::ServiceTierPolicy::Refuse
+        );
+        assert_eq!(
+            (
+                c.pool.front_door_rps,
+                c.pool.front_door_burst,
+                c.pool.per_ip_rps,
+                c.pool.per_ip_burst
+            ),
+            (200, 400, 5, 10)
+        );
+        assert!(c.pool.ip_allow_list.allows("10.1.1.1".parse().unwrap()));
+        assert!(c.pool.ip_allow_list.allows("::1".parse().unwrap()));
+        assert!(!c.pool.ip_allow_list.allows("11.1.1.1".parse().unwrap()));
+        let c =
+            load("[front_door]\nip_allow_list = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n").unwrap();
+        assert_eq!(
+            c.pool.ip_allow_list.to_string(),
+            "192.0.2.0/24, 2001:db8::/32"
+        );
+        for (bad, key) in [
+            (
+                "[front_door]\nip_allow_list = \"10.0.0.0/8 nope\"\n",
+                "nope",
+            ),
+            ("[front_door]\nrps = 10000001\n", "front_door.rps"),
+            ("[front_door]\nper_ip_rps = -1\n", "per_ip_rps"),
+            ("[front_door]\nbogus = 1\n", "bogus"),
+            ("[pool]\nservice_tier = \"fast\"\n", "service_tier"),
+            (
+                "[pool]\nmax_wait_for_account_ms = 60001\n",
+                "max_wait_for_account_ms",
+            ),
+        ] {
+            let e = load(bad).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub enum ErrorKind {
         /// The limit in bytes.
         limit: u64,
     },
+    /// Refused at the front door (`crate::front_door`): the instance's or the client IP's
+    /// request rate (429 with `Retry-After`), or an address not on the allow-list (403).
+    FrontDoor(crate::front_door::Refusal),
     /// The client key is over one of its limits (`gateway::limits`).
     KeyLimit {
         /// Which limit.
@@ -323,6 +326,10 @@ impl Error {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Internal => "internal",
             ErrorKind::OutputLimit { .. } => "output_limit",
+            ErrorKind::FrontDoor(crate::front_door::Refusal::NotAllowed) => {
+                "front_door_not_allowed"
+            }
+            ErrorKind::FrontDoor(_) => "front_door_rate_limit",
             ErrorKind::KeyLimit { limit, .. } => match limit {
                 KeyLimit::Rpm(_) | KeyLimit::Concurrency(_) | KeyLimit::WsSessions(_) => {
                     "key_rate_limit"
@@ -481,6 +488,38 @@ impl Error {
                 ),
                 Some(5),
             ),
+            ErrorKind::FrontDoor(refusal) => {
+                use crate::front_door::Refusal;
+                match *refusal {
+                    Refusal::Global { rps, retry_after } => r(
+                        429,
+                        ErrorBody::new(
+                            format!("The gateway is receiving more requests than it serves ({rps} per second). Please try again in {}s.", retry_after.max(1)),
+                            "requests",
+                            Some("rate_limit_exceeded"),
+                        ),
+                        Some(retry_after.max(1)),
+                    ),
+                    Refusal::PerIp { rps, retry_after } => r(
+                        429,
+                        ErrorBody::new(
+                            format!("Rate limit reached for requests from your address ({rps} per second). Please try again in {}s.", retry_after.max(1)),
+                            "requests",
+                            Some("rate_limit_exceeded"),
+                        ),
+                        Some(retry_after.max(1)),
+                    ),
+                    Refusal::NotAllowed => r(
+                        403,
+                        ErrorBody::new(
+                            "This gateway does not serve requests from your address.",
+                            "request_forbidden",
+                            Some("ip_not_allowed"),
+                        ),
+                        None,
+                    ),
+                }
+            }
             ErrorKind::KeyLimit { limit, retry_after } => {
                 let retry = (*retry_after).max(1);
                 let usd = |m: u64| format!("${:.2}", m as f64 / 1e6);
@@ -669,6 +708,24 @@ mod tests {
             (ErrorKind::NoAccountAvailable, 503),
             (ErrorKind::Internal, 500),
             (ErrorKind::OutputLimit { limit: 1 }, 502),
+            (
+                ErrorKind::FrontDoor(crate::front_door::Refusal::Global {
+                    rps: 5,
+                    retry_after: 0,
+                }),
+                429,
+            ),
+            (
+                ErrorKind::FrontDoor(crate::front_door::Refusal::PerIp {
+                    rps: 1,
+                    retry_after: 3,
+                }),
+                429,
+            ),
+            (
+                ErrorKind::FrontDoor(crate::front_door::Refusal::NotAllowed),
+                403,
+            ),
         ];
         for (k, status) in cases {
             let r = Error::new(k, Side::Internal).to_openai();
@@ -679,7 +736,7 @@ mod tests {
 
     #[test]
     fn anthropic_rendering_follows_the_one_mapping() {
-        let cases: [(Error, u16, &str); 8] = [
+        let cases: [(Error, u16, &str); 10] = [
             (
                 Error::new(
                     ErrorKind::Unauthorized { key_present: true },
@@ -732,6 +789,25 @@ mod tests {
                 Error::new(ErrorKind::BodyTooLarge { limit: 1 }, Side::Downstream),
                 413,
                 "request_too_large",
+            ),
+            (
+                Error::new(
+                    ErrorKind::FrontDoor(crate::front_door::Refusal::PerIp {
+                        rps: 1,
+                        retry_after: 2,
+                    }),
+                    Side::Downstream,
+                ),
+                429,
+                "rate_limit_error",
+            ),
+            (
+                Error::new(
+                    ErrorKind::FrontDoor(crate::front_door::Refusal::NotAllowed),
+                    Side::Downstream,
+                ),
+                403,
+                "permission_error",
             ),
         ];
         for (e, status, ty) in cases {

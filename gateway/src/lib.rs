@@ -22,6 +22,7 @@
 //! - [`wire`]: HTTP/1.1 wire primitives shared by server and client (appending reads, strict
 //!   chunk framing).
 //! - [`ws`]: the WebSocket protocol, sans IO (handshake, framing, permessage-deflate).
+//! - [`front_door`]: request rates (instance, client IP) and the IP allow-list, before routing.
 //! - [`error`]: the one error type and its one OpenAI-shaped rendering.
 //! - [`request_id`]: the gateway request id (`x-request-id`) of every request and WebSocket turn.
 //! - [`config`], [`metrics`], [`models`], [`logging`].
@@ -33,6 +34,7 @@ pub mod config;
 pub mod ctx;
 pub mod deadline;
 pub mod error;
+pub mod front_door;
 pub mod lifecycle;
 pub mod limits;
 pub mod logging;

@@ -106,11 +106,18 @@ pub enum Guard {
     WsReaderPaused,
     /// A failed `accept` (descriptors exhausted, most often).
     AcceptFailed,
+    /// A request refused over `front_door_rps` (429; `crate::front_door`).
+    FrontDoorGlobal,
+    /// A request refused over `per_ip_rps` (429).
+    FrontDoorPerIp,
+    /// A request (or a connection closed unanswered) from an address not on
+    /// `ip_allow_list` (403).
+    FrontDoorNotAllowed,
 }
 
 impl Guard {
     /// Every guard, in rendering order.
-    pub const ALL: [Guard; 10] = [
+    pub const ALL: [Guard; 13] = [
         Guard::RefusedGlobal,
         Guard::RefusedPerIp,
         Guard::HeadTimeout,
@@ -121,6 +128,9 @@ impl Guard {
         Guard::WsErrorBudget,
         Guard::WsReaderPaused,
         Guard::AcceptFailed,
+        Guard::FrontDoorGlobal,
+        Guard::FrontDoorPerIp,
+        Guard::FrontDoorNotAllowed,
     ];
 
     fn metric(self) -> (&'static str, &'static str) {
@@ -141,6 +151,18 @@ impl Guard {
             Guard::WsErrorBudget => ("codex_gateway_ws_error_budget_closed_total", ""),
             Guard::WsReaderPaused => ("codex_gateway_ws_reader_paused_total", ""),
             Guard::AcceptFailed => ("codex_gateway_accept_failed_total", ""),
+            Guard::FrontDoorGlobal => (
+                "codex_gateway_front_door_refused_total",
+                "reason=\"global\"",
+            ),
+            Guard::FrontDoorPerIp => (
+                "codex_gateway_front_door_refused_total",
+                "reason=\"per_ip\"",
+            ),
+            Guard::FrontDoorNotAllowed => (
+                "codex_gateway_front_door_refused_total",
+                "reason=\"not_allowed\"",
+            ),
         }
     }
 }

@@ -25,6 +25,7 @@ use crate::{
     api,
     config::GatewayConfig,
     ctx::WorkerCtx,
+    front_door::FrontDoor,
     metrics::{Guard, Registry},
     server::{
         admission::{Admitted, ConnGate, Refusal},
@@ -63,6 +64,8 @@ pub struct WorkerSeed {
     pub owners: Arc<crate::owners::BlobOwners>,
     /// Open-connection caps, shared by the workers.
     pub conns: Arc<ConnGate>,
+    /// Request rates and the IP allow-list (`crate::front_door`), shared by the workers.
+    pub front_door: Arc<FrontDoor>,
 }
 
 /// A panic that escapes a worker's runtime (anything outside a connection's panic boundary:
@@ -146,6 +149,7 @@ async fn worker_main(
         redis,
         owners,
         conns,
+        front_door,
         ..
     } = seed;
     let metrics = registry.worker(id);
@@ -236,12 +240,20 @@ async fn worker_main(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let ctx = Rc::clone(&ctx);
-                    match conns.admit(peer.ip()) {
-                        Ok(place) => {
-                            monoio::spawn(serve_connection_caught(ctx, stream, place));
-                        }
-                        Err(refusal) => {
-                            monoio::spawn(refuse_connection(ctx, stream, refusal, refusals));
+                    // An address not on the allow-list takes no connection place.
+                    if !FrontDoor::allows(&ctx.snapshot.load().settings, peer.ip()) {
+                        monoio::spawn(refuse_unlisted(ctx, stream, refusals));
+                    } else {
+                        match conns.admit(peer.ip()) {
+                            Ok(place) => {
+                                let door = Arc::clone(&front_door);
+                                monoio::spawn(serve_connection_caught(
+                                    ctx, stream, place, peer.ip(), door,
+                                ));
+                            }
+                            Err(refusal) => {
+                                monoio::spawn(refuse_connection(ctx, stream, refusal, refusals));
+                            }
                         }
                     }
                 }
@@ -284,11 +296,17 @@ async fn worker_main(
 /// Serves one connection inside a panic boundary: a panic in its task is logged and counted,
 /// and dropping the task's state closes the socket and releases every slot it held (RAII
 /// guards), so the client sees the connection end instead of a hang and the worker goes on.
-async fn serve_connection_caught(ctx: Rc<WorkerCtx>, stream: TcpStream, place: Admitted) {
+async fn serve_connection_caught(
+    ctx: Rc<WorkerCtx>,
+    stream: TcpStream,
+    place: Admitted,
+    peer: std::net::IpAddr,
+    door: Arc<FrontDoor>,
+) {
     let metrics = Arc::clone(&ctx.metrics);
     let id = ctx.id;
     metrics.connection_delta(1);
-    let served = AssertUnwindSafe(serve_connection(ctx, stream))
+    let served = AssertUnwindSafe(serve_connection(ctx, stream, peer, door))
         .catch_unwind()
         .await;
     metrics.connection_delta(-1);
@@ -398,7 +416,52 @@ async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refus
     }
 }
 
-async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
+/// Answers the one request of a connection from an address not on `ip_allow_list` with a
+/// 403 in its route's dialect (`/healthz` and `/metrics` are served: the front door never
+/// limits them) and closes it. It holds no connection place; past the worker's refusal
+/// bound (a flood) the connection is closed unanswered, and counted all the same.
+async fn refuse_unlisted(ctx: Rc<WorkerCtx>, stream: TcpStream, bound: usize) {
+    if REFUSALS_IN_FLIGHT.get() >= bound {
+        ctx.metrics.guard(Guard::FrontDoorNotAllowed);
+        return; // dropping the stream closes it
+    }
+    REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get() + 1);
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            REFUSALS_IN_FLIGHT.set(REFUSALS_IN_FLIGHT.get().saturating_sub(1));
+        }
+    }
+    let _done = Done;
+    let budget = Duration::from_secs(5);
+    let mut conn = Conn::with_limits(
+        stream,
+        Limits {
+            head: ctx.cfg.client_header_timeout.min(budget),
+            write: Duration::from_secs(1),
+            ..client_limits(&ctx.cfg)
+        },
+    );
+    let Ok(mut req) = conn.read_head(budget).await else {
+        return;
+    };
+    let _guard = ctx.request_started();
+    if crate::front_door::exempt(&req.path) && !api::ws::wants_upgrade(&req) {
+        req.keep_alive = false;
+        let _ = api::handle(&ctx, &mut conn, req).await;
+        return;
+    }
+    let refusal = crate::front_door::Refusal::NotAllowed;
+    let _ = api::refuse_front_door(&ctx, &mut conn, &req, refusal).await;
+    conn.linger(Duration::from_millis(500), 64 * 1024).await;
+}
+
+async fn serve_connection(
+    ctx: Rc<WorkerCtx>,
+    stream: TcpStream,
+    peer: std::net::IpAddr,
+    door: Arc<FrontDoor>,
+) {
     let mut conn = Conn::with_limits(stream, client_limits(&ctx.cfg));
     loop {
         if ctx.is_draining() {
@@ -417,15 +480,25 @@ async fn serve_connection(ctx: Rc<WorkerCtx>, stream: TcpStream) {
                 linger = true;
             }
         }
-        let keep = match req {
-            Ok(req) if api::ws::wants_upgrade(&req) => {
+        // The front door, before the upgrade and before routing (`crate::front_door`).
+        let refused = match &req {
+            Ok(r) if !crate::front_door::exempt(&r.path) => {
+                door.admit(&ctx.snapshot.load().settings, peer).err()
+            }
+            _ => None,
+        };
+        let keep = match (req, refused) {
+            (Ok(req), Some(refusal)) => {
+                api::refuse_front_door(&ctx, &mut conn, &req, refusal).await
+            }
+            (Ok(req), None) if api::ws::wants_upgrade(&req) => {
                 // The connection becomes a WebSocket and never serves HTTP again.
                 // Boxed: an HTTP connection's task must not reserve a WebSocket session's state.
                 Box::pin(api::ws::serve(&ctx, conn, req)).await;
                 return;
             }
-            Ok(req) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
-            Err(e) => api::write_read_error(&ctx, &mut conn, "other", e).await,
+            (Ok(req), None) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
+            (Err(e), _) => api::write_read_error(&ctx, &mut conn, "other", e).await,
         };
         if conn.body_unread() || linger {
             // Answered without reading the body (rejected before authentication, or a

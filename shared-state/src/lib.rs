@@ -20,6 +20,7 @@
 //! - [`tasks`]: the sidecar's supervised tasks (restarts, failing) for `/healthz` and
 //!   `/metrics`.
 //! - [`transcripts`]: HTTP response transcripts for `previous_response_id`, shared by workers.
+//! - [`ip_list`]: the data plane's IP allow-list (addresses and CIDR blocks, parsed once).
 //! - [`jwt`] and [`keys`]: pure helpers both sides need (JWT claim decoding, client-key hashing).
 //!
 //! # Usage
@@ -32,6 +33,7 @@ pub mod channels;
 pub mod config;
 pub mod egress;
 pub mod forecast;
+pub mod ip_list;
 pub mod jwt;
 pub mod keys;
 pub mod secret;

@@ -169,6 +169,18 @@ pub struct Settings {
     pub max_wait_for_account_ms: u64,
     /// What happens to a request asking for the priority (`fast`) service tier.
     pub service_tier: ServiceTierPolicy,
+    /// Front door (`gateway::front_door`): requests per second this instance serves across
+    /// all its workers (0 = no limit); past it: 429 with `Retry-After`.
+    pub front_door_rps: u32,
+    /// Requests over `front_door_rps` that may arrive at once (0 = one second's worth).
+    pub front_door_burst: u32,
+    /// Front door: requests per second from one client IP (an IPv6 client by its /64;
+    /// 0 = no limit); past it: 429 with `Retry-After`.
+    pub per_ip_rps: u32,
+    /// Requests over `per_ip_rps` one client IP may send at once (0 = one second's worth).
+    pub per_ip_burst: u32,
+    /// Front door: the client IPs the data plane serves (empty = everyone); others get 403.
+    pub ip_allow_list: crate::ip_list::IpAllowList,
 }
 
 impl Default for Settings {
@@ -181,6 +193,11 @@ impl Default for Settings {
             min_request_interval_ms: 0,
             max_wait_for_account_ms: DEFAULT_MAX_WAIT_FOR_ACCOUNT_MS,
             service_tier: ServiceTierPolicy::default(),
+            front_door_rps: 0,
+            front_door_burst: 0,
+            per_ip_rps: 0,
+            per_ip_burst: 0,
+            ip_allow_list: crate::ip_list::IpAllowList::default(),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! The script logs in, imports an account file by drag and drop, adds one through the ChatGPT
 //! login (PKCE, against mock-codex's token endpoint), creates a key and uses it,
 //! sees the requests on the dashboard and in usage, disables an account, changes the
-//! scheduler strategy and looks at the ops page, where the scheduler board shows the data
+//! scheduler strategy and the front door's allow-list and per-IP rate (an invalid entry
+//! refused inline) and looks at the ops page, where the scheduler board shows the data
 //! plane's candidate order and an account disabled in the app leaves it and comes back; this
 //! test then checks what the upstream saw (never the disabled account after the click), the
 //! boards the page showed, and what the data plane runs with.
@@ -212,6 +213,11 @@ fn admin_app_in_a_real_browser() {
         .iter()
         .any(|a| a.chatgpt_account_id == "acct-browser"));
     assert_eq!(snap.settings.strategy.as_str(), "round_robin");
+    // The front door's settings saved in the app are published (the page shows the list in
+    // its canonical form).
+    assert_eq!(result["allow_list"], "127.0.0.0/8, ::1", "{result}");
+    assert_eq!(snap.settings.ip_allow_list.to_string(), "127.0.0.0/8, ::1");
+    assert_eq!(snap.settings.per_ip_rps, 1000);
     assert_eq!(s.account("acct-0").status, "disabled");
     // The limits set in the app are stored (and published) for the key.
     let db = s.db.clone();

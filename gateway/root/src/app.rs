@@ -251,6 +251,8 @@ impl App {
         // Who minted which account-bound blob: this app's workers share it (and, through
         // Redis when configured, other instances).
         let owners = Arc::new(gateway::owners::BlobOwners::with_defaults());
+        // Request rates and the allow-list: one set of cells for this instance's workers.
+        let front_door = Arc::new(gateway::front_door::FrontDoor::new());
         let mut workers = Vec::with_capacity(n);
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
@@ -268,6 +270,7 @@ impl App {
                 redis: redis.clone(),
                 owners: Arc::clone(&owners),
                 conns: Arc::clone(&conns),
+                front_door: Arc::clone(&front_door),
             };
             let ready = ready_tx.clone();
             let h = std::thread::Builder::new()
