@@ -26,10 +26,12 @@
 //! | `auto_clean_after_hours` | hours above 0 (fractions allowed), or `off` (default) | number, or `null` when off |
 //! | `auto_clean_action` | `disable` (default) or `delete` | string |
 //! | `auth_dir_write_back` | `true` / `false` (default) | boolean |
+//! | `audit_retention_days` | 0..=36500 days (0 = keep forever; default 180) | number |
 //!
-//! The last three are the sidecar's own ([`SidecarSettings`], read by [`sidecar`]): the
-//! auto-clean task (`crate::clean`) and the watched auth directory (`crate::auth_dir`) read
-//! them from storage at each round; they are not part of the published snapshot.
+//! The last four are the sidecar's own ([`SidecarSettings`], read by [`sidecar`]): the
+//! auto-clean task (`crate::clean`), the watched auth directory (`crate::auth_dir`) and the
+//! audit log's pruning (`crate::audit::prune_loop`) read them from storage at each round;
+//! they are not part of the published snapshot.
 //!
 //! In `PUT /api/admin/settings`, JSON `null` removes the override (back to the configured
 //! value); to turn `pause_threshold_pct` off over a configured threshold, send `"off"`.
@@ -252,6 +254,7 @@ pub const KEYS: &[&str] = &[
     "auto_clean_after_hours",
     "auto_clean_action",
     "auth_dir_write_back",
+    "audit_retention_days",
 ];
 
 /// What auto-clean does to an account banned or needing re-login for too long.
@@ -286,6 +289,32 @@ pub struct SidecarSettings {
     pub auto_clean_action: CleanAction,
     /// Write refreshed tokens back to the files of the watched auth directory.
     pub auth_dir_write_back: bool,
+    /// How long audit log entries are kept.
+    pub audit_retention_days: RetentionDays,
+}
+
+/// Default of [`SidecarSettings::audit_retention_days`]: about six months.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 180;
+/// Longest accepted `audit_retention_days` (a century).
+pub const MAX_AUDIT_RETENTION_DAYS: u32 = 36_500;
+
+/// Days audit entries are kept ([`DEFAULT_AUDIT_RETENTION_DAYS`] unless set; 0: forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionDays(pub u32);
+
+// === impl RetentionDays ===
+
+impl Default for RetentionDays {
+    fn default() -> Self {
+        Self(DEFAULT_AUDIT_RETENTION_DAYS)
+    }
+}
+
+impl RetentionDays {
+    /// The instant before which entries go (Unix ms) at `now_ms`; `None`: kept forever.
+    pub fn cutoff_ms(self, now_ms: i64) -> Option<i64> {
+        (self.0 > 0).then(|| now_ms.saturating_sub(i64::from(self.0) * 86_400_000))
+    }
 }
 
 /// Longest accepted `auto_clean_after_hours` (a year).
@@ -342,6 +371,14 @@ const SIDECAR_SPECS: &[SidecarSpec] = &[
                 "false" | "off" | "0" => false,
                 _ => return Err(format!("expected true or false, got {v:?}")),
             };
+            Ok(())
+        },
+    },
+    SidecarSpec {
+        key: "audit_retention_days",
+        get: |s| Value::from(s.audit_retention_days.0),
+        set: |s, v| {
+            s.audit_retention_days = RetentionDays(parse_u32(v, 0, MAX_AUDIT_RETENTION_DAYS)?);
             Ok(())
         },
     },
@@ -646,6 +683,25 @@ mod tests {
             assert!(text_from_json("auto_clean_after_hours", &json!(bad)).is_err());
         }
         assert!(text_from_json("auto_clean_action", &json!("burn")).is_err());
+        assert_eq!(s.audit_retention_days, RetentionDays(180), "the default");
+        assert_eq!(sidecar_json(&s)["audit_retention_days"], json!(180));
+        let kept = sidecar(&[("audit_retention_days".to_owned(), "0".to_owned())]);
+        assert_eq!(
+            kept.audit_retention_days.cutoff_ms(1_000),
+            None,
+            "0: forever"
+        );
+        let week = sidecar(&[("audit_retention_days".to_owned(), "7".to_owned())]);
+        assert_eq!(
+            week.audit_retention_days.cutoff_ms(10 * 86_400_000),
+            Some(3 * 86_400_000)
+        );
+        for bad in ["-1", "x", "1.5", "36501"] {
+            assert!(
+                text_from_json("audit_retention_days", &json!(bad)).is_err(),
+                "{bad}"
+            );
+        }
         assert_eq!(sidecar(&[]), SidecarSettings::default());
         assert_eq!(sidecar_json(&s)["auto_clean_action"], json!("delete"));
     }
