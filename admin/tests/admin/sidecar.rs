@@ -562,12 +562,18 @@ async fn settings_and_usage_api(db: &TestDb) {
     assert_eq!(
         overridden,
         [
+            "audit_retention_days",
             "auth_dir_write_back",
             "auto_clean_action",
             "default_max_concurrency",
+            "front_door_burst",
+            "front_door_rps",
+            "ip_allow_list",
             "max_wait_for_account_ms",
             "min_request_interval_ms",
             "pause_threshold_pct",
+            "per_ip_burst",
+            "per_ip_rps",
             "service_tier",
             "strategy"
         ]
