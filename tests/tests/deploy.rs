@@ -10,7 +10,8 @@
 //!   one the gateway really reads (found in its sources), and every one it reads documented;
 //! - the crate graph (`cargo metadata`): the data-plane library `gateway` links neither the
 //!   sidecar (`admin`), nor the harness (`codex-gateway-benches`), nor the composition root
-//!   (`codex-gateway`, which owns the binary).
+//!   (`codex-gateway`, which owns the binary); the binary links the harness only with its
+//!   `demo` feature, and `gateway` and `shared-state` turn on tokio's `sync` only (`cargo tree`).
 //!
 //! Each checker is also run once on a copy with a planted fault and must report it, so a
 //! checker that stopped checking fails the test.
@@ -1019,6 +1020,78 @@ fn gateway_library_links_neither_sidecar_nor_harness() {
     for n in ["gateway", "admin", "codex-gateway-benches", "sqlx"] {
         assert!(root.contains(n), "codex-gateway should link {n}: {root:?}");
     }
+}
+
+/// `cargo tree --locked -p <packages> <args> --prefix none`, its stdout as lines.
+fn cargo_tree(packages: &[&str], args: &[&str]) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["tree", "--locked", "--prefix", "none", "--manifest-path"])
+        .arg(root().join("Cargo.toml"));
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let out = run(cmd.args(args), None);
+    assert!(out.status.success(), "cargo tree: {}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+/// The features of tokio that a build of `packages` (normal dependencies only, the way their
+/// libraries are built for a dependent) turns on.
+fn tokio_features(packages: &[&str]) -> BTreeSet<String> {
+    cargo_tree(packages, &["-e", "normal,features", "-i", "tokio"])
+        .iter()
+        .filter_map(|l| l.strip_prefix("tokio feature \""))
+        .filter_map(|l| l.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Issue 26: the product binary links the load-test harness only for `demo` (the `demo`
+/// feature of `codex-gateway`, on by default), and the data plane and shared-state take tokio
+/// for its `sync` primitives only: no tokio runtime, timer, reactor or macros in their graph.
+#[test]
+fn harness_only_for_demo_and_tokio_sync_only_below_the_root() {
+    let harness = |features: &[&str]| {
+        let mut args = vec!["-e", "normal"];
+        args.extend_from_slice(features);
+        cargo_tree(&["codex-gateway"], &args)
+            .into_iter()
+            .filter(|l| l.starts_with("codex-gateway-benches ") || l.starts_with("mock"))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        !harness(&[]).is_empty(),
+        "the default build links the harness (for demo): the check sees it"
+    );
+    let without = harness(&["--no-default-features"]);
+    assert!(
+        without.is_empty(),
+        "codex-gateway --no-default-features links {without:?}"
+    );
+
+    let runtime = [
+        "rt",
+        "rt-multi-thread",
+        "net",
+        "time",
+        "macros",
+        "signal",
+        "fs",
+        "process",
+    ];
+    let admin = tokio_features(&["admin"]);
+    assert!(
+        admin.contains("rt") && admin.contains("sync"),
+        "the check sees the sidecar's runtime: {admin:?}"
+    );
+    let below = tokio_features(&["gateway", "shared-state"]);
+    assert!(below.contains("sync"), "{below:?}");
+    let extra: Vec<_> = runtime.iter().filter(|f| below.contains(**f)).collect();
+    assert!(
+        extra.is_empty(),
+        "gateway/shared-state turn on tokio features {extra:?} (all: {below:?})"
+    );
 }
 
 // --- test hooks ---------------------------------------------------------------------------

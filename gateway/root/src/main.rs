@@ -6,10 +6,9 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
-use codex_gateway::{
-    app::App,
-    demo::{self, DemoArgs},
-};
+use codex_gateway::app::App;
+#[cfg(feature = "demo")]
+use codex_gateway::demo::{self, DemoArgs};
 use gateway::config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL};
 
 /// mimalloc instead of glibc's malloc: per-thread free lists without arena locks or
@@ -44,6 +43,7 @@ enum Command {
     /// Run the gateway.
     Serve(ServeArgs),
     /// Run the gateway in front of a built-in mock upstream with a demo account and key.
+    #[cfg(feature = "demo")]
     Demo(DemoArgs),
     /// Manage pooled accounts.
     Accounts {
@@ -390,6 +390,7 @@ fn main() -> ExitCode {
             app.shutdown();
             ExitCode::SUCCESS
         }
+        #[cfg(feature = "demo")]
         Command::Demo(args) => match demo::run(args, wait_for_signal) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
