@@ -8,10 +8,14 @@
 //! - [`outage`]: private PostgreSQL and Redis servers to stop and start, a counted client load.
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 //! - [`raw`]: HTTP/1.1 and WebSocket clients by hand over blocking sockets (hostile clients).
+//! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
+//! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
 
+pub mod admin_api;
 pub mod egress_proxy;
 pub mod outage;
 pub mod raw;
+pub mod wait;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
+use integration_tests::{
+    admin_api::auth_json, client, wait::wait_for, Stack, StackBuilder, ADMIN_TOKEN,
+};
 use reqwest::{header, Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -112,16 +114,6 @@ fn session_of(h: &header::HeaderMap) -> String {
         .strip_prefix("cg_admin_session=")
         .unwrap()
         .to_owned()
-}
-
-fn auth_json(t: &benches::IssuedTokens) -> String {
-    json!({
-        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
-        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
-                   "refresh_token": t.refresh_token, "account_id": t.account_id},
-        "last_refresh": "2026-11-29T00:00:00Z"
-    })
-    .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,21 +419,6 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
     assert_eq!(r.status(), 404);
 }
 
-async fn wait_for<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    while !f().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_answer_what_the_data_plane_did() {
     let s = stack();
@@ -512,7 +489,7 @@ async fn resources_answer_what_the_data_plane_did() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    wait_for("usage of the new key", || async {
+    wait_for("usage of the new key", Duration::from_secs(15), || async {
         let (_, _, k) = call(&s, "GET", "/api/admin/keys", t, None, None).await;
         k["data"]
             .as_array()
@@ -850,12 +827,16 @@ async fn resources_answer_what_the_data_plane_did() {
         .await
         .unwrap();
     assert!(r.status().is_client_error(), "{}", r.status());
-    wait_for("the failure to be recorded", || async {
-        let (_, _, f) = call(&s, "GET", "/api/admin/failures?limit=5", t, None, None).await;
-        f["data"]
-            .as_array()
-            .is_some_and(|d| d.iter().any(|x| x["key_name"] == "team"))
-    })
+    wait_for(
+        "the failure to be recorded",
+        Duration::from_secs(15),
+        || async {
+            let (_, _, f) = call(&s, "GET", "/api/admin/failures?limit=5", t, None, None).await;
+            f["data"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|x| x["key_name"] == "team"))
+        },
+    )
     .await;
 
     // Delete.

@@ -16,28 +16,13 @@ use std::time::Duration;
 
 use benches::MockConfig;
 use futures_util::future::join_all;
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{
+    wait::{same_minute_for, usage_until},
+    Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
-
-/// Creates a key with `limits` through the admin API; returns (id, plain key).
-async fn key_with(s: &Stack, name: &str, limits: Value) -> (i64, String) {
-    let mut body = limits;
-    body["name"] = json!(name);
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    (
-        v["id"].as_i64().unwrap(),
-        v["key"].as_str().unwrap().to_owned(),
-    )
-}
 
 /// `POST {base}/v1/responses` (non-streamed, identical every time) with `key`; (status,
 /// Retry-After, JSON body).
@@ -62,50 +47,6 @@ fn tokens_of(v: &Value) -> u64 {
     u["input_tokens"].as_u64().unwrap() + u["output_tokens"].as_u64().unwrap()
 }
 
-async fn usage_at(base: &str, key: &str) -> Value {
-    let r = client()
-        .get(format!("{base}/v1/usage"))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.json().await.unwrap()
-}
-
-/// Polls `/v1/usage` until `done` holds.
-async fn usage_until(base: &str, key: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..200 {
-        // (401 until an instance's snapshot has the key.)
-        let r = client()
-            .get(format!("{base}/v1/usage"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            let u: Value = r.json().await.unwrap();
-            if done(&u) {
-                return u;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "usage never reached the expected state: {}",
-        usage_at(base, key).await
-    );
-}
-
-/// Waits out the end of the current UTC minute when fewer than `secs` seconds are left.
-async fn same_minute_for(secs: u64) {
-    let now = shared_state::now_ms();
-    let left = 60_000 - now % 60_000;
-    if left < secs * 1000 {
-        tokio::time::sleep(Duration::from_millis(left + 200)).await;
-    }
-}
-
 /// A client with room for a burst (every request on its own connection at once).
 fn burst_client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -119,7 +60,10 @@ fn burst_client() -> reqwest::Client {
 /// the tokens admitted stay within `budget + T` and every refusal is a 429 with Retry-After.
 async fn burst_within_budget(s: &Stack, name: &str, redis: bool) {
     const BUDGET: u64 = 500;
-    let (_, key) = key_with(s, name, json!({"tokens_per_day": BUDGET})).await;
+    let key = s
+        .create_key(name, json!({"tokens_per_day": BUDGET}))
+        .await
+        .key;
     let http = burst_client();
     let (st, _, v) = respond_at(&http, &s.url(), &key).await;
     assert_eq!(st, 200, "{v}");
@@ -283,7 +227,7 @@ async fn rpm_holds_across_two_instances_under_a_burst() {
         codex_gateway::app::App::spawn(cfg).expect("second instance")
     });
     let b_url = format!("http://{}", b.data_addr);
-    let (_, key) = key_with(&s, "fleet-burst", json!({"rpm": 20})).await;
+    let key = s.create_key("fleet-burst", json!({"rpm": 20})).await.key;
     // B learns of the key at its next reload.
     usage_until(&b_url, &key, |u| u["limits"]["rpm"] == 20).await;
     same_minute_for(30).await;
@@ -319,12 +263,15 @@ async fn rpm_holds_across_two_instances_under_a_burst() {
 async fn reservations_come_back(s: &Stack, name: &str) {
     let http = burst_client();
     // Learn one request's size first: the budget leaves room for one more in flight, not two.
-    let (_, probe) = key_with(s, &format!("{name}-probe"), json!({})).await;
+    let probe = s.create_key(&format!("{name}-probe"), json!({})).await.key;
     let (st, _, v) = respond_at(&http, &s.url(), &probe).await;
     assert_eq!(st, 200, "{v}");
     let one = tokens_of(&v);
     let budget = 2 * one + one / 2;
-    let (_, key) = key_with(s, name, json!({"tokens_per_day": budget})).await;
+    let key = s
+        .create_key(name, json!({"tokens_per_day": budget}))
+        .await
+        .key;
     let (st, _, v) = respond_at(&http, &s.url(), &key).await;
     assert_eq!(st, 200, "{v}");
     usage_until(&s.url(), &key, |u| {

@@ -327,7 +327,7 @@ async fn wham_usage_reports_the_pools_combined_limits() {
     .start();
     s.mock.set_quota("acct-0", 30.0, 10.0);
     s.mock.set_quota("acct-1", 50.0, 20.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let get = || async {
         let r = client()
             .get(format!("{}/backend-api/wham/usage", s.url()))
@@ -355,33 +355,11 @@ async fn wham_usage_reports_the_pools_combined_limits() {
     // Both accounts out: the pool's limit is reached.
     s.mock.set_quota("acct-0", 100.0, 40.0);
     s.mock.set_quota("acct-1", 100.0, 40.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = get().await;
     assert_eq!(v["rate_limit"]["limit_reached"], true, "{v}");
     assert_eq!(v["rate_limit"]["allowed"], false);
     assert_eq!(v["rate_limit"]["primary_window"]["used_percent"], 100);
-}
-
-/// Polls every account's `/wham/usage` now (admin API).
-async fn poll_all(s: &Stack) {
-    let ids: Vec<i64> = s
-        .app
-        .snapshot
-        .load()
-        .accounts
-        .iter()
-        .map(|a| a.id)
-        .collect();
-    assert!(!ids.is_empty());
-    for id in ids {
-        let r = s
-            .admin_post(&format!("/api/admin/accounts/{id}/quota"))
-            .body("{}")
-            .send()
-            .await
-            .expect("poll");
-        assert!(r.status().is_success(), "poll {id}: {}", r.status());
-    }
 }
 
 // === the real CLI in ChatGPT mode ===

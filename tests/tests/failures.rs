@@ -519,14 +519,7 @@ async fn concurrency_limit_is_never_exceeded() {
             ..StackBuilder::default()
         }
         .start();
-        let accounts: Value = s
-            .admin_get("/api/admin/accounts")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let accounts = s.admin_json("/api/admin/accounts").await;
         for a in accounts["data"].as_array().unwrap() {
             let r = s
                 .admin_patch(&format!("/api/admin/accounts/{}", a["id"]))

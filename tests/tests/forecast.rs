@@ -29,26 +29,6 @@ fn stack(clock: Arc<AtomicU64>) -> Stack {
     .start()
 }
 
-async fn poll_all(s: &Stack) {
-    let ids: Vec<i64> = s
-        .app
-        .snapshot
-        .load()
-        .accounts
-        .iter()
-        .map(|a| a.id)
-        .collect();
-    for id in ids {
-        let r = s
-            .admin_post(&format!("/api/admin/accounts/{id}/quota"))
-            .body("{}")
-            .send()
-            .await
-            .expect("poll");
-        assert!(r.status().is_success(), "poll {id}: {}", r.status());
-    }
-}
-
 async fn forecast(s: &Stack) -> Value {
     let r = s
         .admin_get("/api/admin/forecast")
@@ -91,7 +71,7 @@ async fn burn_run_out_and_return_over_simulated_time() {
     let s = stack(Arc::clone(&clock));
     s.mock.set_quota("acct-0", 10.0, 5.0);
     s.mock.set_quota("acct-1", 50.0, 20.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = forecast(&s).await;
     assert_eq!(v["now_ms"], t0);
     let a0 = account(&v, &s, "acct-0");
@@ -107,7 +87,7 @@ async fn burn_run_out_and_return_over_simulated_time() {
     let t1 = t0 + 30 * MIN;
     clock.store(t1, Ordering::SeqCst);
     s.mock.set_quota("acct-0", 40.0, 6.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = forecast(&s).await;
     assert_eq!(v["now_ms"], t1);
     let a0 = account(&v, &s, "acct-0");
@@ -173,7 +153,7 @@ async fn burn_run_out_and_return_over_simulated_time() {
     let t2 = t1 + HOUR;
     clock.store(t2, Ordering::SeqCst);
     s.mock.set_quota("acct-0", 100.0, 8.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = forecast(&s).await;
     let a0 = account(&v, &s, "acct-0");
     assert_eq!(ms(&a0["exhausts_at_ms"]), t2, "out now");
@@ -192,12 +172,12 @@ async fn an_account_without_its_own_burn_takes_its_plans_mean() {
     let s = stack(Arc::clone(&clock));
     s.mock.set_quota("acct-0", 10.0, 5.0);
     s.mock.set_quota("acct-1", 20.0, 5.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let _ = forecast(&s).await;
     clock.store(t0 + 30 * MIN, Ordering::SeqCst);
     s.mock.set_quota("acct-0", 20.0, 5.0);
     s.mock.set_quota("acct-1", 40.0, 5.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = forecast(&s).await;
     assert_eq!(
         account(&v, &s, "acct-0")["primary"]["burn_pct_per_hour"],
@@ -210,7 +190,7 @@ async fn an_account_without_its_own_burn_takes_its_plans_mean() {
     assert!((v["pool"]["demand_pct_per_hour"].as_f64().expect("demand") - 60.0).abs() < 1e-6);
     clock.store(t0 + 40 * MIN, Ordering::SeqCst);
     s.mock.set_quota("acct-1", 5.0, 5.0);
-    poll_all(&s).await;
+    s.post_each_account("quota").await;
     let v = forecast(&s).await;
     let a0 = account(&v, &s, "acct-0");
     let a1 = account(&v, &s, "acct-1");

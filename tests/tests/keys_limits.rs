@@ -10,28 +10,15 @@
 use std::time::Duration;
 
 use benches::MockConfig;
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{
+    admin_api::CreatedKey,
+    client,
+    wait::{same_minute_for, usage_at, usage_until},
+    Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 
 const REDIS: &str = "redis://127.0.0.1:6379/0";
-
-/// Creates a key with `limits` through the admin API; returns (id, plain key).
-async fn key_with(s: &Stack, name: &str, limits: Value) -> (i64, String) {
-    let mut body = limits;
-    body["name"] = json!(name);
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    (
-        v["id"].as_i64().unwrap(),
-        v["key"].as_str().unwrap().to_owned(),
-    )
-}
 
 async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
     let r = s
@@ -73,56 +60,11 @@ async fn respond(s: &Stack, key: &str) -> (u16, Option<u64>, Value) {
     .await
 }
 
-async fn usage_at(base: &str, key: &str) -> Value {
-    let r = client()
-        .get(format!("{base}/v1/usage"))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.json().await.unwrap()
-}
-
-/// Polls `/v1/usage` until `done` holds (the usage record of a finished request is counted
-/// when its handler returns, which may be just after the client read the answer).
-async fn usage_until(base: &str, key: &str, done: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..200 {
-        let r = client()
-            .get(format!("{base}/v1/usage"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        if r.status() == 200 {
-            let u: Value = r.json().await.unwrap();
-            if done(&u) {
-                return u;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "usage never reached the expected state: {}",
-        usage_at(base, key).await
-    );
-}
-
-/// Waits out the end of the current UTC minute when fewer than `secs` seconds are left, so a
-/// test's requests fall in one RPM window.
-async fn same_minute_for(secs: u64) {
-    let now = shared_state::now_ms();
-    let left = 60_000 - now % 60_000;
-    if left < secs * 1000 {
-        tokio::time::sleep(Duration::from_millis(left + 200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn rpm_over_the_limit_is_429_rate_limit_exceeded_with_retry_after() {
     let s = StackBuilder::default().start();
     same_minute_for(20).await;
-    let (_, key) = key_with(&s, "rpm", json!({"rpm": 2})).await;
+    let key = s.create_key("rpm", json!({"rpm": 2})).await.key;
     for _ in 0..2 {
         let (st, _, v) = respond(&s, &key).await;
         assert_eq!(st, 200, "{v}");
@@ -163,7 +105,10 @@ async fn concurrency_limit_refuses_while_streams_are_open() {
         ..StackBuilder::default()
     }
     .start();
-    let (_, key) = key_with(&s, "conc", json!({"max_concurrency": 2})).await;
+    let key = s
+        .create_key("conc", json!({"max_concurrency": 2}))
+        .await
+        .key;
     let open = |k: String| {
         let url = format!("{}/v1/responses", s.url());
         async move {
@@ -203,7 +148,10 @@ async fn concurrency_limit_refuses_while_streams_are_open() {
 #[tokio::test(flavor = "multi_thread")]
 async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
     let mut s = StackBuilder::default().start();
-    let (_, key) = key_with(&s, "budget", json!({"tokens_per_day": 5})).await;
+    let key = s
+        .create_key("budget", json!({"tokens_per_day": 5}))
+        .await
+        .key;
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 200, "{v}");
     let used = v["usage"]["total_tokens"].as_u64().unwrap();
@@ -225,21 +173,12 @@ async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 429, "{v}");
     // Raising the budget lets it through again.
-    let keys: Value = s
-        .admin_get("/api/admin/keys")
-        .send()
+    let k = s
+        .admin_list("/api/admin/keys")
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let k = keys["data"]
-        .as_array()
-        .unwrap()
-        .iter()
+        .into_iter()
         .find(|k| k["name"] == "budget")
-        .unwrap()
-        .clone();
+        .unwrap();
     assert_eq!(k["today"]["tokens"].as_u64(), Some(used), "{k}");
     assert_eq!(k["limits"]["tokens_per_day"], 5, "{k}");
     patch_key(
@@ -256,7 +195,10 @@ async fn daily_token_budget_is_exhausted_by_usage_and_survives_a_restart() {
 async fn cost_budget_counts_the_priced_usage() {
     let s = StackBuilder::default().start();
     // One request costs far more than a micro-dollar at the default gpt-5.5 prices.
-    let (_, key) = key_with(&s, "cost", json!({"cost_per_day_usd": 0.000001})).await;
+    let key = s
+        .create_key("cost", json!({"cost_per_day_usd": 0.000001}))
+        .await
+        .key;
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 200, "{v}");
     let input = v["usage"]["input_tokens"].as_u64().unwrap();
@@ -278,7 +220,10 @@ async fn cost_budget_counts_the_priced_usage() {
 #[tokio::test(flavor = "multi_thread")]
 async fn model_allow_list_refuses_other_models_as_not_found() {
     let s = StackBuilder::default().start();
-    let (_, key) = key_with(&s, "models", json!({"allowed_models": ["gpt-5.5"]})).await;
+    let key = s
+        .create_key("models", json!({"allowed_models": ["gpt-5.5"]}))
+        .await
+        .key;
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 200, "{v}");
     let (st, _, v) = call_at(
@@ -319,14 +264,7 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
         ..StackBuilder::default()
     }
     .start();
-    let accounts: Value = s
-        .admin_get("/api/admin/accounts")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let accounts = s.admin_json("/api/admin/accounts").await;
     let id_of = |acct: &str| {
         accounts["data"]
             .as_array()
@@ -347,7 +285,10 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["account_group"], "team-a", "{v}");
     }
-    let (_, team) = key_with(&s, "team", json!({"account_group": "team-a"})).await;
+    let team = s
+        .create_key("team", json!({"account_group": "team-a"}))
+        .await
+        .key;
     s.mock.clear_requests();
     for _ in 0..8 {
         let (st, _, v) = respond(&s, &team).await;
@@ -381,7 +322,10 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
     assert_eq!(served.len(), 6);
     assert!(served.iter().all(|a| a == "acct-0"), "{served:?}");
     // A group with no account: no account available, never the shared pool.
-    let (_, lonely) = key_with(&s, "lonely", json!({"account_group": "nobody"})).await;
+    let lonely = s
+        .create_key("lonely", json!({"account_group": "nobody"}))
+        .await
+        .key;
     s.mock.clear_requests();
     let (st, _, v) = respond(&s, &lonely).await;
     assert_eq!(st, 503, "{v}");
@@ -397,12 +341,12 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
 async fn expired_and_disabled_keys_are_refused_like_invalid_keys() {
     let s = StackBuilder::default().start();
     let past = shared_state::now_ms() / 1000 - 10;
-    let (_, expired) = key_with(&s, "old", json!({"expires_at": past})).await;
+    let expired = s.create_key("old", json!({"expires_at": past})).await.key;
     let (st, _, v) = respond(&s, &expired).await;
     assert_eq!(st, 401, "{v}");
     assert_eq!(v["error"]["code"], "invalid_api_key", "{v}");
     let future = shared_state::now_ms() / 1000 + 3600;
-    let (id, k) = key_with(&s, "new", json!({"expires_at": future})).await;
+    let CreatedKey { id, key: k, .. } = s.create_key("new", json!({"expires_at": future})).await;
     assert_eq!(respond(&s, &k).await.0, 200);
     let v = patch_key(&s, id, json!({"enabled": false})).await;
     assert_eq!(v["usable"], false, "{v}");
@@ -423,7 +367,9 @@ async fn expired_and_disabled_keys_are_refused_like_invalid_keys() {
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
     let s = StackBuilder::default().start();
-    let (id, mine) = key_with(&s, "mine", json!({"rpm": 100, "tokens_per_month": 1000000})).await;
+    let CreatedKey { id, key: mine, .. } = s
+        .create_key("mine", json!({"rpm": 100, "tokens_per_month": 1000000}))
+        .await;
     for _ in 0..2 {
         assert_eq!(respond(&s, &mine).await.0, 200);
     }
@@ -449,14 +395,7 @@ async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
     // The admin API shows the same counts, and the key's last use once stored (every 5 s).
     let mut k = Value::Null;
     for _ in 0..200 {
-        let keys: Value = s
-            .admin_get("/api/admin/keys")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let keys = s.admin_json("/api/admin/keys").await;
         k = keys["data"]
             .as_array()
             .unwrap()
@@ -491,7 +430,7 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
     });
     let b_url = format!("http://{}", b.data_addr);
     same_minute_for(30).await;
-    let (_, key) = key_with(&s, "fleet", json!({"rpm": 3})).await;
+    let key = s.create_key("fleet", json!({"rpm": 3})).await.key;
     // B learns of the key at its next reload.
     usage_until(&b_url, &key, |u| u["enforcement"] == "fleet").await;
     usage_until(&s.url(), &key, |u| u["enforcement"] == "fleet").await;
@@ -513,7 +452,7 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
     assert!(retry.is_some());
     // Control: without the fleet counter, B alone would have admitted it (its own count is 0
     // of 3): a fresh key shows B admits up to the limit.
-    let (_, other) = key_with(&s, "fleet-2", json!({"rpm": 3})).await;
+    let other = s.create_key("fleet-2", json!({"rpm": 3})).await.key;
     usage_until(&b_url, &other, |u| u["limits"]["rpm"] == 3).await;
     let (st, _, v) = call_at(
         &b_url,
@@ -548,7 +487,7 @@ async fn redis_down_enforces_locally_and_healthz_says_so() {
     assert_eq!(h["key_limits"], "local", "{h}");
     assert_eq!(h["redis"], "down", "{h}");
     assert_eq!(s.metric("codex_gateway_key_limits_local").await, 1);
-    let (_, key) = key_with(&s, "local", json!({"rpm": 2})).await;
+    let key = s.create_key("local", json!({"rpm": 2})).await.key;
     assert_eq!(respond(&s, &key).await.0, 200);
     assert_eq!(respond(&s, &key).await.0, 200);
     let (st, _, v) = respond(&s, &key).await;
@@ -639,21 +578,12 @@ async fn admin_api_validates_and_round_trips_limits() {
         .unwrap();
     assert_eq!(r.status(), 404);
     // The stored limits are what the data plane enforces: a fresh listing shows them.
-    let keys: Value = s
-        .admin_get("/api/admin/keys")
-        .send()
+    let k = s
+        .admin_list("/api/admin/keys")
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let k = keys["data"]
-        .as_array()
-        .unwrap()
-        .iter()
+        .into_iter()
         .find(|k| k["id"] == id)
-        .unwrap()
-        .clone();
+        .unwrap();
     assert_eq!(k["limits"]["tokens_per_month"], 20000, "{k}");
     // The CLI sets the same limits.
     let db = s.db.clone();
@@ -674,7 +604,7 @@ async fn websocket_turns_count_against_rpm() {
     use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
     let s = StackBuilder::default().start();
     same_minute_for(20).await;
-    let (_, key) = key_with(&s, "ws", json!({"rpm": 1})).await;
+    let key = s.create_key("ws", json!({"rpm": 1})).await.key;
     let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
         .into_client_request()
         .unwrap();

@@ -306,14 +306,7 @@ async fn wham_usage_reports_the_keys_group() {
         ..StackBuilder::default()
     }
     .start();
-    let accounts: Value = s
-        .admin_get("/api/admin/accounts")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let accounts = s.admin_json("/api/admin/accounts").await;
     for a in accounts["data"].as_array().unwrap() {
         if a["chatgpt_account_id"] == "acct-0" {
             continue;

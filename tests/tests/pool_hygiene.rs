@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{admin_api::auth_json, wait::wait_for, Stack, StackBuilder};
 use serde_json::{json, Value};
 use shared_state::snapshot::Strategy;
 
@@ -25,24 +25,11 @@ fn stack(accounts: usize) -> Stack {
     .start()
 }
 
-async fn admin(s: &Stack, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let mut r = s.admin_req(method.clone(), path);
-    if method != reqwest::Method::GET {
-        r = r.body(body.to_string());
-    }
-    let resp = r.send().await.unwrap();
-    let st = resp.status().as_u16();
-    (st, resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn put_settings(s: &Stack, body: Value) {
-    let (st, v) = admin(s, reqwest::Method::PUT, "/api/admin/settings", body).await;
-    assert_eq!(st, 200, "{v}");
-}
-
 /// Account id by ChatGPT account id, from the admin API (`None`: not listed).
 async fn account(s: &Stack, chatgpt: &str) -> Option<Value> {
-    let (_, v) = admin(s, reqwest::Method::GET, "/api/admin/accounts", Value::Null).await;
+    let (_, v) = s
+        .admin_call(reqwest::Method::GET, "/api/admin/accounts", Value::Null)
+        .await;
     v["data"]
         .as_array()
         .unwrap()
@@ -61,14 +48,6 @@ async fn ask(s: &Stack) -> u16 {
         .as_u16()
 }
 
-async fn wait_for(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn stored_status(s: &Stack, chatgpt: &str) -> Option<String> {
     account(s, chatgpt)
         .await
@@ -82,41 +61,46 @@ async fn auto_clean_disables_then_deletes_dead_accounts() {
     s.mock
         .set_behaviour("acct-0", Behaviour::error(ErrorKind::AccountDeactivated));
     assert_eq!(ask(&s).await, 200);
-    wait_for("acct-0 banned in storage", async || {
-        stored_status(&s, "acct-0").await.as_deref() == Some("banned")
-    })
+    wait_for(
+        "acct-0 banned in storage",
+        Duration::from_secs(30),
+        async || stored_status(&s, "acct-0").await.as_deref() == Some("banned"),
+    )
     .await;
     let id0 = account(&s, "acct-0").await.unwrap()["id"].as_i64().unwrap();
 
     // Off by default: nothing happens, and the run says so.
-    let (st, v) = admin(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/auto-clean/run",
-        json!({}),
-    )
-    .await;
+    let (st, v) = s
+        .admin_call(
+            reqwest::Method::POST,
+            "/api/admin/auto-clean/run",
+            json!({}),
+        )
+        .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["enabled"], false, "{v}");
     assert_eq!(v["cleaned"], json!([]));
     // On, with a day: the ban is too recent.
-    put_settings(&s, json!({"auto_clean_after_hours": 24})).await;
-    let (_, v) = admin(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/auto-clean/run",
-        json!({"dry_run": true}),
-    )
-    .await;
+    s.put_settings(json!({"auto_clean_after_hours": 24})).await;
+    let (_, v) = s
+        .admin_call(
+            reqwest::Method::POST,
+            "/api/admin/auto-clean/run",
+            json!({"dry_run": true}),
+        )
+        .await;
     assert_eq!(v["enabled"], true, "{v}");
     assert_eq!(v["cleaned"], json!([]), "{v}");
     assert_eq!(stored_status(&s, "acct-0").await.as_deref(), Some("banned"));
 
     // A threshold of 0.0005 h (1.8 s): the background task disables it by itself.
-    put_settings(&s, json!({"auto_clean_after_hours": 0.0005})).await;
-    wait_for("acct-0 disabled by auto-clean", async || {
-        stored_status(&s, "acct-0").await.as_deref() == Some("disabled")
-    })
+    s.put_settings(json!({"auto_clean_after_hours": 0.0005}))
+        .await;
+    wait_for(
+        "acct-0 disabled by auto-clean",
+        Duration::from_secs(30),
+        async || stored_status(&s, "acct-0").await.as_deref() == Some("disabled"),
+    )
     .await;
     assert_eq!(s.account("acct-0").status, "disabled");
     // The healthy accounts are untouched.
@@ -126,18 +110,17 @@ async fn auto_clean_disables_then_deletes_dead_accounts() {
 
     // Delete: acct-1 is banned next; once dead long enough it is deleted. acct-0, disabled
     // now, is not dead any more: it stays.
-    put_settings(
-        &s,
-        json!({"auto_clean_action": "delete", "auto_clean_after_hours": 0.0005}),
-    )
-    .await;
+    s.put_settings(json!({"auto_clean_action": "delete", "auto_clean_after_hours": 0.0005}))
+        .await;
     s.mock
         .set_behaviour("acct-1", Behaviour::error(ErrorKind::AccountDeactivated));
     let id1 = account(&s, "acct-1").await.unwrap()["id"].as_i64().unwrap();
     assert_eq!(ask(&s).await, 200);
-    wait_for("acct-1 deleted by auto-clean", async || {
-        account(&s, "acct-1").await.is_none()
-    })
+    wait_for(
+        "acct-1 deleted by auto-clean",
+        Duration::from_secs(30),
+        async || account(&s, "acct-1").await.is_none(),
+    )
     .await;
     assert_eq!(
         stored_status(&s, "acct-0").await.as_deref(),
@@ -153,13 +136,13 @@ async fn auto_clean_disables_then_deletes_dead_accounts() {
         .all(|a| a.chatgpt_account_id != "acct-1"));
 
     // Each action is in the audit log as auto-clean, with the status it had.
-    let (_, log) = admin(
-        &s,
-        reqwest::Method::GET,
-        "/api/admin/audit?actor=auto-clean",
-        Value::Null,
-    )
-    .await;
+    let (_, log) = s
+        .admin_call(
+            reqwest::Method::GET,
+            "/api/admin/audit?actor=auto-clean",
+            Value::Null,
+        )
+        .await;
     let rows = log["data"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{log}");
     let disabled = rows
@@ -198,13 +181,13 @@ async fn batch_test_reaches_each_account_directly() {
     s.mock.clear_requests();
     // acct-3 first: the results come back in the order asked, not the order they finished.
     let asked = vec![ids[3], ids[0], ids[1], ids[2], 9999];
-    let (st, v) = admin(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/accounts/test",
-        json!({"ids": asked, "model": "gpt-5.5", "concurrency": 2}),
-    )
-    .await;
+    let (st, v) = s
+        .admin_call(
+            reqwest::Method::POST,
+            "/api/admin/accounts/test",
+            json!({"ids": asked, "model": "gpt-5.5", "concurrency": 2}),
+        )
+        .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["succeeded"], 2, "{v}");
     assert_eq!(v["failed"], 3, "{v}");
@@ -250,7 +233,9 @@ async fn batch_test_reaches_each_account_directly() {
     // Never through the data plane: no usage for any key, no account served anything, and
     // the failing accounts keep their status (a test reports, it does not judge).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (_, usage) = admin(&s, reqwest::Method::GET, "/api/admin/usage", Value::Null).await;
+    let (_, usage) = s
+        .admin_call(reqwest::Method::GET, "/api/admin/usage", Value::Null)
+        .await;
     assert_eq!(usage["totals"]["requests"], 0, "{usage}");
     for i in 0..4 {
         let a = account(&s, &format!("acct-{i}")).await.unwrap();
@@ -264,20 +249,12 @@ async fn batch_test_reaches_each_account_directly() {
         (json!({"ids": [1], "concurrency": 0}), "concurrency"),
         (json!({"ids": [1], "concurrency": 33}), "concurrency"),
     ] {
-        let (st, v) = admin(&s, reqwest::Method::POST, "/api/admin/accounts/test", body).await;
+        let (st, v) = s
+            .admin_call(reqwest::Method::POST, "/api/admin/accounts/test", body)
+            .await;
         assert_eq!(st, 400, "{v}");
         assert_eq!(v["error"]["param"], param, "{v}");
     }
-}
-
-fn auth_json(t: &benches::IssuedTokens) -> String {
-    json!({
-        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
-        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
-                   "refresh_token": t.refresh_token, "account_id": t.account_id},
-        "last_refresh": "2026-11-29T00:00:00Z"
-    })
-    .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,9 +275,11 @@ async fn auth_dir_imports_disables_and_writes_back() {
     std::fs::create_dir(auth.path().join("alice")).unwrap();
     let file = auth.path().join("alice/auth.json");
     std::fs::write(&file, auth_json(&t)).unwrap();
-    wait_for("the file's account imported", async || {
-        stored_status(&s, "acct-file").await.as_deref() == Some("active")
-    })
+    wait_for(
+        "the file's account imported",
+        Duration::from_secs(30),
+        async || stored_status(&s, "acct-file").await.as_deref() == Some("active"),
+    )
     .await;
     let id = account(&s, "acct-file").await.unwrap()["id"]
         .as_i64()
@@ -308,46 +287,57 @@ async fn auth_dir_imports_disables_and_writes_back() {
 
     // Removed: disabled. Back: enabled.
     std::fs::remove_file(&file).unwrap();
-    wait_for("disabled after its file went", async || {
-        stored_status(&s, "acct-file").await.as_deref() == Some("disabled")
-    })
+    wait_for(
+        "disabled after its file went",
+        Duration::from_secs(30),
+        async || stored_status(&s, "acct-file").await.as_deref() == Some("disabled"),
+    )
     .await;
     assert_eq!(s.account("acct-file").status, "disabled");
     std::fs::write(&file, auth_json(&t)).unwrap();
-    wait_for("enabled when its file is back", async || {
-        stored_status(&s, "acct-file").await.as_deref() == Some("active")
-    })
+    wait_for(
+        "enabled when its file is back",
+        Duration::from_secs(30),
+        async || stored_status(&s, "acct-file").await.as_deref() == Some("active"),
+    )
     .await;
 
     // Write-back: a refresh rotates the tokens; the file gets them, atomically (no temporary
     // left), and that write is not taken for a new file.
-    let (st, v) = admin(
-        &s,
-        reqwest::Method::PUT,
-        "/api/admin/settings",
-        json!({"auth_dir_write_back": true}),
-    )
-    .await;
+    let (st, v) = s
+        .admin_call(
+            reqwest::Method::PUT,
+            "/api/admin/settings",
+            json!({"auth_dir_write_back": true}),
+        )
+        .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["auth_dir_write_back"], true);
-    let (st, v) = admin(
-        &s,
-        reqwest::Method::POST,
-        &format!("/api/admin/accounts/{id}/refresh"),
-        json!({}),
-    )
-    .await;
+    let (st, v) = s
+        .admin_call(
+            reqwest::Method::POST,
+            &format!("/api/admin/accounts/{id}/refresh"),
+            json!({}),
+        )
+        .await;
     assert_eq!(st, 202, "{v}");
     let rotated = async || {
         let now = s.mock.account_tokens("acct-file")?;
         (now.refresh_token != t.refresh_token).then_some(now)
     };
-    wait_for("the refresh", async || rotated().await.is_some()).await;
-    let fresh = rotated().await.unwrap();
-    wait_for("the file rewritten with the rotated tokens", async || {
-        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        v["tokens"]["refresh_token"] == fresh.refresh_token.as_str()
+    wait_for("the refresh", Duration::from_secs(30), async || {
+        rotated().await.is_some()
     })
+    .await;
+    let fresh = rotated().await.unwrap();
+    wait_for(
+        "the file rewritten with the rotated tokens",
+        Duration::from_secs(30),
+        async || {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            v["tokens"]["refresh_token"] == fresh.refresh_token.as_str()
+        },
+    )
     .await;
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(v["tokens"]["access_token"], fresh.access_token.as_str());
@@ -368,13 +358,13 @@ async fn auth_dir_imports_disables_and_writes_back() {
 
     // The audit log tells the story, as auth-dir, without a token.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let (_, log) = admin(
-        &s,
-        reqwest::Method::GET,
-        "/api/admin/audit?actor=auth-dir",
-        Value::Null,
-    )
-    .await;
+    let (_, log) = s
+        .admin_call(
+            reqwest::Method::GET,
+            "/api/admin/audit?actor=auth-dir",
+            Value::Null,
+        )
+        .await;
     let actions: Vec<&str> = log["data"]
         .as_array()
         .unwrap()
@@ -412,18 +402,20 @@ async fn reset_credits_are_shown_per_account() {
         let id = account(&s, &format!("acct-{i}")).await.unwrap()["id"]
             .as_i64()
             .unwrap();
-        let (st, v) = admin(
-            &s,
-            reqwest::Method::POST,
-            &format!("/api/admin/accounts/{id}/quota"),
-            json!({}),
-        )
-        .await;
+        let (st, v) = s
+            .admin_call(
+                reqwest::Method::POST,
+                &format!("/api/admin/accounts/{id}/quota"),
+                json!({}),
+            )
+            .await;
         assert!(st < 300, "{st} {v}");
     }
-    wait_for("acct-0's reset credits", async || {
-        account(&s, "acct-0").await.unwrap()["reset_credits"] == 3
-    })
+    wait_for(
+        "acct-0's reset credits",
+        Duration::from_secs(30),
+        async || account(&s, "acct-0").await.unwrap()["reset_credits"] == 3,
+    )
     .await;
     assert_eq!(account(&s, "acct-1").await.unwrap()["reset_credits"], 0);
 }

@@ -23,20 +23,6 @@ fn stack(accounts: usize) -> Stack {
     .start()
 }
 
-/// `PUT /api/admin/settings` with `body`; returns the effective settings it answers.
-async fn put_settings(s: &Stack, body: Value) -> Value {
-    let r = s
-        .admin_put("/api/admin/settings")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let st = r.status();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(st, 200, "{v}");
-    v
-}
-
 async fn ask(s: &Stack, body: Value) -> (u16, Value) {
     let r = s.post("/v1/responses").json(&body).send().await.unwrap();
     let st = r.status().as_u16();
@@ -52,29 +38,6 @@ fn take_served(s: &Stack) -> Vec<String> {
     let v = s.served_by();
     s.mock.clear_requests();
     v
-}
-
-/// Lifts every account's cooldown, stored and live (the operator's enable), so failures of
-/// one phase do not change the candidates of the next: a cooldown cleared in memory only comes
-/// back with the next snapshot once the sidecar has stored it.
-async fn clear_cooldowns(s: &Stack) {
-    let ids: Vec<i64> = s
-        .app
-        .snapshot
-        .load()
-        .accounts
-        .iter()
-        .map(|a| a.id)
-        .collect();
-    for id in ids {
-        let r = s
-            .admin_post(&format!("/api/admin/accounts/{id}/enable"))
-            .body("{}")
-            .send()
-            .await
-            .expect("enable");
-        assert!(r.status().is_success(), "enable {id}: {}", r.status());
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -93,15 +56,15 @@ async fn max_attempts_setting_is_hot() {
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
 
     // Fewer than configured.
-    clear_cooldowns(&s).await;
-    let v = put_settings(&s, json!({"max_attempts": 2})).await;
+    s.post_each_account("enable").await;
+    let v = s.put_settings(json!({"max_attempts": 2})).await;
     assert_eq!(v["max_attempts"], 2);
     let _ = ask_x(&s).await;
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1"]);
 
     // More than configured (and more than the configured candidate headroom).
-    clear_cooldowns(&s).await;
-    put_settings(&s, json!({"max_attempts": 6})).await;
+    s.post_each_account("enable").await;
+    s.put_settings(json!({"max_attempts": 6})).await;
     let _ = ask_x(&s).await;
     assert_eq!(
         take_served(&s),
@@ -109,8 +72,8 @@ async fn max_attempts_setting_is_hot() {
     );
 
     // `null` goes back to the configured value.
-    clear_cooldowns(&s).await;
-    put_settings(&s, json!({"max_attempts": null})).await;
+    s.post_each_account("enable").await;
+    s.put_settings(json!({"max_attempts": null})).await;
     let _ = ask_x(&s).await;
     assert_eq!(take_served(&s), vec!["acct-0", "acct-1", "acct-2"]);
 }
@@ -126,7 +89,7 @@ async fn strategy_setting_is_hot() {
         vec!["acct-0"; 4],
         "fill_first as configured"
     );
-    put_settings(&s, json!({"strategy": "round_robin"})).await;
+    s.put_settings(json!({"strategy": "round_robin"})).await;
     for _ in 0..4 {
         assert_eq!(ask_x(&s).await.0, 200);
     }
@@ -151,10 +114,10 @@ async fn pause_threshold_setting_is_hot() {
         vec!["acct-0", "acct-0"],
         "no pause threshold configured"
     );
-    put_settings(&s, json!({"pause_threshold_pct": 90})).await;
+    s.put_settings(json!({"pause_threshold_pct": 90})).await;
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-1"], "acct-0 is paused at 95 %");
-    put_settings(&s, json!({"pause_threshold_pct": "off"})).await;
+    s.put_settings(json!({"pause_threshold_pct": "off"})).await;
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-0"]);
 }
@@ -167,12 +130,13 @@ async fn min_request_interval_setting_is_hot() {
     assert_eq!(take_served(&s), vec!["acct-0", "acct-0"]);
     // One minute between two starts on one account: acct-0 started a moment ago, so acct-1
     // serves; then neither may start another request.
-    put_settings(&s, json!({"min_request_interval_ms": 60000})).await;
+    s.put_settings(json!({"min_request_interval_ms": 60000}))
+        .await;
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-1"]);
     assert_eq!(ask_x(&s).await.0, 503);
     assert_eq!(take_served(&s), Vec::<String>::new());
-    put_settings(&s, json!({"min_request_interval_ms": 0})).await;
+    s.put_settings(json!({"min_request_interval_ms": 0})).await;
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-0"]);
 }
@@ -193,7 +157,7 @@ async fn default_max_concurrency_setting_is_hot() {
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-0", "acct-0"]);
     // One slot per account: acct-0 is full while its stream is open.
-    put_settings(&s, json!({"default_max_concurrency": 1})).await;
+    s.put_settings(json!({"default_max_concurrency": 1})).await;
     assert_eq!(s.account("acct-0").in_flight, 1);
     assert_eq!(ask_x(&s).await.0, 200);
     assert_eq!(take_served(&s), vec!["acct-1"]);
@@ -275,7 +239,7 @@ async fn turn_state_goes_only_to_the_account_that_issued_it() {
     // What the client now holds is acct-1's turn state: acct-0 does not get it either.
     let ts1 = ts1.expect("acct-1 issued a turn state");
     assert_ne!(ts1, ts);
-    clear_cooldowns(&s).await;
+    s.post_each_account("enable").await;
     s.mock.clear_requests();
     let r = follow(&ts1).send().await.unwrap();
     assert_eq!(r.status(), 200);

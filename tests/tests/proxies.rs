@@ -34,14 +34,7 @@ fn stack_on(plain_http: PlainHttp, accounts: usize, postgres: bool) -> Stack {
 }
 
 async fn account_id(s: &Stack, chatgpt_account_id: &str) -> i64 {
-    let v: Value = s
-        .admin_get("/api/admin/accounts")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = s.admin_json("/api/admin/accounts").await;
     v["data"]
         .as_array()
         .unwrap()
@@ -254,18 +247,10 @@ async fn wrong_credentials(scheme: &str) {
         a.cooling_ms, 0,
         "the account is not cooled for its proxy's fault"
     );
-    let accounts: Value = s
-        .admin_get("/api/admin/accounts")
-        .send()
+    let a0 = s
+        .admin_list("/api/admin/accounts")
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let a0 = accounts["data"]
-        .as_array()
-        .unwrap()
-        .iter()
+        .into_iter()
         .find(|a| a["chatgpt_account_id"] == "acct-0")
         .unwrap();
     assert_eq!(

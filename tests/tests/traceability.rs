@@ -8,11 +8,11 @@
 
 #![allow(clippy::unwrap_used)] // helpers of tests: a panic is the failure report
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind};
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{admin_api::usage_csv, client, wait::wait_for, Stack, StackBuilder};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
@@ -38,34 +38,6 @@ fn is_generated(id: &str) -> bool {
 
 fn respond_body() -> Value {
     json!({"model": "gpt-5.5", "input": "hi"})
-}
-
-/// Waits (bounded) until `f` holds.
-async fn until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Creates a key with `limits` through the admin API; returns the plain key.
-async fn key_with(s: &Stack, name: &str, limits: Value) -> String {
-    let mut body = limits;
-    body["name"] = json!(name);
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    v["key"].as_str().unwrap().to_owned()
 }
 
 /// Every data-plane answer carries `x-request-id`: 200 JSON, SSE, 401, 404, 429, 400 (bad
@@ -163,7 +135,7 @@ async fn every_answer_carries_a_request_id() {
     assert_eq!(r.headers()["request-id"].to_str().unwrap(), id);
     r.text().await.unwrap();
     // 429: a key allowed one request per minute (a third request covers a minute's turn).
-    let key = key_with(&s, "rpm-1", json!({"rpm": 1})).await;
+    let key = s.create_key("rpm-1", json!({"rpm": 1})).await.key;
     let mut statuses = Vec::new();
     for _ in 0..3 {
         let r = client()
@@ -305,32 +277,6 @@ async fn websocket_error_events_carry_the_turns_id() {
     assert_ne!(ids[0], ids[1], "each turn its own id");
 }
 
-/// The CSV export parsed into rows of `header -> cell` (cells here never hold commas).
-async fn csv(s: &Stack) -> Vec<std::collections::HashMap<String, String>> {
-    let r = s
-        .admin_get("/api/admin/usage/export.csv")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
-    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
-    let head: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    lines
-        .map(|l| {
-            head.iter()
-                .cloned()
-                .zip(l.split(',').map(str::to_owned))
-                .collect()
-        })
-        .collect()
-}
-
 /// The id a client got is in its usage record: the CSV export's `request_id`, the admin
 /// API's search by id (every field, the key's name), the failures list; a WebSocket turn's
 /// record carries the turn's id; an unknown id finds nothing, a malformed one is a 400.
@@ -375,11 +321,11 @@ async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
         ws_done = v["type"] == "response.completed";
     }
     drop(ws);
-    until("3 usage records", Duration::from_secs(20), || async {
-        csv(&s).await.len() >= 3
+    wait_for("3 usage records", Duration::from_secs(20), || async {
+        usage_csv(&s, "").await.len() >= 3
     })
     .await;
-    let rows = csv(&s).await;
+    let rows = usage_csv(&s, "").await;
     let ids: Vec<&str> = rows.iter().map(|r| r["request_id"].as_str()).collect();
     assert!(ids.contains(&ok_id.as_str()), "{rows:?}");
     assert!(ids.contains(&"client-failure-1"), "{rows:?}");
@@ -395,28 +341,18 @@ async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
         ("client-failure-1", 400),
         (ws_id.as_str(), 200),
     ] {
-        let v: Value = s
-            .admin_get(&format!("/api/admin/usage/records?request_id={id}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = s
+            .admin_json(&format!("/api/admin/usage/records?request_id={id}"))
+            .await;
         let data = v["data"].as_array().unwrap_or_else(|| panic!("{v}"));
         assert_eq!(data.len(), 1, "{v}");
         assert_eq!(data[0]["request_id"], id, "{v}");
         assert_eq!(data[0]["status"], status, "{v}");
         assert_eq!(data[0]["key_name"], "test", "{v}");
     }
-    let v: Value = s
-        .admin_get("/api/admin/usage/records?request_id=req_unknown")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = s
+        .admin_json("/api/admin/usage/records?request_id=req_unknown")
+        .await;
     assert_eq!(v["data"].as_array().map(Vec::len), Some(0), "{v}");
     let r = s
         .admin_get("/api/admin/usage/records?request_id=a%20b")
@@ -425,14 +361,7 @@ async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
         .unwrap();
     assert_eq!(r.status(), 400);
     // The failures list names the failed request's id and class.
-    let v: Value = s
-        .admin_get("/api/admin/failures")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = s.admin_json("/api/admin/failures").await;
     let f = v["data"]
         .as_array()
         .unwrap()
@@ -542,7 +471,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
         .unwrap();
     assert_eq!(r.status(), 400);
     let bad_json_id = rid(&r);
-    until("7 access-log lines", Duration::from_secs(20), || async {
+    wait_for("7 access-log lines", Duration::from_secs(20), || async {
         access_lines(&path).len() >= 7
     })
     .await;
@@ -654,7 +583,7 @@ async fn the_access_log_rotates_at_its_size_bound() {
         r.text().await.unwrap();
         sent += 1;
     }
-    until("two rotations", Duration::from_secs(20), || async {
+    wait_for("two rotations", Duration::from_secs(20), || async {
         rotated(2).exists() && !access_lines(&path).is_empty()
     })
     .await;

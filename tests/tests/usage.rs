@@ -5,72 +5,21 @@
 //!
 //! `kill -9` of the real binary is in `gateway/root/tests/usage_crash.rs` (where Cargo builds it).
 
-use std::{
-    collections::HashMap,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, time::Duration};
 
 use benches::{Behaviour, ErrorKind};
 use codex_gateway::app::App;
 use futures_util::{SinkExt, StreamExt};
 use gateway::config::PlainHttp;
-use integration_tests::{client, pg_admin_url, pg_exec, Stack, StackBuilder};
+use integration_tests::{
+    admin_api::usage_csv, client, pg_admin_url, pg_exec, wait::wait_for, Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
-/// The CSV export parsed into rows of `header -> cell` (cells here never hold commas).
-async fn csv(s: &Stack, query: &str) -> Vec<HashMap<String, String>> {
-    let r = s
-        .admin_get(&format!("/api/admin/usage/export.csv{query}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    assert!(r.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/csv"));
-    let text = r.text().await.unwrap();
-    let mut lines = text.split("\r\n").filter(|l| !l.is_empty());
-    let head: Vec<String> = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    lines
-        .map(|l| {
-            head.iter()
-                .cloned()
-                .zip(l.split(',').map(str::to_owned))
-                .collect()
-        })
-        .collect()
-}
-
 async fn total_requests(s: &Stack) -> u64 {
-    let v: Value = s
-        .admin_get("/api/admin/usage")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v = s.admin_json("/api/admin/usage").await;
     v["totals"]["requests"].as_u64().unwrap_or(0)
-}
-
-/// Waits (bounded) until `f` holds.
-async fn until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn ws_turn(s: &Stack, body: Value) -> Vec<Value> {
@@ -183,11 +132,11 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     assert_eq!(responses() - first, 2, "two attempts");
     s.mock.clear_behaviour("acct-0");
     s.mock.clear_behaviour("acct-1");
-    until("5 records", Duration::from_secs(20), || async {
+    wait_for("5 records", Duration::from_secs(20), || async {
         total_requests(&s).await == 5
     })
     .await;
-    let rows = csv(&s, "").await;
+    let rows = usage_csv(&s, "").await;
     assert_eq!(rows.len(), 5, "{rows:?}");
     let by_input = |i: usize| &rows[i];
     // Rows come in id order = the order the sidecar received them; each request finished
@@ -249,11 +198,11 @@ async fn h2c_upstream_is_recorded_as_h2() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    until("1 record", Duration::from_secs(20), || async {
+    wait_for("1 record", Duration::from_secs(20), || async {
         total_requests(&s).await == 1
     })
     .await;
-    let rows = csv(&s, "").await;
+    let rows = usage_csv(&s, "").await;
     assert_eq!(rows[0]["transport"], "h2");
 }
 
@@ -272,12 +221,12 @@ async fn rollups_and_csv_export() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    until("6 records", Duration::from_secs(20), || async {
+    wait_for("6 records", Duration::from_secs(20), || async {
         total_requests(&s).await == 6
     })
     .await;
-    let raw = csv(&s, "").await;
-    let hourly = csv(&s, "?group_by=hour").await;
+    let raw = usage_csv(&s, "").await;
+    let hourly = usage_csv(&s, "?group_by=hour").await;
     let mut want: HashMap<(String, String), u64> = HashMap::new();
     for r in &raw {
         let hour = r["started_at_ms"].parse::<i64>().unwrap() / 3_600_000 * 3_600_000;
@@ -299,7 +248,7 @@ async fn rollups_and_csv_export() {
         .iter()
         .map(|r| r["output_tokens"].parse::<u64>().unwrap())
         .sum();
-    let by_model = csv(&s, "?group_by=model").await;
+    let by_model = usage_csv(&s, "?group_by=model").await;
     assert_eq!(by_model.len(), 2, "{by_model:?}");
     assert_eq!(
         by_model
@@ -311,7 +260,7 @@ async fn rollups_and_csv_export() {
     let five = by_model.iter().find(|r| r["model"] == "gpt-5.5").unwrap();
     assert_eq!(five["requests"], "4");
     assert_eq!(five["key_id"], "", "grouped by model only");
-    let by_key = csv(&s, "?group_by=key").await;
+    let by_key = usage_csv(&s, "?group_by=key").await;
     assert_eq!(by_key.len(), 1);
     assert_eq!(by_key[0]["requests"], "6");
     assert_eq!(by_key[0]["key_name"], "test");
@@ -332,8 +281,8 @@ async fn rollups_and_csv_export() {
         .sum();
     assert_eq!(hourly_cost, raw_cost);
     // A window before everything: no rows; RFC 3339 accepted.
-    assert!(csv(&s, "?to=2020-01-01T00:00:00Z").await.is_empty());
-    assert!(csv(&s, "?group_by=hour&to=1000").await.is_empty());
+    assert!(usage_csv(&s, "?to=2020-01-01T00:00:00Z").await.is_empty());
+    assert!(usage_csv(&s, "?group_by=hour&to=1000").await.is_empty());
     // Bad parameters: OpenAI-shaped 400s.
     for q in ["?group_by=week", "?from=yesterday", "?from=2000&to=1000"] {
         let r = s
@@ -411,17 +360,17 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
     // Outage 1, no restart.
     pg(down.clone());
     ask(&s, 10).await;
-    until("10 spooled", Duration::from_secs(20), || async {
+    wait_for("10 spooled", Duration::from_secs(20), || async {
         s.metric("codex_gateway_usage_spool_records").await == 10
     })
     .await;
     assert!(s.metric("codex_gateway_usage_spool_bytes").await > 0);
     pg(up.clone());
-    until("10 rows", Duration::from_secs(60), || async {
+    wait_for("10 rows", Duration::from_secs(60), || async {
         pg_rows(&url).await == 10
     })
     .await;
-    until("spool empty", Duration::from_secs(10), || async {
+    wait_for("spool empty", Duration::from_secs(10), || async {
         s.metric("codex_gateway_usage_spool_bytes").await == 0
     })
     .await;
@@ -429,7 +378,7 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
     // Outage 2 across a restart: the process stops while storage is down.
     pg(down);
     ask(&s, 15).await;
-    until("15 spooled", Duration::from_secs(20), || async {
+    wait_for("15 spooled", Duration::from_secs(20), || async {
         s.metric("codex_gateway_usage_spool_records").await == 15
     })
     .await;
@@ -444,7 +393,7 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
     let mut cfg = s.cfg.clone();
     cfg.listen = s.app.data_addr;
     s.app = tokio::task::block_in_place(|| App::spawn(cfg)).expect("restart");
-    until("25 rows", Duration::from_secs(60), || async {
+    wait_for("25 rows", Duration::from_secs(60), || async {
         pg_rows(&url).await == 25
     })
     .await;
@@ -477,7 +426,7 @@ async fn a_full_usage_spool_does_not_delay_a_refresh() {
     };
     exec("CREATE TRIGGER block_usage BEFORE INSERT ON usage_records BEGIN SELECT RAISE(ABORT, 'usage blocked by the test'); END;").await;
     ask(&s, 5).await;
-    until(
+    wait_for(
         "the spool at its bound",
         Duration::from_secs(20),
         || async { s.metric("codex_gateway_usage_spool_full").await == 1 },
@@ -498,7 +447,7 @@ async fn a_full_usage_spool_does_not_delay_a_refresh() {
     assert_eq!(s.mock.token_calls(), 1, "refreshed while usage was stuck");
     assert_eq!(s.metric("codex_gateway_usage_spool_full").await, 1);
     exec("DROP TRIGGER block_usage").await;
-    until("6 rows", Duration::from_secs(90), || async {
+    wait_for("6 rows", Duration::from_secs(90), || async {
         total_requests(&s).await == 6
     })
     .await;
@@ -538,7 +487,7 @@ async fn a_thousand_concurrent_streams_leave_a_thousand_rows() {
         ok += usize::from(done);
     }
     assert_eq!(ok, n, "every stream completed");
-    until("every row", Duration::from_secs(60), || async {
+    wait_for("every row", Duration::from_secs(60), || async {
         total_requests(&s).await == n as u64
     })
     .await;
