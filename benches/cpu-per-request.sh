@@ -27,11 +27,17 @@ STREAM=${STREAM:-1}
 CALLGRIND=${CALLGRIND:-1}
 PERF=${PERF:-0} # 1: a flat perf profile of each binary's first round (perf-{base,new}.txt)
 CG_REQUESTS=${CG_REQUESTS:-400}
+# Requests before callgrind's counters are zeroed (connections, caches, prepared statements).
+CG_WARMUP=${CG_WARMUP:-50}
 WORKERS=${WORKERS:-2}
 # Characters of the request's input text (empty: loadgen's default, a body of about 190 B;
 # 40000: a Codex-sized body of 3 h2 DATA frames).
 INPUT_CHARS=${INPUT_CHARS:-}
 MODEL=${MODEL:-gpt-5.5}
+# PostgreSQL server URL (e.g. postgres://postgres@127.0.0.1:5432): each binary gets a fresh
+# database on it instead of SQLite (dropped at the end). Callgrind then counts the gateway's
+# side of the usage path only (the server is another process).
+PG=${PG:-}
 
 mkdir -p "$OUT"
 NAME=cpu-per-request
@@ -49,14 +55,25 @@ wait_line "$OUT/mock.log" acct-cpu-2 >/dev/null
 log "mock-codex $MOCK"
 
 # setup NAME BINARY: a data directory with the accounts and a key.
+PG_DBS=()
 setup() {
-  local name=$1 bin=$2 data=$WORK/$1
+  local name=$1 bin=$2 data=$WORK/$1 db=() dburl=""
   mkdir -p "$data"
+  if [[ -n $PG ]]; then
+    local dbname="cg_cpu_${name}_$$"
+    psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $dbname" -c "CREATE DATABASE $dbname" >/dev/null
+    PG_DBS+=("$dbname")
+    dburl="$PG/$dbname"
+    db=(--database-url "$dburl")
+  fi
+  local dbline=""
+  [[ -n $dburl ]] && dbline="database_url = \"$dburl\""
   cat >"$WORK/$name.toml" <<EOF
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 data_dir = "$data"
 workers = $WORKERS
+$dbline
 
 [upstream]
 base_url = "$MOCK/backend-api/codex"
@@ -64,9 +81,9 @@ oauth_token_url = "$MOCK/oauth/token"
 plain_http = "h2c"
 h2_max_streams_per_connection = 128
 EOF
-  RUST_LOG=warn "$bin" accounts import --data-dir "$data" --oauth-token-url "$MOCK/oauth/token" \
+  RUST_LOG=warn "$bin" accounts import --data-dir "$data" "${db[@]}" --oauth-token-url "$MOCK/oauth/token" \
     "$WORK"/auth/*.json >>"$OUT/$name-setup.log" 2>&1
-  RUST_LOG=warn "$bin" keys create cpu --data-dir "$data" 2>>"$OUT/$name-setup.log" | tail -1 >"$WORK/$name.key"
+  RUST_LOG=warn "$bin" keys create cpu --data-dir "$data" "${db[@]}" 2>>"$OUT/$name-setup.log" | tail -1 >"$WORK/$name.key"
 }
 
 # serve NAME BINARY [WRAPPER...]: starts the gateway; sets GW_PID and GW_URL.
@@ -100,7 +117,7 @@ setup base "$BASE"
 setup new "$NEW"
 {
   echo "date: $(date -u +%FT%TZ); host: $(uname -srm); $(nproc) CPUs; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "workload: $REQUESTS requests, $CONCURRENCY clients, stream=$STREAM, input chars=${INPUT_CHARS:-default}, gateway workers=$WORKERS"
+  echo "workload: $REQUESTS requests, $CONCURRENCY clients, stream=$STREAM, input chars=${INPUT_CHARS:-default}, gateway workers=$WORKERS, storage=$([[ -n $PG ]] && echo PostgreSQL || echo SQLite)"
   echo "base: $BASE"
   echo "new:  $NEW"
   echo
@@ -151,7 +168,7 @@ done
 
 if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
   echo >>"$OUT/summary.txt"
-  echo "| binary | user-space instructions per request (callgrind, legacy driver, $CG_REQUESTS requests) |" >>"$OUT/summary.txt"
+  echo "| binary | user-space instructions per request (callgrind, legacy driver, $CG_REQUESTS requests after $CG_WARMUP) |" >>"$OUT/summary.txt"
   echo "|---|---|" >>"$OUT/summary.txt"
   for name in base new; do
     bin=$BASE
@@ -160,7 +177,7 @@ if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
     # legacy (epoll) driver, for both binaries.
     MONOIO_FORCE_LEGACY_DRIVER=1 serve "$name" "$bin" valgrind --tool=callgrind \
       --callgrind-out-file="$OUT/callgrind-$name.%p"
-    load "$name" 50 "" >/dev/null
+    load "$name" "$CG_WARMUP" "" >/dev/null
     sleep 2
     callgrind_control -z "$GW_PID" >/dev/null
     load "$name" "$CG_REQUESTS" 1 >"$OUT/$name-callgrind.json"
@@ -173,4 +190,7 @@ if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
     echo "| $name | $(awk -v i="${ir:-0}" -v n="$CG_REQUESTS" 'BEGIN { printf "%.0f", i / n }') |" >>"$OUT/summary.txt"
   done
 fi
+for d in "${PG_DBS[@]}"; do
+  psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true
+done
 cat "$OUT/summary.txt"

@@ -9,10 +9,11 @@
 # dropped (must be 0), the spool's peak size and the gateway's peak RSS.
 #
 # KILL=9: the first gateway is killed with SIGKILL at three quarters of DURATION, during the
-# outage and while the streams run, and a new one starts at once on the same port (the
-# database still down); its spool adopts the file the killed process left. Checked then: the
+# outage and while the streams run; the database comes back and a new gateway starts at once on
+# the same port (a gateway does not start without its database); its spool adopts the file the
+# killed process left and replays it. Checked then: the
 # rows of requests the killed process started include every request it had ended 50 ms before
-# the kill (its own count, read from /metrics), the new process's rows equal its own count,
+# the kill (its own count, read from /metrics: requests counted minus streams still open), the new process's rows equal its own count,
 # no duplicate, nothing dropped, and the replay took the killed process's records.
 #
 # Build first:  cargo build --release -p codex-gateway -p codex-gateway-benches
@@ -34,6 +35,8 @@ db="cg_usage_zero_lost_$$"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # KEEP=DIR: the gateway's log and loadgen's report are copied there.
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work"/gw.log "$work"/load1.json "$KEEP"/ 2>/dev/null || true; fi
   psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS true" >/dev/null 2>&1 || true
   psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   rm -rf "$work"
@@ -102,13 +105,18 @@ kill_ms=
 if [ "$KILL" = 9 ]; then
   kill_at=$((half_at + DURATION / 4))
   while [ "$SECONDS" -lt "$kill_at" ]; do sample; sleep 0.2; done
-  ended_before_kill=$(ended)
+  # A stream counts in requests_total from its head on: the ones still open (cut by the kill,
+  # never a record) are taken off, from the same scrape.
+  ended_before_kill=$(curl -sf "http://$addr/metrics" | awk '/^codex_gateway_requests_total[{]route="responses"/ {s+=$2} $1=="codex_gateway_open_streams" {o=$2} END {print s-o}')
   spooled_before_kill=$(metric codex_gateway_usage_spool_records)
   sleep 0.05
   kill -9 "$gw"
   kill_ms=$(date +%s%3N)
   wait "$gw" 2>/dev/null || true
   echo "kill -9 of the gateway at $((SECONDS - half_at + DURATION / 2)) s: it had ended $ended_before_kill requests 50 ms before, $spooled_before_kill records spooled"
+  # A gateway does not start without its database: the outage ends, then the new process
+  # starts on the same port and replays the spool the killed one left.
+  psql -q "$PG/postgres" -c "ALTER DATABASE $db WITH ALLOW_CONNECTIONS true" >/dev/null
   start_gw
 fi
 while kill -0 "$lg" 2>/dev/null; do sample; sleep 0.2; done
