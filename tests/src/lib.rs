@@ -9,9 +9,11 @@
 //! - [`tls_material`]: a test CA and a server certificate for `localhost`/`127.0.0.1`.
 //! - [`raw`]: HTTP/1.1 and WebSocket clients by hand over blocking sockets (hostile clients).
 //! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
+//! - [`cli`]: real command-line clients (Codex CLI, Claude Code) run bounded, in a process group.
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
 
 pub mod admin_api;
+pub mod cli;
 pub mod egress_proxy;
 pub mod outage;
 pub mod raw;

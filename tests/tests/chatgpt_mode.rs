@@ -15,24 +15,23 @@
 
 use std::{
     net::SocketAddr,
-    os::unix::process::CommandExt,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     sync::Arc,
-    time::{Duration, Instant},
 };
 
 use base64::Engine;
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
-use integration_tests::{client, parse_sse, Stack, StackBuilder};
+use integration_tests::{
+    cli::{codex_bin, run_bounded, tail, RUN_TIMEOUT},
+    client, parse_sse, Stack, StackBuilder,
+};
 use serde_json::Value;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/fixtures/chatgpt-mode/codex-0.171.0-exec.jsonl"
 );
-const CODEX_ENV: &str = "CODEX_GATEWAY_TEST_CODEX";
-const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 const MODEL: &str = "gpt-5.5";
 /// The `account_id` of the CLI's `auth.json` (what it sends as `chatgpt-account-id`).
 const CLI_ACCOUNT: &str = "acct-cli";
@@ -364,19 +363,6 @@ async fn wham_usage_reports_the_pools_combined_limits() {
 
 // === the real CLI in ChatGPT mode ===
 
-fn codex_bin() -> Option<PathBuf> {
-    let Some(p) = std::env::var_os(CODEX_ENV) else {
-        eprintln!(
-            "SKIPPED: {CODEX_ENV} is not set, so the real Codex CLI tests do not run. \
-             tests/run.sh installs @openai/codex 0.171.0 under target/codex-cli and sets it."
-        );
-        return None;
-    };
-    let p = PathBuf::from(p);
-    assert!(p.is_file(), "{CODEX_ENV}={} is not a file", p.display());
-    Some(p)
-}
-
 /// A TLS front on loopback that forwards every connection to `target` (as a reverse proxy
 /// terminating TLS before the gateway does). Stops when dropped.
 struct TlsFront {
@@ -545,31 +531,16 @@ apps = false
     /// Runs `codex ARGS`; returns (success, stdout, stderr).
     fn run(&mut self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         self.runs += 1;
-        let out_path = self.root.path().join(format!("stdout-{}.txt", self.runs));
-        let err_path = self.root.path().join(format!("stderr-{}.txt", self.runs));
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .current_dir(self.root.path().join("work"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).expect("stdout"))
-            .stderr(std::fs::File::create(&err_path).expect("stderr"))
             .env("HOME", self.root.path().join("home"))
             .env("CODEX_HOME", self.root.path().join("codex-home"))
-            .env("CODEX_CA_CERTIFICATE", &self.ca)
-            .env("NO_COLOR", "1")
-            .env("NO_PROXY", "*")
-            .env("no_proxy", "*")
-            .process_group(0);
+            .env("CODEX_CA_CERTIFICATE", &self.ca);
         for v in [
             "OPENAI_API_KEY",
             "OPENAI_BASE_URL",
             "CODEX_API_KEY",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
             "RUST_LOG",
         ] {
             cmd.env_remove(v);
@@ -577,29 +548,16 @@ apps = false
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let start = Instant::now();
-        let mut child = cmd.spawn().expect("start codex");
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("wait") {
-                break st;
-            }
-            if start.elapsed() > RUN_TIMEOUT {
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "codex {args:?} did not finish within {RUN_TIMEOUT:?}\n{}",
-                    std::fs::read_to_string(&err_path).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
-        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-        eprintln!("codex {args:?} -> {status} in {:?}", start.elapsed());
-        (status.success(), out, err)
+        let what = format!("codex {args:?}");
+        let f = run_bounded(
+            &mut cmd,
+            self.root.path(),
+            self.runs,
+            &what,
+            RUN_TIMEOUT,
+            String::new,
+        );
+        (f.status.success(), f.stdout, f.stderr)
     }
 }
 
@@ -624,14 +582,6 @@ fn chrono_like_now(secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let mut start = s.len().saturating_sub(n);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 fn assert_ran(what: &str, ok: bool, out: &str, err: &str, s: &Stack) {

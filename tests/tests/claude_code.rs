@@ -18,47 +18,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    os::unix::process::CommandExt,
     path::PathBuf,
-    process::{Command, ExitStatus, Stdio},
+    process::{Command, ExitStatus},
     sync::atomic::{AtomicUsize, Ordering},
-    time::{Duration, Instant},
 };
 
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{
+    cli::{claude_bin, run_bounded, tail, RUN_TIMEOUT},
+    Stack, StackBuilder,
+};
 use serde_json::Value;
-
-/// The environment variable naming the `claude` executable.
-const CLAUDE_ENV: &str = "CODEX_GATEWAY_TEST_CLAUDE";
-/// The longest one CLI run may take; a happy run takes a few seconds.
-const RUN_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The `claude` executable, or `None` (with the reason printed) when the variable is absent.
-fn claude_bin() -> Option<PathBuf> {
-    let Some(p) = std::env::var_os(CLAUDE_ENV) else {
-        eprintln!(
-            "SKIPPED: {CLAUDE_ENV} is not set, so the real Claude Code tests do not run. \
-             tests/run.sh installs @anthropic-ai/claude-code 2.1.332 under target/claude-code and sets it."
-        );
-        return None;
-    };
-    let p = PathBuf::from(p);
-    assert!(
-        p.is_file(),
-        "{CLAUDE_ENV}={} is not a file (run tests/run.sh to install Claude Code)",
-        p.display()
-    );
-    Some(p)
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let mut start = s.len().saturating_sub(n);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
-}
 
 /// One finished CLI run.
 struct Run {
@@ -113,72 +83,34 @@ impl Cli {
     /// Runs `claude ARGS` in the working directory; kills the process group on timeout.
     fn run(&self, s: &Stack, args: &[&str]) -> Run {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
-        let out_path = self.root.path().join(format!("stdout-{n}.txt"));
-        let err_path = self.root.path().join(format!("stderr-{n}.txt"));
         let what = format!("claude {}", args.join(" "));
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .current_dir(self.root.path().join("work"))
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).expect("stdout file"))
-            .stderr(std::fs::File::create(&err_path).expect("stderr file"))
             .env("HOME", self.root.path().join("home"))
             .env("ANTHROPIC_BASE_URL", &self.base_url)
             .env("ANTHROPIC_API_KEY", &self.key)
             .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
             .env("DISABLE_TELEMETRY", "1")
             .env("DISABLE_AUTOUPDATER", "1")
-            .env("DISABLE_ERROR_REPORTING", "1")
-            .env("NO_COLOR", "1")
-            .env("NO_PROXY", "*")
-            .env("no_proxy", "*")
-            .process_group(0);
+            .env("DISABLE_ERROR_REPORTING", "1");
         for v in [
             "ANTHROPIC_AUTH_TOKEN",
             "ANTHROPIC_MODEL",
             "ANTHROPIC_SMALL_FAST_MODEL",
             "CLAUDE_CONFIG_DIR",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
         ] {
             cmd.env_remove(v);
         }
-        let start = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("wait") {
-                break st;
-            }
-            if start.elapsed() > RUN_TIMEOUT {
-                // The CLI runs tool commands as children: end the whole group.
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "`{what}` did not finish within {RUN_TIMEOUT:?} (killed)\n{}\n--- stdout ---\n{}\n--- stderr (tail) ---\n{}",
-                    upstream_summary(s),
-                    std::fs::read_to_string(&out_path).unwrap_or_default(),
-                    tail(&std::fs::read_to_string(&err_path).unwrap_or_default(), 6000),
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let r = Run {
+        let f = run_bounded(&mut cmd, self.root.path(), n, &what, RUN_TIMEOUT, || {
+            upstream_summary(s)
+        });
+        Run {
             what,
-            status,
-            stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        };
-        eprintln!("`{}` -> {} in {:?}", r.what, r.status, start.elapsed());
-        r
+            status: f.status,
+            stdout: f.stdout,
+            stderr: f.stderr,
+        }
     }
 }
 

@@ -14,43 +14,23 @@
 //! after [`RUN_TIMEOUT`].
 
 use std::{
-    os::unix::process::CommandExt,
     path::PathBuf,
-    process::{Command, ExitStatus, Stdio},
+    process::{Command, ExitStatus},
     sync::atomic::{AtomicUsize, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{
+    cli::{codex_bin, run_bounded, tail, RUN_TIMEOUT},
+    Stack, StackBuilder,
+};
 use serde_json::Value;
 
-/// The environment variable naming the `codex` executable.
-const CODEX_ENV: &str = "CODEX_GATEWAY_TEST_CODEX";
 /// The environment variable (set on the CLI only) that carries the gateway key (`env_key`).
 const KEY_ENV: &str = "CODEX_GATEWAY_TEST_KEY";
-/// The longest one CLI run may take; a happy run takes 1-3 s.
-const RUN_TIMEOUT: Duration = Duration::from_secs(90);
 /// The model the CLI asks for (in the gateway's catalog).
 const MODEL: &str = "gpt-5.5";
-
-/// The `codex` executable, or `None` (with the reason printed) when the variable is absent.
-fn codex_bin() -> Option<PathBuf> {
-    let Some(p) = std::env::var_os(CODEX_ENV) else {
-        eprintln!(
-            "SKIPPED: {CODEX_ENV} is not set, so the real Codex CLI tests do not run. \
-             tests/run.sh installs @openai/codex 0.171.0 under target/codex-cli and sets it."
-        );
-        return None;
-    };
-    let p = PathBuf::from(p);
-    assert!(
-        p.is_file(),
-        "{CODEX_ENV}={} is not a file (run tests/run.sh to install the Codex CLI)",
-        p.display()
-    );
-    Some(p)
-}
 
 /// One finished CLI run.
 struct Run {
@@ -107,14 +87,6 @@ fn ws_upgrades(s: &Stack) -> u64 {
         })
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
-}
-
-fn tail(s: &str, n: usize) -> &str {
-    let mut start = s.len().saturating_sub(n);
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    &s[start..]
 }
 
 /// A Codex CLI with its own `CODEX_HOME` (and `HOME`) and working directory, configured to
@@ -185,72 +157,34 @@ stream_idle_timeout_ms = 30000
     /// panic then lists what the upstream of `s` saw).
     fn run(&self, s: &Stack, args: &[&str]) -> Run {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
-        let out_path = self.root.path().join(format!("stdout-{n}.txt"));
-        let err_path = self.root.path().join(format!("stderr-{n}.txt"));
         let what = format!("codex {}", args.join(" "));
         let mut cmd = Command::new(&self.bin);
         cmd.args(args)
             .current_dir(self.work())
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out_path).expect("stdout file"))
-            .stderr(std::fs::File::create(&err_path).expect("stderr file"))
             .env("HOME", self.root.path().join("home"))
             .env("CODEX_HOME", self.root.path().join("codex-home"))
-            .env(KEY_ENV, &self.key)
-            .env("NO_COLOR", "1")
-            .env("NO_PROXY", "*")
-            .env("no_proxy", "*")
-            .process_group(0);
+            .env(KEY_ENV, &self.key);
         for v in [
             "OPENAI_API_KEY",
             "OPENAI_BASE_URL",
             "CODEX_API_KEY",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
             "RUST_LOG",
         ] {
             cmd.env_remove(v);
         }
-        let start = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
-        let status = loop {
-            if let Some(st) = child.try_wait().expect("wait") {
-                break st;
-            }
-            if start.elapsed() > RUN_TIMEOUT {
-                // The npm wrapper (node) runs the native binary as a child, and the binary
-                // runs tool commands: end the whole group this test started.
-                let _ = Command::new("kill")
-                    .args(["-KILL", "--", &format!("-{}", child.id())])
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "`{what}` did not finish within {RUN_TIMEOUT:?} (killed)\n{}\n--- stdout ---\n{}\n--- stderr (tail) ---\n{}",
-                    upstream_summary(s),
-                    std::fs::read_to_string(&out_path).unwrap_or_default(),
-                    tail(&std::fs::read_to_string(&err_path).unwrap_or_default(), 6000),
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let took = start.elapsed();
-        let r = Run {
+        // The npm wrapper (node) runs the native binary as a child, and the binary runs tool
+        // commands: past the limit the whole group ends.
+        let f = run_bounded(&mut cmd, self.root.path(), n, &what, RUN_TIMEOUT, || {
+            upstream_summary(s)
+        });
+        Run {
             websockets: self.websockets,
             what,
-            status,
-            stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-            took,
-        };
-        eprintln!("`{}` -> {} in {:?}", r.what, r.status, r.took);
-        r
+            status: f.status,
+            stdout: f.stdout,
+            stderr: f.stderr,
+            took: f.took,
+        }
     }
 }
 

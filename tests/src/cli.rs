@@ -1,0 +1,140 @@
+//! Real command-line clients (the Codex CLI, Claude Code) as the tests run them: found through
+//! an environment variable that `tests/run.sh` sets, run with stdin closed and their output in
+//! files, in their own process group, with no proxy in their environment, and killed (the
+//! whole group) past a time limit.
+//!
+//! # Key Components
+//! - [`client_bin`]: the executable an environment variable names, or `None` (skipped).
+//! - [`run_bounded`]: runs a prepared [`Command`] to its end or to the limit: a [`Finished`].
+//! - [`tail`]: the end of a long output, for a failure message.
+
+use std::{
+    os::unix::process::CommandExt,
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+/// One finished run of a client.
+pub struct Finished {
+    /// How it exited.
+    pub status: ExitStatus,
+    /// Everything it wrote on stdout.
+    pub stdout: String,
+    /// Everything it wrote on stderr.
+    pub stderr: String,
+    /// How long it ran.
+    pub took: Duration,
+}
+
+/// The executable `var` names, or `None` (with `SKIPPED: ...` and how to get it, `install`,
+/// printed) when the variable is not set; panics when it names no file.
+pub fn client_bin(var: &str, install: &str) -> Option<PathBuf> {
+    let Some(p) = std::env::var_os(var) else {
+        eprintln!("SKIPPED: {var} is not set, so the tests of this client do not run. {install}");
+        return None;
+    };
+    let p = PathBuf::from(p);
+    assert!(
+        p.is_file(),
+        "{var}={} is not a file (run tests/run.sh to install it)",
+        p.display()
+    );
+    Some(p)
+}
+
+/// The last `n` bytes of `s` (from a character boundary).
+pub fn tail(s: &str, n: usize) -> &str {
+    let mut start = s.len().saturating_sub(n);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// Proxy variables a client must not inherit: the tests talk to 127.0.0.1 directly.
+const PROXY_VARS: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// Runs `cmd` (its arguments, directory and own environment already set) to its end: stdin
+/// closed, stdout and stderr into `dir/stdout-{n}.txt` and `dir/stderr-{n}.txt`, in its own
+/// process group, without proxy variables (`NO_PROXY=*`) and colours. Past `limit` the whole
+/// group is killed (a client runs tool commands as children) and the test panics with
+/// `what`, `context()` (e.g. what the upstream saw) and the output so far.
+pub fn run_bounded(
+    cmd: &mut Command,
+    dir: &Path,
+    n: usize,
+    what: &str,
+    limit: Duration,
+    context: impl FnOnce() -> String,
+) -> Finished {
+    let out_path = dir.join(format!("stdout-{n}.txt"));
+    let err_path = dir.join(format!("stderr-{n}.txt"));
+    cmd.stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
+        .env("NO_COLOR", "1")
+        .env("NO_PROXY", "*")
+        .env("no_proxy", "*")
+        .process_group(0);
+    for v in PROXY_VARS {
+        cmd.env_remove(v);
+    }
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`{what}` did not finish within {limit:?} (killed)\n{}\n--- stdout ---\n{}\n--- stderr (tail) ---\n{}",
+                context(),
+                std::fs::read_to_string(&out_path).unwrap_or_default(),
+                tail(&std::fs::read_to_string(&err_path).unwrap_or_default(), 6000),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = start.elapsed();
+    eprintln!("`{what}` -> {status} in {took:?}");
+    Finished {
+        status,
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+        took,
+    }
+}
+
+/// The longest one client run may take; a happy run takes a few seconds.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The real Codex CLI (`CODEX_GATEWAY_TEST_CODEX`), or `None`: those tests are skipped.
+pub fn codex_bin() -> Option<PathBuf> {
+    client_bin(
+        "CODEX_GATEWAY_TEST_CODEX",
+        "tests/run.sh installs @openai/codex 0.171.0 under target/codex-cli and sets it.",
+    )
+}
+
+/// The real Claude Code CLI (`CODEX_GATEWAY_TEST_CLAUDE`), or `None`: those tests are skipped.
+pub fn claude_bin() -> Option<PathBuf> {
+    client_bin(
+        "CODEX_GATEWAY_TEST_CLAUDE",
+        "tests/run.sh installs @anthropic-ai/claude-code 2.1.332 under target/claude-code and sets it.",
+    )
+}
