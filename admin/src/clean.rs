@@ -64,6 +64,10 @@ pub struct Pass {
     pub dry_run: bool,
     /// The accounts acted on.
     pub cleaned: Vec<Cleaned>,
+    /// Why the pass stopped before the end (a storage error after it had acted: what it did
+    /// is still listed, and audited); the next round goes on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// One pass (see the module docs).
@@ -77,6 +81,7 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
         action: s.auto_clean_action.as_str(),
         dry_run,
         cleaned: Vec::new(),
+        stopped: None,
     };
     let Some(hours) = s.auto_clean_after_hours else {
         return Ok(pass);
@@ -103,32 +108,15 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
             action: s.auto_clean_action.as_str(),
         };
         if !dry_run {
-            // Several instances share the database: one that acted since the listing wins.
-            let still_dead = core
-                .storage
-                .get_account(a.id)
-                .await?
-                .is_some_and(|(now, _)| now.status == a.status);
-            if !still_dead {
-                continue;
-            }
-            let done = match s.auto_clean_action {
-                CleanAction::Disable => {
-                    let ok = core
-                        .storage
-                        .set_status(a.id, AccountStatus::Disabled)
-                        .await?;
-                    if ok {
-                        if let Some(live) = core.publisher.live(a.id).await {
-                            live.apply(&AccountEffect::OperatorStatus {
-                                status: AccountStatus::Disabled,
-                                cooldown_until_ms: live.cooldown_until_ms(),
-                            });
-                        }
-                    }
-                    ok
+            let done = match act(core, &a, s.auto_clean_action).await {
+                Ok(done) => done,
+                // What was done so far is reported (and audited) all the same.
+                Err(e) if !pass.cleaned.is_empty() => {
+                    tracing::warn!(error = %e, "auto-clean round stopped early");
+                    pass.stopped = Some(e.to_string());
+                    break;
                 }
-                CleanAction::Delete => core.storage.delete_account(a.id).await?,
+                Err(e) => return Err(e),
             };
             if !done {
                 continue;
@@ -146,6 +134,41 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
         core.republish().await;
     }
     Ok(pass)
+}
+
+/// Disables or deletes `a` unless its status changed since the listing (several instances
+/// share the database: the one that acted first wins); whether it acted.
+async fn act(
+    core: &Core,
+    a: &crate::storage::AccountRow,
+    action: CleanAction,
+) -> Result<bool, StorageError> {
+    let still_dead = core
+        .storage
+        .get_account(a.id)
+        .await?
+        .is_some_and(|(now, _)| now.status == a.status);
+    if !still_dead {
+        return Ok(false);
+    }
+    match action {
+        CleanAction::Disable => {
+            let ok = core
+                .storage
+                .set_status(a.id, AccountStatus::Disabled)
+                .await?;
+            if ok {
+                if let Some(live) = core.publisher.live(a.id).await {
+                    live.apply(&AccountEffect::OperatorStatus {
+                        status: AccountStatus::Disabled,
+                        cooldown_until_ms: live.cooldown_until_ms(),
+                    });
+                }
+            }
+            Ok(ok)
+        }
+        CleanAction::Delete => core.storage.delete_account(a.id).await,
+    }
 }
 
 /// The one audit entry of a pass that acted (`None`: a dry run, or nothing cleaned), as the
