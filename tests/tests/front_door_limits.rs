@@ -48,20 +48,6 @@ fn client_from(ip: &str) -> reqwest::Client {
         .unwrap()
 }
 
-/// `PUT /api/admin/settings`: the answer, which must be 200.
-async fn put_settings(s: &Stack, body: Value) -> Value {
-    let r = s
-        .admin_put("/api/admin/settings")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(status, 200, "{body} -> {v}");
-    v
-}
-
 /// One answer: status, headers, body (JSON when it parses).
 struct Answer {
     status: u16,
@@ -197,7 +183,9 @@ async fn global_rate_refuses_the_excess_in_the_clients_dialect() {
             assert_eq!(a.status, 200, "{}", a.body);
         }
         assert_eq!(refused(&s, "global").await, 0);
-        let v = put_settings(&s, json!({"front_door_rps": 1, "front_door_burst": 1})).await;
+        let v = s
+            .put_settings(json!({"front_door_rps": 1, "front_door_burst": 1}))
+            .await;
         assert_eq!(
             (v["front_door_rps"].as_u64(), v["front_door_burst"].as_u64()),
             (Some(1), Some(1))
@@ -242,7 +230,7 @@ async fn global_rate_refuses_the_excess_in_the_clients_dialect() {
         assert_eq!(refused(&s, "per_ip").await, 0);
 
         // Off again: the next request is served (after the refused one's second at most).
-        put_settings(&s, json!({"front_door_rps": 0})).await;
+        s.put_settings(json!({"front_door_rps": 0})).await;
         let a = send(post(&c, &s, "/v1/responses", &responses_body())).await;
         assert_eq!(a.status, 200, "legacy={legacy}: {}", a.body);
     }
@@ -253,7 +241,8 @@ async fn global_rate_refuses_the_excess_in_the_clients_dialect() {
 async fn per_ip_rate_refuses_one_address_and_serves_another() {
     for legacy in [false, true] {
         let s = stack(legacy);
-        put_settings(&s, json!({"per_ip_rps": 1, "per_ip_burst": 1})).await;
+        s.put_settings(json!({"per_ip_rps": 1, "per_ip_burst": 1}))
+            .await;
         let a1 = client_from("127.0.0.1");
         let a = until_refused(
             &a1,
@@ -291,7 +280,7 @@ async fn per_ip_rate_refuses_one_address_and_serves_another() {
         assert!(served >= 1, "another address is served");
         assert!(refused(&s, "per_ip").await >= 2);
         assert_eq!(refused(&s, "global").await, 0);
-        put_settings(&s, json!({"per_ip_rps": 0})).await;
+        s.put_settings(json!({"per_ip_rps": 0})).await;
         let a = send(post(&a1, &s, "/v1/responses", &responses_body())).await;
         assert_eq!(a.status, 200, "legacy={legacy}: {}", a.body);
     }
@@ -334,23 +323,21 @@ async fn allow_list_refuses_unlisted_addresses_and_serves_listed_ones() {
         assert_eq!(a.status, 200);
 
         // An invalid list is refused whole, naming the entry; nothing changes.
-        let r = s
-            .admin_put("/api/admin/settings")
-            .json(&json!({"ip_allow_list": "127.0.0.2, 10.0.0.300"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400);
-        let v: Value = r.json().await.unwrap();
+        let (status, v) = s
+            .admin_call(
+                reqwest::Method::PUT,
+                "/api/admin/settings",
+                json!({"ip_allow_list": "127.0.0.2, 10.0.0.300"}),
+            )
+            .await;
+        assert_eq!(status, 400, "{v}");
         assert!(v.to_string().contains("10.0.0.300"), "{v}");
         let a = send(post(&outside, &s, "/v1/responses", &responses_body())).await;
         assert_eq!(a.status, 200);
 
-        let v = put_settings(
-            &s,
-            json!({"ip_allow_list": ["127.0.0.2", "10.0.0.0/8", "::1"]}),
-        )
-        .await;
+        let v = s
+            .put_settings(json!({"ip_allow_list": ["127.0.0.2", "10.0.0.0/8", "::1"]}))
+            .await;
         assert_eq!(v["ip_allow_list"], "127.0.0.2, 10.0.0.0/8, ::1");
 
         let a = send(post(&outside, &s, "/v1/responses", &responses_body())).await;
@@ -379,7 +366,7 @@ async fn allow_list_refuses_unlisted_addresses_and_serves_listed_ones() {
         }
 
         // Cleared: everyone again, from the next request.
-        let v = put_settings(&s, json!({"ip_allow_list": ""})).await;
+        let v = s.put_settings(json!({"ip_allow_list": ""})).await;
         assert_eq!(v["ip_allow_list"], "");
         let a = send(post(&outside, &s, "/v1/responses", &responses_body())).await;
         assert_eq!(a.status, 200, "legacy={legacy}: {}", a.body);
