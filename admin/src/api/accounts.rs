@@ -542,7 +542,10 @@ async fn bulk(State(core): State<AppState>, body: Bytes) -> Result<Audited<BulkR
             },
         });
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    // The changes are stored: a failed publish is logged (the periodic reload publishes them)
+    // rather than answered as an error that would hide what was done from the client and
+    // from the call's audit entry.
+    core.republish().await;
     let succeeded = results.iter().filter(|r| r.ok).count();
     // One audit entry for the call, listing what it affected.
     let affected = Affected::of("account", results.iter().filter(|r| r.ok).map(|r| r.id))
@@ -629,7 +632,8 @@ async fn import(
         )
         .await;
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    // Stored: a failed publish is logged, not answered (see `bulk`).
+    core.republish().await;
     tracing::info!(
         added = sum.added.len(),
         updated = sum.updated.len(),
