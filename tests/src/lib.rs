@@ -10,6 +10,7 @@
 //! - [`raw`]: HTTP/1.1 and WebSocket clients by hand over blocking sockets (hostile clients).
 //! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
 //! - [`cli`]: real command-line clients (Codex CLI, Claude Code) run bounded, in a process group.
+//! - [`sdk`]: the official Python SDKs run as clients (scripts under `tests/python/`).
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
 
 pub mod admin_api;
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod egress_proxy;
 pub mod outage;
 pub mod raw;
+pub mod sdk;
 pub mod wait;
 
 use std::{path::PathBuf, time::Duration};

@@ -2,7 +2,7 @@
 //! same lifecycle and pipeline as chat, against mock-codex.
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{client, parse_sse, Stack, StackBuilder};
+use integration_tests::{client, parse_sse, sdk::run_python, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// A stack where every `claude-*` name maps to gpt-5.5 (a prefix alias).
@@ -602,17 +602,6 @@ async fn messages_count_tokens_estimates_locally() {
     );
 }
 
-fn python() -> String {
-    if let Ok(p) = std::env::var("CODEX_GATEWAY_TEST_PYTHON") {
-        return p;
-    }
-    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
-    if std::path::Path::new(venv).exists() {
-        return venv.to_owned();
-    }
-    "python3".to_owned()
-}
-
 /// The official Anthropic Python SDK (`anthropic`, installed by tests/run.sh): create, the
 /// tool round trip, `stream=True`, the `messages.stream()` helper, stop sequences,
 /// count_tokens and typed errors.
@@ -629,21 +618,7 @@ fn anthropic_python_sdk() {
         }
         .times(2),
     );
-    let py = python();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/sdk_messages.py");
-    let out = std::process::Command::new(&py)
-        .arg(script)
-        .arg(s.url())
-        .arg(&s.key)
-        .env("NO_PROXY", "*")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {py} (run tests/run.sh to prepare the venv): {e}"));
-    assert!(
-        out.status.success(),
-        "sdk_messages.py failed (python: {py}; run tests/run.sh to install the Anthropic SDK)\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python("sdk_messages.py", &[&s.url(), &s.key], "", "Anthropic");
     // The tool result reached the upstream under the tool_use id the SDK was given.
     let bodies = upstream_bodies(&s);
     assert!(bodies.iter().any(|b| b["input"].as_array().is_some_and(|i| {

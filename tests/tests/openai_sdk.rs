@@ -1,43 +1,17 @@
 //! The official OpenAI Python SDK through the gateway in front of mock-codex.
 //! Needs `CODEX_GATEWAY_TEST_PYTHON` (set by `tests/run.sh`) or a `python3` with `openai`.
 
-use std::process::Command;
-
-use integration_tests::StackBuilder;
-
-fn python() -> String {
-    if let Ok(p) = std::env::var("CODEX_GATEWAY_TEST_PYTHON") {
-        return p;
-    }
-    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
-    if std::path::Path::new(venv).exists() {
-        return venv.to_owned();
-    }
-    "python3".to_owned()
-}
-
-fn run_script(script: &str, base: &str, key: &str) {
-    let py = python();
-    let path = format!("{}/python/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(&py)
-        .arg(&path)
-        .arg(base)
-        .arg(key)
-        .env("NO_PROXY", "*")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {py} (run tests/run.sh to prepare the venv): {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{script} failed (python: {py}; run tests/run.sh to install the OpenAI SDK)\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-}
+use integration_tests::{sdk::run_python, StackBuilder};
 
 #[test]
 fn openai_python_sdk_responses() {
     let s = StackBuilder::default().start();
-    run_script("sdk_responses.py", &format!("{}/v1", s.url()), &s.key);
+    run_python(
+        "sdk_responses.py",
+        &[&format!("{}/v1", s.url()), &s.key],
+        "",
+        "OpenAI",
+    );
     // The SDK's previous_response_id continuation reached the upstream as the whole history.
     let continued = s
         .mock
@@ -73,7 +47,12 @@ fn openai_python_sdk_streams_with_pauses_past_the_quiet_period() {
             ..Default::default()
         },
     );
-    run_script("sdk_paused.py", &format!("{}/v1", s.url()), &s.key);
+    run_python(
+        "sdk_paused.py",
+        &[&format!("{}/v1", s.url()), &s.key],
+        "",
+        "OpenAI",
+    );
 }
 
 #[test]
@@ -89,7 +68,12 @@ fn openai_python_sdk_chat_and_models() {
         }
         .times(1),
     );
-    run_script("sdk_chat.py", &format!("{}/v1", s.url()), &s.key);
+    run_python(
+        "sdk_chat.py",
+        &[&format!("{}/v1", s.url()), &s.key],
+        "",
+        "OpenAI",
+    );
     // What the SDK's structured-output and tool requests became upstream.
     let bodies: Vec<serde_json::Value> = s
         .mock
@@ -227,7 +211,12 @@ fn large_requests(legacy: bool) {
         ..Default::default()
     }
     .start();
-    run_script("sdk_large.py", &format!("{}/v1", s.url()), &s.key);
+    run_python(
+        "sdk_large.py",
+        &[&format!("{}/v1", s.url()), &s.key],
+        "",
+        "OpenAI",
+    );
     for tag in ["RESP-JSON", "RESP-SSE", "CHAT-JSON", "CHAT-SSE"] {
         assert_conversation_intact(&s, tag);
     }
@@ -257,7 +246,12 @@ fn openai_python_sdk_responses_websocket() {
             ..Default::default()
         }
         .start();
-        run_script("sdk_ws.py", &format!("{}/v1", s.url()), &s.key);
+        run_python(
+            "sdk_ws.py",
+            &[&format!("{}/v1", s.url()), &s.key],
+            "",
+            "OpenAI",
+        );
         let bodies: Vec<serde_json::Value> = s
             .mock
             .requests()

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use benches::{MockHandle, RecordedRequest};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{sdk::run_python, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// A reasoning item minted by `account` directly on the mock (as another gateway, or this
@@ -569,44 +569,14 @@ async fn a_remote_compaction_stays_with_its_minter() {
     );
 }
 
-fn python() -> String {
-    if let Ok(p) = std::env::var("CODEX_GATEWAY_TEST_PYTHON") {
-        return p;
-    }
-    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/py-venv/bin/python");
-    if std::path::Path::new(venv).exists() {
-        return venv.to_owned();
-    }
-    "python3".to_owned()
-}
-
 /// Runs `sdk_thinking_switch.py PHASE` against the stack, `stdin` piped in; its stdout.
 fn sdk_thinking(s: &Stack, phase: &str, stdin: &str) -> String {
-    use std::io::Write;
-    let py = python();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/python/sdk_thinking_switch.py");
-    let mut child = std::process::Command::new(&py)
-        .args([script, &s.url(), &s.key, phase])
-        .env("NO_PROXY", "*")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {py} (run tests/run.sh to prepare the venv): {e}"));
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "sdk_thinking_switch.py {phase} failed (python: {py}; tests/run.sh installs the Anthropic SDK)\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    run_python(
+        "sdk_thinking_switch.py",
+        &[&s.url(), &s.key, phase],
+        stdin,
+        "Anthropic",
+    )
 }
 
 /// Issue 23 with the official Anthropic SDK: a conversation that sends our thinking block
