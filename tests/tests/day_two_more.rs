@@ -7,7 +7,8 @@
 //!   them from `/wham/usage`): the admin API's forecast runs out later with them, and says
 //!   when it would without;
 //! - an admin call acting on many accounts (bulk actions, the batch test, an import) and an
-//!   auto-clean pass cleaning several are each one audit entry listing the affected ids.
+//!   auto-clean pass cleaning several are each one audit entry listing the affected ids;
+//!   `audit_retention_days` is a runtime setting (the prune itself: admin/tests/admin/audit.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
 
@@ -635,4 +636,46 @@ async fn an_auto_clean_pass_is_one_audit_entry() {
     assert_eq!(e["details"]["accounts"].as_array().unwrap().len(), 2, "{e}");
     assert_eq!(e["after"], json!({"status": "disabled"}), "{e}");
     assert_eq!(e["before"]["status"][id0.to_string()], "banned", "{e}");
+}
+
+/// `audit_retention_days` is a runtime setting like the others: 180 by default, 0 keeps the
+/// log forever, out-of-range values are refused naming the setting.
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_retention_is_a_runtime_setting() {
+    let s = stack(1);
+    let (st, v) = admin(&s, reqwest::Method::GET, "/api/admin/settings", Value::Null).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["audit_retention_days"], 180, "{v}");
+    for (days, want) in [(json!(0), 0), (json!("30"), 30)] {
+        let (st, v) = admin(
+            &s,
+            reqwest::Method::PUT,
+            "/api/admin/settings",
+            json!({"audit_retention_days": days}),
+        )
+        .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["audit_retention_days"], want, "{v}");
+    }
+    for bad in [json!(-1), json!(36_501), json!("forever")] {
+        let (st, v) = admin(
+            &s,
+            reqwest::Method::PUT,
+            "/api/admin/settings",
+            json!({"audit_retention_days": bad}),
+        )
+        .await;
+        assert_eq!(st, 400, "{bad}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("audit_retention_days")),
+            "{v}"
+        );
+    }
+    // The change is audited like any setting, with its before and after.
+    let rows = audit(&s, "?action=settings").await;
+    let last = rows.iter().find(|r| r["status"] == 200).unwrap();
+    assert_eq!(last["after"]["audit_retention_days"], 30, "{last}");
+    assert_eq!(last["before"]["audit_retention_days"], 0, "{last}");
 }
