@@ -12,18 +12,21 @@
 //! Times are the bench thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), not wall time, so a
 //! busy shared machine (other builds descheduling the bench) does not inflate them.
 //!
-//! Every case runs twice: `new` is `gateway::scheduler`, `old` is the scheduler before the
-//! ranked index and the session cache (`benches/baseline/`, a copy of `3a58ad1`'s files built
-//! into this binary), so both are measured in the same run on the same machine state.
 //! `+newkey` uses a fresh session key per pick (the session cache never hits).
+//!
+//! The scheduler before the ranked index and the session cache (`3a58ad1`) is a recorded
+//! baseline, not code: its last run beside this one (2026-12-02, CPU time and instructions per
+//! pick, old and new) is in `gateway/benches/README.md`. At 10,000 accounts `smart` took
+//! 5,542 -> 4,342 instructions per pick, `smart+key` 22,374 -> 5,036, `sticky+key`
+//! 22,267 -> 3,082; compare a new run with that table's `new` column.
 //!
 //! Run: `cargo bench -p gateway --bench pick -- --warm-up-time 1 --measurement-time 2`
 //!
 //! Instructions per pick (immune to a noisy machine): `PICK_COUNT=N PICK_CASE=<case>
-//! PICK_SIZE=<n> PICK_CODE=new|old valgrind --tool=callgrind <bench binary>` runs N picks of
-//! one case without criterion (the pool and the index are built before the first pick;
-//! subtract a run with `PICK_COUNT=0` and divide by N). `gateway/benches/pick-instructions.sh`
-//! does that for the 10,000-account cases.
+//! PICK_SIZE=<n> valgrind --tool=callgrind <bench binary>` runs N picks of one case without
+//! criterion (the pool and the index are built before the first pick; subtract a run with
+//! `PICK_COUNT=0` and divide by N). `gateway/benches/pick-instructions.sh` does that for the
+//! 10,000-account cases.
 
 use std::{hint::black_box, sync::Arc};
 
@@ -35,10 +38,6 @@ use criterion::{
 use gateway::scheduler::{
     order_with, record_failure, FailureKind, PickRequest, PickScratch, Strategy,
 };
-
-#[allow(dead_code, unused_imports, clippy::all)]
-#[path = "baseline/scheduler.rs"]
-mod baseline;
 use shared_state::{
     AccountEffect, AccountEntry, AccountLive, AccountStatus, Lease, Secret, Settings, Snapshot,
 };
@@ -169,13 +168,6 @@ fn build(n: usize, strategy: Strategy) -> (Arc<Snapshot>, Vec<Lease>) {
     (snap, leases)
 }
 
-/// Which scheduler a case runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Code {
-    New,
-    Old,
-}
-
 /// Session keys: the first 1,024 cycle (`+key`); `fresh` makes one per pick (`+newkey`).
 struct Keys {
     cycle: Vec<String>,
@@ -211,48 +203,24 @@ enum KeyMode {
     Fresh,
 }
 
-/// One pick's state: the scratch of either scheduler.
+/// One pick's state: the scheduler's scratch.
+#[derive(Default)]
 struct Picker {
-    code: Code,
-    new: PickScratch,
-    old: baseline::PickScratch,
+    scratch: PickScratch,
 }
 
 impl Picker {
-    fn new(code: Code) -> Self {
-        Self {
-            code,
-            new: PickScratch::default(),
-            old: baseline::PickScratch::default(),
-        }
-    }
-
     #[inline]
     fn pick(&mut self, snap: &Arc<Snapshot>, cursor: usize, key: Option<&str>) -> usize {
-        match self.code {
-            Code::New => {
-                let req = PickRequest {
-                    model: "gpt-5-codex",
-                    affinity_key: key,
-                    now_ms: NOW,
-                    cursor,
-                    max_candidates: K,
-                    group: None,
-                };
-                black_box(order_with(snap, &req, &mut self.new)).len()
-            }
-            Code::Old => {
-                let req = baseline::PickRequest {
-                    model: "gpt-5-codex",
-                    affinity_key: key,
-                    now_ms: NOW,
-                    cursor,
-                    max_candidates: K,
-                    group: None,
-                };
-                black_box(baseline::order_with(snap, &req, &mut self.old)).len()
-            }
-        }
+        let req = PickRequest {
+            model: "gpt-5-codex",
+            affinity_key: key,
+            now_ms: NOW,
+            cursor,
+            max_candidates: K,
+            group: None,
+        };
+        black_box(order_with(snap, &req, &mut self.scratch)).len()
     }
 }
 
@@ -280,17 +248,14 @@ fn bench_pick(c: &mut Criterion<ThreadCpu>) {
         let mut group = c.benchmark_group(format!("order/{name}"));
         for n in SIZES {
             let (snap, _leases) = build(n, strategy);
-            for code in [Code::Old, Code::New] {
-                let mut picker = Picker::new(code);
-                let mut cursor = 0usize;
-                let label = if code == Code::New { "new" } else { "old" };
-                group.bench_with_input(BenchmarkId::new(label, n), &n, |b, _| {
-                    b.iter(|| {
-                        cursor = cursor.wrapping_add(1);
-                        picker.pick(&snap, cursor, keys.key(mode, cursor))
-                    })
-                });
-            }
+            let mut picker = Picker::default();
+            let mut cursor = 0usize;
+            group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+                b.iter(|| {
+                    cursor = cursor.wrapping_add(1);
+                    picker.pick(&snap, cursor, keys.key(mode, cursor))
+                })
+            });
         }
         group.finish();
     }
@@ -304,14 +269,10 @@ fn fixed_count() -> Option<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10_000);
-    let code = match std::env::var("PICK_CODE").as_deref() {
-        Ok("old") => Code::Old,
-        _ => Code::New,
-    };
     let (strategy, mode, _) = cases().into_iter().find(|c| c.2 == case)?;
     let (snap, _leases) = build(n, strategy);
     let mut keys = Keys::new();
-    let mut picker = Picker::new(code);
+    let mut picker = Picker::default();
     // Warm-up picks build the per-snapshot index and see every cycled key once (in both
     // the counted run and the `PICK_COUNT=0` run, so they cancel out).
     let mut total = 0;
