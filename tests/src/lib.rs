@@ -10,12 +10,14 @@
 //! - [`raw`]: HTTP/1.1 and WebSocket clients by hand over blocking sockets (hostile clients).
 //! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
 //! - [`cli`]: real command-line clients (Codex CLI, Claude Code) run bounded, in a process group.
+//! - [`fleet`]: another gateway instance on a stack's storage (a fleet on one PostgreSQL + Redis).
 //! - [`sdk`]: the official Python SDKs run as clients (scripts under `tests/python/`).
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
 
 pub mod admin_api;
 pub mod cli;
 pub mod egress_proxy;
+pub mod fleet;
 pub mod outage;
 pub mod raw;
 pub mod sdk;

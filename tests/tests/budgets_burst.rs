@@ -220,12 +220,7 @@ async fn rpm_holds_across_two_instances_under_a_burst() {
         ..StackBuilder::default()
     }
     .start();
-    let b = tokio::task::block_in_place(|| {
-        let mut cfg = s.cfg.clone();
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
-        cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
-        codex_gateway::app::App::spawn(cfg).expect("second instance")
-    });
+    let b = s.another_instance(|_| {});
     let b_url = format!("http://{}", b.data_addr);
     let key = s.create_key("fleet-burst", json!({"rpm": 20})).await.key;
     // B learns of the key at its next reload.

@@ -422,12 +422,7 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
         ..StackBuilder::default()
     }
     .start();
-    let b = tokio::task::block_in_place(|| {
-        let mut cfg = s.cfg.clone();
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
-        cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
-        codex_gateway::app::App::spawn(cfg).expect("second instance")
-    });
+    let b = s.another_instance(|_| {});
     let b_url = format!("http://{}", b.data_addr);
     same_minute_for(30).await;
     let key = s.create_key("fleet", json!({"rpm": 3})).await.key;

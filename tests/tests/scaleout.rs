@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
-use codex_gateway::app::{App, AppHandle};
+use codex_gateway::app::AppHandle;
 use gateway::config::GatewayConfig;
 use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
 use serde_json::{json, Value};
@@ -51,12 +51,7 @@ impl Fleet {
             tweak(c);
         }));
         let a = builder.start();
-        let b = tokio::task::block_in_place(|| {
-            let mut cfg = a.cfg.clone();
-            cfg.listen = "127.0.0.1:0".parse().unwrap();
-            cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
-            App::spawn(cfg).expect("instance B")
-        });
+        let b = a.another_instance(|_| {});
         Self { a, b: Some(b) }
     }
 

@@ -168,14 +168,9 @@ async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
         ..StackBuilder::default()
     }
     .start();
-    let second = |redis: Option<&str>| {
-        let mut cfg = s.cfg.clone();
-        cfg.listen = "127.0.0.1:0".parse().unwrap();
-        cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
-        cfg.redis_url = redis.map(str::to_owned);
-        codex_gateway::app::App::spawn(cfg).expect("second instance")
-    };
-    let b = tokio::task::block_in_place(|| second(Some(REDIS)));
+    let second =
+        |redis: Option<&str>| s.another_instance(|cfg| cfg.redis_url = redis.map(str::to_owned));
+    let b = second(Some(REDIS));
     let on = |app: &codex_gateway::app::AppHandle, body: Value| {
         let url = format!("http://{}/v1/responses", app.data_addr);
         let key = s.key.clone();
@@ -217,7 +212,7 @@ async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
     assert_eq!(last_upstream(&s)["input"].as_array().unwrap().len(), 5);
 
     // Control: an instance without Redis knows nothing of A's chain.
-    let c = tokio::task::block_in_place(|| second(None));
+    let c = second(None);
     let (st, err) = on(
         &c,
         json!({"model":"gpt-5.5","input":"x","previous_response_id": r1["id"]}),
