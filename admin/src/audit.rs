@@ -697,6 +697,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_call_on_many_objects_folds_into_one_entry() {
+        // A bulk call on the accounts route: the ids become the object id and the details.
+        let mut e = AuditWrite {
+            action: "accounts.bulk".into(),
+            object_type: Some("account".into()),
+            details: Some(r#"{"ids":[3,1,99],"action":"disable"}"#.into()),
+            ..AuditWrite::default()
+        };
+        Affected::of("account", [3, 1])
+            .failed([99])
+            .action("accounts.disable")
+            .fold_into(&mut e);
+        assert_eq!(e.action, "accounts.disable");
+        assert_eq!(e.object_id.as_deref(), Some("3,1"));
+        let d: Value = serde_json::from_str(e.details.as_deref().unwrap()).unwrap();
+        assert_eq!(d["affected"], json!([3, 1]));
+        assert_eq!(d["failed"], json!([99]));
+        assert_eq!(d["action"], "disable", "the request's details stay");
+        // A route with its own object (a proxy's assignment): that id stays, the accounts go
+        // into the details only; an action without failures lists none.
+        let mut e = AuditWrite {
+            action: "proxies.assign".into(),
+            object_type: Some("proxy".into()),
+            object_id: Some("7".into()),
+            ..AuditWrite::default()
+        };
+        Affected::of("account", [5]).fold_into(&mut e);
+        assert_eq!(
+            (
+                e.action.as_str(),
+                e.object_type.as_deref(),
+                e.object_id.as_deref()
+            ),
+            ("proxies.assign", Some("proxy"), Some("7"))
+        );
+        let d: Value = serde_json::from_str(e.details.as_deref().unwrap()).unwrap();
+        assert_eq!(d, json!({"affected_type": "account", "affected": [5]}));
+        // Nothing affected (a dry run): no object id.
+        assert_eq!(Affected::of("account", []).ids_text(), None);
+    }
+
+    #[test]
     fn actions_from_routes() {
         let a = |m: Method, pat: &str, path: &str| action_of(&m, pat, path);
         assert_eq!(
