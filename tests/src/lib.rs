@@ -11,6 +11,7 @@
 //! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
 //! - [`cli`]: real command-line clients (Codex CLI, Claude Code) run bounded, in a process group.
 //! - [`fleet`]: another gateway instance on a stack's storage (a fleet on one PostgreSQL + Redis).
+//! - [`requests`]: data-plane requests tests repeat (the smallest Responses request).
 //! - [`sdk`]: the official Python SDKs run as clients (scripts under `tests/python/`).
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
 
@@ -20,6 +21,7 @@ pub mod egress_proxy;
 pub mod fleet;
 pub mod outage;
 pub mod raw;
+pub mod requests;
 pub mod sdk;
 pub mod wait;
 

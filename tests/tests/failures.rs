@@ -53,12 +53,7 @@ fn two(legacy: bool) -> Stack {
 }
 
 async fn ask(s: &Stack) -> (u16, Value) {
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     let st = r.status().as_u16();
     (st, r.json().await.unwrap())
 }
@@ -183,12 +178,7 @@ async fn in_stream_failure_before_commit_fails_over() {
         let s = two(legacy);
         s.mock
             .set_behaviour("acct-0", Behaviour::fail_in_stream("server_is_overloaded"));
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(
@@ -976,12 +966,7 @@ async fn quota_failure_after_the_commit_is_not_resent_and_cools_the_account() {
                 ..Behaviour::default()
             },
         );
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         let evs = integration_tests::parse_sse(&r.text().await.unwrap());
         assert!(evs.iter().any(|(e, _)| e == "response.output_text.delta"));

@@ -100,12 +100,7 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
     );
     for _ in 0..2 {
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x"}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(false).await;
         assert_eq!(r.status(), 200);
     }
     assert!(s.mock.token_calls() >= 1, "a refresh happened");
@@ -122,12 +117,7 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
         for id in ["acct-0", "acct-1"] {
             s.mock.set_behaviour(id, Behaviour::error(kind).times(1));
         }
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x"}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(false).await;
         let _ = r.text().await;
     }
     // Admin calls: right and wrong passwords, reads, a key creation, a refresh on demand.

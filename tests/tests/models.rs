@@ -117,12 +117,7 @@ async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -151,12 +146,7 @@ async fn the_catalog_is_asked_as_the_configured_client_version() {
     );
     assert_eq!(r.header("version"), Some("0.999.7"));
     // the data plane presents the same version
-    let resp = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let resp = s.post_responses_x(false).await;
     assert_eq!(resp.status(), 200);
     let up = s.mock.requests().pop().unwrap();
     assert_eq!(up.header("version"), Some("0.999.7"));

@@ -125,12 +125,7 @@ async fn a_quota_failure_after_the_commit_cools_the_account() {
     // Both accounts end their first stream with a quota failure after output started: the
     // client sees it as the stream's terminal event (no failover after the commit)...
     for _ in 0..2 {
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         let text = r.text().await.unwrap();
         let evs = parse_sse(&text);

@@ -172,12 +172,7 @@ async fn default_max_concurrency_setting_is_hot() {
 async fn turn_state_goes_only_to_the_account_that_issued_it() {
     let s = stack(2);
     // The first request of a turn: acct-0 serves and issues a turn state.
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     assert_eq!(r.status(), 200);
     let ts = r
         .headers()

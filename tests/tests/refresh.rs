@@ -23,12 +23,7 @@ async fn rotated_refresh_token_survives_a_restart() {
         "acct-0",
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
     );
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     assert_eq!(s.mock.token_calls(), 1);
     let rotated = s.mock.account_tokens("acct-0").unwrap();
@@ -54,12 +49,7 @@ async fn rotated_refresh_token_survives_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // strict tokens: only the rotated access token is accepted upstream
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     let last = s.mock.requests().pop().unwrap();
     assert_eq!(
@@ -272,12 +262,7 @@ async fn refreshes_go_on_while_redis_is_down() {
         "acct-0",
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
     );
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     assert_eq!(s.mock.token_calls(), 1, "refreshed without the Redis lease");
     let h: serde_json::Value = integration_tests::client()

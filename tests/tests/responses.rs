@@ -102,12 +102,7 @@ async fn sse_arrives_incrementally() {
     }
     .start();
     let start = Instant::now();
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     let mut first_delta = None;
@@ -266,12 +261,7 @@ async fn quota_exhausted_everywhere_gives_429_with_reset() {
     let s = stack();
     s.mock
         .set_behaviour("acct-0", Behaviour::error(ErrorKind::UsageLimitReached));
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 429);
     let retry: u64 = r.headers()["retry-after"]
         .to_str()
@@ -284,12 +274,7 @@ async fn quota_exhausted_everywhere_gives_429_with_reset() {
     assert!(v["error"]["resets_at"].as_u64().unwrap() > 0);
     // The account is cooling: the next request does not even reach the upstream.
     let before = s.mock.responses_requests();
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 429);
     assert_eq!(s.mock.responses_requests(), before);
 }
@@ -307,12 +292,7 @@ async fn failover_before_commit_uses_the_next_account() {
     s.mock
         .set_behaviour("acct-0", Behaviour::error(ErrorKind::ServerIsOverloaded));
     for _ in 0..4 {
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("response.completed"));
@@ -388,12 +368,7 @@ async fn client_disconnect_releases(plain_http: PlainHttp) {
         ..StackBuilder::default()
     }
     .start();
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     let mut stream = r.bytes_stream();
     let mut seen = String::new();
     while !seen.contains("response.output_text.delta") {
@@ -438,12 +413,7 @@ async fn h2c_upstream_and_legacy_driver() {
     .start();
     assert!(s.app.drivers.iter().all(|d| *d == "legacy"));
     for _ in 0..3 {
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         assert!(r.text().await.unwrap().contains("response.completed"));
     }
@@ -510,12 +480,7 @@ async fn h2c_request_bodies_of_every_size_arrive_whole() {
 #[tokio::test(flavor = "multi_thread")]
 async fn http1_upstream_on_io_uring() {
     let s = stack();
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     assert!(r.text().await.unwrap().contains("response.completed"));
     assert!(s.mock.requests().iter().all(|r| r.version == "HTTP/1.1"));
     let m = client()

@@ -415,12 +415,7 @@ async fn an_ip_level_block_cools_the_one_account_it_happened_on() {
     for a in ["acct-0", "acct-1", "acct-2"] {
         s.mock.set_behaviour(a, "error=cloudflare".parse().unwrap());
     }
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     assert!(!r.status().is_success());
     let tried = s.served_by();
     assert!(tried.len() >= 2, "failed over: {tried:?}");
@@ -453,12 +448,7 @@ async fn token_refresh_presents_the_configured_wire_identity() {
     .start();
     let before = s.mock.token_requests().len();
     s.mock.revoke_access_token("acct-0");
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(true).await;
     assert_eq!(r.status(), 200, "refreshed once, then served");
     let calls = s.mock.token_requests();
     let refresh = &calls[before..];

@@ -58,12 +58,7 @@ async fn tls_h2_upstream_with_private_ca() {
 async fn tls_upstream_without_the_ca_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let s = tls_stack(dir.path(), false);
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 502);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "upstream_unreachable");
@@ -77,12 +72,7 @@ async fn postgres_backend_serves_and_persists_usage() {
         ..StackBuilder::default()
     }
     .start();
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     let url = s.db.database_url.clone().unwrap();
     // usage is persisted by the sidecar in batches
@@ -151,12 +141,7 @@ async fn healthz_reports_storage_down_while_the_data_plane_serves() {
     assert_eq!(body["status"], "degraded", "{body}");
     assert_eq!(body["workers"]["alive"], body["workers"]["total"], "{body}");
     // Still serving from the snapshot.
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
     std::thread::spawn(move || pg_exec(&admin, &up))
@@ -201,12 +186,7 @@ async fn healthz_reports_the_upstream_and_redis() {
     // The upstream goes away: a request fails to connect, and health says so.
     s.mock.shutdown();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let _ = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let _ = s.post_responses_x(false).await;
     let h = health().await;
     assert_eq!(h["upstream"], "unreachable", "{h}");
     assert_eq!(h["status"], "degraded", "{h}");

@@ -329,12 +329,7 @@ async fn pg_rows(url: &str) -> i64 {
 
 async fn ask(s: &Stack, n: usize) {
     for _ in 0..n {
-        let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":true}))
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_responses_x(true).await;
         assert_eq!(r.status(), 200);
         r.text().await.unwrap();
     }
