@@ -54,7 +54,7 @@ pub struct WorkerCtx {
     /// Who minted which account-bound blob: the app's map, and Redis when configured.
     pub owners: Rc<crate::owners::Owners>,
     /// The configured identity header values, built once.
-    pub wire: crate::lifecycle::WireValues,
+    pub wire: crate::connector::WireValues,
     events: EventSender,
     spool: RefCell<VecDeque<WorkerEvent>>,
     usage_spool: RefCell<VecDeque<WorkerEvent>>,
@@ -83,7 +83,7 @@ impl WorkerCtx {
     ) -> Self {
         Self {
             id,
-            wire: crate::lifecycle::WireValues::new(&cfg.wire),
+            wire: crate::connector::WireValues::new(&cfg.wire),
             cfg,
             snapshot,
             health,

@@ -15,8 +15,12 @@
 //!   the usage guard.
 //! - [`ctx`]: the state one worker owns.
 //! - [`deadline`]: coarse per-worker deadlines for the idle waits of open streams.
-//! - [`lifecycle`]: Request -> Attempt -> Stream with the commit barrier.
-//! - [`policy`]: account effects of classified failures.
+//! - [`lifecycle`]: Request -> Attempt -> Stream with the commit barrier, generic over the
+//!   upstream [`connector::Connector`].
+//! - [`connector`]: the upstream seam, and the Codex backend (client and account identity) as
+//!   its one implementation.
+//! - [`policy`]: what a classified failure does: account effects, and the attempt loop's
+//!   retry decision (`policy::decide`).
 //! - [`scheduler`]: the frozen candidate order (strategies, health tiers, dynamic concurrency).
 //! - [`upstream`]: HTTP/2 (TLS, h2c) and streaming HTTP/1.1 client to the Codex backend.
 //! - [`wire`]: HTTP/1.1 wire primitives shared by server and client (appending reads, strict
@@ -31,6 +35,7 @@
 
 pub mod api;
 pub mod config;
+pub mod connector;
 pub mod ctx;
 pub mod deadline;
 pub mod error;

@@ -3,12 +3,15 @@
 //! # Key Components
 //! - [`RequestPlan`]: what the API layer hands over: the normalized upstream body, the model,
 //!   client session headers to pass through, the client key.
-//! - [`open`]: walks the frozen candidate order. Each **Attempt** leases a slot, builds the
-//!   account-scoped identity, sends, and reads until the **commit barrier** (the first real
-//!   output event or a terminal), holding leading events back. Failures are classified once
-//!   ([`codex_protocol::classify`]) and their account effects applied once ([`crate::policy`]);
-//!   an account-scoped failure moves on to the next candidate, a request error is returned.
-//!   A payload that may have reached the upstream with an ambiguous outcome is never resent.
+//! - [`open`]: walks the frozen candidate order. Each **Attempt** leases a slot, sends through
+//!   the [`Connector`] (the Codex backend: [`crate::connector::Codex`]; tests use a scripted
+//!   one, [`open_with`]), and reads until the **commit barrier** (the first real output event
+//!   or a terminal), holding leading events back. Failures are classified once
+//!   ([`codex_protocol::classify`]) and their account effects applied once
+//!   ([`crate::policy::apply`]); what follows is one explicit decision
+//!   ([`crate::policy::decide`]): commit, refresh and retry the same account, retry the same
+//!   account without blobs, the next account, or give up. A payload that may have reached the
+//!   upstream with an ambiguous outcome is never resent.
 //! - [`Committed`]: the typestate after the barrier: one account, one upstream body. It can
 //!   only be streamed forward ([`Committed::next_events`]); it never switches account.
 //!
@@ -24,22 +27,24 @@ use std::{
 
 use bytes::Bytes;
 use codex_protocol::{
-    classify::{classify_http, classify_stream_error, FailureClass},
+    classify::{classify_http, classify_stream_error, Failure, FailureClass},
     events::{self, EventClass},
     sse::{SseEvent, SseSplitter},
 };
-use http::HeaderValue;
 use shared_state::{AccountEffect, AccountEntry, Lease};
 
 use crate::{
+    connector::{Codex, Connector, Outgoing},
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
-    policy, scheduler,
-    upstream::{UpstreamBody, UpstreamError, UpstreamRequest},
+    policy::{self, Decision},
+    scheduler,
+    upstream::{UpstreamBody, UpstreamError},
 };
 
 /// Client headers forwarded upstream (session and turn signals); unchanged, except
-/// `x-codex-turn-state`, which only goes to the account that issued it ([`turn_state`]).
+/// `x-codex-turn-state`, which only goes to the account that issued it
+/// ([`crate::connector::turn_state`]).
 pub const PASSTHROUGH_HEADERS: &[&str] = &[
     "session-id",
     "session_id",
@@ -56,17 +61,6 @@ pub const PASSTHROUGH_HEADERS: &[&str] = &[
     "x-openai-memgen-request",
     "x-responsesapi-include-timing-metrics",
     "x-openai-internal-codex-responses-lite",
-];
-
-/// Upstream response headers clients may see (quota headers are stripped);
-/// `x-codex-turn-state` tagged with the issuing account ([`turn_state::bind`]).
-pub const CLIENT_VISIBLE_HEADERS: &[&str] = &[
-    "x-codex-turn-state",
-    "x-request-id",
-    "x-oai-request-id",
-    "openai-model",
-    "x-models-etag",
-    "x-reasoning-included",
 ];
 
 /// What the API layer hands to the lifecycle.
@@ -236,192 +230,6 @@ fn transport_error(e: &UpstreamError) -> Error {
         UpstreamError::Saturated => ErrorKind::UpstreamSaturated,
     };
     Error::new(kind, Side::Upstream).with_cause(e)
-}
-
-/// Stable per-account installation id (`x-codex-installation-id`), derived so that one
-/// account always presents the same installation.
-fn installation_id(account: &AccountEntry) -> HeaderValue {
-    use fnv128::digest;
-    let h = digest(account.chatgpt_account_id.as_bytes(), account.id);
-    // A UUID (version 4 layout) written digit by digit: no formatting machinery per request.
-    let mut id = *b"00000000-0000-4000-8000-000000000000";
-    let fields: [(u64, std::ops::Range<usize>); 5] = [
-        (((h >> 96) as u32).into(), 0..8),
-        (((h >> 80) as u16).into(), 9..13),
-        ((((h >> 64) as u16) & 0xfff).into(), 15..18),
-        ((((h >> 48) as u16) & 0xfff).into(), 20..23),
-        ((h as u64) & 0xffff_ffff_ffff, 24..36),
-    ];
-    for (v, r) in fields {
-        write_hex(&mut id[r], v);
-    }
-    HeaderValue::from_bytes(&id).unwrap_or(HeaderValue::from_static(""))
-}
-
-/// Writes the low `dst.len()` hex digits of `v` into `dst` (lower case, zero-padded).
-fn write_hex(dst: &mut [u8], mut v: u64) {
-    for d in dst.iter_mut().rev() {
-        *d = b"0123456789abcdef"[(v & 0xf) as usize];
-        v >>= 4;
-    }
-}
-
-/// A tiny non-cryptographic 128-bit mix (FNV-1a based) for stable derived ids.
-mod fnv128 {
-    pub fn digest(data: &[u8], salt: i64) -> u128 {
-        let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-        for b in data.iter().chain(salt.to_le_bytes().iter()) {
-            h ^= u128::from(*b);
-            h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013B);
-        }
-        h
-    }
-}
-
-/// `x-codex-turn-state` is bound to the account that issued it (docs/protocol.md#turn-state): the
-/// value a client sees is the upstream's, prefixed with a tag of the issuing account
-/// (`cg1.<tag>.<upstream value>`), and a client's value goes upstream (unwrapped) only on an
-/// attempt on that same account; on any other account, or when it carries no tag of ours,
-/// it is dropped. Stateless, so it holds across workers, restarts and instances sharing the
-/// database (the tag derives from the account's identity).
-pub mod turn_state {
-    use shared_state::AccountEntry;
-
-    /// The header.
-    pub const HEADER: &str = "x-codex-turn-state";
-    const PREFIX: &str = "cg1.";
-
-    fn tag(account: &AccountEntry) -> [u8; 16] {
-        let h = super::fnv128::digest(account.chatgpt_account_id.as_bytes(), !account.id);
-        let mut t = [0u8; 16];
-        super::write_hex(&mut t, (h >> 64) as u64 ^ h as u64);
-        t
-    }
-
-    /// What the client sees for the turn state `account` issued.
-    pub fn bind(account: &AccountEntry, upstream: &str) -> String {
-        let mut v = String::with_capacity(PREFIX.len() + 17 + upstream.len());
-        v.push_str(PREFIX);
-        // Hex digits: always UTF-8.
-        v.push_str(std::str::from_utf8(&tag(account)).unwrap_or_default());
-        v.push('.');
-        v.push_str(upstream);
-        v
-    }
-
-    /// The upstream value to send to `account` for the client's turn state, if `account`
-    /// issued it.
-    pub fn for_account<'a>(account: &AccountEntry, client: &'a str) -> Option<&'a str> {
-        let (t, upstream) = client.strip_prefix(PREFIX)?.split_once('.')?;
-        (t.as_bytes() == tag(account) && !upstream.is_empty()).then_some(upstream)
-    }
-}
-
-/// A configured header value. The configuration refuses one that cannot be a header value
-/// when it is loaded; only a configuration built in code can still hold one, and then an
-/// optional header is not sent and a required one goes empty.
-fn configured(v: &str) -> Option<HeaderValue> {
-    HeaderValue::from_str(v).ok()
-}
-
-fn identity_headers(
-    ctx: &WorkerCtx,
-    account: &AccountEntry,
-    plan: &RequestPlan,
-) -> Vec<(&'static str, HeaderValue)> {
-    let wire = &ctx.wire;
-    let mut h: Vec<(&'static str, HeaderValue)> = Vec::with_capacity(12 + plan.passthrough.len());
-    let mut bearer = String::with_capacity(7 + account.access_token.expose().len());
-    bearer.push_str("Bearer ");
-    bearer.push_str(account.access_token.expose());
-    // From the String's own bytes (no copy); a token that cannot be a header value sends
-    // none, and the upstream answers 401 (the account's refresh path).
-    if let Ok(mut v) = HeaderValue::try_from(bearer) {
-        v.set_sensitive(true);
-        h.push(("authorization", v));
-    }
-    if let Ok(v) = HeaderValue::from_str(&account.chatgpt_account_id) {
-        h.push(("chatgpt-account-id", v));
-    }
-    h.push(("originator", wire.originator.clone()));
-    h.push(("user-agent", wire.user_agent.clone()));
-    if let Some(v) = &wire.version {
-        h.push(("version", v.clone()));
-    }
-    if let Some(v) = &wire.residency {
-        h.push(("x-openai-internal-codex-residency", v.clone()));
-    }
-    h.push(("content-type", HeaderValue::from_static("application/json")));
-    h.push(("accept", HeaderValue::from_static("text/event-stream")));
-    // Cloudflare's cookies this account (through this egress) was given, sent back as a
-    // browser would (the client's own `cookie` never passes).
-    if let Some(c) = cf_cookies::header(account, shared_state::now_ms()) {
-        h.push(("cookie", c));
-    }
-    let iid = installation_id(account);
-    // The client's own id inside the turn metadata would link every pool account.
-    let turn_metadata = plan
-        .passthrough
-        .iter()
-        .find(|(n, _)| *n == "x-codex-turn-metadata")
-        .and_then(|(_, v)| {
-            codex_protocol::normalize::turn_metadata_with_installation_id(
-                v,
-                iid.to_str().unwrap_or_default(),
-            )
-        });
-    h.push(("x-codex-installation-id", iid));
-    let mut has_beta = false;
-    for (n, v) in &plan.passthrough {
-        let v = if *n == turn_state::HEADER {
-            // Only to the account that issued it.
-            match turn_state::for_account(account, v) {
-                Some(v) => v,
-                None => continue,
-            }
-        } else if *n == "x-codex-turn-metadata" {
-            turn_metadata.as_deref().unwrap_or(v)
-        } else {
-            v.as_str()
-        };
-        has_beta |= *n == "x-codex-beta-features";
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.push((n, v));
-        }
-    }
-    if !has_beta {
-        if let Some(v) = &wire.beta_features {
-            h.push(("x-codex-beta-features", v.clone()));
-        }
-    }
-    h
-}
-
-/// The configured identity header values ([`crate::config::WireProfile`]), built once per
-/// worker: each request shares their bytes.
-#[derive(Debug, Clone)]
-pub struct WireValues {
-    originator: HeaderValue,
-    user_agent: HeaderValue,
-    version: Option<HeaderValue>,
-    residency: Option<HeaderValue>,
-    beta_features: Option<HeaderValue>,
-}
-
-// === impl WireValues ===
-
-impl WireValues {
-    /// The values of `wire` (an empty optional one is not sent).
-    pub fn new(wire: &crate::config::WireProfile) -> Self {
-        let opt = |v: &str| (!v.is_empty()).then(|| configured(v)).flatten();
-        Self {
-            originator: configured(&wire.originator).unwrap_or(HeaderValue::from_static("")),
-            user_agent: configured(&wire.user_agent).unwrap_or(HeaderValue::from_static("")),
-            version: opt(&wire.version),
-            residency: opt(&wire.residency),
-            beta_features: opt(&wire.beta_features),
-        }
-    }
 }
 
 /// Puts `home` (the account that minted the request's blobs) first while it is schedulable:
@@ -640,6 +448,16 @@ pub async fn open_traced(
     plan: &RequestPlan,
     trace: &mut Trace,
 ) -> Result<Committed, Error> {
+    open_with(ctx, &Codex::new(&ctx.upstream, &ctx.wire), plan, trace).await
+}
+
+/// [`open_traced`] over any upstream `conn`.
+pub async fn open_with<C: Connector>(
+    ctx: &WorkerCtx,
+    conn: &C,
+    plan: &RequestPlan,
+    trace: &mut Trace,
+) -> Result<Committed, Error> {
     // The key's model allow-list (one rule for every dialect): refused like an unknown model,
     // as OpenAI answers a key without access to a model.
     if !plan.key_limits.allows_model(&plan.model) {
@@ -747,12 +565,8 @@ pub async fn open_traced(
                     );
                 }
                 let cleaned = cleaned.map(|(b, _)| b);
-                // One installation per account, inside the payload too (docs/protocol.md#one-installation-per-account).
-                let iid = installation_id(&account);
-                let iid = iid.to_str().unwrap_or_default();
-                let own_id = |b: &Bytes| {
-                    codex_protocol::normalize::with_installation_id(b, iid).map(Bytes::from)
-                };
+                // The account's own identity inside the payload (the connector's business).
+                let own_id = |b: &Bytes| conn.body_for(&account, b);
                 let sent_body = match &cleaned {
                     Some(b) => own_id(b).or_else(|| Some(b.clone())),
                     None => own_id(&body),
@@ -778,15 +592,27 @@ pub async fn open_traced(
                     body: sent_body.as_ref().unwrap_or(&body),
                     ws: ws_route.as_ref(),
                 };
-                match attempt(ctx, plan, sent, &account, lease, prior, trace).await {
+                let result = attempt(ctx, conn, plan, sent, &account, lease, prior, trace).await;
+                let outcome = match &result {
+                    Ok(_) => policy::Outcome::Committed,
+                    Err(failed) => failed.outcome(),
+                };
+                let decision = policy::decide(
+                    outcome,
+                    policy::AttemptState {
+                        refreshed,
+                        stripped: stripped_all,
+                    },
+                );
+                let failed = match result {
                     Ok(c) => {
                         account.live.note_served();
                         return Ok(c);
                     }
-                    Err(AttemptError::Failover {
-                        error,
-                        class: Some(FailureClass::AuthExpired),
-                    }) if !refreshed => {
+                    Err(failed) => failed,
+                };
+                match decision {
+                    Decision::RefreshSameAccount => {
                         // One refresh, then the same account again (docs/protocol.md#what-a-class-does).
                         refreshed = true;
                         match wait_for_fresh_token(ctx, &account).await {
@@ -796,11 +622,12 @@ pub async fn open_traced(
                             }
                             None => {
                                 saw_other = true;
-                                last_err = Some(error);
+                                last_err = Some(failed.into_error());
                             }
                         }
                     }
-                    Err(AttemptError::Failover { error, class }) => {
+                    Decision::NextAccount => {
+                        let class = failed.class();
                         if matches!(class, Some(FailureClass::Overloaded { .. })) {
                             overloaded_elsewhere = true;
                         }
@@ -815,10 +642,14 @@ pub async fn open_traced(
                         } else {
                             saw_other = true;
                         }
+                        let error = failed.into_error();
                         tracing::info!(account = account.id, error = %error, "attempt failed; trying the next account");
                         last_err = Some(error);
                     }
-                    Err(AttemptError::Unverifiable(failure)) => {
+                    Decision::RetryStripped => {
+                        let Failed::Refused(failure) = failed else {
+                            return Err(failed.into_error());
+                        };
                         match policy::blob_recovery(&failure, &body, stripped_all) {
                             Some((clean, n)) => {
                                 stripped_all = true;
@@ -838,7 +669,8 @@ pub async fn open_traced(
                             None => return Err(Error::upstream(failure)),
                         }
                     }
-                    Err(AttemptError::Return(e)) => return Err(e),
+                    // `Commit` only follows a committed attempt (returned above).
+                    Decision::GiveUp | Decision::Commit => return Err(failed.into_error()),
                 }
                 break;
             }
@@ -884,17 +716,48 @@ pub async fn open_traced(
     Err(last_err.unwrap_or_else(|| exhausted(&snap, group, saw_usage_limit, saw_other)))
 }
 
-enum AttemptError {
-    /// Account-scoped: another candidate may succeed.
-    Failover {
-        error: Error,
-        class: Option<FailureClass>,
-    },
-    /// Return to the client now.
-    Return(Error),
-    /// The upstream could not verify a blob of the payload (`Failure::is_unverifiable_blob`):
-    /// no account effect was applied; [`policy::blob_recovery`] decides what follows.
-    Unverifiable(codex_protocol::classify::Failure),
+/// Why an attempt did not commit, its account effects already applied; what follows is
+/// [`policy::decide`]'s, from [`Failed::outcome`].
+enum Failed {
+    /// A classified refusal: an HTTP error, or a failure event before the commit barrier.
+    Refused(Failure),
+    /// A transport failure before any answer.
+    Transport(UpstreamError),
+    /// The upstream answered and then ended or broke before any output: the payload reached
+    /// it and the outcome is ambiguous.
+    Ambiguous(Error),
+}
+
+// === impl Failed ===
+
+impl Failed {
+    /// What the attempt came to, for [`policy::decide`].
+    fn outcome(&self) -> policy::Outcome<'_> {
+        match self {
+            Self::Refused(f) => policy::Outcome::Refused(f),
+            Self::Transport(UpstreamError::Saturated) => policy::Outcome::Saturated,
+            Self::Transport(e) if e.maybe_sent() => policy::Outcome::MaybeSent,
+            Self::Transport(_) => policy::Outcome::NotSent,
+            Self::Ambiguous(_) => policy::Outcome::MaybeSent,
+        }
+    }
+
+    /// The failure class of a refusal.
+    fn class(&self) -> Option<&FailureClass> {
+        match self {
+            Self::Refused(f) => Some(&f.class),
+            Self::Transport(_) | Self::Ambiguous(_) => None,
+        }
+    }
+
+    /// The error to show the client.
+    fn into_error(self) -> Error {
+        match self {
+            Self::Refused(f) => Error::upstream(f),
+            Self::Transport(e) => transport_error(&e),
+            Self::Ambiguous(e) => e,
+        }
+    }
 }
 
 /// What one attempt sends: the body (the plan's, or cleaned of blobs) and the upstream
@@ -936,138 +799,6 @@ async fn wait_for_fresh_token(
             return None;
         }
         monoio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Cloudflare's cookies (`__cf_bm`, `cf_clearance`, `__cflb`), kept per account and egress
-/// (docs/protocol.md#identity-headers: `Set-Cookie` kept per account) and sent back on that
-/// account's later requests through the same egress, as a browser would. Process-wide (every
-/// worker), in memory only, bounded; other cookies are ignored. Values are secrets of a kind:
-/// never logged.
-mod cf_cookies {
-    use std::{collections::HashMap, sync::Mutex};
-
-    use http::HeaderValue;
-    use shared_state::AccountEntry;
-
-    /// The cookies kept (others the upstream sets are not the gateway's business).
-    const KEPT: &[&str] = &["__cf_bm", "cf_clearance", "__cflb"];
-    /// Most (account, egress) jars at once.
-    const MAX_JARS: usize = 100_000;
-    /// How long a cookie without `Max-Age`/`Expires` is kept (`__cf_bm` lives 30 min).
-    const DEFAULT_TTL_MS: u64 = 30 * 60 * 1000;
-
-    /// (name, value, expires at ms).
-    type Jar = Vec<(String, String, u64)>;
-
-    static JARS: Mutex<Option<HashMap<(i64, i64), Jar>>> = Mutex::new(None);
-
-    fn key(account: &AccountEntry) -> (i64, i64) {
-        (account.id, account.egress.as_ref().map_or(0, |e| e.id))
-    }
-
-    /// Keeps the Cloudflare cookies of a response's `Set-Cookie` headers.
-    pub fn remember(account: &AccountEntry, head: &crate::upstream::Head, now_ms: u64) {
-        let mut found: Vec<(String, String, u64)> = Vec::new();
-        let mut take = |v: &str| {
-            if let Some(c) = parse(v, now_ms) {
-                found.push(c);
-            }
-        };
-        match head {
-            crate::upstream::Head::Map(m) => {
-                for v in m.get_all("set-cookie") {
-                    if let Ok(v) = v.to_str() {
-                        take(v);
-                    }
-                }
-            }
-            crate::upstream::Head::Pairs(p) => {
-                for (n, v) in p {
-                    if n.eq_ignore_ascii_case("set-cookie") {
-                        take(v);
-                    }
-                }
-            }
-        }
-        if found.is_empty() {
-            return;
-        }
-        let Ok(mut g) = JARS.lock() else {
-            return;
-        };
-        let map = g.get_or_insert_with(HashMap::new);
-        if map.len() >= MAX_JARS {
-            map.retain(|_, j| {
-                j.retain(|c| c.2 > now_ms);
-                !j.is_empty()
-            });
-            if map.len() >= MAX_JARS {
-                return;
-            }
-        }
-        let jar = map.entry(key(account)).or_default();
-        for c in found {
-            jar.retain(|o| o.0 != c.0);
-            // An expired (deleted) cookie just leaves the jar.
-            if c.2 > now_ms {
-                jar.push(c);
-            }
-        }
-    }
-
-    /// The `Cookie` header for the account's next request, if it holds any live cookie.
-    pub fn header(account: &AccountEntry, now_ms: u64) -> Option<HeaderValue> {
-        let g = JARS.lock().ok()?;
-        let jar = g.as_ref()?.get(&key(account))?;
-        let v = jar
-            .iter()
-            .filter(|c| c.2 > now_ms)
-            .map(|c| format!("{}={}", c.0, c.1))
-            .collect::<Vec<_>>()
-            .join("; ");
-        if v.is_empty() {
-            return None;
-        }
-        let mut h = HeaderValue::from_str(&v).ok()?;
-        h.set_sensitive(true);
-        Some(h)
-    }
-
-    /// `name=value; Max-Age=..; ...` of a kept cookie: (name, value, expiry ms).
-    fn parse(v: &str, now_ms: u64) -> Option<(String, String, u64)> {
-        let mut parts = v.split(';');
-        let (name, value) = parts.next()?.trim().split_once('=')?;
-        if !KEPT.contains(&name) || value.len() > 4096 || !value.is_ascii() {
-            return None;
-        }
-        let mut until = now_ms + DEFAULT_TTL_MS;
-        for a in parts {
-            if let Some((k, v)) = a.trim().split_once('=') {
-                if k.eq_ignore_ascii_case("max-age") {
-                    if let Ok(s) = v.trim().parse::<i64>() {
-                        until = now_ms.saturating_add((s.max(0) as u64).saturating_mul(1000));
-                    }
-                }
-            }
-        }
-        Some((name.to_owned(), value.to_owned(), until))
-    }
-
-    #[cfg(test)]
-    #[allow(clippy::unwrap_used)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn only_cloudflare_cookies_are_kept_with_their_lifetime() {
-            assert_eq!(
-                parse("__cf_bm=abc.def; path=/; Max-Age=60; HttpOnly", 1000),
-                Some(("__cf_bm".into(), "abc.def".into(), 61_000))
-            );
-            assert_eq!(parse("session=secret; Path=/", 0), None);
-            assert_eq!(parse("cf_clearance=x; Max-Age=0", 5).unwrap().2, 5);
-        }
     }
 }
 
@@ -1114,18 +845,18 @@ fn service_tier(
     }
 }
 
-/// A definitive upstream rejection (HTTP error, or a failure before the commit barrier): apply
-/// its account effects and decide whether another candidate may try.
-fn rejected(
+/// A definitive upstream rejection (HTTP error, or a failure before the commit barrier): applies
+/// its account effects, once ([`policy::decide`] says what the request does next).
+fn refused(
     ctx: &WorkerCtx,
     plan: &RequestPlan,
     account: &AccountEntry,
-    failure: codex_protocol::classify::Failure,
+    failure: Failure,
     prior: policy::Prior,
-) -> AttemptError {
+) -> Failed {
     if failure.is_unverifiable_blob() {
         // The payload's fault, not the account's: no effect here (see `policy::blob_recovery`).
-        return AttemptError::Unverifiable(failure);
+        return Failed::Refused(failure);
     }
     if policy::moves_session(&failure) {
         // This account refused the session's content: no account effect; the session keeps
@@ -1147,65 +878,41 @@ fn rejected(
             code = failure.code.as_deref().unwrap_or(""),
             "account refused the session's content; moving the session to another account"
         );
-        return AttemptError::Failover {
-            error: Error::upstream(failure),
-            class: None,
-        };
+        return Failed::Refused(failure);
     }
-    let failover = policy::apply(ctx, account, &failure.class, &plan.model, prior);
-    let class = failure.class.clone();
-    let error = Error::upstream(failure);
-    if failover {
-        AttemptError::Failover {
-            error,
-            class: Some(class),
-        }
-    } else {
-        AttemptError::Return(error)
-    }
+    policy::apply(ctx, account, &failure.class, &plan.model, prior);
+    Failed::Refused(failure)
 }
 
-async fn attempt(
+#[allow(clippy::too_many_arguments)]
+async fn attempt<C: Connector>(
     ctx: &WorkerCtx,
+    conn: &C,
     plan: &RequestPlan,
     sent: Sent<'_>,
     account: &Arc<AccountEntry>,
     lease: Lease,
     prior: policy::Prior,
     trace: &mut Trace,
-) -> Result<Committed, AttemptError> {
-    let up = &ctx.upstream;
-    let req = UpstreamRequest {
-        method: "POST",
-        path: format!("{}/responses", up.config().path_prefix),
-        headers: identity_headers(ctx, account, plan),
-        body: sent.body.clone(),
+) -> Result<Committed, Failed> {
+    let out = Outgoing {
+        account,
+        body: sent.body,
+        ws: sent.ws,
+        passthrough: &plan.passthrough,
     };
     let started = Instant::now();
-    let mut resp = match up
-        .send_routed(account.id, account.egress.as_deref(), sent.ws, req)
-        .await
-    {
+    let mut resp = match conn.send(out).await {
         Ok(r) => {
             ctx.health.upstream_ok();
             r
         }
-        Err(UpstreamError::Saturated) => {
-            // This worker's upstream capacity, not the account's fault: fail fast, no
-            // penalty, no failover (every account shares the pool).
-            return Err(AttemptError::Return(transport_error(
-                &UpstreamError::Saturated,
-            )));
-        }
-        Err(e @ UpstreamError::Proxy { .. }) => {
-            // The account's egress proxy failed (the proxy marked itself: breaker, health,
-            // metric): not the account's fault, so no penalty; nothing was sent, so another
-            // candidate may try.
-            return Err(AttemptError::Failover {
-                error: transport_error(&e),
-                class: None,
-            });
-        }
+        // This worker's upstream capacity, not the account's fault: no penalty (and no
+        // failover: every account shares the pool).
+        Err(e @ UpstreamError::Saturated) => return Err(Failed::Transport(e)),
+        // The account's egress proxy failed (the proxy marked itself: breaker, health,
+        // metric): not the account's fault, so no penalty; nothing was sent.
+        Err(e @ UpstreamError::Proxy { .. }) => return Err(Failed::Transport(e)),
         Err(e) => {
             if matches!(e, UpstreamError::Connect(_)) {
                 ctx.health.upstream_failed(shared_state::now_ms());
@@ -1219,49 +926,26 @@ async fn attempt(
                 UpstreamError::Protocol { .. } => scheduler::FailureKind::Server,
             };
             scheduler::record_failure(&account.live, kind, shared_state::now_ms());
-            return Err(if e.maybe_sent() {
-                // The payload may have reached the upstream: never resend it.
-                AttemptError::Return(transport_error(&e))
-            } else {
-                // Nothing reached the upstream: another attempt is safe.
-                AttemptError::Failover {
-                    error: transport_error(&e),
-                    class: None,
-                }
-            });
+            // Resent elsewhere only when nothing reached the upstream (`policy::decide`).
+            return Err(Failed::Transport(e));
         }
     };
     let ttfb = started.elapsed();
     ctx.metrics.ttfb(ttfb);
-    trace.transport = match resp.protocol {
-        "ws" => shared_state::Transport::Ws,
-        // A WebSocket turn that went over HTTP instead.
-        _ if sent.ws.is_some() && up.config().websockets => shared_state::Transport::HttpFallback,
-        "h2" => shared_state::Transport::H2,
-        _ => shared_state::Transport::H1,
-    };
+    trace.transport = conn.transport(&resp, sent.ws.is_some());
     let rl = events::rate_limits_from_headers(|n| resp.header(n));
     record_quota(ctx, account, &rl);
-    cf_cookies::remember(account, &resp.headers, shared_state::now_ms());
-    let idle = up.config().idle_timeout;
+    let idle = conn.idle_timeout();
 
     if resp.status != 200 {
         let ct = resp.header("content-type").map(str::to_owned);
         let retry_after = resp.header("retry-after").map(str::to_owned);
         let body = resp.body.collect(idle, 64 * 1024).await;
         let failure = classify_http(resp.status, ct.as_deref(), retry_after.as_deref(), &body);
-        return Err(rejected(ctx, plan, account, failure, prior));
+        return Err(refused(ctx, plan, account, failure, prior));
     }
 
-    let headers: Vec<(&'static str, String)> = CLIENT_VISIBLE_HEADERS
-        .iter()
-        .filter_map(|n| {
-            resp.header(n).map(|v| match *n {
-                turn_state::HEADER => (*n, turn_state::bind(account, v)),
-                _ => (*n, v.to_owned()),
-            })
-        })
-        .collect();
+    let headers = conn.client_headers(account, &resp);
     // Read: not held while waiting for the commit barrier (a quiet upstream can take seconds
     // to send the first output). An h2 head's values are slices of the connection's read
     // buffer, so holding it would also hold those buffers.
@@ -1275,12 +959,12 @@ async fn attempt(
             // Ended or broke before any output: the request reached the upstream and the
             // outcome is ambiguous: never resend it.
             Ok(None) => {
-                return Err(AttemptError::Return(
+                return Err(Failed::Ambiguous(
                     Error::new(ErrorKind::UpstreamProtocol, Side::Upstream)
                         .with_cause("upstream stream ended before any output"),
                 ))
             }
-            Err(e) => return Err(AttemptError::Return(transport_error(&e))),
+            Err(e) => return Err(Failed::Ambiguous(transport_error(&e))),
         };
         splitter.push(&chunk);
         loop {
@@ -1288,7 +972,7 @@ async fn attempt(
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,
                 Err(e) => {
-                    return Err(AttemptError::Return(
+                    return Err(Failed::Ambiguous(
                         Error::new(ErrorKind::UpstreamProtocol, Side::Upstream).with_cause(e),
                     ))
                 }
@@ -1303,7 +987,7 @@ async fn attempt(
                 EventClass::Failed => {
                     let err_json = events::stream_error(&ev.data).unwrap_or_default();
                     let failure = classify_stream_error(err_json.as_bytes());
-                    return Err(rejected(ctx, plan, account, failure, prior));
+                    return Err(refused(ctx, plan, account, failure, prior));
                 }
                 EventClass::Output | EventClass::Completed | EventClass::Incomplete => {
                     let finished = class != EventClass::Output;
@@ -1348,46 +1032,4 @@ async fn attempt(
 }
 
 #[cfg(test)]
-mod tests {
-    /// The h2 client sends every upstream header name as `HeaderName::from_static` (which
-    /// panics on a name that is not a lower-case token): every forwarded name must be one.
-    #[test]
-    fn forwarded_header_names_are_static_header_names() {
-        for n in super::PASSTHROUGH_HEADERS {
-            assert_eq!(http::HeaderName::from_static(n).as_str(), *n);
-        }
-    }
-
-    /// The installation id and the turn-state tag written digit by digit are what the
-    /// formatted versions gave (an account keeps presenting the same installation, and turn
-    /// states bound before the change still unwrap).
-    #[test]
-    fn installation_ids_keep_their_format_and_value() {
-        use shared_state::AccountEntry;
-        for (id, acct) in [
-            (1, "acc-1"),
-            (42, "c3d4e5f6-0000-4000-8000-abcdefabcdef"),
-            (-7, ""),
-        ] {
-            let a = AccountEntry {
-                chatgpt_account_id: acct.to_owned(),
-                ..crate::scheduler::tests::raw_entry(id, 1, 0)
-            };
-            let h = super::fnv128::digest(acct.as_bytes(), id);
-            let formatted = format!(
-                "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-                (h >> 96) as u32,
-                (h >> 80) as u16,
-                ((h >> 64) as u16) & 0xfff,
-                ((h >> 48) as u16) & 0xfff,
-                (h as u64) & 0xffff_ffff_ffff
-            );
-            assert_eq!(super::installation_id(&a).to_str().unwrap(), formatted);
-            let h = super::fnv128::digest(acct.as_bytes(), !id);
-            let tag = format!("{:016x}", (h >> 64) as u64 ^ h as u64);
-            let bound = super::turn_state::bind(&a, "up-1");
-            assert_eq!(bound, format!("cg1.{tag}.up-1"));
-            assert_eq!(super::turn_state::for_account(&a, &bound), Some("up-1"));
-        }
-    }
-}
+mod tests;

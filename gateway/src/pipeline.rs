@@ -555,3 +555,6 @@ impl Drop for UsageGuard<'_> {
         })));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,14 @@
-//! Account effects of classified failures: the one owner of "what a failure does to an
-//! account". Effects apply in memory first (the next pick already avoids the account), then
-//! go to the sidecar to be persisted.
+//! What a failure does: to the account ([`apply`], the one owner of "what a failure does to
+//! an account") and to the request ([`decide`], the one owner of "what the attempt loop does
+//! next"). Effects apply in memory first (the next pick already avoids the account), then go
+//! to the sidecar to be persisted.
 //!
 //! # Key Components
-//! - [`apply`]: takes a [`FailureClass`] for an account and returns whether the request may
-//!   move on to another candidate.
+//! - [`decide`]: a pure function from what an attempt came to ([`Outcome`]) and what the
+//!   request already did ([`AttemptState`]) to the one [`Decision`] of the attempt loop:
+//!   commit, refresh and retry the same account, retry the same account without blobs, try
+//!   the next account, or give up (docs/protocol.md#what-a-class-does).
+//! - [`apply`]: the account effects of a [`FailureClass`].
 //! - [`moves_session`]: a `cyber_policy` refusal moves the session to another account without
 //!   penalising this one.
 //! - [`blob_recovery`]: the one retry of a request refused for a blob the account cannot
@@ -12,7 +16,7 @@
 
 use std::time::Duration;
 
-use codex_protocol::classify::{FailureClass, FailureScope};
+use codex_protocol::classify::{Failure, FailureClass, FailureScope};
 use shared_state::{AccountEffect, AccountEntry, AccountStatus, WorkerEvent};
 
 use crate::{ctx::WorkerCtx, scheduler};
@@ -32,6 +36,76 @@ pub const FORBIDDEN_COOLDOWN: Duration = Duration::from_secs(30);
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 /// Cooldown after `usage_limit_reached` without `resets_at`.
 pub const USAGE_LIMIT_FALLBACK: Duration = Duration::from_secs(3600);
+
+/// What one attempt came to: the input of [`decide`].
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome<'a> {
+    /// It passed the commit barrier.
+    Committed,
+    /// The upstream refused it: an HTTP error, or a failure event before the commit barrier.
+    Refused(&'a Failure),
+    /// Nothing reached the upstream (connect failure, the account's egress proxy failed).
+    NotSent,
+    /// The worker's own upstream capacity is used up (nothing was sent; every account shares
+    /// the pool, so no other account would do better).
+    Saturated,
+    /// The payload may have reached the upstream and the outcome is ambiguous (a transport
+    /// failure after sending, a stream that ended or broke before any output): never resent.
+    MaybeSent,
+}
+
+/// What the request already did on the account it is trying, as [`decide`] needs it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttemptState {
+    /// The account's token was refreshed for this request (a second rejection is not
+    /// refreshed again).
+    pub refreshed: bool,
+    /// The request's blobs were already stripped (the stripped retry is made once).
+    pub stripped: bool,
+}
+
+/// What the attempt loop does after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Hand the committed stream to the caller.
+    Commit,
+    /// Wait for the account's refreshed token, then the same account again (another
+    /// attempt); without a fresh token in time, the next account.
+    RefreshSameAccount,
+    /// The same account again with every blob stripped from the body, for the rest of the
+    /// request; not another attempt (see [`blob_recovery`]). Nothing to strip: give up.
+    RetryStripped,
+    /// The next candidate may succeed.
+    NextAccount,
+    /// Return the failure to the client.
+    GiveUp,
+}
+
+/// The retry decision of the attempt loop, from the failure class alone (pure: the account
+/// effects are [`apply`]'s, made before). A failure before the commit may move on; nothing
+/// after the commit comes here (a committed stream never switches account).
+pub fn decide(outcome: Outcome<'_>, state: AttemptState) -> Decision {
+    match outcome {
+        Outcome::Committed => Decision::Commit,
+        Outcome::NotSent => Decision::NextAccount,
+        Outcome::Saturated | Outcome::MaybeSent => Decision::GiveUp,
+        // The payload's fault, not the account's: once, on the same account, without blobs.
+        Outcome::Refused(f) if f.is_unverifiable_blob() => {
+            if state.stripped {
+                Decision::GiveUp
+            } else {
+                Decision::RetryStripped
+            }
+        }
+        // The account refused the session's content: another account may serve it.
+        Outcome::Refused(f) if moves_session(f) => Decision::NextAccount,
+        Outcome::Refused(f) => match &f.class {
+            FailureClass::AuthExpired if !state.refreshed => Decision::RefreshSameAccount,
+            c if c.scope() == FailureScope::Account => Decision::NextAccount,
+            _ => Decision::GiveUp,
+        },
+    }
+}
 
 /// What the request met before this failure.
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,15 +158,15 @@ pub fn moves_session(failure: &codex_protocol::classify::Failure) -> bool {
     failure.is_cyber_policy()
 }
 
-/// Applies the effect of `class` on `account` and reports it. Returns true when another
-/// account may succeed (the failure is account-scoped).
+/// Applies the effect of `class` on `account` and reports it (what the request does next is
+/// [`decide`]'s).
 pub fn apply(
     ctx: &WorkerCtx,
     account: &AccountEntry,
     class: &FailureClass,
     model: &str,
     prior: Prior,
-) -> bool {
+) {
     let after_refresh = prior.after_refresh;
     let now = shared_state::now_ms();
     // Applied here at once (the next pick already avoids the account), persisted by the
@@ -161,7 +235,6 @@ pub fn apply(
         ),
         FailureClass::ContinuationNotFound | FailureClass::Request => {}
     }
-    class.scope() == FailureScope::Account
 }
 
 /// The cooldown of a transient failure: the upstream's hint when it gave one (capped at
@@ -178,4 +251,226 @@ pub fn token_refreshed(account: &AccountEntry) {
     account.live.apply(&AccountEffect::TokenRefreshed {
         clear_cooldown: false,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use codex_protocol::classify::{classify_http, classify_stream_error, Failure, FailureClass};
+
+    use super::{decide, AttemptState, Decision, Outcome};
+
+    fn http(status: u16, ct: &str, body: &str) -> Failure {
+        classify_http(status, Some(ct), None, body.as_bytes())
+    }
+
+    fn json(status: u16, body: &str) -> Failure {
+        http(status, "application/json", body)
+    }
+
+    /// A row of the failure table: its name, an upstream failure, the class it must read as,
+    /// the decision on a first attempt and after a refresh and a stripped retry.
+    type Row = (
+        &'static str,
+        Failure,
+        fn(&FailureClass) -> bool,
+        Decision,
+        Decision,
+    );
+
+    const FIRST: AttemptState = AttemptState {
+        refreshed: false,
+        stripped: false,
+    };
+
+    /// Every row of the failure table (docs/protocol.md#what-a-class-does), from the bodies
+    /// the upstream sends (docs/protocol.md#error-bodies): the class it reads as, and what the
+    /// request does next, on a first attempt and after a refresh and a stripped retry.
+    #[test]
+    fn every_row_of_the_failure_table() {
+        let after = AttemptState {
+            refreshed: true,
+            stripped: true,
+        };
+        let rows: Vec<Row> = vec![
+            (
+                "usage limit",
+                json(
+                    429,
+                    r#"{"error":{"type":"usage_limit_reached","resets_at":1700000000}}"#,
+                ),
+                |c| matches!(c, FailureClass::UsageLimit { .. }),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "plan without codex",
+                json(429, r#"{"error":{"type":"usage_not_included"}}"#),
+                |c| matches!(c, FailureClass::UsageNotIncluded),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "transient rate limit",
+                json(429, r#"{"error":{"type":"rate_limit_exceeded"}}"#),
+                |c| matches!(c, FailureClass::RateLimited { .. }),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "overloaded",
+                json(503, r#"{"error":{"code":"server_is_overloaded"}}"#),
+                |c| matches!(c, FailureClass::Overloaded { .. }),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "overloaded in the stream",
+                classify_stream_error(br#"{"code":"server_is_overloaded","message":"busy"}"#),
+                |c| matches!(c, FailureClass::Overloaded { .. }),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "token rejected: refresh, then the same account; rejected again: the next",
+                json(401, r#"{"error":{"code":"token_expired"}}"#),
+                |c| matches!(c, FailureClass::AuthExpired),
+                Decision::RefreshSameAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "bare 401",
+                json(401, ""),
+                |c| matches!(c, FailureClass::AuthExpired),
+                Decision::RefreshSameAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "deactivated",
+                json(401, r#"{"error":{"code":"account_deactivated"}}"#),
+                |c| matches!(c, FailureClass::Deactivated),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "model not allowed for the account",
+                json(
+                    400,
+                    r#"{"detail":"The 'gpt-x' model is not supported when using Codex with a ChatGPT account."}"#,
+                ),
+                |c| matches!(c, FailureClass::ModelNotSupported),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "cloudflare",
+                http(403, "text/html", "<html>cf</html>"),
+                |c| matches!(c, FailureClass::Cloudflare),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "other 403",
+                json(403, r#"{"error":{"message":"no"}}"#),
+                |c| matches!(c, FailureClass::Forbidden),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "continuation missing",
+                json(
+                    400,
+                    r#"{"error":{"type":"invalid_request_error","code":"previous_response_not_found"}}"#,
+                ),
+                |c| matches!(c, FailureClass::ContinuationNotFound),
+                Decision::GiveUp,
+                Decision::GiveUp,
+            ),
+            (
+                "bad parameter",
+                json(400, r#"{"detail":"Unsupported parameter: temperature"}"#),
+                |c| matches!(c, FailureClass::Request),
+                Decision::GiveUp,
+                Decision::GiveUp,
+            ),
+            (
+                "context too long",
+                json(400, r#"{"error":{"code":"context_length_exceeded"}}"#),
+                |c| matches!(c, FailureClass::Request),
+                Decision::GiveUp,
+                Decision::GiveUp,
+            ),
+            (
+                "cyber_policy: the session moves to another account",
+                json(400, r#"{"error":{"code":"cyber_policy","message":"flagged"}}"#),
+                |c| matches!(c, FailureClass::Request),
+                Decision::NextAccount,
+                Decision::NextAccount,
+            ),
+            (
+                "foreign blob: once on the same account without blobs, then given up",
+                json(
+                    400,
+                    r#"{"error":{"type":"invalid_request_error","code":"invalid_encrypted_content","message":"x"}}"#,
+                ),
+                |c| matches!(c, FailureClass::Request),
+                Decision::RetryStripped,
+                Decision::GiveUp,
+            ),
+            (
+                "foreign blob in the stream",
+                classify_stream_error(
+                    br#"{"type":"invalid_request_error","code":"invalid_encrypted_content","message":"x"}"#,
+                ),
+                |c| matches!(c, FailureClass::Request),
+                Decision::RetryStripped,
+                Decision::GiveUp,
+            ),
+        ];
+        for (name, f, is_class, first, later) in rows {
+            assert!(is_class(&f.class), "{name}: classified as {:?}", f.class);
+            assert_eq!(decide(Outcome::Refused(&f), FIRST), first, "{name}");
+            assert_eq!(decide(Outcome::Refused(&f), after), later, "{name} (later)");
+        }
+    }
+
+    /// A refresh alone does not stop the stripped retry, nor a stripped retry the refresh.
+    #[test]
+    fn refresh_and_strip_are_tracked_apart() {
+        let auth = json(401, r#"{"error":{"code":"token_invalidated"}}"#);
+        let blob = json(400, r#"{"error":{"code":"invalid_encrypted_content"}}"#);
+        let refreshed = AttemptState {
+            refreshed: true,
+            stripped: false,
+        };
+        let stripped = AttemptState {
+            refreshed: false,
+            stripped: true,
+        };
+        assert_eq!(
+            decide(Outcome::Refused(&blob), refreshed),
+            Decision::RetryStripped
+        );
+        assert_eq!(
+            decide(Outcome::Refused(&auth), stripped),
+            Decision::RefreshSameAccount
+        );
+    }
+
+    /// Failures without an answer: resent elsewhere only when nothing reached the upstream;
+    /// the worker's own saturation is no account's fault and gives up at once.
+    #[test]
+    fn transport_outcomes() {
+        for state in [
+            FIRST,
+            AttemptState {
+                refreshed: true,
+                stripped: true,
+            },
+        ] {
+            assert_eq!(decide(Outcome::Committed, state), Decision::Commit);
+            assert_eq!(decide(Outcome::NotSent, state), Decision::NextAccount);
+            assert_eq!(decide(Outcome::MaybeSent, state), Decision::GiveUp);
+            assert_eq!(decide(Outcome::Saturated, state), Decision::GiveUp);
+        }
+    }
 }

@@ -128,6 +128,10 @@ pub enum UpstreamBody {
     Ws(Box<ws::WsTurn>),
     /// A body already read whole (an upgrade refused with an account status).
     Full(Option<Bytes>),
+    /// A unit test's scripted chunks and breaks, in turn, then the end
+    /// (`crate::testing::FakeConnector`).
+    #[cfg(test)]
+    Scripted(std::collections::VecDeque<Result<Bytes, UpstreamError>>),
 }
 
 // === impl UpstreamBody ===
@@ -148,6 +152,8 @@ impl UpstreamBody {
             },
             Self::Ws(t) => Box::pin(t.chunk(idle)).await,
             Self::Full(b) => Ok(b.take()),
+            #[cfg(test)]
+            Self::Scripted(q) => q.pop_front().transpose(),
         }
     }
 
@@ -197,6 +203,8 @@ impl UpstreamBody {
             Self::H1(b) => b.try_chunk(),
             Self::Ws(_) => None,
             Self::Full(b) => Some(Ok(b.take())),
+            #[cfg(test)]
+            Self::Scripted(q) => Some(q.pop_front().transpose()),
         }
     }
 
