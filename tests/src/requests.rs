@@ -2,10 +2,36 @@
 //!
 //! # Key Components
 //! - [`Stack::post_responses_x`]: the smallest Responses request (`gpt-5.5`, input `x`).
+//! - [`blob_turn`]: one stateless streamed turn with encrypted reasoning, its final response.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::Stack;
+use crate::{client, parse_sse, Stack};
+
+/// One streamed turn of `input` at `base` with `key`, stateless (`store: false`, encrypted
+/// reasoning included, no session id: only the blob ownership can route a continuation):
+/// the status and the `response` of its `response.completed` event (`Null` without one).
+pub async fn blob_turn(base: &str, key: &str, input: &[Value]) -> (u16, Value) {
+    let r = client()
+        .post(format!("{base}/v1/responses"))
+        .bearer_auth(key)
+        .json(&json!({
+            "model": "gpt-5.5", "stream": true, "store": false,
+            "include": ["reasoning.encrypted_content"], "input": input,
+        }))
+        .send()
+        .await
+        .expect("POST /v1/responses");
+    let status = r.status().as_u16();
+    let text = r.text().await.expect("body");
+    let done = parse_sse(&text)
+        .into_iter()
+        .rev()
+        .find(|(t, _)| t == "response.completed")
+        .map(|(_, d)| serde_json::from_str::<Value>(&d).expect("completed JSON"))
+        .unwrap_or(Value::Null);
+    (status, done["response"].clone())
+}
 
 // === impl Stack ===
 

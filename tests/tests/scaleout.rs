@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use benches::{Behaviour, ErrorKind, MockConfig};
 use codex_gateway::app::AppHandle;
 use gateway::config::GatewayConfig;
-use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
+use integration_tests::{client, requests::blob_turn, Stack, StackBuilder, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
 /// Long enough that nothing in these tests can come from the periodic reload.
@@ -511,30 +511,6 @@ async fn a_session_stays_on_its_account_across_instances() {
             "{session}: {served:?}"
         );
     }
-}
-
-/// One streamed Responses turn of `input` at `base` (no session id, so only the blob
-/// ownership can route it): status and the completed response.
-async fn blob_turn(base: &str, key: &str, input: &[Value]) -> (u16, Value) {
-    let r = client()
-        .post(format!("{base}/v1/responses"))
-        .bearer_auth(key)
-        .json(&json!({
-            "model": "gpt-5.5", "stream": true, "store": false,
-            "include": ["reasoning.encrypted_content"], "input": input,
-        }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    let done = integration_tests::parse_sse(&text)
-        .into_iter()
-        .rev()
-        .find(|(t, _)| t == "response.completed")
-        .map(|(_, d)| serde_json::from_str::<Value>(&d).unwrap())
-        .unwrap_or(Value::Null);
-    (status, done["response"].clone())
 }
 
 /// Issue 23: who minted a reasoning blob is shared through Redis. A turn on instance A mints

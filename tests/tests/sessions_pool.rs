@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use benches::{MockHandle, RecordedRequest};
-use integration_tests::{sdk::run_python, Stack, StackBuilder};
+use integration_tests::{requests::blob_turn, sdk::run_python, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// A reasoning item minted by `account` directly on the mock (as another gateway, or this
@@ -193,33 +193,11 @@ fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
     s
 }
 
-/// One streamed turn of `input` (no session id): status and the completed response.
-async fn turn(s: &Stack, input: &[Value]) -> (u16, Value) {
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({
-            "model": "gpt-5.5", "stream": true, "store": false,
-            "include": ["reasoning.encrypted_content"], "input": input,
-        }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    let done = integration_tests::parse_sse(&text)
-        .into_iter()
-        .rev()
-        .find(|(t, _)| t == "response.completed")
-        .map(|(_, d)| serde_json::from_str(&d).unwrap())
-        .unwrap_or(Value::Null);
-    (status, done["response"].clone())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_whose_account_runs_dry_continues_on_another_without_its_blobs() {
     let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
     let mut input = vec![json!({"type": "message", "role": "user", "content": "first"})];
-    let (status, resp) = turn(&s, &input).await;
+    let (status, resp) = blob_turn(&s.url(), &s.key, &input).await;
     assert_eq!(status, 200);
     assert_eq!(s.served_by(), ["acct-0"]);
     let reasoning = resp["output"][0].clone();
@@ -234,7 +212,7 @@ async fn a_session_whose_account_runs_dry_continues_on_another_without_its_blobs
         "error=usage_limit_reached,reasoning=1".parse().unwrap(),
     );
     s.mock.clear_requests();
-    let (status, resp) = turn(&s, &input).await;
+    let (status, resp) = blob_turn(&s.url(), &s.key, &input).await;
     assert_eq!(status, 200, "{resp}");
     let reqs = upstream(&s.mock);
     let on_1: Vec<&RecordedRequest> = reqs
@@ -266,7 +244,7 @@ async fn a_session_whose_account_runs_dry_continues_on_another_without_its_blobs
     input.push(json!({"type": "message", "role": "user", "content": "third"}));
     input.retain(|i| i != &reasoning);
     s.mock.clear_requests();
-    let (status, _) = turn(&s, &input).await;
+    let (status, _) = blob_turn(&s.url(), &s.key, &input).await;
     assert_eq!(status, 200);
     let reqs = upstream(&s.mock);
     assert!(reqs.iter().all(|r| r.foreign_blobs().is_empty()));
@@ -282,7 +260,7 @@ async fn blobs_route_to_the_account_that_minted_them_without_a_session_id() {
     let mut minted = None;
     for _ in 0..6 {
         s.mock.clear_requests();
-        let (status, resp) = turn(&s, &first).await;
+        let (status, resp) = blob_turn(&s.url(), &s.key, &first).await;
         assert_eq!(status, 200);
         if s.served_by() == ["acct-1"] {
             minted = Some(resp);
@@ -295,7 +273,7 @@ async fn blobs_route_to_the_account_that_minted_them_without_a_session_id() {
     input.push(json!({"type": "message", "role": "user", "content": "second"}));
     s.mock.clear_requests();
     for _ in 0..4 {
-        let (status, _) = turn(&s, &input).await;
+        let (status, _) = blob_turn(&s.url(), &s.key, &input).await;
         assert_eq!(status, 200);
     }
     // Every continuation went to the minter, whatever the round robin's turn.
@@ -522,7 +500,7 @@ async fn a_remote_compaction_stays_with_its_minter() {
         json!({"type": "message", "role": "user", "content": "a long history"}),
         json!({"type": "compaction_trigger"}),
     ];
-    let (status, resp) = turn(&s, &history).await;
+    let (status, resp) = blob_turn(&s.url(), &s.key, &history).await;
     assert_eq!(status, 200);
     let out = resp["output"].as_array().unwrap().clone();
     assert_eq!(out.len(), 1, "{out:?}");
@@ -538,7 +516,7 @@ async fn a_remote_compaction_stays_with_its_minter() {
         out[0].clone(),
         json!({"type": "message", "role": "user", "content": "go on"}),
     ];
-    let (status, _) = turn(&s, &next).await;
+    let (status, _) = blob_turn(&s.url(), &s.key, &next).await;
     assert_eq!(status, 200);
     let reqs = upstream(&s.mock);
     let on_1: Vec<&RecordedRequest> = reqs
