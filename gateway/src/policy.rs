@@ -474,3 +474,153 @@ mod tests {
         }
     }
 }
+
+/// The account effect of every class (the table's middle column), applied on a worker
+/// context; and the two "within one request" exemptions.
+#[cfg(test)]
+mod effects {
+    use codex_protocol::classify::FailureClass;
+    use shared_state::{AccountStatus, WorkerEvent};
+
+    use super::{apply, Prior};
+    use crate::testing::Harness;
+
+    /// `class` applied to account 1 of a fresh pool; the harness and the cooldown left (ms).
+    fn applied(class: FailureClass, prior: Prior) -> (Harness, u64) {
+        let h = Harness::new(2);
+        let a = h.account(1);
+        let now = shared_state::now_ms();
+        apply(&h.ctx, &a, &class, "gpt-5", prior);
+        let left = a.live.cooldown_until_ms().saturating_sub(now);
+        (h, left)
+    }
+
+    fn near(left: u64, secs: u64) -> bool {
+        // The cooldown is set from the clock read inside `apply`, a moment after ours.
+        (secs * 1000..=secs * 1000 + 5_000).contains(&left)
+    }
+
+    #[monoio::test_all(timer_enabled = true)]
+    async fn every_class_has_its_account_effect() {
+        let now_s = shared_state::now_ms() / 1000;
+        let (h, left) = applied(
+            FailureClass::UsageLimit {
+                resets_at: Some(now_s + 600),
+            },
+            Prior::default(),
+        );
+        assert!(near(left + 1000, 600), "until resets_at: {left}");
+        assert!(h.account(1).live.primary_used_pct() >= 100.0);
+        let (_, left) = applied(
+            FailureClass::UsageLimit { resets_at: None },
+            Prior::default(),
+        );
+        assert!(near(left, 3600), "1 h without a reset: {left}");
+
+        let (h, _) = applied(FailureClass::UsageNotIncluded, Prior::default());
+        assert_eq!(h.account(1).effective_status(), AccountStatus::Disabled);
+
+        let (_, left) = applied(
+            FailureClass::RateLimited {
+                retry_after_s: None,
+            },
+            Prior::default(),
+        );
+        assert!(near(left, 15), "{left}");
+        let (_, left) = applied(
+            FailureClass::RateLimited {
+                retry_after_s: Some(7),
+            },
+            Prior::default(),
+        );
+        assert!(near(left, 7), "the hint: {left}");
+        let (_, left) = applied(
+            FailureClass::RateLimited {
+                retry_after_s: Some(86_400),
+            },
+            Prior::default(),
+        );
+        assert!(near(left, 300), "capped at 5 min: {left}");
+
+        let (_, left) = applied(FailureClass::OVERLOADED, Prior::default());
+        assert!(near(left, 5), "{left}");
+
+        let (h, left) = applied(FailureClass::AuthExpired, Prior::default());
+        assert_eq!(left, 0, "a rejected token is not a cooldown");
+        assert!(h.account(1).live.is_refreshing(shared_state::now_ms()));
+        let control = h.control();
+        assert!(control.iter().any(|e| matches!(
+            e,
+            WorkerEvent::RefreshRequest {
+                account_id: 1,
+                seen_version: 1
+            }
+        )));
+        let (h, _) = applied(
+            FailureClass::AuthExpired,
+            Prior {
+                after_refresh: true,
+                ..Prior::default()
+            },
+        );
+        assert_eq!(
+            h.account(1).effective_status(),
+            AccountStatus::ReauthRequired
+        );
+
+        let (h, _) = applied(FailureClass::Deactivated, Prior::default());
+        assert_eq!(h.account(1).effective_status(), AccountStatus::Banned);
+
+        let (h, left) = applied(FailureClass::ModelNotSupported, Prior::default());
+        assert_eq!(left, 0);
+        let snap = h.ctx.snapshot.load();
+        let now = shared_state::now_ms();
+        assert!(!crate::scheduler::is_eligible(
+            &h.account(1),
+            &snap.settings,
+            "gpt-5",
+            now
+        ));
+        assert!(crate::scheduler::is_eligible(
+            &h.account(1),
+            &snap.settings,
+            "gpt-4",
+            now
+        ));
+
+        let (_, left) = applied(FailureClass::Cloudflare, Prior::default());
+        assert!(near(left, 60), "{left}");
+        let (_, left) = applied(FailureClass::Forbidden, Prior::default());
+        assert!(near(left, 30), "{left}");
+
+        for class in [FailureClass::ContinuationNotFound, FailureClass::Request] {
+            let (h, left) = applied(class, Prior::default());
+            assert_eq!(left, 0);
+            assert_eq!(h.account(1).effective_status(), AccountStatus::Active);
+            assert!(h.control().is_empty(), "no effect reported");
+        }
+    }
+
+    /// A second overload, Cloudflare block or 403 within one request cools nothing.
+    #[monoio::test_all(timer_enabled = true)]
+    async fn a_second_block_or_overload_in_one_request_cools_nothing() {
+        let (_, left) = applied(
+            FailureClass::OVERLOADED,
+            Prior {
+                overloaded_elsewhere: true,
+                ..Prior::default()
+            },
+        );
+        assert_eq!(left, 0);
+        for class in [FailureClass::Cloudflare, FailureClass::Forbidden] {
+            let (_, left) = applied(
+                class,
+                Prior {
+                    blocked_elsewhere: true,
+                    ..Prior::default()
+                },
+            );
+            assert_eq!(left, 0);
+        }
+    }
+}
