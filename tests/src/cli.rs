@@ -7,6 +7,7 @@
 //! - [`client_bin`]: the executable an environment variable names, or `None` (skipped).
 //! - [`run_bounded`]: runs a prepared [`Command`] to its end or to the limit: a [`Finished`].
 //! - [`tail`]: the end of a long output, for a failure message.
+//! - [`codex_config`]: a Codex CLI `config.toml` that reaches nothing but the gateway.
 
 use std::{
     os::unix::process::CommandExt,
@@ -136,5 +137,27 @@ pub fn claude_bin() -> Option<PathBuf> {
     client_bin(
         "CODEX_GATEWAY_TEST_CLAUDE",
         "tests/run.sh installs @anthropic-ai/claude-code 2.1.332 under target/claude-code and sets it.",
+    )
+}
+
+/// A Codex CLI `config.toml`: `model`, the top-level keys `top` (whole lines), no update
+/// check, no analytics, feedback, plugins or apps (the CLI reaches nothing but the gateway),
+/// then the tables `tables` (whole lines, e.g. a `[model_providers.*]` table).
+pub fn codex_config(model: &str, top: &str, tables: &str) -> String {
+    format!(
+        r#"model = "{model}"
+{top}check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[features]
+plugins = false
+remote_plugin = false
+apps = false
+{tables}"#
     )
 }

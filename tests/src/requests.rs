@@ -3,10 +3,35 @@
 //! # Key Components
 //! - [`Stack::post_responses_x`]: the smallest Responses request (`gpt-5.5`, input `x`).
 //! - [`blob_turn`]: one stateless streamed turn with encrypted reasoning, its final response.
+//! - [`post_at`]: a JSON `POST` with a key, answering (status, `Retry-After`, JSON body).
 
 use serde_json::{json, Value};
 
 use crate::{client, parse_sse, Stack};
+
+/// `POST {base}{path}` of `body` with `key` through `http`: the status, the `Retry-After`
+/// seconds (when the answer names them) and the JSON body (`Null` when it is not JSON).
+pub async fn post_at(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> (u16, Option<u64>, Value) {
+    let r = http
+        .post(format!("{base}{path}"))
+        .bearer_auth(key)
+        .json(body)
+        .send()
+        .await
+        .expect("POST");
+    let st = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok());
+    (st, retry, r.json().await.unwrap_or(Value::Null))
+}
 
 /// One streamed turn of `input` at `base` with `key`, stateless (`store: false`, encrypted
 /// reasoning included, no session id: only the blob ownership can route a continuation):

@@ -17,6 +17,7 @@ use std::time::Duration;
 use benches::MockConfig;
 use futures_util::future::join_all;
 use integration_tests::{
+    requests::post_at,
     wait::{same_minute_for, usage_until},
     Stack, StackBuilder,
 };
@@ -27,19 +28,8 @@ const REDIS: &str = "redis://127.0.0.1:6379/0";
 /// `POST {base}/v1/responses` (non-streamed, identical every time) with `key`; (status,
 /// Retry-After, JSON body).
 async fn respond_at(http: &reqwest::Client, base: &str, key: &str) -> (u16, Option<u64>, Value) {
-    let r = http
-        .post(format!("{base}/v1/responses"))
-        .bearer_auth(key)
-        .json(&json!({"model": "gpt-5.5", "input": "hello there", "stream": false}))
-        .send()
-        .await
-        .unwrap();
-    let st = r.status().as_u16();
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    (st, retry, r.json().await.unwrap_or(Value::Null))
+    let body = json!({"model": "gpt-5.5", "input": "hello there", "stream": false});
+    post_at(http, base, "/v1/responses", key, &body).await
 }
 
 fn tokens_of(v: &Value) -> u64 {

@@ -23,7 +23,7 @@ use std::{
 use base64::Engine;
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
-    cli::{codex_bin, run_bounded, tail, RUN_TIMEOUT},
+    cli::{codex_bin, codex_config, run_bounded, tail, RUN_TIMEOUT},
     client, parse_sse, Stack, StackBuilder,
 };
 use serde_json::Value;
@@ -469,24 +469,10 @@ impl ChatGptCli {
         let tls = integration_tests::tls_material(&root.path().join("tls"));
         let front = TlsFront::start(s.app.data_addr, &tls.cert, &tls.key);
         let base = format!("https://127.0.0.1:{}", front.addr.port());
-        let config = format!(
-            r#"model = "{MODEL}"
-chatgpt_base_url = "{base}/backend-api/"
-openai_base_url = "{base}/backend-api/codex"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-apps = false
-"#
+        let top = format!(
+            "chatgpt_base_url = \"{base}/backend-api/\"\nopenai_base_url = \"{base}/backend-api/codex\"\n"
         );
+        let config = codex_config(MODEL, &top, "");
         std::fs::write(root.path().join("codex-home/config.toml"), config).expect("config");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

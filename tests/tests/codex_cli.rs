@@ -22,7 +22,7 @@ use std::{
 
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
-    cli::{codex_bin, run_bounded, tail, RUN_TIMEOUT},
+    cli::{codex_bin, codex_config, run_bounded, tail, RUN_TIMEOUT},
     Stack, StackBuilder,
 };
 use serde_json::Value;
@@ -111,22 +111,8 @@ impl Cli {
         for d in ["home", "codex-home", "work"] {
             std::fs::create_dir_all(root.path().join(d)).expect("mkdir");
         }
-        let config = format!(
-            r#"model = "{MODEL}"
-model_provider = "codex-gateway"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[features]
-plugins = false
-remote_plugin = false
-apps = false
-
+        let provider = format!(
+            r#"
 [model_providers.codex-gateway]
 name = "codex-gateway under test"
 base_url = "{url}/v1"
@@ -139,6 +125,7 @@ stream_idle_timeout_ms = 30000
 "#,
             url = s.url(),
         );
+        let config = codex_config(MODEL, "model_provider = \"codex-gateway\"\n", &provider);
         std::fs::write(root.path().join("codex-home/config.toml"), config).expect("config");
         Self {
             bin,

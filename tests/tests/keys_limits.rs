@@ -13,6 +13,7 @@ use benches::MockConfig;
 use integration_tests::{
     admin_api::CreatedKey,
     client,
+    requests::post_at,
     wait::{same_minute_for, usage_at, usage_until},
     Stack, StackBuilder,
 };
@@ -33,25 +34,9 @@ async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
     v
 }
 
-/// `POST {base}{path}` with `key`; (status, Retry-After, JSON body).
-async fn call_at(base: &str, path: &str, key: &str, body: &Value) -> (u16, Option<u64>, Value) {
-    let r = client()
-        .post(format!("{base}{path}"))
-        .bearer_auth(key)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let st = r.status().as_u16();
-    let retry = r
-        .headers()
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok()?.parse().ok());
-    (st, retry, r.json().await.unwrap_or(Value::Null))
-}
-
 async fn respond(s: &Stack, key: &str) -> (u16, Option<u64>, Value) {
-    call_at(
+    post_at(
+        &client(),
         &s.url(),
         "/v1/responses",
         key,
@@ -76,7 +61,8 @@ async fn rpm_over_the_limit_is_429_rate_limit_exceeded_with_retry_after() {
     let retry = retry.expect("Retry-After");
     assert!((1..=60).contains(&retry), "{retry}");
     // The same limit in Anthropic's dialect on /v1/messages.
-    let (st, retry, v) = call_at(
+    let (st, retry, v) = post_at(
+        &client(),
         &s.url(),
         "/v1/messages",
         &key,
@@ -226,7 +212,8 @@ async fn model_allow_list_refuses_other_models_as_not_found() {
         .key;
     let (st, _, v) = respond(&s, &key).await;
     assert_eq!(st, 200, "{v}");
-    let (st, _, v) = call_at(
+    let (st, _, v) = post_at(
+        &client(),
         &s.url(),
         "/v1/chat/completions",
         &key,
@@ -236,7 +223,8 @@ async fn model_allow_list_refuses_other_models_as_not_found() {
     assert_eq!(st, 404, "{v}");
     assert_eq!(v["error"]["code"], "model_not_found", "{v}");
     let before = s.mock.requests().len();
-    let (st, _, v) = call_at(
+    let (st, _, v) = post_at(
+        &client(),
         &s.url(),
         "/v1/messages",
         &key,
@@ -247,7 +235,8 @@ async fn model_allow_list_refuses_other_models_as_not_found() {
     assert_eq!(v["error"]["type"], "not_found_error", "{v}");
     assert_eq!(s.mock.requests().len(), before, "nothing went upstream");
     // The unrestricted key may use it.
-    let (st, _, v) = call_at(
+    let (st, _, v) = post_at(
+        &client(),
         &s.url(),
         "/v1/chat/completions",
         &s.key,
@@ -435,7 +424,8 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
     }
     // B sees the fleet's count of this minute once reconciled.
     usage_until(&b_url, &key, |u| u["current"]["requests_this_minute"] == 3).await;
-    let (st, retry, v) = call_at(
+    let (st, retry, v) = post_at(
+        &client(),
         &b_url,
         "/v1/responses",
         &key,
@@ -449,7 +439,8 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
     // of 3): a fresh key shows B admits up to the limit.
     let other = s.create_key("fleet-2", json!({"rpm": 3})).await.key;
     usage_until(&b_url, &other, |u| u["limits"]["rpm"] == 3).await;
-    let (st, _, v) = call_at(
+    let (st, _, v) = post_at(
+        &client(),
         &b_url,
         "/v1/responses",
         &other,
