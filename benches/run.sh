@@ -13,6 +13,9 @@
 #   slow     SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
 #   short    short streamed answers at full rate (closed loop, SHORT_CLIENTS clients, a
 #            12-event answer each: per-request costs of a stream)
+#   codex    `short` with the request the Codex CLI 0.171.0 sent (38 KB, recorded:
+#            tests/fuzz/corpus/normalize/seed-codex-cli-0.171.0-recorded), not in the default
+#            list; bench-report does not tabulate it (read codex-*.json)
 #   ws-idle  Responses WebSocket: for each N in WS_IDLE_SESSIONS, N sessions do one turn each,
 #            then stay open and silent for WS_IDLE_SECS (RSS per idle session)
 #   ws       WS_SESSIONS WebSocket sessions, chained turns back to back, WS_RATE events/s each
@@ -327,6 +330,16 @@ workload() {
       # costs of a stream (head, first and last writes, upstream stream set-up).
       run_one "$via" short --stream --concurrency "$SHORT_CLIENTS" --ramp-up-secs 1 \
         --duration-secs "$SHORT_SECS" --client-metadata "x-mock-deltas=4"
+      ;;
+    codex)
+      # The same with the Codex CLI's real request body (the corpus file's first byte is the
+      # fuzz target's mode). The CLI sends no `instructions`; the gateway adds an empty one and
+      # mock-codex (like the backend) requires it, so the body every path gets has it.
+      tail -c +2 "$ROOT/tests/fuzz/corpus/normalize/seed-codex-cli-0.171.0-recorded" |
+        python3 -c 'import json, sys; b = json.load(sys.stdin); b.setdefault("instructions", ""); print(json.dumps(b, separators=(",", ":")))' \
+          >"$WORK/codex-body.json"
+      run_one "$via" codex --body "@$WORK/codex-body.json" --concurrency "$SHORT_CLIENTS" \
+        --ramp-up-secs 1 --duration-secs "$SHORT_SECS" --client-metadata "x-mock-deltas=4"
       ;;
     sse)
       run_one "$via" sse --concurrency "$SSE_STREAMS" --ramp-up-secs "$SSE_RAMP" \

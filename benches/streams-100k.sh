@@ -108,6 +108,9 @@ admin_listen = "127.0.0.1:0"
 data_dir = "$data"
 workers = $GATEWAY_WORKERS
 client_idle_timeout_secs = 600
+# The automatic bound (open-file limit minus a reserve, halved) keeps a descriptor per client
+# connection for an HTTP/1.1 upstream; the h2c upstream here needs a few hundred in all.
+max_connections = $((PER_LANE + 200))
 
 [upstream]
 base_url = "${MOCK_ORIGIN[i]}/backend-api/codex"
