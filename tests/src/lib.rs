@@ -14,6 +14,7 @@
 //! - [`requests`]: data-plane requests tests repeat (the smallest Responses request).
 //! - [`sdk`]: the official Python SDKs run as clients (scripts under `tests/python/`).
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
+//! - [`ws_client`]: the client side of a WebSocket (the next JSON event, bounded).
 
 pub mod admin_api;
 pub mod cli;
@@ -24,6 +25,7 @@ pub mod raw;
 pub mod requests;
 pub mod sdk;
 pub mod wait;
+pub mod ws_client;
 
 use std::{path::PathBuf, time::Duration};
 

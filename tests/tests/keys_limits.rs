@@ -15,6 +15,7 @@ use integration_tests::{
     client,
     requests::post_at,
     wait::{same_minute_for, usage_at, usage_until},
+    ws_client::next_json_event,
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
@@ -586,7 +587,7 @@ async fn admin_api_validates_and_round_trips_limits() {
 /// turn gets an `error` event (429 `rate_limit_exceeded`) and the socket stays open.
 #[tokio::test(flavor = "multi_thread")]
 async fn websocket_turns_count_against_rpm() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
     let s = StackBuilder::default().start();
     same_minute_for(20).await;
@@ -605,13 +606,7 @@ async fn websocket_turns_count_against_rpm() {
         ws.send(Message::text(create.to_string())).await.unwrap();
         last.clear();
         loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-                .await
-                .expect("an event in time")
-                .expect("socket open")
-                .expect("frame");
-            let Message::Text(t) = msg else { continue };
-            let v: Value = serde_json::from_str(&t).unwrap();
+            let v = next_json_event(&mut ws).await;
             let ty = v["type"].as_str().unwrap_or_default().to_owned();
             last.push(v);
             if matches!(

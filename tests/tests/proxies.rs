@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use benches::MockConfig;
 use gateway::config::PlainHttp;
-use integration_tests::{egress_proxy::TestProxy, tls_material, Stack, StackBuilder};
+use integration_tests::{
+    egress_proxy::TestProxy, tls_material, ws_client::next_json_event, Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 
 fn stack(plain_http: PlainHttp, accounts: usize) -> Stack {
@@ -552,7 +554,7 @@ async fn password_is_encrypted_at_rest() {
 /// the proxy (one tunnel, one upgrade, both turns on it).
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_websocket_through_socks5() {
-    use futures_util::{SinkExt, StreamExt};
+    use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 
     let p = TestProxy::start(Some(("w", "s")));
@@ -572,13 +574,7 @@ async fn upstream_websocket_through_socks5() {
         let create = json!({"type":"response.create","model":"gpt-5.5","input":q,"stream":true});
         ws.send(Message::text(create.to_string())).await.unwrap();
         loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-                .await
-                .expect("an event in time")
-                .expect("socket open")
-                .expect("frame");
-            let Message::Text(t) = msg else { continue };
-            let v: Value = serde_json::from_str(&t).unwrap();
+            let v = next_json_event(&mut ws).await;
             let ty = v["type"].as_str().unwrap_or_default().to_owned();
             assert!(ty != "error" && ty != "response.failed", "{v}");
             if ty == "response.completed" {

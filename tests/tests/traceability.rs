@@ -11,8 +11,10 @@
 use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind};
-use futures_util::{SinkExt, StreamExt};
-use integration_tests::{admin_api::usage_csv, client, wait::wait_for, Stack, StackBuilder};
+use futures_util::SinkExt;
+use integration_tests::{
+    admin_api::usage_csv, client, wait::wait_for, ws_client::next_json_event, Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
@@ -238,23 +240,6 @@ async fn ws_connect(
     tokio_tungstenite::connect_async(req).await.unwrap().0
 }
 
-async fn ws_next_json(
-    ws: &mut tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-) -> Value {
-    loop {
-        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        if let Message::Text(t) = msg {
-            return serde_json::from_str(&t).unwrap();
-        }
-    }
-}
-
 /// A WebSocket `error` event carries its turn's `request_id`; each turn has its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn websocket_error_events_carry_the_turns_id() {
@@ -268,7 +253,7 @@ async fn websocket_error_events_carry_the_turns_id() {
         ))
         .await
         .unwrap();
-        let v = ws_next_json(&mut ws).await;
+        let v = next_json_event(&mut ws).await;
         assert_eq!(v["type"], "error", "{v}");
         let id = v["request_id"].as_str().unwrap_or_else(|| panic!("{v}"));
         assert!(is_generated(id), "{v}");
@@ -317,7 +302,7 @@ async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
     .unwrap();
     let mut ws_done = false;
     while !ws_done {
-        let v = ws_next_json(&mut ws).await;
+        let v = next_json_event(&mut ws).await;
         ws_done = v["type"] == "response.completed";
     }
     drop(ws);
@@ -444,7 +429,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     ))
     .await
     .unwrap();
-    while ws_next_json(&mut ws).await["type"] != "response.completed" {}
+    while next_json_event(&mut ws).await["type"] != "response.completed" {}
     drop(ws);
     // Refused before any lifecycle (no usage record): a line each too.
     let r = client()

@@ -9,10 +9,11 @@ use std::{collections::HashMap, time::Duration};
 
 use benches::{Behaviour, ErrorKind};
 use codex_gateway::app::App;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use gateway::config::PlainHttp;
 use integration_tests::{
-    admin_api::usage_csv, client, pg_admin_url, pg_exec, wait::wait_for, Stack, StackBuilder,
+    admin_api::usage_csv, client, pg_admin_url, pg_exec, wait::wait_for,
+    ws_client::next_json_event, Stack, StackBuilder,
 };
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
@@ -34,13 +35,7 @@ async fn ws_turn(s: &Stack, body: Value) -> Vec<Value> {
     ws.send(Message::text(body.to_string())).await.unwrap();
     let mut out = Vec::new();
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        let Message::Text(t) = msg else { continue };
-        let v: Value = serde_json::from_str(&t).unwrap();
+        let v = next_json_event(&mut ws).await;
         let done = matches!(
             v["type"].as_str(),
             Some("response.completed" | "response.failed" | "error")

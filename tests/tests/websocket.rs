@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{client, ws_client::next_json_event, Stack, StackBuilder};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message};
 
@@ -39,13 +39,7 @@ async fn send(ws: &mut Ws, v: Value) {
 async fn turn(ws: &mut Ws) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
-        let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-            .await
-            .expect("an event in time")
-            .expect("socket open")
-            .expect("frame");
-        let Message::Text(t) = msg else { continue };
-        let v: Value = serde_json::from_str(&t).expect("JSON event");
+        let v = next_json_event(ws).await;
         let ty = v["type"].as_str().unwrap_or_default().to_owned();
         out.push(v);
         if matches!(
