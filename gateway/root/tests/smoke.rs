@@ -239,6 +239,7 @@ fn serve_streams_and_drains_on_sigterm() {
 /// in front of the in-process mock-codex, `/healthz` up, the printed key streams a response,
 /// and SIGTERM ends it cleanly.
 #[test]
+#[cfg(feature = "demo")] // runs `codex-gateway demo`
 fn demo_serves_healthz_and_the_printed_key() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data-demo");
@@ -389,6 +390,7 @@ fn logs_have_no_colours_when_piped_and_json_by_option() {
 /// reserve: the binary, started under `ulimit -n 1024`, refuses the excess with 503 and its
 /// admin `/healthz` still answers.
 #[test]
+#[cfg(feature = "demo")] // runs `codex-gateway demo`
 fn an_idle_connection_flood_leaves_descriptors_for_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data-flood");
