@@ -420,7 +420,7 @@ async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> 
                 .ok()?
                 .into_iter()
                 .find(|k| k.id == id)?;
-            let mut v = serde_json::to_value(crate::api::keys::LimitsView::of(&k.limits)).ok()?;
+            let mut v = serde_json::to_value(crate::keys::LimitsView::of(&k.limits)).ok()?;
             v["name"] = json!(k.name);
             v["revoked"] = json!(k.revoked_at.is_some());
             Some(v)

@@ -14,7 +14,8 @@
 //!   own (ahead of expiry and on a 401); to exclude a concurrent refresh of the same account
 //!   by it, pass the fleet's Redis URL to [`accounts_refresh_with`] (the same lease the
 //!   sidecars take).
-//! - [`create_key`]: the async core of key creation, shared with the admin API.
+//! - [`create_key`]: the async core of key creation, shared with the admin API (defined in
+//!   `crate::keys`).
 //!
 //! # Usage
 //! ```no_run
@@ -30,12 +31,9 @@
 
 use std::{future::Future, path::PathBuf};
 
-use shared_state::keys::hash_key_hex;
-
 use shared_state::AccountStatus;
 
 use crate::{
-    crypto::{generate_client_key, key_display_prefix},
     error::{AdminError, StorageError},
     import::ImportSummary,
     lease::RedisLeases,
@@ -45,6 +43,8 @@ use crate::{
     storage::{AccountRow, AdminTokenRow, KeyRow, Storage},
     DbTarget,
 };
+
+pub use crate::keys::create_key;
 
 /// What [`secrets_rotate`] did.
 #[derive(Debug)]
@@ -632,12 +632,12 @@ pub fn keys_set(db: &DbTarget, id: i64, limits: &serde_json::Value) -> Result<Ke
         else {
             return Err(AdminError::NotFound(format!("no active key with id {id}")));
         };
-        let before = crate::api::keys::LimitsView::of(&row.limits);
+        let before = crate::keys::LimitsView::of(&row.limits);
         patch
             .apply(&mut row.limits)
             .map_err(|e| AdminError::Invalid(e.message().to_owned()))?;
         s.update_key_limits(id, &row.limits).await?;
-        let after = crate::api::keys::LimitsView::of(&row.limits);
+        let after = crate::keys::LimitsView::of(&row.limits);
         let json = |v| serde_json::to_value(v).unwrap_or_default();
         audit_change(
             s,
@@ -699,16 +699,4 @@ pub fn keys_revoke(db: &DbTarget, id_or_name: &str) -> Result<usize, AdminError>
         }
         Ok(n)
     }))
-}
-
-/// Generates, stores (by hash) and returns a new client key with its row.
-pub async fn create_key(
-    storage: &dyn Storage,
-    name: &str,
-) -> Result<(String, KeyRow), StorageError> {
-    let plain = generate_client_key();
-    let row = storage
-        .create_key(name, &hash_key_hex(&plain), &key_display_prefix(&plain))
-        .await?;
-    Ok((plain, row))
 }

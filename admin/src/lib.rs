@@ -88,6 +88,7 @@ pub mod error;
 pub mod forecast;
 pub mod held;
 pub mod import;
+mod keys;
 pub mod lease;
 pub mod models;
 pub mod oauth;

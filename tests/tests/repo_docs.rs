@@ -337,7 +337,7 @@ const KNOWN_CYCLES: &[(&str, &[&[&str]])] = &[
     (
         "admin",
         &[&[
-            "api", "audit", "auth_dir", "batch", "clean", "cli", "pubsub", "sidecar", "web",
+            "api", "audit", "auth_dir", "batch", "clean", "pubsub", "sidecar", "web",
         ]],
     ),
 ];

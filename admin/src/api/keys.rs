@@ -30,7 +30,10 @@ use shared_state::{
 };
 
 use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
-use crate::storage::{KeyRow, UsageFilter, UsageTotals};
+use crate::{
+    keys::LimitsView,
+    storage::{KeyRow, UsageFilter, UsageTotals},
+};
 
 /// Longest key name accepted (characters).
 pub const MAX_KEY_NAME: usize = 128;
@@ -43,44 +46,6 @@ pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/keys", get(list_keys).post(create_key))
         .route("/keys/{id}", delete(revoke_key).patch(patch_key))
-}
-
-/// A key's limits as the API shows them (`null`: no limit).
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct LimitsView {
-    rpm: Option<u32>,
-    max_concurrency: Option<u32>,
-    tokens_per_day: Option<u64>,
-    tokens_per_month: Option<u64>,
-    cost_per_day_usd: Option<f64>,
-    cost_per_month_usd: Option<f64>,
-    allowed_models: Vec<String>,
-    account_group: Option<String>,
-    /// `pass`, `strip`, `refuse`; `null`: the global setting.
-    service_tier: Option<&'static str>,
-    /// Unix seconds.
-    expires_at: Option<u64>,
-    enabled: bool,
-}
-
-impl LimitsView {
-    /// The view of `l`.
-    pub(crate) fn of(l: &KeyLimits) -> Self {
-        let usd = |m: Option<u64>| m.map(|m| m as f64 / 1e6);
-        Self {
-            rpm: l.rpm,
-            max_concurrency: l.max_concurrency,
-            tokens_per_day: l.tokens_per_day,
-            tokens_per_month: l.tokens_per_month,
-            cost_per_day_usd: usd(l.cost_per_day_micros),
-            cost_per_month_usd: usd(l.cost_per_month_micros),
-            allowed_models: l.allowed_models.clone(),
-            account_group: l.account_group.clone(),
-            service_tier: l.service_tier.map(ServiceTierPolicy::as_str),
-            expires_at: l.expires_at_ms.map(|e| e / 1000),
-            enabled: l.enabled,
-        }
-    }
 }
 
 /// Usage of one budget period as the data plane counts it (fleet-wide with Redis).
@@ -359,7 +324,7 @@ async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult<KeyV
     }
     let mut limits = KeyLimits::unlimited();
     parse_limits(serde_json::Value::Object(req.limits))?.apply(&mut limits)?;
-    let (plain, mut row) = crate::cli::create_key(core.storage.as_ref(), name).await?;
+    let (plain, mut row) = crate::keys::create_key(core.storage.as_ref(), name).await?;
     if limits != KeyLimits::unlimited() {
         core.storage.update_key_limits(row.id, &limits).await?;
         row.limits = limits;
