@@ -18,7 +18,7 @@
 //! | [`pool`] | `POST /auto-clean/run`, `POST /accounts/test` (batch test, straight to the upstream) |
 //!
 //! Every mutation republishes the snapshot before answering, and is recorded in the audit log
-//! by one middleware (`crate::audit::layer`; the login by `crate::audit::login_layer`).
+//! by one middleware ([`audit_layer::layer`]; the login by [`audit_layer::login_layer`]).
 //!
 //! # Request guard (every `/api/admin/*` request, login included)
 //! - `Host` (DNS rebinding, on every listener, loopback or not) must be a loopback name
@@ -57,10 +57,11 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::{auth::Principal, error::StorageError, settings::SettingError, sidecar::Core};
+use crate::{auth::Principal, error::StorageError, services::Core, settings::SettingError};
 
 mod accounts;
 mod audit;
+pub(crate) mod audit_layer;
 mod forecast;
 pub(crate) mod keys;
 mod models;
@@ -70,45 +71,12 @@ mod proxies;
 mod session;
 mod settings;
 mod usage;
-
-pub(crate) use accounts::PendingLogins;
-pub(crate) use ops::OpsSampler;
+pub mod web;
 
 type AppState = Arc<Core>;
 
 /// Largest admin API request body (an import of many credential files).
 const MAX_BODY_BYTES: usize = 64 << 20;
-
-/// The admin API's own state, held by the sidecar core.
-#[derive(Debug)]
-pub(crate) struct AdminState {
-    /// Credentials and login rate limiting.
-    pub auth: crate::auth::AdminAuth,
-    /// OAuth logins started and not finished yet.
-    pub logins: PendingLogins,
-    /// Samples of the data plane's metrics (rates) and of the pool (quota burn).
-    pub ops: OpsSampler,
-    /// The data plane's scheduler board, when one runs in this process.
-    pub board: Option<shared_state::board::BoardFn>,
-}
-
-// === impl AdminState ===
-
-impl AdminState {
-    /// State for the configured listener.
-    pub fn new(cfg: &crate::SidecarConfig) -> Self {
-        Self {
-            auth: crate::auth::AdminAuth::new(
-                cfg.admin_token.clone(),
-                cfg.admin_listen,
-                &cfg.admin_allowed_hosts,
-            ),
-            logins: PendingLogins::default(),
-            ops: OpsSampler::new(cfg.metrics_url.clone()),
-            board: cfg.scheduler_board,
-        }
-    }
-}
 
 /// Builds the admin router (API, health check, web app).
 pub(crate) fn router(core: Arc<Core>) -> Router {
@@ -128,7 +96,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         // Inside `require_admin`: it knows the caller (`Principal`).
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
-            crate::audit::layer,
+            audit_layer::layer,
         ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&core),
@@ -138,7 +106,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
         .merge(
             session::public_routes().layer(middleware::from_fn_with_state(
                 Arc::clone(&core),
-                crate::audit::login_layer,
+                audit_layer::login_layer,
             )),
         )
         .layer(middleware::from_fn_with_state(Arc::clone(&core), guard));
@@ -149,7 +117,7 @@ pub(crate) fn router(core: Arc<Core>) -> Router {
             "/api/admin",
             api.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
         )
-        .fallback(crate::web::serve)
+        .fallback(web::serve)
         .with_state(core)
 }
 

@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 use shared_state::{AccountEffect, AccountStatus};
 use tokio::sync::watch;
 
-use crate::{sidecar::Core, storage::AccountRow};
+use crate::{services::Core, storage::AccountRow};
 
 /// How often the directory is read.
 pub const POLL: Duration = Duration::from_secs(5);

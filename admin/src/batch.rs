@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::sidecar::Core;
+use crate::services::Core;
 
 /// Most accounts one batch tests.
 pub const MAX_ACCOUNTS: usize = 1000;

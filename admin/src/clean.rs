@@ -27,8 +27,8 @@ use tokio::sync::watch;
 
 use crate::{
     error::StorageError,
+    services::Core,
     settings::{CleanAction, SidecarSettings},
-    sidecar::Core,
 };
 
 /// How often a loop that found auto-clean off looks at the settings again.

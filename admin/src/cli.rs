@@ -39,7 +39,7 @@ use crate::{
     lease::RedisLeases,
     oauth::{build_http_client, OAuthClient, RefreshError},
     quota::{UsageClient, UsageEndpoint, WhamUsage},
-    sidecar::refresh::{exchange_and_store, Stored},
+    services::refresh::{exchange_and_store, Stored},
     storage::{AccountRow, AdminTokenRow, KeyRow, Storage},
     DbTarget,
 };

@@ -95,12 +95,13 @@ pub mod oauth;
 pub mod publish;
 mod pubsub;
 pub mod quota;
+mod services;
 pub mod settings;
 mod sidecar;
 pub mod spool;
 pub mod storage;
 pub mod supervisor;
-pub mod web;
+pub use api::web;
 
 /// Whether this build carries the test hooks (`TaskHealth::inject_panics`,
 /// `inject_thread_panic`): the `fault-injection` feature (enabled by the integration tests)

@@ -11,7 +11,7 @@
 //!   `ETag`, or `NotModified` for a 304.
 //!
 //! # Usage
-//! The sidecar's refresher (`sidecar/models.rs`) fetches once per distinct plan and merges the
+//! The sidecar's refresher (`services/models.rs`) fetches once per distinct plan and merges the
 //! bodies into a [`shared_state::ModelCatalog`].
 //!
 //! # Error handling

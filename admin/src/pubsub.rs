@@ -25,7 +25,7 @@ use std::{sync::Arc, time::Duration};
 use futures_util::StreamExt;
 use tokio::sync::{watch, Notify};
 
-use crate::sidecar::Core;
+use crate::services::Core;
 
 /// The fleet's invalidation channel.
 pub const CHANNEL: &str = "codex-gateway:invalidate";

@@ -14,7 +14,7 @@
 //!   when the limit is reached).
 //!
 //! # Usage
-//! The sidecar's poller (`sidecar/quota.rs`) calls [`UsageClient::fetch`] for one active
+//! The sidecar's poller (`services/quota.rs`) calls [`UsageClient::fetch`] for one active
 //! account at a time, spread evenly over `quota_poll_interval`; `cli::accounts_quota` polls
 //! on demand.
 //!

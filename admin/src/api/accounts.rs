@@ -24,7 +24,7 @@
 //! Bulk actions, imports, exports and the OAuth finish answer with the ids they affected
 //! ([`crate::audit::Affected`]): each call is one audit entry listing them.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::collections::HashMap;
 
 use axum::{
     body::Bytes,
@@ -41,7 +41,7 @@ use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
 use crate::{
     audit::{Affected, Audited},
     import::ImportSummary,
-    sidecar::Core,
+    services::{admin::LOGIN_TTL, Core},
     storage::AccountRow,
 };
 
@@ -711,34 +711,6 @@ async fn export(
     Ok(Affected::of("account", exported).with(List::of(data)))
 }
 
-/// How long an OAuth login may take between start and finish.
-pub(crate) const LOGIN_TTL: Duration = Duration::from_secs(15 * 60);
-
-/// OAuth logins started and not finished: `state -> (PKCE verifier, started at ms)`.
-#[derive(Debug, Default)]
-pub(crate) struct PendingLogins {
-    inner: Mutex<HashMap<String, (Secret, u64)>>,
-}
-
-// === impl PendingLogins ===
-
-impl PendingLogins {
-    fn insert(&self, state: String, verifier: Secret, now: u64) {
-        if let Ok(mut m) = self.inner.lock() {
-            let ttl = u64::try_from(LOGIN_TTL.as_millis()).unwrap_or(u64::MAX);
-            m.retain(|_, (_, at)| now < *at + ttl);
-            m.insert(state, (verifier, now));
-        }
-    }
-
-    fn take(&self, state: &str, now: u64) -> Option<Secret> {
-        let ttl = u64::try_from(LOGIN_TTL.as_millis()).unwrap_or(u64::MAX);
-        let mut m = self.inner.lock().ok()?;
-        let (v, at) = m.remove(state)?;
-        (now < at + ttl).then_some(v)
-    }
-}
-
 #[derive(Debug, Serialize)]
 struct OAuthStart {
     object: &'static str,
@@ -888,15 +860,5 @@ mod tests {
         assert_eq!(query_param(u, "nope"), None);
         assert_eq!(percent_decode("a%2"), "a%2");
         assert_eq!(percent_decode("%41%4a"), "AJ");
-    }
-
-    #[test]
-    fn pending_logins_expire_and_are_single_use() {
-        let p = PendingLogins::default();
-        p.insert("s".into(), Secret::new("v"), 1_000);
-        assert!(p.take("s", 1_000 + 1).is_some());
-        assert!(p.take("s", 1_000 + 1).is_none(), "single use");
-        p.insert("t".into(), Secret::new("v"), 1_000);
-        assert!(p.take("t", 1_000 + 16 * 60_000).is_none(), "expired");
     }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{ApiResult, AppState};
-use crate::sidecar::Core;
+use crate::services::Core;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

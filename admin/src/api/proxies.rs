@@ -80,7 +80,7 @@ pub(crate) struct ProxyView {
 }
 
 fn view(
-    core: &crate::sidecar::Core,
+    core: &crate::services::Core,
     row: &ProxyRow,
     assigned: &[(i64, ProxyAssignment)],
 ) -> ProxyView {

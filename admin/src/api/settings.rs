@@ -14,7 +14,7 @@ use axum::{body::Bytes, extract::State, routing::get, Json, Router};
 use serde_json::{json, Map, Value};
 
 use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::{settings::SettingError, sidecar::Core};
+use crate::{services::Core, settings::SettingError};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new().route("/settings", get(get_settings).put(put_settings))

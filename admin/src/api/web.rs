@@ -79,7 +79,7 @@ fn secure(mut resp: Response) -> Response {
 
 /// Serves the web app (see the module docs).
 pub(crate) async fn serve(
-    State(core): State<std::sync::Arc<crate::sidecar::Core>>,
+    State(core): State<std::sync::Arc<crate::services::Core>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
