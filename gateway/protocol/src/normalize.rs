@@ -92,15 +92,23 @@ impl Asked {
                 t
             };
         }
-        let found = PATHS
-            .with(|t| sonic_rs::get_many(body, t))
-            .unwrap_or_default();
-        let mut text = found
-            .into_iter()
-            .map(|v| v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned)));
-        Self {
-            reasoning_effort: text.next().flatten(),
-            service_tier: text.next().flatten(),
+        let text = |v: Option<sonic_rs::LazyValue<'_>>| {
+            v.and_then(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+        };
+        match PATHS.with(|t| sonic_rs::get_many(body, t)) {
+            Ok(found) => {
+                let mut found = found.into_iter();
+                Self {
+                    reasoning_effort: text(found.next().flatten()),
+                    service_tier: text(found.next().flatten()),
+                }
+            }
+            // `get_many` fails as a whole when a path runs through a non-object (say
+            // `"reasoning": true`): read each field on its own then.
+            Err(_) => Self {
+                reasoning_effort: text(sonic_rs::get(body, ["reasoning", "effort"]).ok()),
+                service_tier: text(sonic_rs::get(body, ["service_tier"]).ok()),
+            },
         }
     }
 }
@@ -1014,6 +1022,7 @@ mod tests {
             r#"{"model":"m","service_tier":"flex","reasoning":null}"#,
             r#"{"model":"m","service_tier":null,"reasoning":"high"}"#,
             r#"{"model":"m","service_tier":5,"reasoning":{"summary":"auto"}}"#,
+            r#"{"model":"m","reasoning":true,"service_tier":"priority"}"#,
             r#"{"model":"m","reasoning":{"effort":""},"prompt_cache_key":"k","session_id":"s","conversation_id":"c"}"#,
             r#"{"model":"m","previous_response_id":"resp_1","type":"response.create","generate":false,"metadata":{"a":"b"},"user":"u","n":1,"seed":7,"stop":["x"],"stream_options":{"include_usage":true},"truncation":"auto","background":false}"#,
             r#"{"model":"m","numbers":[1e5,1.0,-0,123456789012345678901234567890,0.1],"nested":{"deep":[{"role":"system"}]},"text":{"format":{"type":"text"}}}"#,
