@@ -156,6 +156,7 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
     };
     let (mut p_sum, mut s_sum, mut n) = (0.0, 0.0, 0usize);
     let mut next_reset: Option<i64> = None;
+    let mut schedulable = Vec::new();
     for r in &rows {
         let live = snap.account(r.id).map(|a| a.live.clone());
         let eff = live
@@ -188,6 +189,7 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
                         r.secondary_used_pct.unwrap_or(0.0)
                     };
                     n += 1;
+                    schedulable.push(r.id);
                     if let Some(t) = r.primary_reset_at {
                         next_reset = Some(next_reset.map_or(t, |c| c.min(t)));
                     }
@@ -200,10 +202,8 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
     }
     let mean_p = if n > 0 { p_sum / n as f64 } else { 0.0 };
     let burn = core.admin.ops.burn(mean_p, now);
-    let dry_at_ms = burn.filter(|b| *b > 0.01).map(|b| {
-        let hours = (100.0 - mean_p).max(0.0) / b;
-        now + (hours * 3_600_000.0) as u64
-    });
+    let credits = held_credits(&core, &schedulable);
+    let dry_at_ms = burn.and_then(|b| dry_at_ms(now, mean_p, b, credits, n));
     let recent_failures = core.storage.recent_failures(5).await?;
     Ok(Json(DashboardView {
         object: "dashboard",
@@ -225,6 +225,27 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
         },
         recent_failures,
     }))
+}
+
+/// The reset credits the `accounts` hold, as the quota poller last read them.
+fn held_credits(core: &AppState, accounts: &[i64]) -> u64 {
+    let credits = core
+        .reset_credits
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    accounts.iter().filter_map(|id| credits.get(id)).sum()
+}
+
+/// When the mean 5-hour use of `n` schedulable accounts, `mean_pct` now and rising `burn`
+/// points per hour, reaches 100 %, Unix ms; `None` when it is not rising. A reset credit gives
+/// one account a fresh window, i.e. `100 / n` points of the mean more (`crate::forecast` spends
+/// them the same way, account by account).
+fn dry_at_ms(now: u64, mean_pct: f64, burn: f64, credits: u64, n: usize) -> Option<u64> {
+    if burn <= 0.01 || n == 0 {
+        return None;
+    }
+    let headroom = (100.0 - mean_pct).max(0.0) + 100.0 * credits as f64 / n as f64;
+    Some(now + (headroom / burn * 3_600_000.0) as u64)
 }
 
 /// One worker of the data plane.
@@ -319,4 +340,21 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
         board,
         board_truncated: truncated,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dry_at_ms;
+
+    #[test]
+    fn the_dashboard_run_out_counts_reset_credits() {
+        // Half used, 10 points an hour: 5 hours; not rising or no accounts: never.
+        assert_eq!(dry_at_ms(0, 50.0, 10.0, 0, 4), Some(5 * 3_600_000));
+        assert_eq!(dry_at_ms(0, 50.0, 0.0, 3, 4), None);
+        assert_eq!(dry_at_ms(0, 50.0, 10.0, 3, 0), None);
+        // Two credits among four accounts: two fresh windows = 50 more points of the mean.
+        assert_eq!(dry_at_ms(7, 50.0, 10.0, 2, 4), Some(7 + 10 * 3_600_000));
+        // Past 100 % the credits are what is left.
+        assert_eq!(dry_at_ms(0, 120.0, 25.0, 1, 4), Some(3_600_000));
+    }
 }
