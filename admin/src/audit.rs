@@ -34,6 +34,7 @@ use serde_json::{json, Map, Value};
 
 use crate::{
     auth::Principal,
+    csv::{cell, rfc3339},
     services::Core,
     storage::{audit::AuditWrite, Storage},
 };
@@ -181,32 +182,6 @@ pub(crate) fn json_text(v: &Value) -> Option<String> {
 /// The CSV export's header line.
 pub const CSV_HEADER: &str =
     "id,time,actor,source,action,object_type,object_id,status,details,before,after\n";
-
-/// RFC 3339 (UTC) of a Unix ms instant.
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
-}
-
-/// One CSV text cell: quoted when needed, formulas defused.
-fn cell(out: &mut String, v: &str) {
-    let defuse = v.starts_with(['=', '+', '-', '@']);
-    if defuse || v.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        if defuse {
-            out.push('\'');
-        }
-        out.push_str(&v.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(v);
-    }
-}
 
 /// Appends one entry as a CSV line (the columns of [`CSV_HEADER`]).
 pub fn csv_row(out: &mut String, r: &crate::storage::audit::AuditRow) {

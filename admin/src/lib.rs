@@ -83,6 +83,7 @@ pub(crate) mod batch;
 pub(crate) mod clean;
 pub mod cli;
 pub mod crypto;
+mod csv;
 pub mod egress;
 pub mod error;
 pub mod forecast;

@@ -29,7 +29,10 @@ use axum::{
 use serde::Serialize;
 
 use super::{ApiError, ApiResult, AppState, List};
-use crate::storage::{AccountRow, UsageEntry, UsageFilter, UsageTotals};
+use crate::{
+    csv::{cell, rfc3339},
+    storage::{AccountRow, UsageEntry, UsageFilter, UsageTotals},
+};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -338,32 +341,6 @@ fn instant(q: &HashMap<String, String>, k: &str) -> Result<Option<i64>, ApiError
             ))
             .with_param(k)
         })
-}
-
-/// RFC 3339 (UTC, milliseconds) of a Unix ms instant.
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
-}
-
-/// One CSV text cell: quoted when needed, formulas defused.
-fn cell(out: &mut String, v: &str) {
-    let defuse = v.starts_with(['=', '+', '-', '@']);
-    if defuse || v.contains([',', '"', '\n', '\r']) {
-        out.push('"');
-        if defuse {
-            out.push('\'');
-        }
-        out.push_str(&v.replace('"', "\"\""));
-        out.push('"');
-    } else {
-        out.push_str(v);
-    }
 }
 
 /// USD micros as a decimal dollar amount with all six places (`1.250000`), exact.
