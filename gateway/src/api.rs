@@ -390,7 +390,7 @@ fn access_unaccounted<S: AsyncReadRent + AsyncWriteRent>(
     code: String,
     bytes: usize,
 ) {
-    if ctx.cfg.access_log.path.is_none() || conn.accounted() {
+    if !ctx.cfg.access_log || conn.accounted() {
         return;
     }
     let took = conn.elapsed().as_millis() as u64;

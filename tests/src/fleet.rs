@@ -5,7 +5,7 @@
 //! - [`Stack::another_instance`]: one more gateway on the stack's configuration, own ports.
 
 use codex_gateway::app::{App, AppHandle};
-use gateway::config::GatewayConfig;
+use codex_gateway::config::Config;
 
 use crate::Stack;
 
@@ -16,10 +16,10 @@ impl Stack {
     /// Redis and upstream; its own data and admin ports), `tweak` applied to its
     /// configuration. Blocks while it starts (inside a multi-thread runtime, through
     /// `block_in_place`).
-    pub fn another_instance(&self, tweak: impl FnOnce(&mut GatewayConfig)) -> AppHandle {
+    pub fn another_instance(&self, tweak: impl FnOnce(&mut Config)) -> AppHandle {
         let mut cfg = self.cfg.clone();
         cfg.listen = "127.0.0.1:0".parse().expect("addr");
-        cfg.admin_listen = "127.0.0.1:0".parse().expect("addr");
+        cfg.sidecar.admin_listen = "127.0.0.1:0".parse().expect("addr");
         tweak(&mut cfg);
         tokio::task::block_in_place(|| App::spawn(cfg)).expect("another gateway instance")
     }

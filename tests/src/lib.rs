@@ -31,7 +31,8 @@ use std::{path::PathBuf, time::Duration};
 
 use benches::{IssuedTokens, MockAccount, MockCodex, MockConfig, MockHandle};
 use codex_gateway::app::{App, AppHandle};
-use gateway::config::{GatewayConfig, PlainHttp};
+use codex_gateway::config::Config;
+use gateway::config::PlainHttp;
 
 /// A running test stack.
 pub struct Stack {
@@ -50,7 +51,7 @@ pub struct Stack {
     /// PostgreSQL database (dropped with the stack).
     pub _pg: Option<PgDatabase>,
     /// The configuration the gateway was started with.
-    pub cfg: GatewayConfig,
+    pub cfg: Config,
 }
 
 // === impl Stack ===
@@ -216,7 +217,7 @@ pub struct StackBuilder {
 }
 
 /// A change to the gateway's configuration before start ([`StackBuilder::tweak`]).
-pub type ConfigTweak = Box<dyn FnOnce(&mut GatewayConfig)>;
+pub type ConfigTweak = Box<dyn FnOnce(&mut Config)>;
 
 impl Default for StackBuilder {
     fn default() -> Self {
@@ -281,20 +282,21 @@ impl StackBuilder {
             Some(h) => h.clone(),
             None => mock.base_url(),
         };
-        let mut cfg = GatewayConfig::with_upstream(&base).expect("config");
+        let mut cfg = Config::with_upstream(&base).expect("config");
         cfg.listen = "127.0.0.1:0".parse().expect("addr");
-        cfg.admin_listen = "127.0.0.1:0".parse().expect("addr");
-        cfg.data_dir = dir.path().to_path_buf();
-        cfg.database_url = db.database_url.clone();
-        cfg.workers = self.workers;
         cfg.pin_workers = false;
-        cfg.force_legacy_driver = self.legacy;
-        cfg.oauth_token_url = mock.token_url();
-        cfg.upstream.plain_http = self.plain_http;
-        cfg.upstream.ca_file = self.upstream_ca;
-        cfg.shutdown_grace = Duration::from_secs(5);
-        cfg.admin_token = Some(shared_state::Secret::new(ADMIN_TOKEN));
-        cfg.admin_password = self.admin_password.map(shared_state::Secret::from);
+        let g = &mut cfg.gateway;
+        g.workers = self.workers;
+        g.force_legacy_driver = self.legacy;
+        g.upstream.plain_http = self.plain_http;
+        g.upstream.ca_file = self.upstream_ca;
+        g.shutdown_grace = Duration::from_secs(5);
+        let s = &mut cfg.sidecar;
+        s.admin_listen = "127.0.0.1:0".parse().expect("addr");
+        s.db = db.clone();
+        s.oauth_token_url = mock.token_url();
+        s.admin_token = Some(shared_state::Secret::new(ADMIN_TOKEN));
+        s.admin_password = self.admin_password.map(shared_state::Secret::from);
         if let Some(t) = self.tweak {
             t(&mut cfg);
         }

@@ -277,7 +277,7 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
     let s = StackBuilder {
         admin_password: Some(PASSWORD.into()),
         tweak: Some(Box::new(|c| {
-            c.admin_allowed_hosts = vec!["admin.example.com".into()];
+            c.sidecar.admin_allowed_hosts = vec!["admin.example.com".into()];
         })),
         ..StackBuilder::default()
     }

@@ -508,8 +508,8 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
     let s = StackBuilder {
         accounts: 2,
         admin_password: Some(PASSWORD.into()),
-        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
-            c.auth_dir = Some(dir);
+        tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
+            c.sidecar.auth_dir = Some(dir);
         })),
         ..StackBuilder::default()
     }

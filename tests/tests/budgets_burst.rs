@@ -179,7 +179,7 @@ async fn a_token_budget_holds_under_a_burst_of_200() {
 async fn a_token_budget_holds_under_a_burst_of_200_with_redis() {
     let s = StackBuilder {
         mock: slow_mock(),
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
@@ -192,7 +192,7 @@ async fn a_token_budget_holds_under_a_burst_of_200_with_redis_on_the_legacy_driv
     let s = StackBuilder {
         mock: slow_mock(),
         legacy: true,
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
@@ -206,7 +206,7 @@ async fn rpm_holds_across_two_instances_under_a_burst() {
     let s = StackBuilder {
         mock: slow_mock(),
         postgres: true,
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
@@ -313,7 +313,7 @@ async fn a_cancelled_or_failed_request_gives_its_reservation_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
@@ -325,7 +325,7 @@ async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis_on_
 {
     let s = StackBuilder {
         legacy: true,
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();

@@ -160,8 +160,8 @@ fn messages(r: &RecordedRequest) -> Vec<(String, String)> {
 fn stack(legacy: bool) -> Stack {
     StackBuilder {
         legacy,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.model_aliases.insert(
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.model_aliases.insert(
                 "claude-*".into(),
                 shared_state::catalog::parse_alias("gpt-5.5"),
             );

@@ -543,9 +543,9 @@ fn two_account_stack(legacy: bool, upstream_ws: bool) -> Stack {
     let s = StackBuilder {
         legacy,
         accounts: 2,
-        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
-            c.upstream.websockets = upstream_ws;
+        tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
+            c.gateway.upstream.websockets = upstream_ws;
         })),
         ..Default::default()
     }

@@ -30,8 +30,8 @@ fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = Strategy::FillFirst;
         })),
         ..StackBuilder::default()
     }
@@ -313,8 +313,8 @@ async fn the_forecast_counts_reset_credits() {
         accounts: 2,
         tweak: Some(Box::new({
             let clock = Arc::clone(&clock);
-            move |cfg: &mut gateway::config::GatewayConfig| {
-                cfg.forecast_clock =
+            move |cfg: &mut codex_gateway::config::Config| {
+                cfg.sidecar.forecast_clock =
                     shared_state::forecast::Clock::new(move || clock.load(Ordering::SeqCst));
             }
         })),

@@ -17,8 +17,8 @@ fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = Strategy::FillFirst;
         })),
         ..StackBuilder::default()
     }

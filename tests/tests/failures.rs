@@ -43,8 +43,8 @@ fn two(legacy: bool) -> Stack {
     StackBuilder {
         accounts: 2,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
         })),
         legacy,
         ..StackBuilder::default()
@@ -404,8 +404,8 @@ async fn one_overloaded_request_cools_one_account_not_the_pool() {
         let s = StackBuilder {
             accounts: 3,
             workers: 1,
-            tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-                c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+            tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
             })),
             legacy,
             ..StackBuilder::default()
@@ -594,8 +594,8 @@ async fn health_recovers_after_failures() {
     both(|legacy| async move {
         let s = StackBuilder {
             accounts: 1,
-            tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-                c.pool.default_max_concurrency = 8;
+            tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+                c.sidecar.settings.default_max_concurrency = 8;
             })),
             legacy,
             ..StackBuilder::default()
@@ -699,9 +699,9 @@ async fn first_byte_timeout_is_a_504_and_not_resent() {
             accounts: 2,
             workers: 1,
             legacy,
-            tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-                c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
-                c.upstream.first_byte_timeout = Duration::from_millis(300);
+            tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
+                c.gateway.upstream.first_byte_timeout = Duration::from_millis(300);
             })),
             ..StackBuilder::default()
         }
@@ -750,9 +750,9 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
                 workers: 1,
                 legacy,
                 plain_http,
-                tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-                    c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
-                    c.upstream.idle_timeout = IDLE;
+                tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+                    c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
+                    c.gateway.upstream.idle_timeout = IDLE;
                 })),
                 ..StackBuilder::default()
             }

@@ -1,6 +1,6 @@
 //! The quota forecast end to end, over simulated time: mock-codex's quota controls set each
 //! account's use, the sidecar's poller reads them from `/wham/usage`, and the forecast's
-//! clock (injected through `GatewayConfig::forecast_clock`) is advanced by the test, never
+//! clock (injected through `SidecarConfig::forecast_clock`) is advanced by the test, never
 //! slept on. `GET /api/admin/forecast` then reports burn, run-out and return instants; the
 //! data plane's `/metrics` exports the pool's figures.
 
@@ -21,7 +21,7 @@ fn stack(clock: Arc<AtomicU64>) -> Stack {
     StackBuilder {
         accounts: 2,
         tweak: Some(Box::new(move |cfg| {
-            cfg.forecast_clock =
+            cfg.sidecar.forecast_clock =
                 shared_state::forecast::Clock::new(move || clock.load(Ordering::SeqCst));
         })),
         ..Default::default()

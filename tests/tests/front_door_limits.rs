@@ -374,13 +374,13 @@ async fn allow_list_refuses_unlisted_addresses_and_serves_listed_ones() {
     }
 }
 
-/// Defaults from the configuration (the file's `[front_door]` lands in `cfg.pool`) are in
+/// Defaults from the configuration (the file's `[front_door]` lands in the sidecar's settings) are in
 /// force from the start, and the admin API shows them as the defaults.
 #[tokio::test(flavor = "multi_thread")]
 async fn configured_defaults_apply_from_the_start() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.ip_allow_list = "127.0.0.2".parse().unwrap();
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.ip_allow_list = "127.0.0.2".parse().unwrap();
         })),
         ..StackBuilder::default()
     }

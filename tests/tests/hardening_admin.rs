@@ -329,8 +329,8 @@ async fn read_tokens_only_read_and_expired_tokens_are_refused_postgres() {
 async fn a_non_loopback_admin_listener_checks_host() {
     let s = StackBuilder {
         tweak: Some(Box::new(|c| {
-            c.admin_listen = "0.0.0.0:0".parse().unwrap();
-            c.admin_allowed_hosts = vec!["admin.example.com".into()];
+            c.sidecar.admin_listen = "0.0.0.0:0".parse().unwrap();
+            c.sidecar.admin_allowed_hosts = vec!["admin.example.com".into()];
         })),
         ..StackBuilder::default()
     }

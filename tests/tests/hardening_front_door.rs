@@ -94,9 +94,9 @@ fn smuggling_vectors_get_400_and_a_closed_connection() {
 fn trickled_heads_and_bodies_hit_their_total_deadlines() {
     let s = StackBuilder {
         tweak: Some(Box::new(|c| {
-            c.client_header_timeout = Duration::from_secs(1);
-            c.client_body_timeout = Duration::from_secs(1);
-            c.client_body_min_rate = 1024;
+            c.gateway.client_header_timeout = Duration::from_secs(1);
+            c.gateway.client_body_timeout = Duration::from_secs(1);
+            c.gateway.client_body_min_rate = 1024;
         })),
         ..Default::default()
     }
@@ -158,7 +158,7 @@ fn slowloris_connections_are_closed_and_do_not_starve_others() {
     const N: usize = 2000;
     let budget = Duration::from_secs(3);
     let s = StackBuilder {
-        tweak: Some(Box::new(move |c| c.client_header_timeout = budget)),
+        tweak: Some(Box::new(move |c| c.gateway.client_header_timeout = budget)),
         ..Default::default()
     }
     .start();
@@ -217,7 +217,7 @@ fn endless_answer_stack(legacy: bool) -> (Stack, String) {
         legacy,
         workers: 1,
         tweak: Some(Box::new(|c| {
-            c.client_write_timeout = Duration::from_secs(1);
+            c.gateway.client_write_timeout = Duration::from_secs(1);
         })),
         ..Default::default()
     }
@@ -316,7 +316,7 @@ fn metrics(s: &Stack) -> String {
 #[test]
 fn the_stream_output_cap_ends_a_runaway_stream() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.max_stream_output_bytes = 64 * 1024)),
+        tweak: Some(Box::new(|c| c.gateway.max_stream_output_bytes = 64 * 1024)),
         ..Default::default()
     }
     .start();
@@ -425,7 +425,7 @@ fn metrics_on(c: &mut TcpStream) -> String {
 fn metrics_can_be_put_behind_a_token() {
     let s = StackBuilder {
         tweak: Some(Box::new(|c| {
-            c.metrics_token = Some(shared_state::Secret::new("m-token-1"));
+            c.gateway.metrics_token = Some(shared_state::Secret::new("m-token-1"));
         })),
         ..Default::default()
     }
@@ -512,7 +512,7 @@ fn a_websocket_client_that_stops_reading_releases_its_slot() {
 #[test]
 fn websocket_sessions_are_capped_per_key() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.max_ws_sessions_per_key = 2)),
+        tweak: Some(Box::new(|c| c.gateway.max_ws_sessions_per_key = 2)),
         ..Default::default()
     }
     .start();

@@ -53,7 +53,7 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
             ..MockConfig::default()
         },
         tweak: Some(Box::new(|c| {
-            c.admin_token = Some(shared_state::Secret::new(ADMIN_PASSWORD));
+            c.sidecar.admin_token = Some(shared_state::Secret::new(ADMIN_PASSWORD));
         })),
         ..StackBuilder::default()
     }
@@ -236,7 +236,7 @@ fn a_replaced_or_missing_secret_key_refuses_start_up() {
     let original = std::fs::read(&key_path).unwrap();
     let mut cfg = s.cfg.clone();
     cfg.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.admin_listen = "127.0.0.1:0".parse().unwrap();
+    cfg.sidecar.admin_listen = "127.0.0.1:0".parse().unwrap();
     std::fs::write(&key_path, "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=\n").unwrap();
     let err = codex_gateway::app::App::spawn(cfg.clone())
         .err()

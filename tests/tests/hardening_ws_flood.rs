@@ -41,7 +41,7 @@ fn a_websocket_client_flooding_pings_without_reading_cannot_grow_the_process() {
         let s = StackBuilder {
             legacy,
             tweak: Some(Box::new(|c| {
-                c.client_write_timeout = Duration::from_secs(120);
+                c.gateway.client_write_timeout = Duration::from_secs(120);
             })),
             ..Default::default()
         }

@@ -408,7 +408,7 @@ async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
 async fn rpm_is_enforced_across_two_instances_through_redis() {
     let s = StackBuilder {
         postgres: true,
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
@@ -457,7 +457,7 @@ async fn rpm_is_enforced_across_two_instances_through_redis() {
 async fn redis_down_enforces_locally_and_healthz_says_so() {
     let s = StackBuilder {
         tweak: Some(Box::new(|c| {
-            c.redis_url = Some("redis://127.0.0.1:1/0".into());
+            c.sidecar.redis_url = Some("redis://127.0.0.1:1/0".into());
         })),
         ..StackBuilder::default()
     }
@@ -486,7 +486,7 @@ async fn redis_down_enforces_locally_and_healthz_says_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_up_reports_fleet_enforcement() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();

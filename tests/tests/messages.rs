@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.model_aliases.insert(
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.model_aliases.insert(
                 "claude-*".into(),
                 shared_state::catalog::parse_alias("gpt-5.5"),
             );

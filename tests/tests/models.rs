@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 #[tokio::test(flavor = "multi_thread")]
 async fn models_list_shapes_aliases_and_unknown_models() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.strict_models = true;
-            c.model_aliases.insert(
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.gateway.strict_models = true;
+            c.sidecar.model_aliases.insert(
                 "fast".into(),
                 shared_state::catalog::parse_alias("gpt-5.5@low"),
             );
@@ -124,8 +124,8 @@ async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_catalog_is_asked_as_the_configured_client_version() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.wire.version = "0.999.7".to_owned();
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.gateway.wire.version = "0.999.7".to_owned();
         })),
         ..StackBuilder::default()
     }
@@ -157,12 +157,12 @@ async fn the_catalog_is_asked_as_the_configured_client_version() {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_model_by_id() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.model_aliases.insert(
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.model_aliases.insert(
                 "fast".into(),
                 shared_state::catalog::parse_alias("gpt-5.5@low"),
             );
-            c.model_aliases.insert(
+            c.sidecar.model_aliases.insert(
                 "claude-*".into(),
                 shared_state::catalog::parse_alias("gpt-5.5"),
             );
@@ -215,8 +215,8 @@ async fn one_model_by_id() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restricted_key_sees_only_its_models() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.model_aliases.insert(
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.model_aliases.insert(
                 "fast".into(),
                 shared_state::catalog::parse_alias("gpt-5.5@low"),
             );

@@ -312,7 +312,7 @@ async fn redis_stopped_and_started_under_load() {
     let redis = PrivateRedis::start();
     let url = redis.url();
     let s = StackBuilder {
-        tweak: Some(Box::new(move |c| c.redis_url = Some(url))),
+        tweak: Some(Box::new(move |c| c.sidecar.redis_url = Some(url))),
         ..StackBuilder::default()
     }
     .start();

@@ -17,8 +17,8 @@ fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = Strategy::FillFirst;
         })),
         ..StackBuilder::default()
     }
@@ -264,8 +264,8 @@ async fn auth_dir_imports_disables_and_writes_back() {
     let s = StackBuilder {
         accounts: 1,
         workers: 1,
-        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
-            c.auth_dir = Some(dir);
+        tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
+            c.sidecar.auth_dir = Some(dir);
         })),
         ..StackBuilder::default()
     }

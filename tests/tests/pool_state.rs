@@ -15,8 +15,8 @@ fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = Strategy::FillFirst;
         })),
         ..StackBuilder::default()
     }
@@ -331,8 +331,8 @@ fn sticky_stack() -> Stack {
     StackBuilder {
         accounts: 8,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = Strategy::Sticky;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = Strategy::Sticky;
         })),
         ..StackBuilder::default()
     }

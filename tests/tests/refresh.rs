@@ -253,7 +253,7 @@ async fn refreshes_go_on_while_redis_is_down() {
             ..MockConfig::default()
         },
         tweak: Some(Box::new(|c| {
-            c.redis_url = Some("redis://127.0.0.1:1".into())
+            c.sidecar.redis_url = Some("redis://127.0.0.1:1".into())
         })),
         ..StackBuilder::default()
     }

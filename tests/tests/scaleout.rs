@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
 use codex_gateway::app::AppHandle;
-use gateway::config::GatewayConfig;
+use codex_gateway::config::Config;
 use integration_tests::{client, requests::blob_turn, Stack, StackBuilder, ADMIN_TOKEN};
 use serde_json::{json, Value};
 
@@ -38,16 +38,16 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn start(mut builder: StackBuilder, db: u32, tweak: fn(&mut GatewayConfig)) -> Self {
+    fn start(mut builder: StackBuilder, db: u32, tweak: fn(&mut Config)) -> Self {
         builder.postgres = true;
         let url = redis_url(db);
         let outer = builder.tweak.take();
-        builder.tweak = Some(Box::new(move |c: &mut GatewayConfig| {
+        builder.tweak = Some(Box::new(move |c: &mut Config| {
             if let Some(t) = outer {
                 t(c);
             }
-            c.redis_url = Some(url);
-            c.reload_interval = SLOW_RELOAD;
+            c.sidecar.redis_url = Some(url);
+            c.sidecar.reload_interval = SLOW_RELOAD;
             tweak(c);
         }));
         let a = builder.start();
@@ -188,7 +188,7 @@ async fn one_refresh_fleet_wide_for_401s_on_both_instances() {
             ..StackBuilder::default()
         },
         8,
-        |c| c.refresh_lease_ttl = TTL,
+        |c| c.sidecar.refresh_lease_ttl = TTL,
     )
     .connected()
     .await;
@@ -309,8 +309,8 @@ async fn a_cooldown_set_by_one_instance_is_honoured_by_the_other_within_1s() {
     let f = Fleet::start(
         StackBuilder {
             accounts: 2,
-            tweak: Some(Box::new(|c: &mut GatewayConfig| {
-                c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+            tweak: Some(Box::new(|c: &mut Config| {
+                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
             })),
             ..StackBuilder::default()
         },
@@ -392,8 +392,8 @@ async fn an_account_disabled_on_one_stops_being_used_by_the_other_within_1s() {
     let f = Fleet::start(
         StackBuilder {
             accounts: 2,
-            tweak: Some(Box::new(|c: &mut GatewayConfig| {
-                c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+            tweak: Some(Box::new(|c: &mut Config| {
+                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
             })),
             ..StackBuilder::default()
         },
@@ -526,7 +526,7 @@ async fn blob_owners_are_shared_across_instances_and_restarts() {
             ..StackBuilder::default()
         },
         15,
-        |c| c.pool.strategy = shared_state::snapshot::Strategy::RoundRobin,
+        |c| c.sidecar.settings.strategy = shared_state::snapshot::Strategy::RoundRobin,
     )
     .connected()
     .await;

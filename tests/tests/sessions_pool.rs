@@ -176,10 +176,10 @@ fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
     let s = StackBuilder {
         accounts: 2,
         workers: 1,
-        tweak: Some(Box::new(move |c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = strategy;
+        tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = strategy;
             // Anthropic model names resolve to a catalog model.
-            c.model_aliases.insert(
+            c.sidecar.model_aliases.insert(
                 "claude-*".into(),
                 shared_state::catalog::parse_alias("gpt-5.5"),
             );
@@ -384,8 +384,8 @@ async fn an_ip_level_block_cools_the_one_account_it_happened_on() {
     let s = StackBuilder {
         accounts: 3,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.pool.strategy = shared_state::snapshot::Strategy::FillFirst;
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
         })),
         ..StackBuilder::default()
     }
@@ -417,9 +417,9 @@ async fn token_refresh_presents_the_configured_wire_identity() {
             strict_tokens: true,
             ..Default::default()
         },
-        tweak: Some(Box::new(|c: &mut gateway::config::GatewayConfig| {
-            c.wire.originator = "codex_exec".to_owned();
-            c.wire.user_agent = "codex_exec/0.171.0 (test wire profile)".to_owned();
+        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+            c.gateway.wire.originator = "codex_exec".to_owned();
+            c.gateway.wire.user_agent = "codex_exec/0.171.0 (test wire profile)".to_owned();
         })),
         ..StackBuilder::default()
     }

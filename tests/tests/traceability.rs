@@ -390,7 +390,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     let path = dir.path().join("logs/access.log");
     let p = path.clone();
     let s = StackBuilder {
-        tweak: Some(Box::new(move |c| c.access_log.path = Some(p))),
+        tweak: Some(Box::new(move |c| c.sidecar.access_log.path = Some(p))),
         ..StackBuilder::default()
     }
     .start();
@@ -547,9 +547,9 @@ async fn the_access_log_rotates_at_its_size_bound() {
     let p = path.clone();
     let s = StackBuilder {
         tweak: Some(Box::new(move |c| {
-            c.access_log.path = Some(p);
-            c.access_log.max_bytes = 2_000;
-            c.access_log.keep = 2;
+            c.sidecar.access_log.path = Some(p);
+            c.sidecar.access_log.max_bytes = 2_000;
+            c.sidecar.access_log.keep = 2;
         })),
         ..StackBuilder::default()
     }

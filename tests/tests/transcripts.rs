@@ -164,12 +164,13 @@ async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
     const REDIS: &str = "redis://127.0.0.1:6379/0";
     let s = StackBuilder {
         postgres: true,
-        tweak: Some(Box::new(|c| c.redis_url = Some(REDIS.into()))),
+        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
         ..StackBuilder::default()
     }
     .start();
-    let second =
-        |redis: Option<&str>| s.another_instance(|cfg| cfg.redis_url = redis.map(str::to_owned));
+    let second = |redis: Option<&str>| {
+        s.another_instance(|cfg| cfg.sidecar.redis_url = redis.map(str::to_owned))
+    };
     let b = second(Some(REDIS));
     let on = |app: &codex_gateway::app::AppHandle, body: Value| {
         let url = format!("http://{}/v1/responses", app.data_addr);

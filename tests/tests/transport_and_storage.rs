@@ -157,7 +157,7 @@ async fn healthz_reports_storage_down_while_the_data_plane_serves() {
 async fn healthz_reports_the_upstream_and_redis() {
     let s = StackBuilder {
         tweak: Some(Box::new(|c| {
-            c.redis_url = Some("redis://127.0.0.1:6379/0".into());
+            c.sidecar.redis_url = Some("redis://127.0.0.1:6379/0".into());
         })),
         ..StackBuilder::default()
     }

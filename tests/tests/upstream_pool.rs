@@ -11,7 +11,7 @@ use serde_json::json;
 
 fn stack(
     mock: MockConfig,
-    tweak: impl FnOnce(&mut gateway::config::GatewayConfig) + 'static,
+    tweak: impl FnOnce(&mut codex_gateway::config::Config) + 'static,
 ) -> Stack {
     StackBuilder {
         mock,
@@ -147,8 +147,8 @@ async fn a_full_pool_fails_fast_with_503() {
             ..Default::default()
         },
         |c| {
-            c.upstream.h2_max_connections = 2;
-            c.upstream.h2_max_streams_per_connection = 10;
+            c.gateway.upstream.h2_max_connections = 2;
+            c.gateway.upstream.h2_max_streams_per_connection = 10;
         },
     );
     let http = client();

@@ -398,7 +398,7 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_usage_spool_does_not_delay_a_refresh() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.usage.spool_max_bytes = 1)),
+        tweak: Some(Box::new(|c| c.sidecar.usage.spool_max_bytes = 1)),
         ..StackBuilder::default()
     }
     .start();
@@ -454,7 +454,9 @@ async fn a_thousand_concurrent_streams_leave_a_thousand_rows() {
         .unwrap_or(1000);
     let s = StackBuilder {
         accounts: 4,
-        tweak: Some(Box::new(|c| c.pool.default_max_concurrency = 10_000)),
+        tweak: Some(Box::new(|c| {
+            c.sidecar.settings.default_max_concurrency = 10_000
+        })),
         ..StackBuilder::default()
     }
     .start();

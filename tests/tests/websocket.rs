@@ -543,9 +543,9 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
         let s = StackBuilder {
             legacy,
             tweak: Some(Box::new(|c| {
-                c.upstream.ws_ping_interval = Duration::from_millis(200);
-                c.upstream.ws_pong_timeout = Duration::from_millis(300);
-                c.upstream.first_byte_timeout = Duration::from_secs(15);
+                c.gateway.upstream.ws_ping_interval = Duration::from_millis(200);
+                c.gateway.upstream.ws_pong_timeout = Duration::from_millis(300);
+                c.gateway.upstream.first_byte_timeout = Duration::from_secs(15);
             })),
             ..Default::default()
         }

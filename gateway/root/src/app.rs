@@ -12,15 +12,15 @@
 
 use std::{net::SocketAddr, sync::Arc, thread::JoinHandle, time::Duration};
 
-use admin::{DbTarget, SidecarConfig, SidecarShared};
+use admin::SidecarShared;
 use shared_state::{
     channels::{events, mailboxes},
     snapshot::Health,
-    Settings, SharedSnapshot, Snapshot, WorkerCommand, WorkerMailboxes,
+    SharedSnapshot, Snapshot, WorkerCommand, WorkerMailboxes,
 };
 
 use gateway::{
-    config::GatewayConfig,
+    config::UpstreamConfig,
     metrics::Registry,
     upstream::tls::install_crypto_provider,
     worker::{self, WorkerSeed},
@@ -82,8 +82,8 @@ fn bind_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 
 /// Resolves the upstream host now and then every 30 s (5 s while unresolved) on a small
 /// named thread, so workers never block on getaddrinfo. A failure keeps the last good answer.
-fn spawn_resolver(cfg: &GatewayConfig) {
-    let up = cfg.upstream.clone();
+fn spawn_resolver(up: &UpstreamConfig) {
+    let up = up.clone();
     if up.host.parse::<std::net::IpAddr>().is_ok() {
         return;
     }
@@ -137,20 +137,22 @@ pub fn auto_max_connections(nofile: u64) -> usize {
 
 impl App {
     /// Starts the sidecar and the workers.
-    pub fn spawn(cfg: GatewayConfig) -> Result<AppHandle, StartError> {
+    pub fn spawn(config: crate::config::Config) -> Result<AppHandle, StartError> {
         install_crypto_provider();
         let nofile = raise_nofile();
-        let cfg = Arc::new(cfg);
+        // Each component gets its own slice.
+        let cfg = Arc::new(config.gateway_slice());
+        let mut sc = config.sidecar_slice();
         let n = cfg.workers.max(1);
-        spawn_resolver(&cfg);
+        spawn_resolver(&cfg.upstream);
 
         // Listeners first: a port in use is reported before anything starts.
-        let first = bind_listener(cfg.listen).map_err(|source| StartError::Bind {
-            addr: cfg.listen,
+        let first = bind_listener(config.listen).map_err(|source| StartError::Bind {
+            addr: config.listen,
             source,
         })?;
         let data_addr = first.local_addr().map_err(|source| StartError::Bind {
-            addr: cfg.listen,
+            addr: config.listen,
             source,
         })?;
         let mut listeners = vec![first];
@@ -163,26 +165,14 @@ impl App {
 
         let snapshot = Snapshot::shared();
         // The embedded catalog until the sidecar fetches the upstream's.
-        let catalog = shared_state::ModelCatalog::embedded(cfg.model_aliases.clone()).shared();
+        let catalog = shared_state::ModelCatalog::embedded(sc.model_aliases.clone()).shared();
         let health = Arc::new(Health::with_workers(n));
         let transcripts = Arc::new(shared_state::TranscriptStore::new(
-            cfg.transcript_cache_bytes,
+            config.transcript_cache_bytes,
             cfg.transcript_ttl,
         ));
         let (ev_tx, ev_rx) = events();
         let (mb, boxes) = mailboxes(n);
-        let mut sc = SidecarConfig::new(
-            DbTarget {
-                data_dir: cfg.data_dir.clone(),
-                database_url: cfg.database_url.clone(),
-            },
-            cfg.admin_listen,
-        );
-        sc.redis_url = cfg.redis_url.clone();
-        sc.auth_dir = cfg.auth_dir.clone();
-        sc.admin_token = cfg.admin_token.clone();
-        sc.admin_password = cfg.admin_password.clone();
-        sc.admin_allowed_hosts = cfg.admin_allowed_hosts.clone();
         // The dashboard and ops page read the workers' metrics from the data listener.
         sc.metrics_url = Some(format!(
             "http://{}/metrics",
@@ -197,25 +187,15 @@ impl App {
         ));
         // The ops page's scheduler board comes from the scheduler itself.
         sc.scheduler_board = Some(gateway::scheduler::board);
-        sc.oauth_token_url = cfg.oauth_token_url.clone();
-        sc.upstream_base_url = cfg.upstream_base_url.clone();
-        sc.upstream_ca = cfg.upstream.ca_file.clone();
-        sc.originator = cfg.wire.originator.clone();
-        sc.user_agent = cfg.wire.user_agent.clone();
-        // The catalog is asked as the same client version the data plane presents.
-        if !cfg.wire.version.trim().is_empty() {
-            sc.client_version = cfg.wire.version.trim().to_owned();
-        }
-        sc.model_aliases = cfg.model_aliases.clone();
-        sc.forecast_clock = cfg.forecast_clock.clone();
-        sc.reload_interval = cfg.reload_interval;
-        sc.refresh_lease_ttl = cfg.refresh_lease_ttl;
-        sc.usage = cfg.usage;
-        sc.access_log = cfg.access_log.clone();
-        sc.settings = Settings {
-            max_attempts: cfg.max_attempts,
-            ..cfg.pool.clone()
-        };
+        // Workers share transcripts through Redis too (resolved here: workers never call
+        // getaddrinfo). Not fatal: without it a chain continues on its own instance only.
+        let redis = sc.redis_url.as_deref().and_then(|url| {
+            gateway::redis::RedisTarget::resolve(url)
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "workers run without Redis: previous_response_id continues on this instance only")
+                })
+                .ok()
+        });
         let sidecar = admin::spawn(
             sc,
             SidecarShared {
@@ -232,21 +212,12 @@ impl App {
         let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let registry = Registry::new(n);
-        // Workers share transcripts through Redis too (resolved here: workers never call
-        // getaddrinfo). Not fatal: without it a chain continues on its own instance only.
-        let redis = cfg.redis_url.as_deref().and_then(|url| {
-            gateway::redis::RedisTarget::resolve(url)
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "workers run without Redis: previous_response_id continues on this instance only")
-                })
-                .ok()
-        });
         let conns = Arc::new(gateway::server::admission::ConnGate::new(
-            match (cfg.max_connections, nofile) {
+            match (config.max_connections, nofile) {
                 (0, Some(n)) => auto_max_connections(n),
                 (n, _) => n,
             },
-            cfg.max_connections_per_ip,
+            config.max_connections_per_ip,
         ));
         // Who minted which account-bound blob: this app's workers share it (and, through
         // Redis when configured, other instances).
@@ -257,7 +228,7 @@ impl App {
         for (id, (listener, mailbox)) in listeners.into_iter().zip(boxes).enumerate() {
             let seed = WorkerSeed {
                 id,
-                cpu: (cfg.pin_workers && n <= cores).then_some(id % cores),
+                cpu: (config.pin_workers && n <= cores).then_some(id % cores),
                 listener,
                 cfg: Arc::clone(&cfg),
                 snapshot: Arc::clone(&snapshot),

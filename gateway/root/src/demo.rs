@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use benches::{MockAccount, MockCodex, MockConfig};
 
-use gateway::config::{ConfigError, GatewayConfig};
+use gateway::config::ConfigError;
+
+use crate::config::Config;
 
 use crate::app::App;
 
@@ -59,17 +61,17 @@ pub fn run(args: DemoArgs, wait: impl FnOnce()) -> Result<(), String> {
         admin::cli::keys_create(&db, "demo").map_err(|e| format!("cannot create a key: {e}"))?;
 
     let mut cfg =
-        GatewayConfig::with_upstream(&mock.base_url()).map_err(|e: ConfigError| e.to_string())?;
+        Config::with_upstream(&mock.base_url()).map_err(|e: ConfigError| e.to_string())?;
     cfg.listen = args
         .listen
         .parse()
         .map_err(|e| format!("--listen {}: {e}", args.listen))?;
-    cfg.admin_listen = args
+    cfg.sidecar.admin_listen = args
         .admin_listen
         .parse()
         .map_err(|e| format!("--admin-listen {}: {e}", args.admin_listen))?;
-    cfg.data_dir = args.data_dir.clone();
-    cfg.oauth_token_url = mock.token_url();
+    cfg.sidecar.db.data_dir = args.data_dir.clone();
+    cfg.sidecar.oauth_token_url = mock.token_url();
     let mut app = App::spawn(cfg).map_err(|e| e.to_string())?;
     let addr = app.data_addr;
     #[allow(clippy::print_stdout)]

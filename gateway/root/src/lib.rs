@@ -4,11 +4,14 @@
 //!
 //! # Key Components
 //! - [`app`]: process wiring ([`app::App::spawn`]) shared by the binary and the tests.
+//! - [`config`]: the process configuration (flags, environment, file, defaults), validated
+//!   into each component's slice ([`config::Config`]).
 //! - [`demo`]: `codex-gateway demo`, the gateway in front of a built-in mock-codex (the `demo`
 //!   feature, on by default; without it the binary links no part of the harness).
 //! - the bin `codex-gateway` (`src/main.rs`): the clap CLI over [`app`], [`demo`] and the
 //!   sidecar's blocking helpers (`admin::cli`).
 
 pub mod app;
+pub mod config;
 #[cfg(feature = "demo")]
 pub mod demo;

@@ -5,11 +5,12 @@
 
 use std::{path::PathBuf, process::ExitCode};
 
+use admin::DEFAULT_OAUTH_TOKEN_URL as DEFAULT_TOKEN_URL;
 use clap::{Parser, Subcommand};
 use codex_gateway::app::App;
+use codex_gateway::config::{Config, ServeArgs};
 #[cfg(feature = "demo")]
 use codex_gateway::demo::{self, DemoArgs};
-use gateway::config::{GatewayConfig, ServeArgs, DEFAULT_TOKEN_URL};
 
 /// mimalloc instead of glibc's malloc: per-thread free lists without arena locks or
 /// consolidation passes. Every request and event allocates a little (buffers, header
@@ -368,7 +369,7 @@ fn main() -> ExitCode {
     gateway::logging::init(cli.log_format);
     match cli.command {
         Command::Serve(args) => {
-            let cfg = match GatewayConfig::load(&args) {
+            let cfg = match Config::load(&args) {
                 Ok(c) => c,
                 Err(e) => {
                     eprintln!("codex-gateway: {e}");
