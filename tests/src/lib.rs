@@ -209,6 +209,9 @@ pub struct StackBuilder {
     pub upstream_host: Option<String>,
     /// Extra CA for the upstream.
     pub upstream_ca: Option<PathBuf>,
+    /// The scheduling strategy (`None`: the default, smart). Tests that must know which
+    /// account serves a request use `FillFirst`.
+    pub strategy: Option<shared_state::snapshot::Strategy>,
     /// Tweak the config before start.
     pub tweak: Option<ConfigTweak>,
     /// Admin password to configure (as `CODEX_GATEWAY_ADMIN_PASSWORD` would); the admin API
@@ -231,6 +234,7 @@ impl Default for StackBuilder {
             plain_http: PlainHttp::H1,
             upstream_host: None,
             upstream_ca: None,
+            strategy: None,
             tweak: None,
             admin_password: None,
         }
@@ -297,6 +301,9 @@ impl StackBuilder {
         s.oauth_token_url = mock.token_url();
         s.admin_token = Some(shared_state::Secret::new(ADMIN_TOKEN));
         s.admin_password = self.admin_password.map(shared_state::Secret::from);
+        if let Some(st) = self.strategy {
+            s.settings.strategy = st;
+        }
         if let Some(t) = self.tweak {
             t(&mut cfg);
         }
@@ -312,6 +319,18 @@ impl StackBuilder {
             _pg: pg,
         }
     }
+}
+
+/// `accounts` accounts, one worker, fill-first scheduling (the account that serves each
+/// request is known: the first one eligible).
+pub fn fill_first_stack(accounts: usize) -> Stack {
+    StackBuilder {
+        accounts,
+        workers: 1,
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
+        ..StackBuilder::default()
+    }
+    .start()
 }
 
 /// A throw-away PostgreSQL database.

@@ -774,9 +774,7 @@ fn chatgpt_mode_survives_an_account_switch_after_a_remote_compaction() {
     let Some(bin) = codex_bin() else { return };
     let s = StackBuilder {
         accounts: 2,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         ..Default::default()
     }
     .start();

@@ -543,8 +543,8 @@ fn two_account_stack(legacy: bool, upstream_ws: bool) -> Stack {
     let s = StackBuilder {
         legacy,
         accounts: 2,
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
             c.gateway.upstream.websockets = upstream_ws;
         })),
         ..Default::default()

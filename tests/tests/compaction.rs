@@ -17,9 +17,7 @@ fn stack(plain_http: PlainHttp) -> Stack {
         accounts: 2,
         workers: 1,
         plain_http,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         ..StackBuilder::default()
     }
     .start()

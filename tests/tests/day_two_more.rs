@@ -23,19 +23,10 @@ use std::{
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{client, Stack, StackBuilder};
 use serde_json::{json, Value};
-use shared_state::snapshot::Strategy;
 
 /// `accounts` accounts on one worker, tried in id order (`fill_first`).
 fn stack(accounts: usize) -> Stack {
-    StackBuilder {
-        accounts,
-        workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = Strategy::FillFirst;
-        })),
-        ..StackBuilder::default()
-    }
-    .start()
+    integration_tests::fill_first_stack(accounts)
 }
 
 /// An admin API call: (status, JSON answer).

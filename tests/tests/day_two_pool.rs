@@ -8,21 +8,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::Stack;
 use serde_json::{json, Value};
-use shared_state::snapshot::Strategy;
 
 /// `accounts` accounts on one worker, tried in id order (`fill_first`).
 fn stack(accounts: usize) -> Stack {
-    StackBuilder {
-        accounts,
-        workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = Strategy::FillFirst;
-        })),
-        ..StackBuilder::default()
-    }
-    .start()
+    integration_tests::fill_first_stack(accounts)
 }
 
 /// `PUT /api/admin/settings` with `body`: (status, answer).

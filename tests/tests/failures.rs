@@ -43,9 +43,7 @@ fn two(legacy: bool) -> Stack {
     StackBuilder {
         accounts: 2,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         legacy,
         ..StackBuilder::default()
     }
@@ -404,9 +402,7 @@ async fn one_overloaded_request_cools_one_account_not_the_pool() {
         let s = StackBuilder {
             accounts: 3,
             workers: 1,
-            tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-            })),
+            strategy: Some(shared_state::snapshot::Strategy::FillFirst),
             legacy,
             ..StackBuilder::default()
         }
@@ -699,8 +695,8 @@ async fn first_byte_timeout_is_a_504_and_not_resent() {
             accounts: 2,
             workers: 1,
             legacy,
+            strategy: Some(shared_state::snapshot::Strategy::FillFirst),
             tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
                 c.gateway.upstream.first_byte_timeout = Duration::from_millis(300);
             })),
             ..StackBuilder::default()
@@ -750,8 +746,8 @@ async fn a_stream_that_hangs_after_the_commit_ends_at_the_idle_timeout() {
                 workers: 1,
                 legacy,
                 plain_http,
+                strategy: Some(shared_state::snapshot::Strategy::FillFirst),
                 tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-                    c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
                     c.gateway.upstream.idle_timeout = IDLE;
                 })),
                 ..StackBuilder::default()

@@ -11,18 +11,9 @@ use std::time::Duration;
 use benches::{Behaviour, ErrorKind};
 use integration_tests::{admin_api::auth_json, wait::wait_for, Stack, StackBuilder};
 use serde_json::{json, Value};
-use shared_state::snapshot::Strategy;
 
 fn stack(accounts: usize) -> Stack {
-    StackBuilder {
-        accounts,
-        workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = Strategy::FillFirst;
-        })),
-        ..StackBuilder::default()
-    }
-    .start()
+    integration_tests::fill_first_stack(accounts)
 }
 
 /// Account id by ChatGPT account id, from the admin API (`None`: not listed).

@@ -12,15 +12,7 @@ use shared_state::snapshot::Strategy;
 /// `accounts` accounts on one worker, tried in id order (`fill_first`) unless a test changes
 /// the strategy through the admin API.
 fn stack(accounts: usize) -> Stack {
-    StackBuilder {
-        accounts,
-        workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = Strategy::FillFirst;
-        })),
-        ..StackBuilder::default()
-    }
-    .start()
+    integration_tests::fill_first_stack(accounts)
 }
 
 async fn ask(s: &Stack, body: Value) -> (u16, Value) {
@@ -331,9 +323,7 @@ fn sticky_stack() -> Stack {
     StackBuilder {
         accounts: 8,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = Strategy::Sticky;
-        })),
+        strategy: Some(Strategy::Sticky),
         ..StackBuilder::default()
     }
     .start()

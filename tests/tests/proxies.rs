@@ -27,9 +27,7 @@ fn stack_on(plain_http: PlainHttp, accounts: usize, postgres: bool) -> Stack {
         postgres,
         workers: 1,
         plain_http,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         ..StackBuilder::default()
     }
     .start()

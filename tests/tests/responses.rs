@@ -283,9 +283,7 @@ async fn quota_exhausted_everywhere_gives_429_with_reset() {
 async fn failover_before_commit_uses_the_next_account() {
     let s = StackBuilder {
         accounts: 2,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         ..StackBuilder::default()
     }
     .start();

@@ -309,9 +309,7 @@ async fn a_cooldown_set_by_one_instance_is_honoured_by_the_other_within_1s() {
     let f = Fleet::start(
         StackBuilder {
             accounts: 2,
-            tweak: Some(Box::new(|c: &mut Config| {
-                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-            })),
+            strategy: Some(shared_state::snapshot::Strategy::FillFirst),
             ..StackBuilder::default()
         },
         10,
@@ -392,9 +390,7 @@ async fn an_account_disabled_on_one_stops_being_used_by_the_other_within_1s() {
     let f = Fleet::start(
         StackBuilder {
             accounts: 2,
-            tweak: Some(Box::new(|c: &mut Config| {
-                c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-            })),
+            strategy: Some(shared_state::snapshot::Strategy::FillFirst),
             ..StackBuilder::default()
         },
         12,

@@ -176,8 +176,8 @@ fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
     let s = StackBuilder {
         accounts: 2,
         workers: 1,
+        strategy: Some(strategy),
         tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = strategy;
             // Anthropic model names resolve to a catalog model.
             c.sidecar.model_aliases.insert(
                 "claude-*".into(),
@@ -384,9 +384,7 @@ async fn an_ip_level_block_cools_the_one_account_it_happened_on() {
     let s = StackBuilder {
         accounts: 3,
         workers: 1,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.settings.strategy = shared_state::snapshot::Strategy::FillFirst;
-        })),
+        strategy: Some(shared_state::snapshot::Strategy::FillFirst),
         ..StackBuilder::default()
     }
     .start();
