@@ -6,6 +6,8 @@
 //! - [`Stack::admin_json`] / [`Stack::admin_list`]: a `GET` and its `data` list.
 //! - [`Stack::create_key`], [`Stack::put_settings`], [`Stack::post_each_account`]: the set-up
 //!   steps most tests share (each asserts that the gateway accepted it).
+//! - [`call_as`]: an admin request with a given bearer or session cookie (or neither),
+//!   answering status, headers and JSON: the credential tests' call.
 //! - [`auth_json`]: a Codex CLI `auth.json` for a mock account, to import.
 //! - [`usage_csv`]: the usage export parsed into rows.
 
@@ -114,6 +116,37 @@ impl Stack {
             assert!(r.status().is_success(), "{action} {id}: {}", r.status());
         }
     }
+}
+
+/// An admin request with `bearer` (or the session cookie `cookie`, or neither); a JSON body
+/// (`{}` when `None`) on every method but `GET`. Answers status, headers and the JSON body
+/// (`Null` when it is not JSON).
+pub async fn call_as(
+    s: &Stack,
+    method: reqwest::Method,
+    path: &str,
+    bearer: Option<&str>,
+    cookie: Option<&str>,
+    body: Option<Value>,
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+    use reqwest::header;
+    let mut r = crate::client().request(method.clone(), format!("{}{path}", s.admin_url()));
+    if let Some(b) = bearer {
+        r = r.bearer_auth(b);
+    }
+    if let Some(c) = cookie {
+        r = r.header(header::COOKIE, format!("cg_admin_session={c}"));
+    }
+    if method != reqwest::Method::GET {
+        r = r
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.unwrap_or(json!({})).to_string());
+    }
+    let resp = r.send().await.expect("admin request");
+    let st = resp.status();
+    let h = resp.headers().clone();
+    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
+    (st, h, v)
 }
 
 /// A Codex CLI `auth.json` (ChatGPT login) holding `t`, as an operator would import it.

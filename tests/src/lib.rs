@@ -180,6 +180,17 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// A client whose connections leave from `ip` (a loopback address such as `127.0.0.2`: the
+/// per-IP limits see another client), with a 120 s timeout.
+pub fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(ip.parse::<std::net::IpAddr>().expect("an IP address"))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client")
+}
+
 /// A reqwest client without proxies.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

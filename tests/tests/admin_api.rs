@@ -60,8 +60,7 @@ fn stack() -> Stack {
     .start()
 }
 
-/// A request to the admin listener with optional bearer / cookie; JSON content type on
-/// mutations.
+/// A request to the admin listener with optional bearer / cookie (`admin_api::call_as`).
 async fn call(
     s: &Stack,
     method: &str,
@@ -71,23 +70,7 @@ async fn call(
     body: Option<Value>,
 ) -> (StatusCode, header::HeaderMap, Value) {
     let m = Method::from_bytes(method.as_bytes()).unwrap();
-    let mut r = client().request(m.clone(), format!("{}{path}", s.admin_url()));
-    if let Some(b) = bearer {
-        r = r.bearer_auth(b);
-    }
-    if let Some(c) = cookie {
-        r = r.header(header::COOKIE, format!("cg_admin_session={c}"));
-    }
-    if m != Method::GET {
-        r = r
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(body.unwrap_or(json!({})).to_string());
-    }
-    let resp = r.send().await.unwrap();
-    let st = resp.status();
-    let h = resp.headers().clone();
-    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
-    (st, h, v)
+    integration_tests::admin_api::call_as(s, m, path, bearer, cookie, body).await
 }
 
 async fn login(s: &Stack, password: &str) -> (StatusCode, header::HeaderMap, Value) {

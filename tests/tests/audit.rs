@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
 
-use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
-use reqwest::{header, StatusCode};
+use integration_tests::{admin_api::call_as as call, client, Stack, StackBuilder, ADMIN_TOKEN};
+use reqwest::header;
 use serde_json::{json, Value};
 
 const PASSWORD: &str = "audit-password-7f3a91";
@@ -22,34 +22,6 @@ fn auth_json(t: &benches::IssuedTokens) -> String {
         "last_refresh": "2026-11-29T00:00:00Z"
     })
     .to_string()
-}
-
-/// An admin request with `bearer` (or the session cookie `cookie`).
-async fn call(
-    s: &Stack,
-    method: reqwest::Method,
-    path: &str,
-    bearer: Option<&str>,
-    cookie: Option<&str>,
-    body: Option<Value>,
-) -> (StatusCode, header::HeaderMap, Value) {
-    let mut r = client().request(method.clone(), format!("{}{path}", s.admin_url()));
-    if let Some(b) = bearer {
-        r = r.bearer_auth(b);
-    }
-    if let Some(c) = cookie {
-        r = r.header(header::COOKIE, format!("cg_admin_session={c}"));
-    }
-    if method != reqwest::Method::GET {
-        r = r
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(body.unwrap_or(json!({})).to_string());
-    }
-    let resp = r.send().await.unwrap();
-    let st = resp.status();
-    let h = resp.headers().clone();
-    let v = resp.json::<Value>().await.unwrap_or(Value::Null);
-    (st, h, v)
 }
 
 async fn audit(s: &Stack, query: &str) -> Vec<Value> {

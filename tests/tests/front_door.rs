@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{raw::closed, Stack, StackBuilder};
 
 fn connect(s: &Stack) -> TcpStream {
     let c = TcpStream::connect(s.app.data_addr).expect("connect");
@@ -55,23 +55,6 @@ fn read_response(c: &mut TcpStream, buf: &mut Vec<u8>, has_body: bool) -> Resp {
     }
     let body = buf.drain(..len).collect();
     Resp { status, head, body }
-}
-
-/// True when the server closes the connection (EOF or reset) within the read timeout.
-fn closed(c: &mut TcpStream) -> bool {
-    let mut tmp = [0u8; 1024];
-    loop {
-        match c.read(&mut tmp) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) => {
-                return !matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                )
-            }
-        }
-    }
 }
 
 /// A Codex-CLI-sized body (`len` bytes of input) with a marker at the very end.

@@ -17,11 +17,12 @@
 
 use std::{
     io::Write,
-    net::{IpAddr, SocketAddr, TcpStream},
+    net::{SocketAddr, TcpStream},
     time::Duration,
 };
 
 use integration_tests::{
+    client_from,
     raw::{closed, read_response, ws_connect},
     Stack, StackBuilder,
 };
@@ -36,16 +37,6 @@ fn stack(legacy: bool) -> Stack {
         ..StackBuilder::default()
     }
     .start()
-}
-
-/// A client whose connections leave from `ip` (a loopback address).
-fn client_from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
 }
 
 /// One answer: status, headers, body (JSON when it parses).

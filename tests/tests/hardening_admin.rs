@@ -11,9 +11,9 @@
 // Test helpers fail by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{net::IpAddr, time::Duration};
+use std::time::Duration;
 
-use integration_tests::{client, Stack, StackBuilder, ADMIN_TOKEN};
+use integration_tests::{client, client_from, Stack, StackBuilder, ADMIN_TOKEN};
 use reqwest::{header, StatusCode};
 use serde_json::{json, Value};
 
@@ -26,16 +26,6 @@ fn stack(postgres: bool) -> Stack {
         ..StackBuilder::default()
     }
     .start()
-}
-
-/// A client whose connections leave from `ip` (a loopback address).
-fn client_from(ip: &str) -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .local_address(ip.parse::<IpAddr>().unwrap())
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
 }
 
 /// `POST /api/admin/login` with a raw body: status, `Retry-After` and the JSON answer.
