@@ -4,18 +4,24 @@
 //! anything about accounts.
 //!
 //! # Key Components
-//! - [`handle`]: dispatches one request head; routes that take a body authenticate the head
-//!   first, then read and decode the body.
-//! - [`chatgpt`]: the Codex CLI's ChatGPT-mode routes (`/backend-api/codex/responses` through
-//!   [`responses`], the catalog, `/wham/usage`, `/wham/accounts/check`, cheap side calls).
-//! - [`responses`] (`/v1/responses`), [`compact`] (`/v1/responses/compact`: remote
-//!   compaction v1, served through v2), [`ws`] (the Responses WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`]
-//!   (Anthropic `/v1/messages`, `/v1/messages/count_tokens`), [`ops`] (`/healthz`,
+//! - [`route`]: the route table ([`Route::dispatch`]: method and path to a [`Route`] and an
+//!   [`Action`]); each route knows its label, dialect and front step.
+//! - [`handle`]: dispatches one request head through the table: the routes without a client
+//!   key are answered directly; every other one goes through the one front step
+//!   (`read_authenticated`: authenticate, admit, read and decode the body) and then its
+//!   surface.
+//! - The surfaces: [`responses`] (`/v1/responses`, also ChatGPT mode's), [`compact`]
+//!   (`/v1/responses/compact`: remote compaction v1, served through v2), [`ws`] (the Responses
+//!   WebSocket), [`chat`] (`/v1/chat/completions`), [`messages`] (Anthropic `/v1/messages`,
+//!   `/v1/messages/count_tokens`), [`chatgpt`] (the Codex CLI's ChatGPT-mode catalog,
+//!   `/wham/usage`, `/wham/accounts/check`, cheap side calls), [`ops`] (`/healthz`,
 //!   `/metrics`, `/v1/models`).
 //! - [`HttpSink`]: the HTTP/1.1 transport of the pipeline (a chunked stream or one response).
 //! - [`write_error`]: the one place an [`Error`] becomes an HTTP response, in the route's
-//!   dialect ([`Dialect::of_route`]: OpenAI's, or Anthropic's for the messages routes); its
-//!   SSE and WebSocket renderings live next to the error type, [`crate::error`].
+//!   dialect ([`Route::dialect`]: OpenAI's, or Anthropic's for the messages routes), counted
+//!   under the route's label; the kind decides status, type and headers
+//!   ([`Error::render_as`]), its SSE and WebSocket renderings live next to the error type,
+//!   [`crate::error`].
 
 pub mod chat;
 pub mod chatgpt;
@@ -23,6 +29,7 @@ pub mod compact;
 pub mod messages;
 pub mod ops;
 pub mod responses;
+pub mod route;
 pub mod ws;
 
 use std::io;
@@ -38,174 +45,78 @@ use crate::{
     server::h1::{Conn, ReadError, Request},
 };
 
+pub use route::{Action, Route};
+
 pub(crate) const JSON: (&str, &str) = ("content-type", "application/json");
 
 /// Anthropic's name for the request id header (its SDKs read it as `_request_id`): answers in
 /// Anthropic's dialect carry the id under it too, beside `x-request-id`.
 const ANTHROPIC_REQUEST_ID: &str = "request-id";
 
-/// Dispatches one request. Returns `Ok(true)` when the connection may serve another request.
+/// Dispatches one request through the route table ([`Route::dispatch`]): a method the route
+/// does not take is answered here; then the routes without a client key; then, for every
+/// other route, the one front step ([`read_authenticated`]: authenticate, admit, read and
+/// decode) and the route's surface. Returns `Ok(true)` when the connection may serve another request.
 pub async fn handle<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     mut req: Request,
 ) -> io::Result<bool> {
     let keep = req.keep_alive && !ctx.is_draining();
-    let path = req.path.trim_end_matches('/');
-    let path = if path.is_empty() { "/" } else { path };
-    let chatgpt_route = chatgpt::route(path);
-    match (req.method.as_str(), path) {
-        ("GET" | "HEAD", "/healthz") => ops::healthz(ctx, conn, keep).await,
-        ("GET", "/metrics") => {
-            if !metrics_allowed(ctx, &req) {
-                let e = Error::new(
-                    ErrorKind::Unauthorized {
-                        key_present: req.header("authorization").is_some(),
-                    },
-                    Side::Downstream,
-                );
-                return write_error(ctx, conn, "metrics", &e, keep).await;
-            }
-            ops::metrics(ctx, conn, keep).await
-        }
-        ("POST", "/v1/responses" | "/responses") => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, "responses", true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            responses::serve(ctx, conn, req, key, keep).await
-        }
-        ("POST", "/v1/responses/compact" | "/responses/compact") => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, compact::ROUTE, true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            Box::pin(compact::serve(ctx, conn, req, key, keep)).await
-        }
-        ("POST", "/v1/chat/completions" | "/chat/completions") => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, chat::ROUTE, true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            Box::pin(chat::serve(ctx, conn, req, key, keep)).await
-        }
-        ("POST", "/v1/messages" | "/messages") => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, messages::ROUTE, true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            Box::pin(messages::serve(ctx, conn, req, key, keep)).await
-        }
-        ("POST", "/v1/messages/count_tokens" | "/messages/count_tokens") => {
-            let route = messages::COUNT_ROUTE;
-            let (key, _) = match read_authenticated(ctx, conn, &mut req, route, false, keep).await {
-                Ok(k) => k,
-                Err(done) => return done,
-            };
-            messages::count_tokens(ctx, conn, req, key, keep).await
-        }
-        (_, "/v1/messages" | "/messages" | "/v1/messages/count_tokens") => {
+    let (route, action) = Route::dispatch(&req.method, &req.path);
+    match action {
+        Action::Serve => {}
+        Action::MethodNotAllowed => {
             let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
-            write_error(ctx, conn, messages::ROUTE, &e, keep).await
+            return write_error(ctx, conn, route, &e, keep).await;
         }
-        ("GET", "/v1/responses" | "/responses") => {
-            // A GET without `Upgrade: websocket` (upgrades are taken by `ws::serve` before
-            // routing): say how to reach this resource.
-            let e = Error::bad_request(
-                "GET /v1/responses is the Responses WebSocket: send Upgrade: websocket, or POST for HTTP.",
-                None,
-            );
-            let r = e.to_openai();
-            ctx.metrics.request("responses", 426);
-            conn.write_response(
-                426,
-                &[JSON, ("upgrade", "websocket"), ("connection", "upgrade")],
-                &r.body.to_json(),
-                false,
-            )
-            .await?;
-            Ok(false)
+        // A GET without `Upgrade: websocket` (upgrades are taken by `ws::serve` before
+        // routing): say how to reach this resource, and close.
+        Action::UpgradeRequired => {
+            let e = Error::new(ErrorKind::UpgradeRequired, Side::Downstream);
+            return write_error(ctx, conn, route, &e, false).await;
         }
-        ("GET", "/v1/models" | "/models") => ops::models(ctx, conn, &req, keep).await,
-        ("GET", p) if p.starts_with("/v1/models/") => {
-            ops::model(ctx, conn, &req, &p["/v1/models/".len()..], keep).await
-        }
-        ("HEAD", "/") => ops::probe(ctx, conn, keep).await,
-        // ChatGPT-mode inference: the very same handler as `/v1/responses`.
-        ("POST", _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, "responses", true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            responses::serve(ctx, conn, req, key, keep).await
-        }
-        ("POST", _) if chatgpt_route == Some(chatgpt::Route::Compact) => {
-            let (key, _slot) =
-                match read_authenticated(ctx, conn, &mut req, compact::ROUTE, true, keep).await {
-                    Ok(k) => k,
-                    Err(done) => return done,
-                };
-            Box::pin(compact::serve(ctx, conn, req, key, keep)).await
-        }
-        (_, _) if chatgpt_route == Some(chatgpt::Route::Compact) => {
-            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
-            write_error(ctx, conn, compact::ROUTE, &e, keep).await
-        }
-        (_, _) if chatgpt_route == Some(chatgpt::Route::Responses) => {
-            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
-            write_error(ctx, conn, "responses", &e, keep).await
-        }
-        ("GET", "/v1/usage" | "/usage") => match authenticate(ctx, &req) {
-            Ok(key) => crate::limits::usage(ctx, conn, &key, keep).await,
-            Err(e) => write_error(ctx, conn, "other", &e, keep).await,
-        },
-        (
-            _,
-            "/healthz"
-            | "/metrics"
-            | "/v1/responses"
-            | "/v1/responses/compact"
-            | "/v1/models"
-            | "/v1/chat/completions"
-            | "/v1/usage",
-        ) => {
-            let e = Error::new(ErrorKind::MethodNotAllowed, Side::Downstream);
-            write_error(ctx, conn, "other", &e, keep).await
-        }
-        _ => match chatgpt_route {
-            Some(which) => Box::pin(chatgpt::serve(ctx, conn, req, which, keep)).await,
-            None => {
-                let e = Error::new(ErrorKind::NotFound, Side::Downstream);
-                write_error(ctx, conn, "other", &e, keep).await
-            }
-        },
     }
-}
-
-/// The route a request head names, for an answer given before dispatch (the front door,
-/// `crate::front_door`): it picks the dialect ([`Dialect::of_route`]) and the metrics label,
-/// as [`handle`] would.
-pub(crate) fn route_of(path: &str) -> &'static str {
-    let path = path.trim_end_matches('/');
-    match path {
-        "/v1/messages" | "/messages" => messages::ROUTE,
-        "/v1/messages/count_tokens" | "/messages/count_tokens" => messages::COUNT_ROUTE,
-        "/v1/responses" | "/responses" => "responses",
-        "/v1/responses/compact" | "/responses/compact" => compact::ROUTE,
-        "/v1/chat/completions" | "/chat/completions" => chat::ROUTE,
-        "/v1/models" | "/models" => "models",
-        p if p.starts_with("/v1/models/") => "models",
-        p => match chatgpt::route(p) {
-            Some(chatgpt::Route::Responses) => "responses",
-            Some(chatgpt::Route::Compact) => compact::ROUTE,
-            Some(_) => chatgpt::ROUTE,
-            None => "other",
-        },
+    if !route.authenticates() {
+        return match route {
+            Route::Healthz => ops::healthz(ctx, conn, keep).await,
+            Route::Metrics if !metrics_allowed(ctx, &req) => {
+                let key_present = req.header("authorization").is_some();
+                let e = Error::new(ErrorKind::Unauthorized { key_present }, Side::Downstream);
+                write_error(ctx, conn, route, &e, keep).await
+            }
+            Route::Metrics => ops::metrics(ctx, conn, keep).await,
+            Route::Probe => ops::probe(ctx, conn, keep).await,
+            Route::SideCall => chatgpt::side_call(ctx, conn, req, keep).await,
+            _ => {
+                let e = Error::new(ErrorKind::NotFound, Side::Downstream);
+                write_error(ctx, conn, route, &e, keep).await
+            }
+        };
+    }
+    let (key, _slot) = match read_authenticated(ctx, conn, &mut req, route, keep).await {
+        Ok(k) => k,
+        Err(done) => return done,
+    };
+    // The surfaces. Boxed where they were: a surface's state is not carried by every
+    // connection's task (benches/README.md, "next costs").
+    match route {
+        Route::Responses => responses::serve(ctx, conn, req, key, keep).await,
+        Route::Compact => Box::pin(compact::serve(ctx, conn, req, key, keep)).await,
+        Route::Chat => Box::pin(chat::serve(ctx, conn, req, key, keep)).await,
+        Route::Messages => Box::pin(messages::serve(ctx, conn, req, key, keep)).await,
+        Route::CountTokens => messages::count_tokens(ctx, conn, req, key, keep).await,
+        Route::Models => ops::models(ctx, conn, &req, &key, keep).await,
+        Route::Model => ops::model(ctx, conn, &req, &key, keep).await,
+        Route::Usage => crate::limits::usage(ctx, conn, &key, keep).await,
+        Route::CodexModels | Route::PoolUsage | Route::AccountsCheck => {
+            Box::pin(chatgpt::serve(ctx, conn, req, route, &key, keep)).await
+        }
+        // Routes without a key were answered above.
+        Route::Healthz | Route::Metrics | Route::Probe | Route::SideCall | Route::NotFound => {
+            let e = Error::new(ErrorKind::NotFound, Side::Downstream);
+            write_error(ctx, conn, route, &e, keep).await
+        }
     }
 }
 
@@ -229,28 +140,28 @@ pub async fn refuse_front_door<S: AsyncReadRent + AsyncWriteRent>(
         && !ws::wants_upgrade(req)
         && refusal != crate::front_door::Refusal::NotAllowed;
     let e = Error::new(ErrorKind::FrontDoor(refusal), Side::Downstream);
-    write_error(ctx, conn, route_of(&req.path), &e, keep)
+    write_error(ctx, conn, Route::of_path(&req.path), &e, keep)
         .await
         .unwrap_or(false)
 }
 
-/// Authenticates the head, admits it under the key's limits (when `admit`: every route that
-/// goes upstream), then reads and decodes the body. `Err` carries the handler's result when
-/// the request was already answered (401, 429, 413, 400). The slot holds the key's
-/// concurrency unit until dropped (after the handler returns).
+/// The one front step of every route that takes a client key ([`Route::authenticates`]):
+/// authenticates the head, admits it under the key's limits ([`Route::admitted`]: every
+/// route that goes upstream), then reads and decodes the body ([`Route::reads_body`]). `Err`
+/// carries the handler's result when the request was already answered (401, 429, 413, 400).
+/// The slot holds the key's concurrency unit until dropped (after the handler returns).
 async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     req: &mut Request,
-    route: &'static str,
-    admit: bool,
+    route: Route,
     keep: bool,
 ) -> Result<(ClientKey, Option<crate::limits::KeySlot>), io::Result<bool>> {
     let key = match authenticate(ctx, req) {
         Ok(k) => k,
         Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
     };
-    let slot = if admit {
+    let slot = if route.admitted() {
         match crate::limits::admit(ctx, &key, shared_state::now_ms()).await {
             Ok(s) => Some(s),
             Err(e) => return Err(write_error(ctx, conn, route, &e, keep).await),
@@ -258,6 +169,9 @@ async fn read_authenticated<S: AsyncReadRent + AsyncWriteRent>(
     } else {
         None
     };
+    if !route.reads_body() {
+        return Ok((key, slot));
+    }
     if let Err(e) = conn.read_body(req, ctx.cfg.max_body_bytes).await {
         if matches!(e, ReadError::Reject { status: 408, .. }) {
             ctx.metrics.guard(crate::metrics::Guard::BodyTimeout);
@@ -343,16 +257,17 @@ pub(crate) fn authenticate(ctx: &WorkerCtx, req: &Request) -> Result<ClientKey, 
 pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
     ctx: &'a WorkerCtx,
     conn: &'a mut Conn<S>,
-    route: &'static str,
+    route: Route,
     e: &'a Error,
     keep: bool,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<bool>> + 'a>> {
     Box::pin(async move {
         let request_id = conn.request_id().to_owned();
-        let dialect = Dialect::of_route(route);
+        let dialect = route.dialect();
         let r = e.render_as(dialect, Some(&request_id));
-        ctx.metrics.request(route, r.status);
+        ctx.metrics.request(route.label(), r.status);
         if e.side != Side::Downstream {
+            let route = route.label();
             tracing::warn!(route, status = r.status, request_id, error = %e, "request failed");
         }
         let retry = r.retry_after.map(|s| s.to_string());
@@ -360,6 +275,7 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
         if let Some(v) = &retry {
             headers.push(("retry-after", v));
         }
+        headers.extend_from_slice(r.headers);
         if dialect == Dialect::Anthropic {
             headers.push((ANTHROPIC_REQUEST_ID, &request_id));
         }
@@ -384,7 +300,7 @@ pub fn write_error<'a, S: AsyncReadRent + AsyncWriteRent + 'a>(
 fn access_unaccounted<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
-    route: &'static str,
+    route: Route,
     status: u16,
     class: &'static str,
     code: String,
@@ -395,7 +311,7 @@ fn access_unaccounted<S: AsyncReadRent + AsyncWriteRent>(
     }
     let took = conn.elapsed().as_millis() as u64;
     ctx.report_access(shared_state::UsageRecord {
-        route,
+        route: route.label(),
         status,
         bytes_out: bytes as u64,
         latency_ms: took,
@@ -412,44 +328,17 @@ fn access_unaccounted<S: AsyncReadRent + AsyncWriteRent>(
 pub async fn write_read_error<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
-    route: &'static str,
+    route: Route,
     e: ReadError,
 ) -> bool {
-    match e {
-        ReadError::TooLarge => {
-            let e = Error::new(
-                ErrorKind::BodyTooLarge {
-                    limit: ctx.cfg.max_body_bytes,
-                },
-                Side::Downstream,
-            );
-            let _ = write_error(ctx, conn, route, &e, false).await;
-        }
-        ReadError::Reject { status, message } => {
-            let body = match Dialect::of_route(route) {
-                Dialect::OpenAi => codex_protocol::openai_error::ErrorBody::new(
-                    message,
-                    "invalid_request_error",
-                    Some("bad_http_request"),
-                )
-                .to_json(),
-                Dialect::Anthropic => crate::error::anthropic_error_body(
-                    codex_protocol::anthropic::error_type_for_status(status),
-                    &message,
-                    Some(conn.request_id()),
-                ),
-            };
-            ctx.metrics.request(route, status);
-            let _ = conn.write_response(status, &[JSON], &body, false).await;
-            let class = if status == 408 {
-                "timeout"
-            } else {
-                "bad_http_request"
-            };
-            access_unaccounted(ctx, conn, route, status, class, class.into(), body.len());
-        }
-        ReadError::Closed | ReadError::Io(_) => {}
-    }
+    let kind = match e {
+        ReadError::TooLarge => ErrorKind::BodyTooLarge {
+            limit: ctx.cfg.max_body_bytes,
+        },
+        ReadError::Reject { status, message } => ErrorKind::BadHttpRequest { status, message },
+        ReadError::Closed | ReadError::Io(_) => return false,
+    };
+    let _ = write_error(ctx, conn, route, &Error::new(kind, Side::Downstream), false).await;
     false
 }
 
@@ -567,7 +456,7 @@ pub(crate) fn sse_headers<'a>(
 pub(crate) async fn open_and_forward<S, E>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
-    route: &'static str,
+    route: Route,
     plan: crate::lifecycle::RequestPlan,
     usage: &mut crate::pipeline::UsageGuard<'_>,
     enc: &mut E,
@@ -632,7 +521,7 @@ pub(crate) fn conversation_cache_key(dialect: &str, key_id: i64, parts: &[&[u8]]
 pub(crate) struct HttpSink<'a, S> {
     pub(crate) ctx: &'a WorkerCtx,
     pub(crate) conn: &'a mut Conn<S>,
-    pub(crate) route: &'static str,
+    pub(crate) route: Route,
     pub(crate) http10: bool,
     pub(crate) keep: bool,
 }
@@ -640,15 +529,14 @@ pub(crate) struct HttpSink<'a, S> {
 impl<S: AsyncReadRent + AsyncWriteRent> HttpSink<'_, S> {
     /// The request id for Anthropic's `request-id` header, on its dialect's routes.
     fn anthropic_id(&mut self) -> Option<String> {
-        (Dialect::of_route(self.route) == Dialect::Anthropic)
-            .then(|| self.conn.request_id().to_owned())
+        (self.route.dialect() == Dialect::Anthropic).then(|| self.conn.request_id().to_owned())
     }
 }
 
 impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
     async fn begin(&mut self, headers: &[(&'static str, String)]) -> io::Result<()> {
         self.conn.release_read_buffer();
-        self.ctx.metrics.request(self.route, 200);
+        self.ctx.metrics.request(self.route.label(), 200);
         let mut h = sse_headers(headers);
         let id = self.anthropic_id();
         if let Some(id) = &id {
@@ -667,7 +555,7 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
     }
 
     async fn whole(&mut self, headers: &[(&'static str, String)], body: &[u8]) -> io::Result<bool> {
-        self.ctx.metrics.request(self.route, 200);
+        self.ctx.metrics.request(self.route.label(), 200);
         let mut h: Vec<(&str, &str)> = vec![JSON];
         for (n, v) in headers {
             h.push((n, v.as_str()));

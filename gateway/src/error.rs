@@ -6,7 +6,9 @@
 //! - [`ErrorKind`]: every way a request can fail, from bad client input to exhausted accounts.
 //! - [`Error::to_openai`]: the exhaustive mapping to HTTP status, OpenAI-shaped body and extra
 //!   headers. HTTP responses and terminal SSE events both come from it.
-//! - [`Dialect`] / [`Error::render`]: the same mapping in the client's dialect: OpenAI's, or
+//! - [`Dialect`] / [`Error::render`]: the same mapping in the client's dialect (the route's,
+//!   `api::Route::dialect`): the kind decides status, type, code and extra headers (a 426's
+//!   `upgrade`), the dialect only the body's shape: OpenAI's, or
 //!   Anthropic's (`{"type":"error","error":{"type","message"}}`, [`Error::to_anthropic`],
 //!   also used for the stream's `error` event after the commit); status, message and
 //!   `Retry-After` always come from [`Error::to_openai`].
@@ -57,6 +59,19 @@ pub enum ErrorKind {
     NotFound,
     /// Known route, wrong method.
     MethodNotAllowed,
+    /// `GET /v1/responses` without `Upgrade: websocket`: the resource is the Responses
+    /// WebSocket (426, with `Upgrade: websocket`).
+    UpgradeRequired,
+    /// A request the HTTP/1.1 codec could not read (`server::h1::ReadError::Reject`: bad
+    /// framing, a head over its limits, a read past its deadline): its status and message.
+    BadHttpRequest {
+        /// HTTP status (400, 408, 431, 501...).
+        status: u16,
+        /// What was wrong.
+        message: String,
+    },
+    /// A WebSocket upgrade request the handshake refused (`ws::handshake::accept`).
+    WsHandshake(crate::ws::handshake::HandshakeError),
     /// Unknown model.
     ModelNotFound(String),
     /// The upstream answered with an error we return to the client.
@@ -142,20 +157,6 @@ pub enum Dialect {
     Anthropic,
 }
 
-// === impl Dialect ===
-
-impl Dialect {
-    /// The dialect of a route: the Anthropic routes (`messages`, `messages_count_tokens`)
-    /// answer in Anthropic's shape, every other route in OpenAI's.
-    pub fn of_route(route: &str) -> Self {
-        if route == "messages" || route == "messages_count_tokens" {
-            Self::Anthropic
-        } else {
-            Self::OpenAi
-        }
-    }
-}
-
 /// An error as an HTTP answer in one dialect.
 #[derive(Debug, Clone)]
 pub struct HttpRendering {
@@ -165,6 +166,8 @@ pub struct HttpRendering {
     pub body: Vec<u8>,
     /// `Retry-After` seconds, when meaningful.
     pub retry_after: Option<u64>,
+    /// Other headers the kind answers with (the same in every dialect).
+    pub headers: &'static [(&'static str, &'static str)],
 }
 
 /// The client-facing rendering of an [`Error`].
@@ -285,6 +288,7 @@ impl Error {
     /// The HTTP answer in `dialect`; Anthropic's body carries `request_id` at the top level
     /// when given, as Anthropic's API does (OpenAI's body never does: its id is the header).
     pub fn render_as(&self, dialect: Dialect, request_id: Option<&str>) -> HttpRendering {
+        let headers = self.headers();
         match dialect {
             Dialect::OpenAi => {
                 let r = self.to_openai();
@@ -292,6 +296,7 @@ impl Error {
                     status: r.status,
                     body: r.body.to_json(),
                     retry_after: r.retry_after,
+                    headers,
                 }
             }
             Dialect::Anthropic => {
@@ -300,8 +305,19 @@ impl Error {
                     status: r.status,
                     body: anthropic_error_body(ty, &r.body.message, request_id),
                     retry_after: r.retry_after,
+                    headers,
                 }
             }
+        }
+    }
+
+    /// The headers the kind answers with beside the body and `Retry-After`: how to upgrade
+    /// (426), the WebSocket version we speak (a handshake's 426).
+    fn headers(&self) -> &'static [(&'static str, &'static str)] {
+        match &self.kind {
+            ErrorKind::UpgradeRequired => &[("upgrade", "websocket"), ("connection", "upgrade")],
+            ErrorKind::WsHandshake(h) => h.headers(),
+            _ => &[],
         }
     }
 
@@ -316,6 +332,10 @@ impl Error {
             ErrorKind::ContinuationNotFound => "previous_response_not_found",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MethodNotAllowed => "method_not_allowed",
+            ErrorKind::UpgradeRequired => "upgrade_required",
+            ErrorKind::BadHttpRequest { status: 408, .. } => "timeout",
+            ErrorKind::BadHttpRequest { .. } => "bad_http_request",
+            ErrorKind::WsHandshake(_) => "websocket_handshake_failed",
             ErrorKind::ModelNotFound(_) => "model_not_found",
             ErrorKind::UpstreamConnect => "upstream_connect",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
@@ -408,6 +428,33 @@ impl Error {
                     "Method not allowed for this route.",
                     "invalid_request_error",
                     Some("method_not_allowed"),
+                ),
+                None,
+            ),
+            ErrorKind::UpgradeRequired => r(
+                426,
+                ErrorBody::new(
+                    "GET /v1/responses is the Responses WebSocket: send Upgrade: websocket, or POST for HTTP.",
+                    "invalid_request_error",
+                    Some("invalid_request"),
+                ),
+                None,
+            ),
+            ErrorKind::BadHttpRequest { status, message } => r(
+                *status,
+                ErrorBody::new(
+                    message.clone(),
+                    "invalid_request_error",
+                    Some("bad_http_request"),
+                ),
+                None,
+            ),
+            ErrorKind::WsHandshake(h) => r(
+                h.status(),
+                ErrorBody::new(
+                    h.message().to_owned(),
+                    "invalid_request_error",
+                    Some("websocket_handshake_failed"),
                 ),
                 None,
             ),
@@ -822,12 +869,408 @@ mod tests {
                 Some(e.to_openai().body.message.as_str())
             );
         }
-        assert_eq!(Dialect::of_route("messages"), Dialect::Anthropic);
+    }
+
+    /// The one mapping decides status, type, code and headers for every kind; a dialect only
+    /// shapes the body (Anthropic's type follows the status).
+    #[test]
+    fn each_kind_has_one_status_and_type_in_both_dialects() {
+        use crate::{front_door::Refusal, ws::handshake::HandshakeError};
+        let down = |k| Error::new(k, Side::Downstream);
+        // (error, status, OpenAI type, OpenAI code, Anthropic type, extra headers)
+        #[allow(clippy::type_complexity)]
+        let cases: Vec<(Error, u16, &str, &str, &str, &[(&str, &str)])> = vec![
+            (
+                down(ErrorKind::Unauthorized { key_present: false }),
+                401,
+                "invalid_request_error",
+                "missing_api_key",
+                "authentication_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::Unauthorized { key_present: true }),
+                401,
+                "invalid_request_error",
+                "invalid_api_key",
+                "authentication_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::BodyTooLarge { limit: 9 }),
+                413,
+                "invalid_request_error",
+                "request_too_large",
+                "request_too_large",
+                &[],
+            ),
+            (
+                Error::bad_request("b", None),
+                400,
+                "invalid_request_error",
+                "invalid_request",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::ContinuationNotFound),
+                400,
+                "invalid_request_error",
+                "previous_response_not_found",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::NotFound),
+                404,
+                "invalid_request_error",
+                "not_found",
+                "not_found_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::MethodNotAllowed),
+                405,
+                "invalid_request_error",
+                "method_not_allowed",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::UpgradeRequired),
+                426,
+                "invalid_request_error",
+                "invalid_request",
+                "invalid_request_error",
+                &[("upgrade", "websocket"), ("connection", "upgrade")],
+            ),
+            (
+                down(ErrorKind::BadHttpRequest {
+                    status: 400,
+                    message: "m".into(),
+                }),
+                400,
+                "invalid_request_error",
+                "bad_http_request",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::BadHttpRequest {
+                    status: 408,
+                    message: "m".into(),
+                }),
+                408,
+                "invalid_request_error",
+                "bad_http_request",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::BadHttpRequest {
+                    status: 431,
+                    message: "m".into(),
+                }),
+                431,
+                "invalid_request_error",
+                "bad_http_request",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::BadHttpRequest {
+                    status: 501,
+                    message: "m".into(),
+                }),
+                501,
+                "invalid_request_error",
+                "bad_http_request",
+                "api_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::WsHandshake(HandshakeError::MissingKey)),
+                400,
+                "invalid_request_error",
+                "websocket_handshake_failed",
+                "invalid_request_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::WsHandshake(HandshakeError::UnsupportedVersion)),
+                426,
+                "invalid_request_error",
+                "websocket_handshake_failed",
+                "invalid_request_error",
+                &[("sec-websocket-version", "13")],
+            ),
+            (
+                down(ErrorKind::ModelNotFound("m".into())),
+                404,
+                "invalid_request_error",
+                "model_not_found",
+                "not_found_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::UpstreamConnect, Side::Upstream),
+                502,
+                "server_error",
+                "upstream_unreachable",
+                "api_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::UpstreamTimeout, Side::Upstream),
+                504,
+                "server_error",
+                "upstream_timeout",
+                "api_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::UpstreamProtocol, Side::Upstream),
+                502,
+                "server_error",
+                "stream_disconnected",
+                "api_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::UpstreamSaturated, Side::Internal),
+                503,
+                "server_error",
+                "upstream_saturated",
+                "overloaded_error",
+                &[],
+            ),
+            (
+                Error::new(
+                    ErrorKind::QuotaExhausted {
+                        earliest_reset: None,
+                    },
+                    Side::Upstream,
+                ),
+                429,
+                "usage_limit_reached",
+                "usage_limit_reached",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::NoAccountAvailable, Side::Upstream),
+                503,
+                "server_error",
+                "no_account_available",
+                "overloaded_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::Unavailable, Side::Internal),
+                503,
+                "server_error",
+                "service_unavailable",
+                "overloaded_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::Internal, Side::Internal),
+                500,
+                "server_error",
+                "internal_error",
+                "api_error",
+                &[],
+            ),
+            (
+                Error::new(ErrorKind::OutputLimit { limit: 1 }, Side::Upstream),
+                502,
+                "server_error",
+                "stream_output_limit",
+                "api_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::FrontDoor(Refusal::Global {
+                    rps: 1,
+                    retry_after: 1,
+                })),
+                429,
+                "requests",
+                "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::FrontDoor(Refusal::PerIp {
+                    rps: 1,
+                    retry_after: 1,
+                })),
+                429,
+                "requests",
+                "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::FrontDoor(Refusal::NotAllowed)),
+                403,
+                "request_forbidden",
+                "ip_not_allowed",
+                "permission_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::Rpm(1),
+                    retry_after: 3,
+                }),
+                429,
+                "requests",
+                "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::Concurrency(1),
+                    retry_after: 3,
+                }),
+                429,
+                "requests",
+                "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::WsSessions(1),
+                    retry_after: 3,
+                }),
+                429,
+                "requests",
+                "too_many_websocket_sessions",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::TokensPerDay(1),
+                    retry_after: 3,
+                }),
+                429,
+                "insufficient_quota",
+                "insufficient_quota",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::CostPerMonth(1),
+                    retry_after: 3,
+                }),
+                429,
+                "insufficient_quota",
+                "insufficient_quota",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::KeyLimit {
+                    limit: KeyLimit::BudgetHeld { cost: true },
+                    retry_after: 3,
+                }),
+                429,
+                "requests",
+                "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+        ];
+        for (e, status, ty, code, anthropic_ty, headers) in cases {
+            let o = e.render(Dialect::OpenAi);
+            let v: sonic_rs::Value = sonic_rs::from_slice(&o.body).unwrap();
+            assert_eq!(o.status, status, "{e}");
+            assert_eq!(v["error"]["type"].as_str(), Some(ty), "{e}");
+            assert_eq!(v["error"]["code"].as_str(), Some(code), "{e}");
+            assert_eq!(o.headers, headers, "{e}");
+            assert_eq!(e.code(), code, "{e}");
+            let a = e.render_as(Dialect::Anthropic, Some("req_9"));
+            let v: sonic_rs::Value = sonic_rs::from_slice(&a.body).unwrap();
+            assert_eq!(a.status, status, "{e}");
+            assert_eq!(v["type"].as_str(), Some("error"));
+            assert_eq!(v["error"]["type"].as_str(), Some(anthropic_ty), "{e}");
+            assert_eq!(v["request_id"].as_str(), Some("req_9"));
+            assert_eq!(
+                (a.headers, a.retry_after),
+                (o.headers, o.retry_after),
+                "{e}"
+            );
+        }
+    }
+
+    /// The answers that were once written by hand (the 426 of a plain `GET /v1/responses`,
+    /// the codec's rejections, the WebSocket handshake's refusals) keep their bytes now that
+    /// the one mapping writes them.
+    #[test]
+    fn the_answers_once_built_by_hand_keep_their_bytes() {
+        use crate::ws::handshake::HandshakeError;
+        let upgrade =
+            Error::new(ErrorKind::UpgradeRequired, Side::Downstream).render(Dialect::OpenAi);
+        assert_eq!(upgrade.status, 426);
         assert_eq!(
-            Dialect::of_route("messages_count_tokens"),
-            Dialect::Anthropic
+            String::from_utf8(upgrade.body).unwrap(),
+            r#"{"error":{"message":"GET /v1/responses is the Responses WebSocket: send Upgrade: websocket, or POST for HTTP.","type":"invalid_request_error","code":"invalid_request","param":null}}"#
         );
-        assert_eq!(Dialect::of_route("chat_completions"), Dialect::OpenAi);
+        assert_eq!(upgrade.retry_after, None);
+        let reject = |status| {
+            Error::new(
+                ErrorKind::BadHttpRequest {
+                    status,
+                    message: "chunk line too long".into(),
+                },
+                Side::Downstream,
+            )
+        };
+        let o = reject(400).render(Dialect::OpenAi);
+        assert_eq!(
+            String::from_utf8(o.body).unwrap(),
+            r#"{"error":{"message":"chunk line too long","type":"invalid_request_error","code":"bad_http_request","param":null}}"#
+        );
+        for status in [400, 408, 413, 431, 501] {
+            let a = reject(status).render_as(Dialect::Anthropic, Some("req_1"));
+            assert_eq!(a.status, status);
+            assert_eq!(
+                a.body,
+                anthropic_error_body(
+                    codex_protocol::anthropic::error_type_for_status(status),
+                    "chunk line too long",
+                    Some("req_1")
+                )
+            );
+        }
+        assert_eq!(reject(408).class(), "timeout");
+        assert_eq!(reject(400).class(), "bad_http_request");
+        for h in [
+            HandshakeError::NotUpgrade,
+            HandshakeError::ConnectionNotUpgrade,
+            HandshakeError::MissingVersion,
+            HandshakeError::UnsupportedVersion,
+            HandshakeError::MissingKey,
+            HandshakeError::InvalidKey,
+        ] {
+            let r = Error::new(ErrorKind::WsHandshake(h.clone()), Side::Downstream)
+                .render(Dialect::OpenAi);
+            assert_eq!((r.status, r.headers), (h.status(), h.headers()));
+            assert_eq!(
+                r.body,
+                ErrorBody::new(
+                    h.message().to_owned(),
+                    "invalid_request_error",
+                    Some("websocket_handshake_failed")
+                )
+                .to_json()
+            );
+        }
     }
 
     #[test]

@@ -16,8 +16,9 @@ use std::{
 
 use shared_state::egress::ProxyFailureKind;
 
-/// Routes we count.
-pub const ROUTES: [&str; 10] = [
+/// Routes we count: the labels of `crate::api::route::Route::label` (the last, `other`, also
+/// takes any name not listed).
+pub const ROUTES: [&str; 11] = [
     "responses",
     "responses_compact",
     "chat_completions",
@@ -27,6 +28,7 @@ pub const ROUTES: [&str; 10] = [
     "healthz",
     "metrics",
     "chatgpt",
+    "usage",
     "other",
 ];
 const STATUSES: [u16; 17] = [

@@ -498,7 +498,7 @@ async fn serve_connection(
                 return;
             }
             (Ok(req), None) => api::handle(&ctx, &mut conn, req).await.unwrap_or(false),
-            (Err(e), _) => api::write_read_error(&ctx, &mut conn, "other", e).await,
+            (Err(e), _) => api::write_read_error(&ctx, &mut conn, api::Route::NotFound, e).await,
         };
         if conn.body_unread() || linger {
             // Answered without reading the body (rejected before authentication, or a

@@ -16,7 +16,7 @@ use codex_protocol::{
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 
-use super::{affinity_key, open_and_forward, passthrough, write_error};
+use super::{affinity_key, open_and_forward, passthrough, write_error, Route};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -26,8 +26,8 @@ use crate::{
     server::h1::{Conn, Request},
 };
 
-/// Route name for metrics and usage.
-pub const ROUTE: &str = "chat_completions";
+/// This surface's route (its metrics and usage label, its error dialect).
+pub const ROUTE: Route = Route::Chat;
 
 fn now_s() -> u64 {
     shared_state::now_ms() / 1000
@@ -93,13 +93,13 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     let mut usage = UsageGuard::start(
         ctx,
         &key,
-        ROUTE,
+        ROUTE.label(),
         creq.model.clone(),
         creq.stream,
         conn.usage_id(),
     );
     let plan = RequestPlan {
-        route: ROUTE,
+        route: ROUTE.label(),
         model: creq.model.clone(),
         asked: Asked::of_body(&creq.body),
         body: Bytes::from(std::mem::take(&mut creq.body)),

@@ -4,12 +4,15 @@
 //! token (`Authorization: Bearer`), so `auth.json`'s `access_token` is a gateway key.
 //!
 //! # Key Components
-//! - [`route`]: maps a `/backend-api/...` (or `/api/codex/...`) path to what serves it:
-//!   - `POST /backend-api/codex/responses`: [`super::responses::serve`] (the very same
-//!     lifecycle and pipeline as `/v1/responses`); the WebSocket upgrade of the same path is
-//!     taken by [`super::ws::serve`] before routing ([`super::ws::wants_upgrade`]).
-//!   - `POST /backend-api/codex/responses/compact`: [`super::compact::serve`] (remote
-//!     compaction v1, served through v2 on the same lifecycle).
+//! The paths are rows of the route table (`super::route::Route::of_path`; `/backend-api/...`
+//! or `/api/codex/...`), served by:
+//! - `POST /backend-api/codex/responses`: the Responses surface, [`super::responses::serve`]
+//!   (the very same route, lifecycle and pipeline as `/v1/responses`); the WebSocket upgrade
+//!   of the same path is taken by [`super::ws::serve`] before routing
+//!   ([`super::ws::wants_upgrade`]).
+//! - `POST /backend-api/codex/responses/compact`: [`super::compact::serve`] (remote
+//!   compaction v1, served through v2 on the same lifecycle).
+//! - [`serve`], after the one front step authenticated the key:
 //!   - `GET /backend-api/codex/models`: the Codex catalog shape of the published catalog, as
 //!     the caller's key sees it (`ops::models_body`).
 //!   - `GET /backend-api/wham/usage` (and `/api/codex/usage`): [`pool_usage`], the combined
@@ -17,10 +20,10 @@
 //!     shared pool) in the upstream's `RateLimitStatusPayload` shape.
 //!   - `GET /backend-api/wham/accounts/check` (and `/api/codex/accounts/check`):
 //!     [`accounts_check`], workspace routing to the gateway's own origin.
-//!   - every other path under those prefixes (plugins, MCP, analytics, settings, reset
-//!     credits...): a cheap 404 the CLI tolerates, without authentication; a body of up to
-//!     64 KiB is read and dropped so the connection is kept, a larger or chunked one is not
-//!     read at all (the connection closes after the 404).
+//! - [`side_call`]: every other path under those prefixes (plugins, MCP, analytics, settings,
+//!   reset credits...): a cheap 404 the CLI tolerates, without authentication; a body of up
+//!   to 64 KiB is read and dropped so the connection is kept, a larger or chunked one is not
+//!   read at all (the connection closes after the 404).
 //!
 //! # Error handling
 //! A missing or unknown key is a 401 in the upstream's (OpenAI-shaped) error body, through
@@ -29,16 +32,14 @@
 use std::io;
 
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
-use shared_state::{AccountStatus, Snapshot};
+use shared_state::{AccountStatus, ClientKey, Snapshot};
 
-use super::{authenticate, write_error, write_read_error, JSON};
+use super::{write_read_error, Route, JSON};
 use crate::{
     ctx::WorkerCtx,
     server::h1::{Conn, Framing, Request},
 };
 
-/// Metric label of this surface's own answers (inference counts as `responses`).
-pub const ROUTE: &str = "chatgpt";
 /// The most body a side call's (unauthenticated) request may carry and still be read; past
 /// it the body is not read and the connection closes after the 404.
 const SIDE_CALL_BODY_CAP: usize = 64 * 1024;
@@ -47,92 +48,55 @@ const PRIMARY_WINDOW_S: i64 = 5 * 3600;
 /// The weekly window, in seconds.
 const SECONDARY_WINDOW_S: i64 = 7 * 24 * 3600;
 
-/// What serves a ChatGPT-backend path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// Inference: `/backend-api/codex/responses` (the `/v1/responses` handler).
-    Responses,
-    /// Remote compaction v1: `/backend-api/codex/responses/compact` (the `/v1/responses/compact`
-    /// handler, [`super::compact`]).
-    Compact,
-    /// The Codex catalog.
-    Models,
-    /// The pool's usage.
-    Usage,
-    /// Workspace routing discovery.
-    AccountsCheck,
-    /// Anything else under the ChatGPT prefixes: a cheap 404.
-    SideCall,
-}
-
-/// The ChatGPT-mode route of `path` (trailing slash trimmed), `None` outside the ChatGPT
-/// prefixes. `/api/codex/...` is the form the CLI uses when its base is not a `backend-api`
-/// base (docs/protocol.md#endpoints).
-pub fn route(path: &str) -> Option<Route> {
-    let rest = path
-        .strip_prefix("/backend-api/")
-        .or_else(|| path.strip_prefix("/api/"))?;
-    Some(match rest {
-        "codex/responses" => Route::Responses,
-        "codex/responses/compact" => Route::Compact,
-        "codex/models" => Route::Models,
-        "wham/usage" | "codex/usage" => Route::Usage,
-        "wham/accounts/check" | "codex/accounts/check" => Route::AccountsCheck,
-        _ => Route::SideCall,
-    })
-}
-
-/// Serves a ChatGPT-backend request other than inference (which `api::handle` hands to the
-/// Responses handler).
-pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
+/// A side call ([`Route::SideCall`]): a cheap 404 in the backend's shape, without a key.
+pub async fn side_call<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     mut req: Request,
-    which: Route,
     keep: bool,
 ) -> io::Result<bool> {
-    if which == Route::SideCall {
-        // Anyone may call these (no key is asked for), so what is read is bounded by a small
-        // cap, not the inference body limit: a small body (the CLI's analytics and settings
-        // calls) is read and dropped so the connection lives on; a larger or unsized one is
-        // not read at all, and the 404 closes the connection (the worker lingers briefly so
-        // the client reads the answer, as after a 401).
-        let small = match req.framing {
-            Framing::None => true,
-            Framing::Length(n) => n <= SIDE_CALL_BODY_CAP,
-            Framing::Chunked => false,
-        };
-        if small {
-            if let Err(e) = conn.read_body(&mut req, SIDE_CALL_BODY_CAP).await {
-                return Ok(write_read_error(ctx, conn, ROUTE, e).await);
-            }
-        }
-        ctx.metrics.request(ROUTE, 404);
-        conn.write_response(404, &[JSON], br#"{"detail":"Not Found"}"#, keep)
-            .await?;
-        return Ok(keep && small);
-    }
-    let key = match authenticate(ctx, &req) {
-        Ok(k) => k,
-        Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
+    // Anyone may call these (no key is asked for), so what is read is bounded by a small
+    // cap, not the inference body limit: a small body (the CLI's analytics and settings
+    // calls) is read and dropped so the connection lives on; a larger or unsized one is
+    // not read at all, and the 404 closes the connection (the worker lingers briefly so
+    // the client reads the answer, as after a 401).
+    let small = match req.framing {
+        Framing::None => true,
+        Framing::Length(n) => n <= SIDE_CALL_BODY_CAP,
+        Framing::Chunked => false,
     };
-    if req.method != "GET" {
-        let e = crate::error::Error::new(
-            crate::error::ErrorKind::MethodNotAllowed,
-            crate::error::Side::Downstream,
-        );
-        return write_error(ctx, conn, ROUTE, &e, keep).await;
+    if small {
+        if let Err(e) = conn.read_body(&mut req, SIDE_CALL_BODY_CAP).await {
+            return Ok(write_read_error(ctx, conn, Route::SideCall, e).await);
+        }
     }
-    let body = match which {
-        Route::Models => {
-            let body = super::ops::models_body(ctx, &key, true);
-            ctx.metrics.request("models", 200);
+    ctx.metrics.request(Route::SideCall.label(), 404);
+    conn.write_response(404, &[JSON], br#"{"detail":"Not Found"}"#, keep)
+        .await?;
+    Ok(keep && small)
+}
+
+/// Serves an authenticated ChatGPT-backend `GET` other than inference (which is the
+/// Responses surface's): [`Route::CodexModels`], [`Route::PoolUsage`],
+/// [`Route::AccountsCheck`].
+pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
+    ctx: &WorkerCtx,
+    conn: &mut Conn<S>,
+    req: Request,
+    route: Route,
+    key: &ClientKey,
+    keep: bool,
+) -> io::Result<bool> {
+    let body = match route {
+        Route::CodexModels => {
+            let body = super::ops::models_body(ctx, key, true);
+            ctx.metrics.request(route.label(), 200);
             return conn
                 .write_response(200, &[JSON], &body, keep)
                 .await
                 .map(|()| keep);
         }
-        Route::Usage => pool_usage(
+        Route::PoolUsage => pool_usage(
             &ctx.snapshot.load(),
             req.header("chatgpt-account-id"),
             shared_state::now_ms(),
@@ -145,12 +109,16 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
             };
             accounts_check(req.header("chatgpt-account-id"), &origin)
         }
-        // Inference is served by `responses::serve` and side calls above.
-        Route::Responses | Route::Compact | Route::SideCall => {
-            String::from(r#"{"detail":"Not Found"}"#)
+        // The dispatch hands this surface no other route.
+        _ => {
+            let e = crate::error::Error::new(
+                crate::error::ErrorKind::NotFound,
+                crate::error::Side::Internal,
+            );
+            return super::write_error(ctx, conn, route, &e, keep).await;
         }
     };
-    ctx.metrics.request(ROUTE, 200);
+    ctx.metrics.request(route.label(), 200);
     conn.write_response(200, &[JSON], body.as_bytes(), keep)
         .await?;
     Ok(keep)
@@ -304,28 +272,6 @@ pub fn pool_usage(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn routes() {
-        assert_eq!(
-            route("/backend-api/codex/responses"),
-            Some(Route::Responses)
-        );
-        assert_eq!(
-            route("/backend-api/codex/responses/compact"),
-            Some(Route::Compact)
-        );
-        assert_eq!(route("/api/codex/responses/compact"), Some(Route::Compact));
-        assert_eq!(route("/backend-api/codex/models"), Some(Route::Models));
-        assert_eq!(route("/backend-api/wham/usage"), Some(Route::Usage));
-        assert_eq!(route("/api/codex/usage"), Some(Route::Usage));
-        assert_eq!(
-            route("/backend-api/wham/accounts/check"),
-            Some(Route::AccountsCheck)
-        );
-        assert_eq!(route("/backend-api/ps/plugins/list"), Some(Route::SideCall));
-        assert_eq!(route("/v1/responses"), None);
-    }
 
     #[test]
     fn accounts_check_echoes_the_account_and_names_the_origin() {

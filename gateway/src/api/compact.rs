@@ -29,7 +29,9 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
 
-use super::{header_session, open_and_forward, passthrough, responses::ResponsesJson, write_error};
+use super::{
+    header_session, open_and_forward, passthrough, responses::ResponsesJson, write_error, Route,
+};
 use crate::{
     ctx::WorkerCtx,
     error::Error,
@@ -38,8 +40,8 @@ use crate::{
     server::h1::{Conn, Request},
 };
 
-/// Metric and dialect label of this route.
-pub const ROUTE: &str = "responses_compact";
+/// This surface's route (its metrics and usage label, its error dialect).
+pub const ROUTE: Route = Route::Compact;
 
 /// Serves one compaction request whose body was read and decoded.
 pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
@@ -58,9 +60,16 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
         Ok(n) => n,
         Err(e) => return write_error(ctx, conn, ROUTE, &e, keep).await,
     };
-    let mut usage = UsageGuard::start(ctx, &key, ROUTE, norm.model.clone(), false, conn.usage_id());
+    let mut usage = UsageGuard::start(
+        ctx,
+        &key,
+        ROUTE.label(),
+        norm.model.clone(),
+        false,
+        conn.usage_id(),
+    );
     let plan = RequestPlan {
-        route: ROUTE,
+        route: ROUTE.label(),
         model: norm.model,
         body: Bytes::from(norm.body),
         passthrough: passthrough(&req),

@@ -1,8 +1,9 @@
 //! Anthropic `/v1/messages` and `/v1/messages/count_tokens`: the `codex_protocol::anthropic`
 //! translators as encoders of the one pipeline, over the same lifecycle as `/v1/responses`
 //! and `/v1/chat/completions` (failover, quota, usage and affinity behave identically).
-//! Errors answer in Anthropic's shape (`api::write_error` picks the dialect by route; after
-//! the stream began, one `error` event). This module only translates; it decides nothing.
+//! Errors answer in Anthropic's shape (`api::write_error` picks the dialect by route,
+//! `Route::dialect`; after the stream began, one `error` event). This module only translates;
+//! it decides nothing.
 
 use std::io;
 
@@ -19,7 +20,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::JsonValueTrait;
 
-use super::{affinity_key, open_and_forward, passthrough, write_error, JSON};
+use super::{affinity_key, open_and_forward, passthrough, write_error, Route, JSON};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -29,10 +30,10 @@ use crate::{
     server::h1::{Conn, Request},
 };
 
-/// Route name of `/v1/messages` for metrics, usage and the error dialect.
-pub const ROUTE: &str = "messages";
-/// Route name of `/v1/messages/count_tokens`.
-pub const COUNT_ROUTE: &str = "messages_count_tokens";
+/// The route of `/v1/messages` (its metrics and usage label, its error dialect).
+pub const ROUTE: Route = Route::Messages;
+/// The route of `/v1/messages/count_tokens`.
+pub const COUNT_ROUTE: Route = Route::CountTokens;
 
 fn now_s() -> u64 {
     shared_state::now_ms() / 1000
@@ -133,13 +134,13 @@ pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
     let mut usage = UsageGuard::start(
         ctx,
         &key,
-        ROUTE,
+        ROUTE.label(),
         mreq.model.clone(),
         mreq.stream,
         conn.usage_id(),
     );
     let plan = RequestPlan {
-        route: ROUTE,
+        route: ROUTE.label(),
         model: mreq.model.clone(),
         asked: Asked::of_body(&mreq.body),
         body: Bytes::from(std::mem::take(&mut mreq.body)),
@@ -175,7 +176,7 @@ pub async fn count_tokens<S: AsyncReadRent + AsyncWriteRent>(
     }
     match estimate_tokens(&req.body) {
         Ok(n) => {
-            ctx.metrics.request(COUNT_ROUTE, 200);
+            ctx.metrics.request(COUNT_ROUTE.label(), 200);
             let body = format!("{{\"input_tokens\":{n}}}");
             conn.write_response(200, &[JSON], body.as_bytes(), keep)
                 .await?;

@@ -7,7 +7,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 
 use shared_state::ClientKey;
 
-use super::{authenticate, write_error, JSON};
+use super::{write_error, Route, JSON};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -73,7 +73,7 @@ pub async fn healthz<S: AsyncReadRent + AsyncWriteRent>(
     } else {
         200
     };
-    ctx.metrics.request("healthz", code);
+    ctx.metrics.request(Route::Healthz.label(), code);
     let body = format!(
         concat!(
             r#"{{"status":"{}","storage":"{}","redis":"{}","#,
@@ -117,7 +117,7 @@ pub async fn metrics<S: AsyncReadRent + AsyncWriteRent>(
     conn: &mut Conn<S>,
     keep: bool,
 ) -> io::Result<bool> {
-    ctx.metrics.request("metrics", 200);
+    ctx.metrics.request(Route::Metrics.label(), 200);
     let mut body = ctx.registry.render();
     body.push_str(&crate::metrics::render_forecast(
         &ctx.snapshot.load(),
@@ -142,18 +142,15 @@ pub async fn models<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     req: &Request,
+    key: &ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
-    let key = match authenticate(ctx, req) {
-        Ok(k) => k,
-        Err(e) => return write_error(ctx, conn, "models", &e, keep).await,
-    };
     let codex_shape = req
         .query
         .as_deref()
         .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("client_version=")));
-    let body = models_body(ctx, &key, codex_shape);
-    ctx.metrics.request("models", 200);
+    let body = models_body(ctx, key, codex_shape);
+    ctx.metrics.request(Route::Models.label(), 200);
     conn.write_response(200, &[JSON], &body, keep).await?;
     Ok(keep)
 }
@@ -177,27 +174,24 @@ pub async fn model<S: AsyncReadRent + AsyncWriteRent>(
     ctx: &WorkerCtx,
     conn: &mut Conn<S>,
     req: &Request,
-    id: &str,
+    key: &ClientKey,
     keep: bool,
 ) -> io::Result<bool> {
-    let key = match authenticate(ctx, req) {
-        Ok(k) => k,
-        Err(e) => return write_error(ctx, conn, "models", &e, keep).await,
-    };
-    let id = percent_decode(id);
+    let path = super::route::trimmed(&req.path);
+    let id = percent_decode(path.strip_prefix("/v1/models/").unwrap_or_default());
     let body = ctx
         .catalog
         .load()
         .model_for(&id, |m| key.limits.allows_model(m));
     match body {
         Some(b) => {
-            ctx.metrics.request("models", 200);
+            ctx.metrics.request(Route::Model.label(), 200);
             conn.write_response(200, &[JSON], &b, keep).await?;
             Ok(keep)
         }
         None => {
             let e = Error::new(ErrorKind::ModelNotFound(id), Side::Downstream);
-            write_error(ctx, conn, "models", &e, keep).await
+            write_error(ctx, conn, Route::Model, &e, keep).await
         }
     }
 }
@@ -209,7 +203,7 @@ pub async fn probe<S: AsyncReadRent + AsyncWriteRent>(
     conn: &mut Conn<S>,
     keep: bool,
 ) -> io::Result<bool> {
-    ctx.metrics.request("other", 200);
+    ctx.metrics.request(Route::Probe.label(), 200);
     conn.write_response(200, &[], b"", keep).await?;
     Ok(keep)
 }

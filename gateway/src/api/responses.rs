@@ -10,7 +10,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
 
-use super::{fault_requested, header_session, open_and_forward, passthrough, write_error};
+use super::{fault_requested, header_session, open_and_forward, passthrough, write_error, Route};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -20,7 +20,8 @@ use crate::{
     server::h1::{Conn, Request},
 };
 
-const ROUTE: &str = "responses";
+/// This surface's route (ChatGPT-mode inference is the same route).
+const ROUTE: Route = Route::Responses;
 
 /// Serves one `POST /v1/responses` whose body was read and decoded.
 pub async fn serve<S: AsyncReadRent + AsyncWriteRent>(
@@ -127,13 +128,13 @@ async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
     let usage = UsageGuard::start(
         ctx,
         key,
-        ROUTE,
+        ROUTE.label(),
         norm.model.clone(),
         norm.stream,
         conn.usage_id(),
     );
     let plan = RequestPlan {
-        route: ROUTE,
+        route: ROUTE.label(),
         model: norm.model,
         body: Bytes::from(norm.body),
         passthrough: passthrough(&req),

@@ -51,7 +51,7 @@ use shared_state::ClientKey;
 use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait};
 use tokio::sync::{mpsc, Notify};
 
-use super::{affinity_key, authenticate, passthrough, responses::Capturing, write_error, JSON};
+use super::{affinity_key, authenticate, passthrough, responses::Capturing, write_error, Route};
 use crate::{
     ctx::WorkerCtx,
     error::{Error, ErrorKind, Side},
@@ -67,7 +67,8 @@ use crate::{
     },
 };
 
-const ROUTE: &str = "responses";
+/// The WebSocket is the Responses route's (metrics, usage and errors).
+const ROUTE: Route = Route::Responses;
 /// Frames queued for the writer beyond which the session waits (a slow client slows the
 /// stream instead of growing memory).
 const HIGH_WATER: usize = 1 << 20;
@@ -87,10 +88,7 @@ const IDLE_TICK: Duration = Duration::from_secs(5);
 /// Whether this request asks for the Responses WebSocket.
 pub fn wants_upgrade(req: &Request) -> bool {
     req.method == "GET"
-        && matches!(
-            req.path.trim_end_matches('/'),
-            "/v1/responses" | "/responses" | "/backend-api/codex/responses"
-        )
+        && Route::of_path(&req.path) == ROUTE
         && handshake::is_upgrade_request(&req.headers)
 }
 
@@ -114,17 +112,8 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
     let hs = match handshake::accept(&req.headers) {
         Ok(h) => h,
         Err(e) => {
-            let body = codex_protocol::openai_error::ErrorBody::new(
-                e.message().to_owned(),
-                "invalid_request_error",
-                Some("websocket_handshake_failed"),
-            );
-            let mut headers: Vec<(&str, &str)> = vec![JSON];
-            headers.extend_from_slice(e.headers());
-            ctx.metrics.request(ROUTE, e.status());
-            let _ = conn
-                .write_response(e.status(), &headers, &body.to_json(), false)
-                .await;
+            let e = Error::new(ErrorKind::WsHandshake(e), Side::Downstream);
+            let _ = write_error(ctx, &mut conn, ROUTE, &e, false).await;
             return;
         }
     };
@@ -141,7 +130,7 @@ pub async fn serve(ctx: &WorkerCtx, mut conn: Conn<TcpStream>, req: Request) {
     if conn.write_all(head).await.is_err() {
         return;
     }
-    ctx.metrics.request(ROUTE, 101);
+    ctx.metrics.request(ROUTE.label(), 101);
     ctx.metrics.ws_sessions_delta(1);
     let _open = scopeguard(|| ctx.metrics.ws_sessions_delta(-1));
     let (io, buffered) = conn.into_parts();
@@ -427,9 +416,16 @@ async fn turn(
             return;
         }
     };
-    let mut usage = UsageGuard::start(ctx, key, ROUTE, norm.model.clone(), true, &request_id);
+    let mut usage = UsageGuard::start(
+        ctx,
+        key,
+        ROUTE.label(),
+        norm.model.clone(),
+        true,
+        &request_id,
+    );
     let plan = RequestPlan {
-        route: ROUTE,
+        route: ROUTE.label(),
         model: norm.model,
         body: Bytes::from(norm.body),
         asked: norm.asked,
