@@ -354,6 +354,57 @@ async fn expired_and_disabled_keys_are_refused_like_invalid_keys() {
     assert_eq!(respond(&s, &k).await.0, 200);
 }
 
+/// `/v1/usage` is counted under its own route label, and answers refused by the route table
+/// (a 426 for a plain `GET /v1/responses`, a 405) under their route's label, in its dialect.
+#[tokio::test(flavor = "multi_thread")]
+async fn route_labels_count_usage_and_refusals_under_their_route() {
+    let s = StackBuilder::default().start();
+    let line = |route: &str, status: u16| {
+        format!("codex_gateway_requests_total{{route=\"{route}\",status=\"{status}\"}} 1")
+    };
+    let r = client()
+        .get(format!("{}/v1/usage", s.url()))
+        .bearer_auth(&s.key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client()
+        .get(format!("{}/v1/responses", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 426);
+    assert_eq!(r.headers()["upgrade"], "websocket");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let r = client()
+        .put(format!("{}/v1/messages", s.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert!(
+        r.headers().contains_key("request-id"),
+        "Anthropic's dialect"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "error", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    let m = client()
+        .get(format!("{}/metrics", s.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (route, status) in [("usage", 200), ("responses", 426), ("messages", 405)] {
+        assert!(m.contains(&line(route, status)), "{route} {status}: {m}");
+    }
+    assert!(!m.contains("route=\"other\""), "{m}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
     let s = StackBuilder::default().start();
