@@ -1,8 +1,9 @@
 //! The route table: what a request head names, and what each route is. One function maps a
 //! path (and, with the method, a request) to a [`Route`]; everything the API layer decides per
-//! route (the metrics and usage label, the error dialect, whether the head is authenticated,
-//! admitted under the key's limits and its body read) is a method of [`Route`], so a new
-//! surface is one more variant and one more row in each of them.
+//! route (the metrics and usage label, the error dialect, the methods, whether the head is
+//! authenticated, admitted under the key's limits and its body read) is its row of one table,
+//! [`Route::spec`], so a new surface is one more variant, its paths and one row (and its
+//! handler's arm in `super::handle`).
 //!
 //! # Key Components
 //! - [`Route::of_path`]: the route a path names, whatever the method (the front door answers
@@ -11,8 +12,10 @@
 //!   docs/protocol.md#endpoints).
 //! - [`Route::dispatch`]: the route and what to do with the method ([`Action`]): serve it,
 //!   405, or 426 for a `GET /v1/responses` without `Upgrade: websocket`.
-//! - [`Route::label`]: the `route` label of `codex_gateway_requests_total` and of usage and
-//!   access records, the one place a [`Route`] becomes a string.
+//! - [`Route::spec`]: the table, one row per route ([`Spec`]): its label (the `route` label
+//!   of `codex_gateway_requests_total` and of usage and access records, the one place a
+//!   [`Route`] becomes a string, [`Route::label`]), its dialect, the methods it takes and what
+//!   the one front step does for it ([`Front`]).
 
 use crate::error::Dialect;
 
@@ -136,85 +139,126 @@ impl Route {
         }
     }
 
-    /// The route of a request and what to do with its method. `HEAD /` is the probe; any
-    /// other method on `/` names nothing (404).
+    /// The route of a request and what to do with its method ([`Spec::methods`]). `HEAD /`
+    /// is the probe; any other method on `/` names nothing (404).
     pub fn dispatch(method: &str, path: &str) -> (Self, Action) {
         let route = Self::of_path(path);
-        let action = match (route, method) {
-            (Self::Healthz, "GET" | "HEAD") | (Self::Probe, "HEAD") => Action::Serve,
-            (Self::Probe, _) => return (Self::NotFound, Action::Serve),
-            (Self::Responses, "GET") => Action::UpgradeRequired,
-            (
-                Self::Responses | Self::Compact | Self::Chat | Self::Messages | Self::CountTokens,
-                "POST",
-            ) => Action::Serve,
-            (
-                Self::Metrics
-                | Self::Models
-                | Self::Model
-                | Self::Usage
-                | Self::CodexModels
-                | Self::PoolUsage
-                | Self::AccountsCheck,
-                "GET",
-            ) => Action::Serve,
-            (Self::SideCall | Self::NotFound, _) => Action::Serve,
+        let action = match (route.spec().methods, method) {
+            (Methods::Any, _) | (Methods::Get, "GET") | (Methods::Post, "POST") => Action::Serve,
+            (Methods::GetHead, "GET" | "HEAD") | (Methods::Head, "HEAD") => Action::Serve,
+            (Methods::Head, _) => return (Self::NotFound, Action::Serve),
+            (Methods::PostOrUpgrade, "POST") => Action::Serve,
+            (Methods::PostOrUpgrade, "GET") => Action::UpgradeRequired,
             _ => Action::MethodNotAllowed,
         };
         (route, action)
     }
 
+    /// The route's row of the table: everything the API layer decides per route but its
+    /// paths ([`Route::of_path`]) and its handler (`super::handle`).
+    pub const fn spec(self) -> Spec {
+        use Dialect::{Anthropic, OpenAi};
+        use Front::{Admitted, Key, KeyBody, Open};
+        match self {
+            Self::Healthz => row("healthz", OpenAi, Methods::GetHead, Open),
+            Self::Metrics => row("metrics", OpenAi, Methods::Get, Open),
+            Self::Probe => row("other", OpenAi, Methods::Head, Open),
+            Self::Responses => row("responses", OpenAi, Methods::PostOrUpgrade, Admitted),
+            Self::Compact => row("responses_compact", OpenAi, Methods::Post, Admitted),
+            Self::Chat => row("chat_completions", OpenAi, Methods::Post, Admitted),
+            Self::Messages => row("messages", Anthropic, Methods::Post, Admitted),
+            Self::CountTokens => row("messages_count_tokens", Anthropic, Methods::Post, KeyBody),
+            Self::Models | Self::Model | Self::CodexModels => {
+                row("models", OpenAi, Methods::Get, Key)
+            }
+            Self::Usage => row("usage", OpenAi, Methods::Get, Key),
+            Self::PoolUsage | Self::AccountsCheck => row("chatgpt", OpenAi, Methods::Get, Key),
+            Self::SideCall => row("chatgpt", OpenAi, Methods::Any, Open),
+            Self::NotFound => row("other", OpenAi, Methods::Any, Open),
+        }
+    }
+
     /// The `route` label of metrics, usage and access records (the values dashboards know).
     pub const fn label(self) -> &'static str {
-        match self {
-            Self::Healthz => "healthz",
-            Self::Metrics => "metrics",
-            Self::Responses => "responses",
-            Self::Compact => "responses_compact",
-            Self::Chat => "chat_completions",
-            Self::Messages => "messages",
-            Self::CountTokens => "messages_count_tokens",
-            Self::Models | Self::Model | Self::CodexModels => "models",
-            Self::Usage => "usage",
-            Self::PoolUsage | Self::AccountsCheck | Self::SideCall => "chatgpt",
-            Self::Probe | Self::NotFound => "other",
-        }
+        self.spec().label
     }
 
     /// The dialect its answers (errors included) are written in: Anthropic's on the Messages
     /// routes, OpenAI's everywhere else.
     pub const fn dialect(self) -> Dialect {
-        match self {
-            Self::Messages | Self::CountTokens => Dialect::Anthropic,
-            _ => Dialect::OpenAi,
-        }
+        self.spec().dialect
     }
 
     /// Whether the head must carry a client key (`super::authenticate`). `/metrics` has its
     /// own token; health, the probe, ChatGPT-mode side calls and 404s take none.
     pub const fn authenticates(self) -> bool {
-        !matches!(
-            self,
-            Self::Healthz | Self::Metrics | Self::Probe | Self::SideCall | Self::NotFound
-        )
+        !matches!(self.spec().front, Front::Open)
     }
 
     /// Whether it is admitted under the key's limits (`crate::limits::admit`): every route
     /// that goes upstream.
     pub const fn admitted(self) -> bool {
-        matches!(
-            self,
-            Self::Responses | Self::Compact | Self::Chat | Self::Messages
-        )
+        matches!(self.spec().front, Front::Admitted)
     }
 
     /// Whether its body is read and decoded before its handler runs.
     pub const fn reads_body(self) -> bool {
-        matches!(
-            self,
-            Self::Responses | Self::Compact | Self::Chat | Self::Messages | Self::CountTokens
-        )
+        matches!(self.spec().front, Front::Admitted | Front::KeyBody)
     }
+}
+
+/// One route's row of the table ([`Route::spec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spec {
+    /// The `route` label of metrics, usage and access records (one of `metrics::ROUTES`).
+    pub label: &'static str,
+    /// The dialect of its answers.
+    pub dialect: Dialect,
+    /// The methods it takes.
+    pub methods: Methods,
+    /// What the one front step does before its handler.
+    pub front: Front,
+}
+
+/// A row of the table.
+const fn row(label: &'static str, dialect: Dialect, methods: Methods, front: Front) -> Spec {
+    Spec {
+        label,
+        dialect,
+        methods,
+        front,
+    }
+}
+
+/// The methods a route takes; any other is a 405.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Methods {
+    /// `GET`.
+    Get,
+    /// `GET` and `HEAD`.
+    GetHead,
+    /// `HEAD` only; any other method names nothing (404).
+    Head,
+    /// `POST`.
+    Post,
+    /// `POST`; a `GET` (without `Upgrade: websocket`, taken before dispatch) is a 426.
+    PostOrUpgrade,
+    /// Any method.
+    Any,
+}
+
+/// What the one front step (`super::read_authenticated`) does for a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// Nothing: no client key (`/metrics` checks its own token).
+    Open,
+    /// Authenticates the key.
+    Key,
+    /// Authenticates the key, reads and decodes the body.
+    KeyBody,
+    /// Authenticates the key, admits the request under the key's limits, reads and decodes
+    /// the body: every route that goes upstream.
+    Admitted,
 }
 
 #[cfg(test)]
