@@ -226,6 +226,37 @@ async fn handshake_needs_a_key_and_errors_are_http() {
     }
 }
 
+/// A handshake the gateway refuses is answered by the one error mapping: its status and
+/// headers (426 with `sec-websocket-version: 13` for a version we do not speak), the OpenAI
+/// error body, the Responses route's metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_handshake_is_an_http_error_with_its_headers() {
+    let s = StackBuilder::default().start();
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .unwrap();
+    let h = req.headers_mut();
+    h.insert(
+        "authorization",
+        format!("Bearer {}", s.key).parse().unwrap(),
+    );
+    h.insert("sec-websocket-version", "8".parse().unwrap());
+    let resp = match tokio_tungstenite::connect_async(req).await {
+        Err(tungstenite::Error::Http(resp)) => resp,
+        other => panic!("expected a 426, got {:?}", other.map(|(_, r)| r.status())),
+    };
+    assert_eq!(resp.status(), 426);
+    assert_eq!(resp.headers()["sec-websocket-version"], "13");
+    let v: Value = serde_json::from_slice(resp.body().as_deref().unwrap()).unwrap();
+    assert_eq!(v["error"]["code"], "websocket_handshake_failed", "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert_eq!(
+        s.metric("codex_gateway_requests_total{route=\"responses\",status=\"426\"}")
+            .await,
+        1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failure_after_output_ends_the_turn_not_the_socket() {
     // Two accounts: the overload after output cools the first one (its effect applies even
