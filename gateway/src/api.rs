@@ -581,7 +581,87 @@ impl<S: AsyncReadRent + AsyncWriteRent> Sink for HttpSink<'_, S> {
 mod tests {
     use codex_protocol::normalize::normalize_responses;
 
-    use super::body_session;
+    use super::{body_session, write_error, write_read_error, Route};
+    use crate::{
+        error::{Error, ErrorKind, Side},
+        server::h1::{Conn, ReadError},
+        testing::{Harness, Plan, SegmentedIo},
+    };
+
+    /// Checks what one error answer puts on the wire (request id `req_t`): `expected`, and
+    /// nothing else.
+    async fn wire(h: &Harness, route: Route, answer: Result<Error, ReadError>, expected: String) {
+        let mut conn = Conn::new(SegmentedIo::new(b"", Plan::Whole));
+        conn.set_request_id("req_t".into());
+        match answer {
+            Ok(e) => {
+                let keep = write_error(&h.ctx, &mut conn, route, &e, false).await;
+                assert!(!keep.expect("written"));
+            }
+            Err(e) => assert!(!write_read_error(&h.ctx, &mut conn, route, e).await),
+        }
+        let (mut io, _) = conn.into_parts();
+        let written = io.written(expected.len() + 1);
+        assert_eq!(String::from_utf8(written).expect("utf-8"), expected);
+    }
+
+    /// The answers once written by hand in this module (the 426 of a plain
+    /// `GET /v1/responses`, the codec's rejections) are the one mapping's now, with the bytes
+    /// they had: status line, headers in order, body.
+    #[monoio::test_all(timer_enabled = true)]
+    async fn the_answers_once_built_by_hand_keep_their_bytes_on_the_wire() {
+        let h = Harness::new(1);
+        let upgrade = r#"{"error":{"message":"GET /v1/responses is the Responses WebSocket: send Upgrade: websocket, or POST for HTTP.","type":"invalid_request_error","code":"invalid_request","param":null}}"#;
+        let e = Error::new(ErrorKind::UpgradeRequired, Side::Downstream);
+        wire(
+            &h,
+            Route::Responses,
+            Ok(e),
+            format!(
+                "HTTP/1.1 426 Upgrade Required\r\nx-request-id: req_t\r\n\
+                 content-type: application/json\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
+                 connection: close\r\ncontent-length: {}\r\n\r\n{upgrade}",
+                upgrade.len()
+            ),
+        )
+        .await;
+        let reject = r#"{"error":{"message":"bad chunk size","type":"invalid_request_error","code":"bad_http_request","param":null}}"#;
+        let e = ReadError::Reject {
+            status: 400,
+            message: "bad chunk size".into(),
+        };
+        wire(
+            &h,
+            Route::NotFound,
+            Err(e),
+            format!(
+                "HTTP/1.1 400 Bad Request\r\nx-request-id: req_t\r\n\
+                 content-type: application/json\r\nconnection: close\r\n\
+                 content-length: {}\r\n\r\n{reject}",
+                reject.len()
+            ),
+        )
+        .await;
+        // In Anthropic's dialect: its body (with the request id), and now its `request-id`
+        // header too, as every other answer on the Messages routes.
+        let reject = r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad chunk size"},"request_id":"req_t"}"#;
+        let e = ReadError::Reject {
+            status: 400,
+            message: "bad chunk size".into(),
+        };
+        wire(
+            &h,
+            Route::Messages,
+            Err(e),
+            format!(
+                "HTTP/1.1 400 Bad Request\r\nx-request-id: req_t\r\n\
+                 content-type: application/json\r\nrequest-id: req_t\r\nconnection: close\r\n\
+                 content-length: {}\r\n\r\n{reject}",
+                reject.len()
+            ),
+        )
+        .await;
+    }
 
     #[test]
     fn the_body_scan_reads_the_session_the_normaliser_reads() {
