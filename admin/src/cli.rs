@@ -1,6 +1,10 @@
-//! Blocking helpers behind the `codex-gateway accounts|keys ...` subcommands.
+//! The `codex-gateway accounts|keys|admin|secrets ...` subcommands, and the blocking helpers
+//! behind them.
 //!
 //! # Key Components
+//! - [`Command`] (in `commands`): the subcommands' clap definitions, which the binary
+//!   flattens into its own command list, and [`run`], their dispatch and printing (exit 0 ok,
+//!   1 failure);
 //! - [`accounts_import`], [`accounts_list`], [`accounts_enable`], [`accounts_disable`],
 //!   [`accounts_delete`], [`accounts_refresh`], [`accounts_quota`], [`keys_create`],
 //!   [`keys_list`], [`keys_revoke`], [`settings_get`], [`settings_set`], [`settings_unset`],
@@ -45,6 +49,12 @@ use crate::{
 };
 
 pub use crate::keys::create_key;
+pub use commands::{
+    run, run_accounts, run_admin, run_keys, run_secrets, AccountsCmd, AdminCmd, Command, DbArgs,
+    KeyLimitArgs, KeysCmd, SecretsCmd,
+};
+
+mod commands;
 
 /// What [`secrets_rotate`] did.
 #[derive(Debug)]
