@@ -57,7 +57,14 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-use crate::{auth::Principal, error::StorageError, services::Core, settings::SettingError};
+use shared_state::Health;
+
+use crate::{
+    auth::{AdminAuth, Principal},
+    error::StorageError,
+    services::{Accounts, Catalog, Forecast, Ops, Pool, Proxies, Session, Store},
+    settings::SettingError,
+};
 
 mod accounts;
 mod audit;
@@ -73,62 +80,88 @@ mod settings;
 mod usage;
 pub mod web;
 
-type AppState = Arc<Core>;
-
 /// Largest admin API request body (an import of many credential files).
 const MAX_BODY_BYTES: usize = 64 << 20;
 
+/// What the admin router hands its route modules and layers, each only its own service(s);
+/// built by the sidecar assembly ([`crate::sidecar`]).
+#[derive(Clone)]
+pub(crate) struct ApiServices {
+    /// Keys, usage, settings and the audit log (and the audit layer).
+    pub store: Store,
+    /// `/healthz`.
+    pub health: Arc<Health>,
+    /// Login, admin API tokens, the request guard and the web app's host check.
+    pub session: Arc<Session>,
+    pub accounts: Arc<Accounts>,
+    pub ops: Arc<Ops>,
+    pub catalog: Arc<Catalog>,
+    pub proxies: Arc<Proxies>,
+    pub forecast: Arc<Forecast>,
+    pub pool: Arc<Pool>,
+}
+
 /// Builds the admin router (API, health check, web app).
-pub(crate) fn router(core: Arc<Core>) -> Router {
+pub(crate) fn router(services: ApiServices) -> Router {
+    let ApiServices {
+        store,
+        health,
+        session,
+        accounts,
+        ops,
+        catalog,
+        proxies,
+        forecast,
+        pool,
+    } = services;
     let protected = Router::new()
-        .merge(session::routes())
-        .merge(accounts::routes())
-        .merge(keys::routes())
-        .merge(usage::routes())
-        .merge(ops::routes())
-        .merge(settings::routes())
-        .merge(models::routes())
-        .merge(proxies::routes())
-        .merge(forecast::routes())
-        .merge(audit::routes())
-        .merge(pool::routes())
+        .merge(session::routes(Arc::clone(&session)))
+        .merge(accounts::routes(accounts))
+        .merge(keys::routes(store.clone()))
+        .merge(usage::routes(store.clone()))
+        .merge(ops::routes(ops))
+        .merge(settings::routes(store.clone()))
+        .merge(models::routes(catalog))
+        .merge(proxies::routes(proxies))
+        .merge(forecast::routes(forecast))
+        .merge(audit::routes(Arc::clone(&store.storage)))
+        .merge(pool::routes(pool))
         .fallback(not_found)
         // Inside `require_admin`: it knows the caller (`Principal`).
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&core),
+            store.clone(),
             audit_layer::layer,
         ))
         .layer(middleware::from_fn_with_state(
-            Arc::clone(&core),
+            Arc::clone(&session),
             require_admin,
         ));
     let api = protected
         .merge(
-            session::public_routes().layer(middleware::from_fn_with_state(
-                Arc::clone(&core),
+            session::public_routes(Arc::clone(&session)).layer(middleware::from_fn_with_state(
+                Arc::clone(&store.storage),
                 audit_layer::login_layer,
             )),
         )
-        .layer(middleware::from_fn_with_state(Arc::clone(&core), guard));
+        .layer(middleware::from_fn_with_state(Arc::clone(&session), guard));
     Router::new()
-        .route("/healthz", get(healthz))
+        .route("/healthz", get(healthz).with_state(health))
         // Imports of thousands of credential files arrive as one JSON body.
         .nest(
             "/api/admin",
             api.layer(DefaultBodyLimit::max(MAX_BODY_BYTES)),
         )
-        .fallback(web::serve)
-        .with_state(core)
+        .fallback(axum::routing::any(web::serve).with_state(session))
 }
 
 /// Serves the admin router on `listener` until `stop` flips (client addresses are known to
 /// the handlers for login rate limiting).
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    core: Arc<Core>,
+    services: ApiServices,
     mut stop: watch::Receiver<bool>,
 ) {
-    let app = router(core).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(services).into_make_service_with_connect_info::<SocketAddr>();
     let res = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -356,12 +389,12 @@ fn host_allowed(auth: &crate::auth::AdminAuth, host: &str) -> bool {
 }
 
 /// Host and cross-site checks shared by the API guard and the web app.
-pub(crate) fn check_host_and_site(core: &Core, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_host_and_site(auth: &AdminAuth, headers: &HeaderMap) -> Result<(), ApiError> {
     let host = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if !host_allowed(&core.admin.auth, host) {
+    if !host_allowed(auth, host) {
         return Err(ApiError::forbidden(
             "forbidden_host",
             "the Host header must name this admin listener (loopback, its address or \
@@ -400,8 +433,8 @@ fn no_store(mut resp: Response) -> Response {
 }
 
 /// Host / Origin / content-type checks and `Cache-Control: no-store` (see the module docs).
-async fn guard(State(core): State<AppState>, req: Request, next: Next) -> Response {
-    if let Err(e) = check_host_and_site(&core, req.headers()) {
+async fn guard(State(session): State<Arc<Session>>, req: Request, next: Next) -> Response {
+    if let Err(e) = check_host_and_site(&session.auth, req.headers()) {
         return no_store(e.into_response());
     }
     let mutation = matches!(
@@ -452,12 +485,15 @@ fn session_cookie(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, v)| v.trim())
 }
 
-async fn require_admin(State(core): State<AppState>, mut req: Request, next: Next) -> Response {
-    let who = core
-        .admin
+async fn require_admin(
+    State(session): State<Arc<Session>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let who = session
         .auth
         .authenticate(
-            core.storage.as_ref(),
+            session.storage.as_ref(),
             bearer(req.headers()),
             session_cookie(req.headers()),
         )
@@ -481,8 +517,8 @@ async fn require_admin(State(core): State<AppState>, mut req: Request, next: Nex
     }
 }
 
-async fn healthz(State(core): State<AppState>) -> Response {
-    if core.health.storage_up() {
+async fn healthz(State(health): State<Arc<Health>>) -> Response {
+    if health.storage_up() {
         (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
     } else {
         (

@@ -35,7 +35,6 @@ use serde_json::{json, Map, Value};
 use crate::{
     auth::Principal,
     csv::{cell, rfc3339},
-    services::Core,
     storage::{audit::AuditWrite, Storage},
 };
 
@@ -410,7 +409,7 @@ pub async fn prune_stored(
 /// The sidecar's pruning loop: a round at start, then every [`PRUNE_EVERY`]; a storage
 /// failure skips the round (logged).
 pub(crate) async fn prune_loop(
-    core: std::sync::Arc<Core>,
+    storage: std::sync::Arc<dyn Storage>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(PRUNE_EVERY);
@@ -420,7 +419,7 @@ pub(crate) async fn prune_loop(
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if let Err(e) = prune_stored(core.storage.as_ref(), crate::storage::now_ms_i64()).await {
+        if let Err(e) = prune_stored(storage.as_ref(), crate::storage::now_ms_i64()).await {
             tracing::warn!(error = %e, "audit log prune failed");
         }
     }

@@ -24,7 +24,6 @@
 use std::{
     collections::{HashMap, HashSet},
     path::{Path, PathBuf},
-    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -32,7 +31,7 @@ use serde_json::{json, Value};
 use shared_state::{AccountEffect, AccountStatus};
 use tokio::sync::watch;
 
-use crate::{services::Core, storage::AccountRow};
+use crate::{oauth::OAuthClient, services::Store, storage::AccountRow};
 
 /// How often the directory is read.
 pub const POLL: Duration = Duration::from_secs(5);
@@ -104,10 +103,10 @@ fn audit(action: &str, id: Option<i64>, details: Value) -> crate::storage::audit
     )
 }
 
-async fn set_status(core: &Core, id: i64, status: AccountStatus) -> bool {
-    match core.storage.set_status(id, status).await {
+async fn set_status(store: &Store, id: i64, status: AccountStatus) -> bool {
+    match store.storage.set_status(id, status).await {
         Ok(true) => {
-            if let Some(live) = core.publisher.live(id).await {
+            if let Some(live) = store.publisher.live(id).await {
                 let cooldown_until_ms = if status == AccountStatus::Active {
                     0
                 } else {
@@ -191,7 +190,7 @@ fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
 
 impl Watcher {
     /// One pass over `dir` (see the module docs).
-    pub(crate) async fn scan(&mut self, core: &Core, dir: &Path) {
+    pub(crate) async fn scan(&mut self, store: &Store, oauth: &OAuthClient, dir: &Path) {
         let files = match list(dir) {
             Ok(f) => f,
             Err(e) => {
@@ -199,7 +198,7 @@ impl Watcher {
                 return;
             }
         };
-        let accounts = match core.storage.list_accounts().await {
+        let accounts = match store.storage.list_accounts().await {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "auth dir: storage unavailable; next round");
@@ -213,7 +212,7 @@ impl Watcher {
                 a.chatgpt_account_id == cid && id.user_id.as_deref().is_none_or(|u| a.user_id == u)
             })
         };
-        let write_back = match core.storage.load_settings().await {
+        let write_back = match store.storage.load_settings().await {
             Ok(s) => crate::settings::sidecar(&s).auth_dir_write_back,
             Err(_) => false,
         };
@@ -239,7 +238,7 @@ impl Watcher {
                     .iter()
                     .find(|a| a.id == id)
                     .is_some_and(|a| a.status != AccountStatus::Disabled);
-                if active && set_status(core, id, AccountStatus::Disabled).await {
+                if active && set_status(store, id, AccountStatus::Disabled).await {
                     self.disabled.insert(id);
                     changed = true;
                     tracing::info!(account = id, file = %p.display(), "auth dir: file removed; account disabled");
@@ -248,7 +247,7 @@ impl Watcher {
                         Some(id),
                         json!({"file": p.display().to_string(), "reason": "file removed"}),
                     );
-                    crate::audit::record(core.storage.as_ref(), &e).await;
+                    crate::audit::record(store.storage.as_ref(), &e).await;
                 }
             }
         }
@@ -280,8 +279,8 @@ impl Watcher {
                     let mut sum = crate::import::ImportSummary::default();
                     let src = p.display().to_string();
                     crate::import::import_text(
-                        core.storage.as_ref(),
-                        &core.oauth,
+                        store.storage.as_ref(),
+                        &oauth,
                         &src,
                         &text,
                         &mut sum,
@@ -297,13 +296,13 @@ impl Watcher {
                             sum.ids.first().copied(),
                             json!({"file": src, "added": sum.added, "updated": sum.updated}),
                         );
-                        crate::audit::record(core.storage.as_ref(), &e).await;
+                        crate::audit::record(store.storage.as_ref(), &e).await;
                     }
                     sum.ids
                 };
                 for id in &ids {
                     if self.disabled.remove(id)
-                        && set_status(core, *id, AccountStatus::Active).await
+                        && set_status(store, *id, AccountStatus::Active).await
                     {
                         changed = true;
                         let e = audit(
@@ -311,7 +310,7 @@ impl Watcher {
                             Some(*id),
                             json!({"file": p.display().to_string(), "reason": "file back"}),
                         );
-                        crate::audit::record(core.storage.as_ref(), &e).await;
+                        crate::audit::record(store.storage.as_ref(), &e).await;
                     }
                 }
                 self.files.insert(p.clone(), Tracked { mtime, size, ids });
@@ -319,17 +318,17 @@ impl Watcher {
             // Write-back: storage holds newer tokens than the file.
             if write_back && stored_newer {
                 if let Some(a) = stored {
-                    self.write_back(core, &p, &text, a).await;
+                    self.write_back(store, &p, &text, a).await;
                 }
             }
         }
         if changed {
-            core.republish().await;
+            store.republish().await;
         }
     }
 
-    async fn write_back(&mut self, core: &Core, p: &Path, text: &str, a: &AccountRow) {
-        let Ok(Some((_, secrets))) = core.storage.get_account(a.id).await else {
+    async fn write_back(&mut self, store: &Store, p: &Path, text: &str, a: &AccountRow) {
+        let Ok(Some((_, secrets))) = store.storage.get_account(a.id).await else {
             return;
         };
         if secrets.decrypt_failed || secrets.access_token.is_empty() {
@@ -356,7 +355,7 @@ impl Watcher {
                     Some(a.id),
                     json!({"file": p.display().to_string()}),
                 );
-                crate::audit::record(core.storage.as_ref(), &e).await;
+                crate::audit::record(store.storage.as_ref(), &e).await;
             }
             Err(e) => {
                 tracing::warn!(file = %p.display(), error = %e, "auth dir: cannot write back");
@@ -366,11 +365,16 @@ impl Watcher {
 }
 
 /// Polls `dir` until `stop` (see the module docs).
-pub(crate) async fn run(core: Arc<Core>, dir: PathBuf, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    store: Store,
+    oauth: OAuthClient,
+    dir: PathBuf,
+    mut stop: watch::Receiver<bool>,
+) {
     tracing::info!(dir = %dir.display(), "watching the auth directory");
     let mut w = Watcher::default();
     loop {
-        w.scan(&core, &dir).await;
+        w.scan(&store, &oauth, &dir).await;
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}
             _ = stop.wait_for(|s| *s) => return,

@@ -21,7 +21,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::services::Core;
+use crate::services::Pool;
 
 /// Most accounts one batch tests.
 pub const MAX_ACCOUNTS: usize = 1000;
@@ -153,7 +153,7 @@ fn find_event_end(buf: &[u8]) -> Option<usize> {
 }
 
 /// Tests one account.
-async fn test_one(core: &Core, id: i64, model: &str) -> TestResult {
+async fn test_one(pool: &Pool, id: i64, model: &str) -> TestResult {
     let started = std::time::Instant::now();
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let mut r = TestResult {
@@ -166,7 +166,7 @@ async fn test_one(core: &Core, id: i64, model: &str) -> TestResult {
         error_class: None,
         message: None,
     };
-    let account = core.publisher.current().account(id).cloned();
+    let account = pool.store.publisher.current().account(id).cloned();
     let Some(account) = account else {
         r.error_class = Some("unknown_account".into());
         return r;
@@ -176,7 +176,7 @@ async fn test_one(core: &Core, id: i64, model: &str) -> TestResult {
         r.error_class = Some("no_token".into());
         return r;
     }
-    let client = match core.usage_for(id, &core.usage) {
+    let client = match pool.egress.usage_for(id, &pool.usage) {
         Ok(c) => c,
         Err(why) => {
             r.error_class = Some("proxy".into());
@@ -184,7 +184,7 @@ async fn test_one(core: &Core, id: i64, model: &str) -> TestResult {
             return r;
         }
     };
-    let url = format!("{}/responses", core.upstream_base_url.trim_end_matches('/'));
+    let url = format!("{}/responses", pool.upstream_base_url.trim_end_matches('/'));
     let sent = client
         .identity_post(
             &url,
@@ -226,19 +226,19 @@ async fn test_one(core: &Core, id: i64, model: &str) -> TestResult {
 
 /// Tests `ids` with `model`, at most `concurrency` at once; results in the order of `ids`.
 pub(crate) async fn test_accounts(
-    core: &Arc<Core>,
+    pool: &Arc<Pool>,
     ids: &[i64],
     model: &str,
     concurrency: usize,
 ) -> Vec<TestResult> {
     let conc = concurrency.clamp(1, MAX_CONCURRENCY);
-    let jobs: Vec<(usize, i64, Arc<Core>, String)> = ids
+    let jobs: Vec<(usize, i64, Arc<Pool>, String)> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| (i, *id, Arc::clone(core), model.to_owned()))
+        .map(|(i, id)| (i, *id, Arc::clone(pool), model.to_owned()))
         .collect();
     let mut out: Vec<(usize, TestResult)> = futures_util::stream::iter(jobs)
-        .map(|(i, id, core, model)| async move { (i, test_one(&core, id, &model).await) })
+        .map(|(i, id, pool, model)| async move { (i, test_one(&pool, id, &model).await) })
         .buffer_unordered(conc)
         .collect()
         .await;

@@ -18,7 +18,7 @@
 //! # Error handling
 //! A storage failure skips the round (logged); the next round tries again.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::{
     error::StorageError,
-    services::Core,
+    services::Store,
     settings::{CleanAction, SidecarSettings},
 };
 
@@ -71,8 +71,8 @@ pub struct Pass {
 }
 
 /// One pass (see the module docs).
-pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> {
-    let stored = core.storage.load_settings().await?;
+pub async fn run_once(store: &Store, dry_run: bool) -> Result<Pass, StorageError> {
+    let stored = store.storage.load_settings().await?;
     let s: SidecarSettings = crate::settings::sidecar(&stored);
     let mut pass = Pass {
         object: "auto_clean",
@@ -90,7 +90,7 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
     #[allow(clippy::cast_possible_truncation)]
     let after_ms = ((hours * 3_600_000.0) as i64).max(1);
     let now = crate::storage::now_ms_i64();
-    for a in core.storage.list_accounts().await? {
+    for a in store.storage.list_accounts().await? {
         if !matches!(
             a.status,
             AccountStatus::Banned | AccountStatus::ReauthRequired
@@ -108,7 +108,7 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
             action: s.auto_clean_action.as_str(),
         };
         if !dry_run {
-            let done = match act(core, &a, s.auto_clean_action).await {
+            let done = match act(store, &a, s.auto_clean_action).await {
                 Ok(done) => done,
                 // What was done so far is reported (and audited) all the same.
                 Err(e) if !pass.cleaned.is_empty() => {
@@ -131,7 +131,7 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
         pass.cleaned.push(c);
     }
     if !dry_run && !pass.cleaned.is_empty() {
-        core.republish().await;
+        store.republish().await;
     }
     Ok(pass)
 }
@@ -139,11 +139,11 @@ pub async fn run_once(core: &Core, dry_run: bool) -> Result<Pass, StorageError> 
 /// Disables or deletes `a` unless its status changed since the listing (several instances
 /// share the database: the one that acted first wins); whether it acted.
 async fn act(
-    core: &Core,
+    store: &Store,
     a: &crate::storage::AccountRow,
     action: CleanAction,
 ) -> Result<bool, StorageError> {
-    let still_dead = core
+    let still_dead = store
         .storage
         .get_account(a.id)
         .await?
@@ -153,12 +153,12 @@ async fn act(
     }
     match action {
         CleanAction::Disable => {
-            let ok = core
+            let ok = store
                 .storage
                 .set_status(a.id, AccountStatus::Disabled)
                 .await?;
             if ok {
-                if let Some(live) = core.publisher.live(a.id).await {
+                if let Some(live) = store.publisher.live(a.id).await {
                     live.apply(&AccountEffect::OperatorStatus {
                         status: AccountStatus::Disabled,
                         cooldown_until_ms: live.cooldown_until_ms(),
@@ -167,7 +167,7 @@ async fn act(
             }
             Ok(ok)
         }
-        CleanAction::Delete => core.storage.delete_account(a.id).await,
+        CleanAction::Delete => store.storage.delete_account(a.id).await,
     }
 }
 
@@ -222,12 +222,12 @@ pub fn audit_entry(pass: &Pass) -> Option<crate::storage::audit::AuditWrite> {
 }
 
 /// The auto-clean loop (see the module docs).
-pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(store: Store, mut stop: watch::Receiver<bool>) {
     loop {
-        let wait = match run_once(&core, false).await {
+        let wait = match run_once(&store, false).await {
             Ok(p) => {
                 if let Some(e) = audit_entry(&p) {
-                    crate::audit::record(core.storage.as_ref(), &e).await;
+                    crate::audit::record(store.storage.as_ref(), &e).await;
                 }
                 p.after_hours.map_or(OFF_RECHECK, |h| {
                     Duration::from_secs_f64((h * 360.0).clamp(1.0, 60.0))

@@ -25,7 +25,7 @@ use std::{sync::Arc, time::Duration};
 use futures_util::StreamExt;
 use tokio::sync::{watch, Notify};
 
-use crate::services::Core;
+use crate::services::{Leases, Store};
 
 /// The fleet's invalidation channel.
 pub const CHANNEL: &str = "codex-gateway:invalidate";
@@ -35,16 +35,18 @@ pub const RECONNECT: Duration = Duration::from_secs(1);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Runs the publisher and the subscriber until `stop`.
-pub(crate) async fn run(core: Arc<Core>, redis_url: String, stop: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    store: Store,
+    leases: Leases,
+    redis_url: String,
+    stop: watch::Receiver<bool>,
+) {
     let instance = crate::lease::new_instance_id();
     let wake = Arc::new(Notify::new());
-    let reloader = tokio::spawn(reload_loop(
-        Arc::clone(&core),
-        Arc::clone(&wake),
-        stop.clone(),
-    ));
+    let reloader = tokio::spawn(reload_loop(store.clone(), Arc::clone(&wake), stop.clone()));
     let publisher = tokio::spawn(publish_loop(
-        Arc::clone(&core),
+        store.clone(),
+        leases,
         instance.clone(),
         stop.clone(),
     ));
@@ -53,15 +55,20 @@ pub(crate) async fn run(core: Arc<Core>, redis_url: String, stop: watch::Receive
     reloader.abort();
 }
 
-async fn publish_loop(core: Arc<Core>, instance: String, mut stop: watch::Receiver<bool>) {
+async fn publish_loop(
+    store: Store,
+    leases: Leases,
+    instance: String,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut failing = false;
     loop {
         tokio::select! {
-            () = core.publisher.announced() => {}
+            () = store.publisher.announced() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         // Without a connection (Redis down at start-up) the periodic reload carries it.
-        let Some(leases) = core.leases.get() else {
+        let Some(leases) = leases.get() else {
             continue;
         };
         let mut conn = leases.connection();
@@ -134,15 +141,15 @@ async fn subscribe_loop(url: &str, instance: &str, wake: &Notify, mut stop: watc
     }
 }
 
-async fn reload_loop(core: Arc<Core>, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+async fn reload_loop(store: Store, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             () = wake.notified() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if let Err(e) = core
+        if let Err(e) = store
             .publisher
-            .reload_quiet(core.storage.as_ref(), false)
+            .reload_quiet(store.storage.as_ref(), false)
             .await
         {
             tracing::debug!(error = %e, "reload after a fleet invalidation failed");

@@ -1,9 +1,9 @@
 //! The sidecar thread's body: startup, the background tasks, and shutdown.
 //!
 //! # Key Components
-//! - [`Core`] (defined in [`crate::services`], with the services below): what every task
-//!   and admin handler shares (storage, publisher, health, OAuth client, optional Redis
-//!   leases, the refresh book). Built here and handed to the tasks and the admin server.
+//! - `Services`: the services of [`crate::services`] (storage and publisher, refresh, quota,
+//!   catalog, accounts, ops, forecast, proxies, pool, session), built here; each task and
+//!   each admin router receives only its own ([`crate::api::ApiServices`]).
 //! - [`run`]: opens storage, connects Redis, publishes the first snapshot, binds the admin
 //!   listener, reports readiness, then runs until told to stop:
 //!   - the event loops ([`events`]): usage through the durable spool ([`crate::spool`]) into
@@ -43,13 +43,20 @@ use shared_state::Health;
 use tokio::{sync::watch, task::JoinHandle};
 
 use crate::{
+    api::ApiServices,
     error::SidecarError,
     lease::RedisLeases,
     models::ModelsClient,
     oauth::{build_http_client, OAuthClient},
     publish::Publisher,
     quota::UsageClient,
-    services::{events, key_limits, models, quota, refresh, Core, FLUSH_ON_SHUTDOWN},
+    services::{
+        admin::{OpsSampler, PendingLogins},
+        events::{self, Settle},
+        key_limits, models, quota, refresh, Accounts, Catalog, Egress, Forecast, Leases, Ops, Pool,
+        Proxies, Quota, Refresher, ResetCredits, Session, Store, FLUSH_ON_SHUTDOWN,
+    },
+    storage::Storage,
     supervisor::Supervisor,
     SidecarConfig, SidecarShared,
 };
@@ -77,7 +84,7 @@ pub(crate) async fn run(
     let started = async {
         let storage = crate::storage::open(&cfg.db).await?;
         health.set_storage_up(true);
-        let leases = std::sync::OnceLock::new();
+        let leases: Leases = Arc::default();
         let instance = crate::lease::new_instance_id();
         if let Some(url) = cfg.redis_url.as_deref().filter(|u| !u.trim().is_empty()) {
             match RedisLeases::connect(url, instance, cfg.refresh_lease_ttl).await {
@@ -103,7 +110,7 @@ pub(crate) async fn run(
         )
         .await
         .map_err(SidecarError::AdminAuth)?;
-        let publisher = Publisher::new(snapshot, mailboxes, cfg.settings.clone());
+        let publisher = Arc::new(Publisher::new(snapshot, mailboxes, cfg.settings.clone()));
         // Rotated tokens an earlier process could not store (storage was down) go first.
         let journal = crate::held::HeldJournal::open(&cfg.db.data_dir);
         let held = match &journal {
@@ -126,46 +133,22 @@ pub(crate) async fn run(
             addr: cfg.admin_listen,
             source,
         })?;
-        let usage = UsageClient::new(http.clone(), cfg.usage_endpoint());
-        let models = models::CatalogRefresher::new(
-            catalog,
-            cfg.model_aliases.clone(),
-            ModelsClient::new(usage.clone(), cfg.models_url(), cfg.client_version.clone()),
-            cfg.catalog_refresh_interval,
-        );
-        let core = Arc::new(Core {
-            storage,
-            publisher,
-            health: Arc::clone(&health),
-            oauth: OAuthClient::new(http, cfg.oauth_token_url.clone())
-                .with_identity(&cfg.originator, &cfg.user_agent),
-            leases,
-            refresh: refresh::RefreshBook::default(),
-            admin: crate::services::AdminState::new(&cfg),
-            usage,
-            models,
-            egress: crate::egress::EgressClients::new(cfg.upstream_ca.clone()),
-            upstream_ca: cfg.upstream_ca.clone(),
-            upstream_base_url: cfg.upstream_base_url.clone(),
-            forecast: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
-            settle: events::Settle::default(),
-            reset_credits: std::sync::Mutex::default(),
-        });
+        let services = Services::build(&cfg, storage, publisher, &health, leases, http, catalog);
         if let crate::auth::Bootstrap::Generated(pw) = &boot {
             crate::auth::announce_generated(pw, addr);
         }
         match journal {
-            Ok(j) => core.publisher.set_journal(j),
+            Ok(j) => services.store.publisher.set_journal(j),
             Err(e) => {
                 tracing::error!(error = %e, "no held-token journal; tokens refreshed while storage is down are kept in memory only")
             }
         }
         for id in held {
-            tokio::spawn(refresh::persist_held(Arc::clone(&core), id));
+            tokio::spawn(refresh::persist_held(Arc::clone(&services.refresh), id));
         }
-        Ok::<_, SidecarError>((core, listener, addr))
+        Ok::<_, SidecarError>((services, listener, addr))
     };
-    let (core, listener, addr) = match started.await {
+    let (services, listener, addr) = match started.await {
         Ok(v) => v,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -174,13 +157,13 @@ pub(crate) async fn run(
     };
     tracing::info!(
         admin = %addr,
-        backend = ?core.storage.backend(),
-        redis = core.leases.get().is_some(),
-        version = core.publisher.current().version,
+        backend = ?services.store.storage.backend(),
+        redis = services.leases.get().is_some(),
+        version = services.store.publisher.current().version,
         "sidecar ready"
     );
 
-    let tasks = spawn_tasks(&core, &cfg, events, listener, &health, &stop);
+    let tasks = spawn_tasks(&services, &cfg, events, listener, &health, &stop);
 
     health.sidecar_tasks().beat(shared_state::now_ms());
     if ready.send(Ok(addr)).is_err() {
@@ -198,12 +181,12 @@ pub(crate) async fn run(
     tasks.stop().await;
     // A refresh between "endpoint rotated the token" and "stored it" must not be cut off.
     let _ = tokio::time::timeout(REFRESH_DRAIN, async {
-        while !core.refresh.is_idle() {
+        while !services.refresh.book.is_idle() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), core.storage.close()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), services.store.storage.close()).await;
     tracing::info!("sidecar stopped");
 }
 
@@ -258,10 +241,153 @@ impl Tasks {
     }
 }
 
+/// The services the assembly builds ([`crate::services`]); each task and each admin router
+/// receives only its own from here (`spawn_tasks`, [`crate::api::ApiServices`]).
+struct Services {
+    store: Store,
+    health: Arc<Health>,
+    leases: Leases,
+    settle: Arc<Settle>,
+    refresh: Arc<Refresher>,
+    quota: Arc<Quota>,
+    catalog: Arc<Catalog>,
+    accounts: Arc<Accounts>,
+    ops: Arc<Ops>,
+    forecast: Arc<Forecast>,
+    proxies: Arc<Proxies>,
+    pool: Arc<Pool>,
+    session: Arc<Session>,
+    /// The direct token endpoint client (the auth directory's imports).
+    oauth: OAuthClient,
+}
+
+// === impl Services ===
+
+impl Services {
+    fn build(
+        cfg: &SidecarConfig,
+        storage: Arc<dyn Storage>,
+        publisher: Arc<Publisher>,
+        health: &Arc<Health>,
+        leases: Leases,
+        http: reqwest::Client,
+        catalog: shared_state::catalog::SharedCatalog,
+    ) -> Self {
+        let store = Store { storage, publisher };
+        let usage = UsageClient::new(http.clone(), cfg.usage_endpoint());
+        let oauth = OAuthClient::new(http, cfg.oauth_token_url.clone())
+            .with_identity(&cfg.originator, &cfg.user_agent);
+        let credits = Arc::new(ResetCredits::default());
+        let settle = Arc::new(Settle::default());
+        let egress = Arc::new(Egress {
+            publisher: Arc::clone(&store.publisher),
+            clients: crate::egress::EgressClients::new(cfg.upstream_ca.clone()),
+            oauth: oauth.clone(),
+        });
+        let refresh = Arc::new(Refresher {
+            store: store.clone(),
+            health: Arc::clone(health),
+            leases: Arc::clone(&leases),
+            book: refresh::RefreshBook::default(),
+            egress: Arc::clone(&egress),
+        });
+        let quota = Arc::new(Quota {
+            store: store.clone(),
+            egress: Arc::clone(&egress),
+            refresh: Arc::clone(&refresh),
+            usage: usage.clone(),
+            credits: Arc::clone(&credits),
+        });
+        let catalog = Arc::new(Catalog {
+            publisher: Arc::clone(&store.publisher),
+            egress: Arc::clone(&egress),
+            refresh: Arc::clone(&refresh),
+            refresher: models::CatalogRefresher::new(
+                catalog,
+                cfg.model_aliases.clone(),
+                ModelsClient::new(usage.clone(), cfg.models_url(), cfg.client_version.clone()),
+                cfg.catalog_refresh_interval,
+            ),
+        });
+        let accounts = Arc::new(Accounts {
+            store: store.clone(),
+            settle: Arc::clone(&settle),
+            refresh: Arc::clone(&refresh),
+            quota: Arc::clone(&quota),
+            credits: Arc::clone(&credits),
+            oauth: oauth.clone(),
+            logins: PendingLogins::default(),
+            board: cfg.scheduler_board,
+        });
+        let ops = Arc::new(Ops {
+            accounts: Arc::clone(&accounts),
+            health: Arc::clone(health),
+            sampler: OpsSampler::new(cfg.metrics_url.clone()),
+        });
+        let forecast = Arc::new(Forecast {
+            publisher: Arc::clone(&store.publisher),
+            forecaster: crate::forecast::Forecaster::new(cfg.forecast_clock.clone()),
+            credits,
+        });
+        let proxies = Arc::new(Proxies {
+            store: store.clone(),
+            oauth: oauth.clone(),
+            upstream_ca: cfg.upstream_ca.clone(),
+            upstream_base_url: cfg.upstream_base_url.clone(),
+        });
+        let pool = Arc::new(Pool {
+            store: store.clone(),
+            egress,
+            usage,
+            upstream_base_url: cfg.upstream_base_url.clone(),
+        });
+        let session = Arc::new(Session {
+            storage: Arc::clone(&store.storage),
+            auth: crate::auth::AdminAuth::new(
+                cfg.admin_token.clone(),
+                cfg.admin_listen,
+                &cfg.admin_allowed_hosts,
+            ),
+        });
+        Self {
+            store,
+            health: Arc::clone(health),
+            leases,
+            settle,
+            refresh,
+            quota,
+            catalog,
+            accounts,
+            ops,
+            forecast,
+            proxies,
+            pool,
+            session,
+            oauth,
+        }
+    }
+
+    /// What the admin router hands its route modules.
+    fn api(&self) -> ApiServices {
+        ApiServices {
+            store: self.store.clone(),
+            health: Arc::clone(&self.health),
+            session: Arc::clone(&self.session),
+            accounts: Arc::clone(&self.accounts),
+            ops: Arc::clone(&self.ops),
+            catalog: Arc::clone(&self.catalog),
+            proxies: Arc::clone(&self.proxies),
+            forecast: Arc::clone(&self.forecast),
+            pool: Arc::clone(&self.pool),
+        }
+    }
+}
+
 /// Starts every long-running task under the supervisor (names: the `task` label of
-/// `codex_gateway_sidecar_task_restarts_total` and `/healthz`'s `sidecar.failing`).
+/// `codex_gateway_sidecar_task_restarts_total` and `/healthz`'s `sidecar.failing`); each
+/// receives only the services it uses.
 fn spawn_tasks(
-    core: &Arc<Core>,
+    s: &Services,
     cfg: &SidecarConfig,
     events: shared_state::Events,
     listener: tokio::net::TcpListener,
@@ -274,9 +400,9 @@ fn spawn_tasks(
     // The admin listener's socket outlives a crashed server: each run serves a duplicate.
     let listener = listener.into_std().map(Arc::new);
     let server = sup.spawn("admin_server", {
-        let (core, stop) = (Arc::clone(core), stop.clone());
+        let (api, stop) = (s.api(), stop.clone());
         move || {
-            let (core, stop) = (Arc::clone(&core), stop.clone());
+            let (services, stop) = (api.clone(), stop.clone());
             let listener = listener.as_ref().map_err(|e| e.to_string()).and_then(|l| {
                 l.try_clone()
                     .and_then(tokio::net::TcpListener::from_std)
@@ -284,7 +410,7 @@ fn spawn_tasks(
             });
             async move {
                 match listener {
-                    Ok(l) => crate::api::serve(l, core, stop).await,
+                    Ok(l) => crate::api::serve(l, services, stop).await,
                     Err(e) => tracing::error!(error = %e, "admin listener unusable"),
                 }
             }
@@ -295,7 +421,7 @@ fn spawn_tasks(
     // A run's spool adopts the file of a crashed run (unlocked once dropped) and replays it;
     // without one (the data directory is not writable) usage is kept in memory only.
     let usage = sup.spawn("events_usage", {
-        let (core, events, stop) = (Arc::clone(core), Arc::clone(&events), stop.clone());
+        let (store, events, stop) = (s.store.clone(), Arc::clone(&events), stop.clone());
         let (dir, usage_cfg) = (cfg.db.data_dir.clone(), cfg.usage);
         move || {
             let spool = match crate::spool::Spool::new(
@@ -311,7 +437,7 @@ fn spawn_tasks(
                 }
             };
             events::usage_loop(
-                Arc::clone(&core),
+                store.clone(),
                 Arc::clone(&events),
                 spool,
                 usage_cfg,
@@ -321,60 +447,108 @@ fn spawn_tasks(
         }
     });
     let control = sup.spawn("events_control", {
-        let (core, events, stop) = (Arc::clone(core), Arc::clone(&events), stop.clone());
-        move || events::control_loop(Arc::clone(&core), Arc::clone(&events), stop.clone())
+        let (store, settle, refresh) = (
+            s.store.clone(),
+            Arc::clone(&s.settle),
+            Arc::clone(&s.refresh),
+        );
+        let (events, stop) = (Arc::clone(&events), stop.clone());
+        move || {
+            events::control_loop(
+                store.clone(),
+                Arc::clone(&settle),
+                Arc::clone(&refresh),
+                Arc::clone(&events),
+                stop.clone(),
+            )
+        }
     });
     let limits = sup.spawn("key_limits", {
-        let (core, stop) = (Arc::clone(core), stop.clone());
-        move || key_limits::run(Arc::clone(&core), stop.clone())
+        let (store, health, leases) = (
+            s.store.clone(),
+            Arc::clone(&s.health),
+            Arc::clone(&s.leases),
+        );
+        let stop = stop.clone();
+        move || {
+            key_limits::run(
+                store.clone(),
+                Arc::clone(&health),
+                Arc::clone(&leases),
+                stop.clone(),
+            )
+        }
     });
     let mut abortable = vec![
         sup.spawn("reload", {
-            let (core, stop, every) = (Arc::clone(core), stop.clone(), cfg.reload_interval);
-            move || reload_loop(Arc::clone(&core), every, stop.clone())
+            let (refresh, stop, every) =
+                (Arc::clone(&s.refresh), stop.clone(), cfg.reload_interval);
+            move || reload_loop(Arc::clone(&refresh), every, stop.clone())
         }),
         sup.spawn("health", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
+            let (storage, health, leases) = (
+                Arc::clone(&s.store.storage),
+                Arc::clone(&s.health),
+                Arc::clone(&s.leases),
+            );
+            let stop = stop.clone();
             let redis = cfg.redis_url.clone().filter(|u| !u.trim().is_empty());
             let ttl = cfg.refresh_lease_ttl;
-            move || health_loop(Arc::clone(&core), redis.clone(), ttl, stop.clone())
+            move || {
+                health_loop(
+                    Arc::clone(&storage),
+                    Arc::clone(&health),
+                    Arc::clone(&leases),
+                    redis.clone(),
+                    ttl,
+                    stop.clone(),
+                )
+            }
         }),
         sup.spawn("forecast", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || forecast_loop(Arc::clone(&core), stop.clone())
+            let (forecast, stop) = (Arc::clone(&s.forecast), stop.clone());
+            move || forecast_loop(Arc::clone(&forecast), stop.clone())
         }),
         sup.spawn("auto_clean", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || crate::clean::run(Arc::clone(&core), stop.clone())
+            let (store, stop) = (s.store.clone(), stop.clone());
+            move || crate::clean::run(store.clone(), stop.clone())
         }),
         sup.spawn("audit_prune", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || crate::audit::prune_loop(Arc::clone(&core), stop.clone())
+            let (storage, stop) = (Arc::clone(&s.store.storage), stop.clone());
+            move || crate::audit::prune_loop(Arc::clone(&storage), stop.clone())
         }),
     ];
     // Fleet invalidations (`crate::pubsub`), only with Redis.
     if let Some(url) = cfg.redis_url.clone().filter(|u| !u.trim().is_empty()) {
         abortable.push(sup.spawn("pubsub", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || crate::pubsub::run(Arc::clone(&core), url.clone(), stop.clone())
+            let (store, leases, stop) = (s.store.clone(), Arc::clone(&s.leases), stop.clone());
+            move || {
+                crate::pubsub::run(
+                    store.clone(),
+                    Arc::clone(&leases),
+                    url.clone(),
+                    stop.clone(),
+                )
+            }
         }));
     }
     if let Some(dir) = cfg.auth_dir.clone() {
         abortable.push(sup.spawn("auth_dir", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || crate::auth_dir::run(Arc::clone(&core), dir.clone(), stop.clone())
+            let (store, oauth, stop) = (s.store.clone(), s.oauth.clone(), stop.clone());
+            move || crate::auth_dir::run(store.clone(), oauth.clone(), dir.clone(), stop.clone())
         }));
     }
     if !cfg.quota_poll_interval.is_zero() {
         abortable.push(sup.spawn("quota", {
-            let (core, stop, every) = (Arc::clone(core), stop.clone(), cfg.quota_poll_interval);
-            move || quota::run(Arc::clone(&core), core.usage.clone(), every, stop.clone())
+            let (quota, stop, every) =
+                (Arc::clone(&s.quota), stop.clone(), cfg.quota_poll_interval);
+            move || quota::run(Arc::clone(&quota), quota.usage.clone(), every, stop.clone())
         }));
     }
     if !cfg.catalog_refresh_interval.is_zero() {
         abortable.push(sup.spawn("models", {
-            let (core, stop) = (Arc::clone(core), stop.clone());
-            move || models::run(Arc::clone(&core), stop.clone())
+            let (catalog, stop) = (Arc::clone(&s.catalog), stop.clone());
+            move || models::run(Arc::clone(&catalog), stop.clone())
         }));
     }
     Tasks {
@@ -386,7 +560,8 @@ fn spawn_tasks(
     }
 }
 
-async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver<bool>) {
+async fn reload_loop(refresh: Arc<Refresher>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let store = &refresh.store;
     let every = if every.is_zero() {
         Duration::from_secs(2)
     } else {
@@ -401,16 +576,16 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if !core.health.storage_up() {
+        if !refresh.health.storage_up() {
             // The probe says storage is down: a reload would hold the publisher's lock for
             // the pool's connect timeout, delaying a refresh's publish from memory. The probe
             // says when it is back (within HEALTH_INTERVAL).
-            refresh::refresh_expiring(&core);
+            refresh::refresh_expiring(&refresh);
             continue;
         }
-        match core
+        match store
             .publisher
-            .reload_quiet(core.storage.as_ref(), false)
+            .reload_quiet(store.storage.as_ref(), false)
             .await
         {
             Ok(_) => {
@@ -426,13 +601,13 @@ async fn reload_loop(core: Arc<Core>, every: Duration, mut stop: watch::Receiver
                 failing = true;
             }
         }
-        refresh::refresh_expiring(&core);
+        refresh::refresh_expiring(&refresh);
     }
 }
 
 /// Samples the pool's quota for the forecast every [`crate::forecast::TICK`] (publishing
 /// the burn estimates the scheduler and `/metrics` read).
-async fn forecast_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+async fn forecast_loop(forecast: Arc<Forecast>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(crate::forecast::TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -440,12 +615,14 @@ async fn forecast_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        core.forecast.sample(&core.publisher.current());
+        forecast.forecaster.sample(&forecast.publisher.current());
     }
 }
 
 async fn health_loop(
-    core: Arc<Core>,
+    storage: Arc<dyn Storage>,
+    health: Arc<Health>,
+    leases: Leases,
     redis_url: Option<String>,
     lease_ttl: Duration,
     mut stop: watch::Receiver<bool>,
@@ -458,18 +635,18 @@ async fn health_loop(
             _ = stop.wait_for(|s| *s) => return,
         }
         let up = matches!(
-            tokio::time::timeout(HEALTH_INTERVAL, core.storage.ping()).await,
+            tokio::time::timeout(HEALTH_INTERVAL, storage.ping()).await,
             Ok(Ok(()))
         );
-        if up != core.health.storage_up() {
+        if up != health.storage_up() {
             if up {
                 tracing::info!("storage is reachable again");
             } else {
                 tracing::error!("storage is unreachable");
             }
         }
-        core.health.set_storage_up(up);
-        if core.leases.get().is_none() {
+        health.set_storage_up(up);
+        if leases.get().is_none() {
             if let Some(url) = redis_url.as_deref() {
                 // Redis was down at start-up: connect now that it may be back.
                 let connect = RedisLeases::connect(url, crate::lease::new_instance_id(), lease_ttl);
@@ -483,25 +660,25 @@ async fn health_loop(
                     }) {
                     Ok(l) => {
                         tracing::info!("Redis is reachable; refresh leases are fleet-wide again");
-                        let _ = core.leases.set(l);
+                        let _ = leases.set(l);
                     }
-                    Err(_) => core.health.set_redis_up(false),
+                    Err(_) => health.set_redis_up(false),
                 }
             }
         }
-        if let Some(leases) = core.leases.get() {
+        if let Some(leases) = leases.get() {
             let up = matches!(
                 tokio::time::timeout(HEALTH_INTERVAL, leases.ping()).await,
                 Ok(true)
             );
-            if core.health.redis_up() != Some(up) {
+            if health.redis_up() != Some(up) {
                 if up {
                     tracing::info!("Redis is reachable");
                 } else {
                     tracing::error!("Redis is unreachable");
                 }
             }
-            core.health.set_redis_up(up);
+            health.set_redis_up(up);
         }
     }
 }

@@ -24,7 +24,7 @@
 //! Bulk actions, imports, exports and the OAuth finish answer with the ids they affected
 //! ([`crate::audit::Affected`]): each call is one audit entry listing them.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     body::Bytes,
@@ -37,15 +37,15 @@ use axum::{
 use serde::{Deserialize, Serialize};
 use shared_state::{board::BoardEntry, AccountEffect, AccountStatus, Secret};
 
-use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
+use super::{parse_body, parse_id, ApiError, ApiResult, Deleted, List};
 use crate::{
     audit::{Affected, Audited},
     import::ImportSummary,
-    services::{admin::LOGIN_TTL, Core},
+    services::{admin::LOGIN_TTL, Accounts},
     storage::AccountRow,
 };
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(accounts: Arc<Accounts>) -> Router {
     Router::new()
         .route("/accounts", get(list_accounts))
         .route("/accounts/bulk", post(bulk))
@@ -62,6 +62,7 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/accounts/{id}/refresh", post(refresh_account))
         .route("/accounts/{id}/quota", post(poll_account_quota))
         .route("/accounts/{id}/reset-health", post(reset_health))
+        .with_state(accounts)
 }
 
 /// One account as the admin API shows it (no tokens).
@@ -130,11 +131,11 @@ const TIER_UNKNOWN: &str = "unknown";
 
 /// The scheduler board of the published snapshot now, by account id (empty without a data
 /// plane in this process). One call covers every account: list views compute it once.
-pub(super) fn scheduler_entries(core: &Core) -> HashMap<i64, BoardEntry> {
-    let Some(board) = core.admin.board else {
+pub(super) fn scheduler_entries(accounts: &Accounts) -> HashMap<i64, BoardEntry> {
+    let Some(board) = accounts.board else {
         return HashMap::new();
     };
-    board(&core.publisher.current(), shared_state::now_ms())
+    board(&accounts.store.publisher.current(), shared_state::now_ms())
         .entries
         .into_iter()
         .map(|e| (e.account_id, e))
@@ -144,12 +145,12 @@ pub(super) fn scheduler_entries(core: &Core) -> HashMap<i64, BoardEntry> {
 /// The view of `r`, with the live state of the published snapshot and the scheduler's
 /// entry for it (`sched`, from [`scheduler_entries`] or the ops board).
 pub(super) async fn account_view(
-    core: &Core,
+    accounts: &Accounts,
     r: &AccountRow,
     sched: Option<&BoardEntry>,
 ) -> AccountView {
     use std::sync::atomic::Ordering;
-    let live = core.publisher.live(r.id).await;
+    let live = accounts.store.publisher.live(r.id).await;
     let now = shared_state::now_ms();
     let stored_cd = u64::try_from(r.cooldown_until_ms).unwrap_or(0);
     let (in_flight, cooldown_until, override_status, served, failures) = match &live {
@@ -230,23 +231,20 @@ pub(super) async fn account_view(
         ),
         secondary_reset_at: r.secondary_reset_at,
         quota_updated_at: r.quota_updated_at,
-        reset_credits: core
-            .reset_credits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&r.id)
-            .copied(),
+        reset_credits: accounts.credits.get(r.id),
         access_expires_at: r.access_expires_at,
         last_refresh_at: r.last_refresh_at,
-        refresh_in_flight: core.refresh.in_flight(r.id),
+        refresh_in_flight: accounts.refresh.book.in_flight(r.id),
         health,
         created_at: r.created_at,
         updated_at: r.updated_at,
     }
 }
 
-async fn find_account(core: &Core, id: i64) -> Result<AccountRow, ApiError> {
-    core.storage
+async fn find_account(accounts: &Accounts, id: i64) -> Result<AccountRow, ApiError> {
+    accounts
+        .store
+        .storage
         .list_accounts()
         .await?
         .into_iter()
@@ -254,38 +252,42 @@ async fn find_account(core: &Core, id: i64) -> Result<AccountRow, ApiError> {
         .ok_or_else(|| ApiError::not_found(format!("no account with id {id}")))
 }
 
-async fn view_of(core: &Core, id: i64) -> ApiResult<AccountView> {
-    let row = find_account(core, id).await?;
-    let sched = scheduler_entries(core);
-    Ok(Json(account_view(core, &row, sched.get(&id)).await))
+async fn view_of(accounts: &Accounts, id: i64) -> ApiResult<AccountView> {
+    let row = find_account(accounts, id).await?;
+    let sched = scheduler_entries(accounts);
+    Ok(Json(account_view(accounts, &row, sched.get(&id)).await))
 }
 
-async fn list_accounts(State(core): State<AppState>) -> ApiResult<List<AccountView>> {
-    let rows = core.storage.list_accounts().await?;
-    let sched = scheduler_entries(&core);
+async fn list_accounts(State(accounts): State<Arc<Accounts>>) -> ApiResult<List<AccountView>> {
+    let rows = accounts.store.storage.list_accounts().await?;
+    let sched = scheduler_entries(&accounts);
     let mut data = Vec::with_capacity(rows.len());
     for r in &rows {
-        data.push(account_view(&core, r, sched.get(&r.id)).await);
+        data.push(account_view(&accounts, r, sched.get(&r.id)).await);
     }
     Ok(Json(List::of(data)))
 }
 
 async fn get_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
-    view_of(&core, parse_id(&id)?).await
+    view_of(&accounts, parse_id(&id)?).await
 }
 
 /// Sets the stored status; `Ok(false)` when no such account. Does not republish.
-async fn set_status_only(core: &Core, id: i64, status: AccountStatus) -> Result<bool, ApiError> {
-    if !core.storage.set_status(id, status).await? {
+async fn set_status_only(
+    accounts: &Accounts,
+    id: i64,
+    status: AccountStatus,
+) -> Result<bool, ApiError> {
+    if !accounts.store.storage.set_status(id, status).await? {
         return Ok(false);
     }
     if status == AccountStatus::Active {
-        core.storage.set_cooldown(id, 0, None).await?;
+        accounts.store.storage.set_cooldown(id, 0, None).await?;
     }
-    if let Some(live) = core.publisher.live(id).await {
+    if let Some(live) = accounts.store.publisher.live(id).await {
         // Re-enabling starts afresh (no cooldown); disabling keeps the cooldown it had.
         let cooldown_until_ms = if status == AccountStatus::Active {
             0
@@ -300,28 +302,32 @@ async fn set_status_only(core: &Core, id: i64, status: AccountStatus) -> Result<
     Ok(true)
 }
 
-async fn set_status(core: &Core, id: i64, status: AccountStatus) -> ApiResult<AccountView> {
-    core.settle_account_events().await;
-    if !set_status_only(core, id, status).await? {
+async fn set_status(accounts: &Accounts, id: i64, status: AccountStatus) -> ApiResult<AccountView> {
+    accounts.settle_account_events().await;
+    if !set_status_only(accounts, id, status).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     // Leaving `active` evicts the account's pooled sockets: the publisher does it.
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    view_of(core, id).await
+    accounts
+        .store
+        .publisher
+        .reload(accounts.store.storage.as_ref(), false)
+        .await?;
+    view_of(accounts, id).await
 }
 
 async fn enable_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
-    set_status(&core, parse_id(&id)?, AccountStatus::Active).await
+    set_status(&accounts, parse_id(&id)?, AccountStatus::Active).await
 }
 
 async fn disable_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
-    set_status(&core, parse_id(&id)?, AccountStatus::Disabled).await
+    set_status(&accounts, parse_id(&id)?, AccountStatus::Disabled).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,7 +345,7 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
 }
 
 async fn patch_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<AccountView> {
@@ -362,7 +368,8 @@ async fn patch_account(
         None => None,
     };
     if (p.weight.is_some() || p.max_concurrency.is_some())
-        && !core
+        && !accounts
+            .store
             .storage
             .set_limits(id, p.weight, p.max_concurrency)
             .await?
@@ -370,24 +377,37 @@ async fn patch_account(
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     if let Some(g) = group {
-        if !core.storage.set_account_group(id, g.as_deref()).await? {
+        if !accounts
+            .store
+            .storage
+            .set_account_group(id, g.as_deref())
+            .await?
+        {
             return Err(ApiError::not_found(format!("no account with id {id}")));
         }
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    view_of(&core, id).await
+    accounts
+        .store
+        .publisher
+        .reload(accounts.store.storage.as_ref(), false)
+        .await?;
+    view_of(&accounts, id).await
 }
 
 async fn delete_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<Deleted> {
     let id = parse_id(&id)?;
-    if !core.storage.delete_account(id).await? {
+    if !accounts.store.storage.delete_account(id).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     // The publisher evicts the deleted account's pooled sockets.
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    accounts
+        .store
+        .publisher
+        .reload(accounts.store.storage.as_ref(), false)
+        .await?;
     Ok(Json(Deleted {
         id,
         object: "account",
@@ -404,11 +424,11 @@ struct RefreshStarted {
 }
 
 async fn refresh_account(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
-    if !core.request_refresh(id) {
+    if !accounts.refresh.request_refresh(id) {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     Ok((
@@ -416,35 +436,35 @@ async fn refresh_account(
         Json(RefreshStarted {
             id,
             object: "account",
-            refresh_in_flight: core.refresh.in_flight(id),
+            refresh_in_flight: accounts.refresh.book.in_flight(id),
         }),
     )
         .into_response())
 }
 
 async fn poll_account_quota(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
     let id = parse_id(&id)?;
-    if !core.poll_quota(id).await {
+    if !accounts.quota.poll(id).await {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
-    view_of(&core, id).await
+    view_of(&accounts, id).await
 }
 
 /// Clears what the data plane learned against an account: cooldown (live and stored) and the
 /// status override (as an operator status change, [`AccountEffect::OperatorStatus`]), and the
 /// scheduler's feedback (`SchedulerLive::reset`: penalties, streaks, error rate, latency,
 /// model exclusions).
-async fn reset_health_of(core: &Core, id: i64) -> Result<bool, ApiError> {
-    if !core.storage.set_cooldown(id, 0, None).await? {
+async fn reset_health_of(accounts: &Accounts, id: i64) -> Result<bool, ApiError> {
+    if !accounts.store.storage.set_cooldown(id, 0, None).await? {
         return Ok(false);
     }
-    let Some((row, _)) = core.storage.get_account(id).await? else {
+    let Some((row, _)) = accounts.store.storage.get_account(id).await? else {
         return Ok(false);
     };
-    if let Some(live) = core.publisher.live(id).await {
+    if let Some(live) = accounts.store.publisher.live(id).await {
         // The stored status stands; a data-plane override and the cooldown go.
         live.apply(&AccountEffect::OperatorStatus {
             status: row.status,
@@ -457,16 +477,20 @@ async fn reset_health_of(core: &Core, id: i64) -> Result<bool, ApiError> {
 }
 
 async fn reset_health(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     Path(id): Path<String>,
 ) -> ApiResult<AccountView> {
     let id = parse_id(&id)?;
-    core.settle_account_events().await;
-    if !reset_health_of(&core, id).await? {
+    accounts.settle_account_events().await;
+    if !reset_health_of(&accounts, id).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    view_of(&core, id).await
+    accounts
+        .store
+        .publisher
+        .reload(accounts.store.storage.as_ref(), false)
+        .await?;
+    view_of(&accounts, id).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -501,7 +525,10 @@ fn bulk_audit_action(action: &str) -> String {
     format!("accounts.{}", action.replace('_', "-"))
 }
 
-async fn bulk(State(core): State<AppState>, body: Bytes) -> Result<Audited<BulkResult>, ApiError> {
+async fn bulk(
+    State(accounts): State<Arc<Accounts>>,
+    body: Bytes,
+) -> Result<Audited<BulkResult>, ApiError> {
     let req: BulkRequest = parse_body(&body)?;
     if !BULK_ACTIONS.contains(&req.action.as_str()) {
         return Err(ApiError::bad_request(format!(
@@ -514,15 +541,20 @@ async fn bulk(State(core): State<AppState>, body: Bytes) -> Result<Audited<BulkR
     if req.ids.is_empty() || req.ids.len() > BULK_MAX {
         return Err(ApiError::bad_request(format!("give 1 to {BULK_MAX} ids")).with_param("ids"));
     }
-    core.settle_account_events().await;
+    accounts.settle_account_events().await;
     let mut results = Vec::with_capacity(req.ids.len());
     for &id in &req.ids {
         let r: Result<bool, ApiError> = match req.action.as_str() {
-            "enable" => set_status_only(&core, id, AccountStatus::Active).await,
-            "disable" => set_status_only(&core, id, AccountStatus::Disabled).await,
-            "delete" => core.storage.delete_account(id).await.map_err(Into::into),
-            "refresh" => Ok(core.request_refresh(id)),
-            _ => reset_health_of(&core, id).await,
+            "enable" => set_status_only(&accounts, id, AccountStatus::Active).await,
+            "disable" => set_status_only(&accounts, id, AccountStatus::Disabled).await,
+            "delete" => accounts
+                .store
+                .storage
+                .delete_account(id)
+                .await
+                .map_err(Into::into),
+            "refresh" => Ok(accounts.refresh.request_refresh(id)),
+            _ => reset_health_of(&accounts, id).await,
         };
         results.push(match r {
             Ok(true) => BulkItem {
@@ -545,7 +577,7 @@ async fn bulk(State(core): State<AppState>, body: Bytes) -> Result<Audited<BulkR
     // The changes are stored: a failed publish is logged (the periodic reload publishes them)
     // rather than answered as an error that would hide what was done from the client and
     // from the call's audit entry.
-    core.republish().await;
+    accounts.store.republish().await;
     let succeeded = results.iter().filter(|r| r.ok).count();
     // One audit entry for the call, listing what it affected.
     let affected = Affected::of("account", results.iter().filter(|r| r.ok).map(|r| r.id))
@@ -606,7 +638,7 @@ impl From<ImportSummary> for ImportView {
 const IMPORT_MAX_FILES: usize = 5_000;
 
 async fn import(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     body: Bytes,
 ) -> Result<Audited<ImportView>, ApiError> {
     let req: ImportRequest = parse_body(&body)?;
@@ -624,8 +656,8 @@ async fn import(
             f.name.trim().to_owned()
         };
         crate::import::import_text(
-            core.storage.as_ref(),
-            &core.oauth,
+            accounts.store.storage.as_ref(),
+            &accounts.oauth,
             &name,
             &f.content,
             &mut sum,
@@ -633,7 +665,7 @@ async fn import(
         .await;
     }
     // Stored: a failed publish is logged, not answered (see `bulk`).
-    core.republish().await;
+    accounts.store.republish().await;
     tracing::info!(
         added = sum.added.len(),
         updated = sum.updated.len(),
@@ -671,11 +703,11 @@ struct ExportDoc {
 }
 
 async fn export(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     body: Bytes,
 ) -> Result<Audited<List<ExportDoc>>, ApiError> {
     let req: ExportRequest = parse_body(&body)?;
-    let rows = core.storage.load_accounts().await?;
+    let rows = accounts.store.storage.load_accounts().await?;
     let mut data = Vec::new();
     let mut exported = Vec::new();
     for (row, sec) in rows {
@@ -720,16 +752,16 @@ struct OAuthStart {
     expires_at: u64,
 }
 
-async fn oauth_start(State(core): State<AppState>) -> ApiResult<OAuthStart> {
+async fn oauth_start(State(accounts): State<Arc<Accounts>>) -> ApiResult<OAuthStart> {
     let (verifier, challenge) = crate::oauth::pkce_pair();
     let state = crate::auth::generate_session_id();
     let now = shared_state::now_ms();
-    core.admin
+    accounts
         .logins
         .insert(state.clone(), Secret::from(verifier), now);
     Ok(Json(OAuthStart {
         object: "oauth_login",
-        authorize_url: crate::oauth::authorize_url(core.oauth.token_url(), &challenge, &state),
+        authorize_url: crate::oauth::authorize_url(accounts.oauth.token_url(), &challenge, &state),
         state,
         redirect_uri: crate::oauth::REDIRECT_URI,
         expires_at: now + u64::try_from(LOGIN_TTL.as_millis()).unwrap_or(0),
@@ -777,7 +809,7 @@ fn percent_decode(s: &str) -> String {
 }
 
 async fn oauth_finish(
-    State(core): State<AppState>,
+    State(accounts): State<Arc<Accounts>>,
     body: Bytes,
 ) -> Result<Audited<ImportView>, ApiError> {
     let req: OAuthFinish = parse_body(&body)?;
@@ -803,13 +835,13 @@ async fn oauth_finish(
         )
         .with_param("callback_url"));
     };
-    let Some(verifier) = core.admin.logins.take(&state, shared_state::now_ms()) else {
+    let Some(verifier) = accounts.logins.take(&state, shared_state::now_ms()) else {
         return Err(ApiError::bad_request(
             "unknown or expired login (state does not match): start the login again",
         )
         .with_param("callback_url"));
     };
-    let t = core
+    let t = accounts
         .oauth
         .exchange_code(&code, verifier.expose())
         .await
@@ -835,14 +867,18 @@ async fn oauth_finish(
     });
     let mut sum = ImportSummary::default();
     crate::import::import_text(
-        core.storage.as_ref(),
-        &core.oauth,
+        accounts.store.storage.as_ref(),
+        &accounts.oauth,
         "oauth login",
         &doc.to_string(),
         &mut sum,
     )
     .await;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    accounts
+        .store
+        .publisher
+        .reload(accounts.store.storage.as_ref(), false)
+        .await?;
     let affected = Affected::of("account", sum.ids.iter().copied());
     Ok(affected.with(sum.into()))
 }

@@ -8,7 +8,7 @@
 //! - `GET /api/admin/audit/export.csv` with the same filters: every matching entry, newest
 //!   first, as CSV (cells quoted, formulas defused).
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     extract::{Query, State},
@@ -19,13 +19,17 @@ use axum::{
 };
 use serde_json::{json, Value};
 
-use super::{ApiError, ApiResult, AppState, List};
-use crate::storage::audit::{AuditFilter, AuditRow};
+use super::{ApiError, ApiResult, List};
+use crate::storage::{
+    audit::{AuditFilter, AuditRow},
+    Storage,
+};
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(storage: Arc<dyn Storage>) -> Router {
     Router::new()
         .route("/audit", get(list))
         .route("/audit/export.csv", get(export_csv))
+        .with_state(storage)
 }
 
 /// Most entries one page lists.
@@ -101,7 +105,7 @@ fn view(r: &AuditRow) -> Value {
     })
 }
 
-async fn list(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<Value>> {
+async fn list(State(storage): State<Arc<dyn Storage>>, Query(q): Q) -> ApiResult<List<Value>> {
     let f = filter_of(&q)?;
     let limit = match text(&q, "limit") {
         None => 200,
@@ -114,15 +118,18 @@ async fn list(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<Value
                     .with_param("limit")
             })?,
     };
-    let rows = core.storage.audit().list_audit(&f, limit).await?;
+    let rows = storage.audit().list_audit(&f, limit).await?;
     Ok(Json(List::of(rows.iter().map(view).collect())))
 }
 
-async fn export_csv(State(core): State<AppState>, Query(q): Q) -> Result<Response, ApiError> {
+async fn export_csv(
+    State(storage): State<Arc<dyn Storage>>,
+    Query(q): Q,
+) -> Result<Response, ApiError> {
     let mut f = filter_of(&q)?;
     let mut out = String::from(crate::audit::CSV_HEADER);
     loop {
-        let rows = core.storage.audit().list_audit(&f, EXPORT_PAGE).await?;
+        let rows = storage.audit().list_audit(&f, EXPORT_PAGE).await?;
         for r in &rows {
             crate::audit::csv_row(&mut out, r);
         }

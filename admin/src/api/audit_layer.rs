@@ -26,8 +26,9 @@ use serde_json::{json, Value};
 use crate::{
     audit::{action_of, actor_of, changed, json_text, record, redact, Affected},
     auth::Principal,
-    services::Core,
+    services::Store,
     storage::audit::AuditWrite,
+    storage::Storage,
 };
 
 /// Largest response body read back for the created object's id.
@@ -38,12 +39,12 @@ const MAX_DETAILS_BODY: usize = 256 << 10;
 const MAX_REQUEST: usize = 64 << 20;
 
 /// The state of an object worth a before/after: settings, a client key, an account, a proxy.
-async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> {
+async fn state_of(store: &Store, object: &str, id: Option<&str>) -> Option<Value> {
     let id = id.and_then(|i| i.parse::<i64>().ok());
     match (object, id) {
         ("settings", _) => {
-            let stored = core.storage.load_settings().await.ok()?;
-            let (eff, _) = crate::settings::effective(core.publisher.defaults(), &stored);
+            let stored = store.storage.load_settings().await.ok()?;
+            let (eff, _) = crate::settings::effective(store.publisher.defaults(), &stored);
             let mut m = crate::settings::to_json(&eff);
             m.extend(crate::settings::sidecar_json(&crate::settings::sidecar(
                 &stored,
@@ -51,7 +52,7 @@ async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> 
             Some(Value::Object(m))
         }
         ("key", Some(id)) => {
-            let k = core
+            let k = store
                 .storage
                 .list_keys()
                 .await
@@ -64,8 +65,8 @@ async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> 
             Some(v)
         }
         ("account", Some(id)) => {
-            let (r, _) = core.storage.get_account(id).await.ok()??;
-            let proxy = core
+            let (r, _) = store.storage.get_account(id).await.ok()??;
+            let proxy = store
                 .storage
                 .proxies()
                 .list_proxy_assignments()
@@ -81,7 +82,7 @@ async fn state_of(core: &Core, object: &str, id: Option<&str>) -> Option<Value> 
             }))
         }
         ("proxy", Some(id)) => {
-            let p = core
+            let p = store
                 .storage
                 .proxies()
                 .list_proxies()
@@ -148,11 +149,7 @@ async fn peek_id(resp: Response) -> (Response, Option<String>) {
 }
 
 /// The audit middleware of the authenticated admin API (see the module docs).
-pub(crate) async fn layer(
-    State(core): State<std::sync::Arc<Core>>,
-    req: Request,
-    next: Next,
-) -> Response {
+pub(crate) async fn layer(State(store): State<Store>, req: Request, next: Next) -> Response {
     if !is_mutation(req.method()) {
         return next.run(req).await;
     }
@@ -182,7 +179,7 @@ pub(crate) async fn layer(
             .map(|v| redact(&v))
             .unwrap_or_else(|_| json!({"body": format!("[{} bytes, not JSON]", bytes.len())}))
     };
-    let before = state_of(&core, &object, id.as_deref()).await;
+    let before = state_of(&store, &object, id.as_deref()).await;
     let req = Request::from_parts(parts, Body::from(bytes));
     let resp = next.run(req).await;
     let status = resp.status();
@@ -197,7 +194,7 @@ pub(crate) async fn layer(
     };
     let id = id.or(created);
     let after = if status.is_success() {
-        state_of(&core, &object, id.as_deref()).await
+        state_of(&store, &object, id.as_deref()).await
     } else {
         None
     };
@@ -207,7 +204,7 @@ pub(crate) async fn layer(
         _ => (None, None),
     };
     let actor = match &principal {
-        Some(p) => actor_of(core.storage.as_ref(), p).await,
+        Some(p) => actor_of(store.storage.as_ref(), p).await,
         None => "anonymous".into(),
     };
     let mut e = AuditWrite {
@@ -225,13 +222,13 @@ pub(crate) async fn layer(
     if let Some(a) = &affected {
         a.fold_into(&mut e);
     }
-    record(core.storage.as_ref(), &e).await;
+    record(store.storage.as_ref(), &e).await;
     resp
 }
 
 /// The audit middleware of `POST /login` (public): the body (a password) is never read.
 pub(crate) async fn login_layer(
-    State(core): State<std::sync::Arc<Core>>,
+    State(storage): State<std::sync::Arc<dyn Storage>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -260,6 +257,6 @@ pub(crate) async fn login_layer(
         status: i64::from(status.as_u16()),
         ..AuditWrite::default()
     };
-    record(core.storage.as_ref(), &e).await;
+    record(storage.as_ref(), &e).await;
     resp
 }

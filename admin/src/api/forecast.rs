@@ -9,22 +9,24 @@
 //!   without them is shown too (`exhausts_without_credits_at_ms`). Each call samples the
 //!   pool first.
 
+use std::sync::Arc;
+
 use axum::{extract::State, routing::get, Json, Router};
 
-use super::{ApiResult, AppState};
-use crate::forecast::ForecastView;
+use super::ApiResult;
+use crate::{forecast::ForecastView, services::Forecast};
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/forecast", get(get_forecast))
+pub(super) fn routes(forecast: Arc<Forecast>) -> Router {
+    Router::new()
+        .route("/forecast", get(get_forecast))
+        .with_state(forecast)
 }
 
-async fn get_forecast(State(core): State<AppState>) -> ApiResult<ForecastView> {
-    let credits = core
-        .reset_credits
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+async fn get_forecast(State(forecast): State<Arc<Forecast>>) -> ApiResult<ForecastView> {
+    let credits = forecast.credits.all();
     Ok(Json(
-        core.forecast.view(&core.publisher.current(), &credits),
+        forecast
+            .forecaster
+            .view(&forecast.publisher.current(), &credits),
     ))
 }

@@ -29,9 +29,10 @@ use shared_state::{
     snapshot::ServiceTierPolicy,
 };
 
-use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
+use super::{parse_body, parse_id, ApiError, ApiResult, Deleted, List};
 use crate::{
     keys::LimitsView,
+    services::Store,
     storage::{KeyRow, UsageFilter, UsageTotals},
 };
 
@@ -42,10 +43,11 @@ pub const MAX_GROUP: usize = 64;
 /// Most entries in a key's model allow-list.
 pub const MAX_MODELS: usize = 64;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(store: Store) -> Router {
     Router::new()
         .route("/keys", get(list_keys).post(create_key))
         .route("/keys/{id}", delete(revoke_key).patch(patch_key))
+        .with_state(store)
 }
 
 /// Usage of one budget period as the data plane counts it (fleet-wide with Redis).
@@ -87,10 +89,10 @@ pub(crate) struct KeyView {
 }
 
 impl KeyView {
-    fn of(core: &AppState, k: &KeyRow) -> Self {
+    fn of(store: &Store, k: &KeyRow) -> Self {
         let now = shared_state::now_ms();
         let (mut today, mut month, mut in_flight) = Default::default();
-        let snap = core.publisher.current();
+        let snap = store.publisher.current();
         if let Some(live) = snap.keys.values().find(|c| c.id == k.id).map(|c| &c.live) {
             let period = |c: &sk::PeriodCounters, p| PeriodView {
                 requests: c.requests.value(p),
@@ -122,10 +124,10 @@ impl KeyView {
     }
 }
 
-async fn list_keys(State(core): State<AppState>) -> ApiResult<List<KeyView>> {
-    let keys = core.storage.list_keys().await?;
-    let total = core.storage.usage_summary(UsageFilter::default()).await?;
-    let day = core
+async fn list_keys(State(store): State<Store>) -> ApiResult<List<KeyView>> {
+    let keys = store.storage.list_keys().await?;
+    let total = store.storage.usage_summary(UsageFilter::default()).await?;
+    let day = store
         .storage
         .usage_summary(UsageFilter {
             since_ms: Some(crate::storage::now_ms_i64() - 86_400_000),
@@ -141,7 +143,7 @@ async fn list_keys(State(core): State<AppState>) -> ApiResult<List<KeyView>> {
     let data = keys
         .iter()
         .map(|k| {
-            let mut v = KeyView::of(&core, k);
+            let mut v = KeyView::of(&store, k);
             v.usage_total = find(&total.by_key, k.id);
             v.usage_24h = find(&day.by_key, k.id);
             v
@@ -309,7 +311,7 @@ fn parse_limits(v: serde_json::Value) -> Result<LimitsPatch, ApiError> {
     serde_json::from_value(v).map_err(|e| ApiError::bad_request(format!("invalid limits: {e}")))
 }
 
-async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult<KeyView> {
+async fn create_key(State(store): State<Store>, body: Bytes) -> ApiResult<KeyView> {
     let req: CreateKey = parse_body(&body)
         .map_err(|_| ApiError::bad_request("the body must be {\"name\": \"...\", ...limits}"))?;
     let name = req.name.trim();
@@ -324,25 +326,28 @@ async fn create_key(State(core): State<AppState>, body: Bytes) -> ApiResult<KeyV
     }
     let mut limits = KeyLimits::unlimited();
     parse_limits(serde_json::Value::Object(req.limits))?.apply(&mut limits)?;
-    let (plain, mut row) = crate::keys::create_key(core.storage.as_ref(), name).await?;
+    let (plain, mut row) = crate::keys::create_key(store.storage.as_ref(), name).await?;
     if limits != KeyLimits::unlimited() {
-        core.storage.update_key_limits(row.id, &limits).await?;
+        store.storage.update_key_limits(row.id, &limits).await?;
         row.limits = limits;
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    let mut out = KeyView::of(&core, &row);
+    store
+        .publisher
+        .reload(store.storage.as_ref(), false)
+        .await?;
+    let mut out = KeyView::of(&store, &row);
     out.key = Some(plain);
     Ok(Json(out))
 }
 
 async fn patch_key(
-    State(core): State<AppState>,
+    State(store): State<Store>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<KeyView> {
     let id = parse_id(&id)?;
     let patch = parse_limits(parse_body::<serde_json::Value>(&body)?)?;
-    let Some(mut row) = core
+    let Some(mut row) = store
         .storage
         .list_keys()
         .await?
@@ -352,19 +357,25 @@ async fn patch_key(
         return Err(ApiError::not_found(format!("no active key with id {id}")));
     };
     patch.apply(&mut row.limits)?;
-    if !core.storage.update_key_limits(id, &row.limits).await? {
+    if !store.storage.update_key_limits(id, &row.limits).await? {
         return Err(ApiError::not_found(format!("no active key with id {id}")));
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(KeyView::of(&core, &row)))
+    store
+        .publisher
+        .reload(store.storage.as_ref(), false)
+        .await?;
+    Ok(Json(KeyView::of(&store, &row)))
 }
 
-async fn revoke_key(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult<Deleted> {
+async fn revoke_key(State(store): State<Store>, Path(id): Path<String>) -> ApiResult<Deleted> {
     let id = parse_id(&id)?;
-    if !core.storage.revoke_key(id).await? {
+    if !store.storage.revoke_key(id).await? {
         return Err(ApiError::not_found(format!("no active key with id {id}")));
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    store
+        .publisher
+        .reload(store.storage.as_ref(), false)
+        .await?;
     Ok(Json(Deleted {
         id,
         object: "api_key",

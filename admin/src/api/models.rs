@@ -6,6 +6,8 @@
 //! - `POST /api/admin/models/refresh` runs a refresh round now and answers the same view plus
 //!   `outcome` (`plans`, `fetched`, `not_modified`, `failed`, `published`).
 
+use std::sync::Arc;
+
 use axum::{
     extract::State,
     routing::{get, post},
@@ -14,13 +16,14 @@ use axum::{
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{ApiResult, AppState};
-use crate::services::Core;
+use super::ApiResult;
+use crate::services::Catalog;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(catalog: Arc<Catalog>) -> Router {
     Router::new()
         .route("/models", get(get_models))
         .route("/models/refresh", post(refresh_models))
+        .with_state(catalog)
 }
 
 #[derive(Debug, Serialize)]
@@ -45,8 +48,8 @@ pub(crate) struct ModelsView {
     outcome: Option<Value>,
 }
 
-fn models_view(core: &Core) -> ModelsView {
-    let cat = core.models.catalog.load();
+fn models_view(catalog: &Catalog) -> ModelsView {
+    let cat = catalog.refresher.catalog.load();
     let mut slugs: Vec<String> = cat.models.keys().cloned().collect();
     slugs.sort_unstable();
     let aliases = cat
@@ -62,7 +65,7 @@ fn models_view(core: &Core) -> ModelsView {
             )
         })
         .collect();
-    let st = core.models.status();
+    let st = catalog.refresher.status();
     ModelsView {
         object: "model_catalog",
         source: match cat.source {
@@ -74,19 +77,19 @@ fn models_view(core: &Core) -> ModelsView {
         plans: json!(st.plans),
         last_attempt_at: json!(st.last_attempt_at),
         last_published_at: json!(st.last_published_at),
-        refresh_interval_s: core.models.interval.as_secs(),
-        url: core.models.client.url().to_owned(),
+        refresh_interval_s: catalog.refresher.interval.as_secs(),
+        url: catalog.refresher.client.url().to_owned(),
         outcome: None,
     }
 }
 
-async fn get_models(State(core): State<AppState>) -> ApiResult<ModelsView> {
-    Ok(Json(models_view(&core)))
+async fn get_models(State(catalog): State<Arc<Catalog>>) -> ApiResult<ModelsView> {
+    Ok(Json(models_view(&catalog)))
 }
 
-async fn refresh_models(State(core): State<AppState>) -> ApiResult<ModelsView> {
-    let outcome = core.refresh_models().await;
-    let mut v = models_view(&core);
+async fn refresh_models(State(catalog): State<Arc<Catalog>>) -> ApiResult<ModelsView> {
+    let outcome = catalog.refresh_now().await;
+    let mut v = models_view(&catalog);
     v.outcome = Some(outcome);
     Ok(Json(v))
 }

@@ -19,22 +19,26 @@
 //! `data_plane.reachable` is false. The sampler is driven by the polls themselves: no
 //! background task.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use axum::{extract::State, routing::get, Json, Router};
 use serde::Serialize;
 use shared_state::board::BoardEntry;
 
-use super::{accounts::account_view, ApiResult, AppState};
+use super::{accounts::account_view, ApiResult};
 use crate::{
-    services::{admin::Scrape, Core},
+    services::{admin::Scrape, Ops},
     storage::{UsageEntry, UsageFilter, UsageTotals},
 };
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(svc: Arc<Ops>) -> Router {
     Router::new()
         .route("/dashboard", get(dashboard))
         .route("/ops", get(ops))
+        .with_state(svc)
 }
 
 /// The data plane as its metrics show it.
@@ -53,10 +57,10 @@ pub(crate) struct DataPlaneView {
     failovers_total: f64,
 }
 
-async fn data_plane(core: &Core, now: u64) -> (DataPlaneView, Scrape) {
-    match core.admin.ops.scrape().await {
+async fn data_plane(svc: &Ops, now: u64) -> (DataPlaneView, Scrape) {
+    match svc.sampler.scrape().await {
         Ok(mut s) => {
-            let (rps, eps, aps) = core.admin.ops.rates(&mut s, now);
+            let (rps, eps, aps) = svc.sampler.rates(&mut s, now);
             (
                 DataPlaneView {
                     reachable: true,
@@ -137,19 +141,37 @@ pub(crate) struct DashboardView {
     recent_failures: Vec<UsageEntry>,
 }
 
-async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
+async fn dashboard(State(svc): State<Arc<Ops>>) -> ApiResult<DashboardView> {
     let now = shared_state::now_ms();
-    let (dp, _) = data_plane(&core, now).await;
+    let (dp, _) = data_plane(&svc, now).await;
     let now_i = crate::storage::now_ms_i64();
     let since = |ms: i64| UsageFilter {
         since_ms: Some(now_i - ms),
         ..UsageFilter::default()
     };
-    let usage_5m = core.storage.usage_summary(since(300_000)).await?.totals;
-    let usage_1h = core.storage.usage_summary(since(3_600_000)).await?.totals;
-    let usage_24h = core.storage.usage_summary(since(86_400_000)).await?.totals;
-    let rows = core.storage.list_accounts().await?;
-    let snap = core.publisher.current();
+    let usage_5m = svc
+        .accounts
+        .store
+        .storage
+        .usage_summary(since(300_000))
+        .await?
+        .totals;
+    let usage_1h = svc
+        .accounts
+        .store
+        .storage
+        .usage_summary(since(3_600_000))
+        .await?
+        .totals;
+    let usage_24h = svc
+        .accounts
+        .store
+        .storage
+        .usage_summary(since(86_400_000))
+        .await?
+        .totals;
+    let rows = svc.accounts.store.storage.list_accounts().await?;
+    let snap = svc.accounts.store.publisher.current();
     let mut pool = PoolView {
         accounts: rows.len(),
         ..PoolView::default()
@@ -201,14 +223,14 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
         }
     }
     let mean_p = if n > 0 { p_sum / n as f64 } else { 0.0 };
-    let burn = core.admin.ops.burn(mean_p, now);
-    let credits = held_credits(&core, &schedulable);
+    let burn = svc.sampler.burn(mean_p, now);
+    let credits = held_credits(&svc, &schedulable);
     let dry_at_ms = burn.and_then(|b| dry_at_ms(now, mean_p, b, credits, n));
-    let recent_failures = core.storage.recent_failures(5).await?;
+    let recent_failures = svc.accounts.store.storage.recent_failures(5).await?;
     Ok(Json(DashboardView {
         object: "dashboard",
         now_ms: now,
-        storage_up: core.health.storage_up(),
+        storage_up: svc.health.storage_up(),
         snapshot_version: snap.version,
         strategy: snap.settings.strategy.as_str(),
         data_plane: dp,
@@ -228,11 +250,8 @@ async fn dashboard(State(core): State<AppState>) -> ApiResult<DashboardView> {
 }
 
 /// The reset credits the `accounts` hold, as the quota poller last read them.
-fn held_credits(core: &AppState, accounts: &[i64]) -> u64 {
-    let credits = core
-        .reset_credits
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+fn held_credits(svc: &Ops, accounts: &[i64]) -> u64 {
+    let credits = svc.accounts.credits.all();
     accounts.iter().filter_map(|id| credits.get(id)).sum()
 }
 
@@ -290,14 +309,14 @@ pub(crate) struct OpsView {
 /// Rows of the scheduler board.
 const BOARD_ROWS: usize = 200;
 
-async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
+async fn ops(State(svc): State<Arc<Ops>>) -> ApiResult<OpsView> {
     let now = shared_state::now_ms();
-    let (dp, scrape) = data_plane(&core, now).await;
-    let snap = core.publisher.current();
-    let rows = core.storage.list_accounts().await?;
+    let (dp, scrape) = data_plane(&svc, now).await;
+    let snap = svc.accounts.store.publisher.current();
+    let rows = svc.accounts.store.storage.list_accounts().await?;
     // The scheduler's order and assessment, by account id.
-    let mut sched: HashMap<i64, (usize, BoardEntry)> = core
-        .admin
+    let mut sched: HashMap<i64, (usize, BoardEntry)> = svc
+        .accounts
         .board
         .map(|f| f(&snap, now).entries)
         .unwrap_or_default()
@@ -310,7 +329,7 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
     let truncated = rows.len().saturating_sub(BOARD_ROWS);
     let mut board = Vec::with_capacity(rows.len().min(BOARD_ROWS));
     for (i, (s, r)) in rows.into_iter().take(BOARD_ROWS).enumerate() {
-        let account = account_view(&core, r, s.as_ref().map(|s| &s.1)).await;
+        let account = account_view(&svc.accounts, r, s.as_ref().map(|s| &s.1)).await;
         board.push(BoardRow {
             rank: i + 1,
             scheduler: s.map(|s| s.1),
@@ -336,7 +355,7 @@ async fn ops(State(core): State<AppState>) -> ApiResult<OpsView> {
                 metrics,
             })
             .collect(),
-        board_by_scheduler: core.admin.board.is_some(),
+        board_by_scheduler: svc.accounts.board.is_some(),
         board,
         board_truncated: truncated,
     }))

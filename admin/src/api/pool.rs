@@ -11,20 +11,26 @@
 //! Each call is one audit entry listing the accounts it acted on (`crate::audit::Affected`):
 //! the ones cleaned (none for a dry run), the ones tested.
 
+use std::sync::Arc;
+
 use axum::{body::Bytes, extract::State, routing::post, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{parse_body, ApiError, AppState};
-use crate::audit::{Affected, Audited};
+use super::{parse_body, ApiError};
+use crate::{
+    audit::{Affected, Audited},
+    services::Pool,
+};
 
 /// The model a batch test asks for when none is given.
 pub const DEFAULT_TEST_MODEL: &str = "gpt-5.5";
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(pool: Arc<Pool>) -> Router {
     Router::new()
         .route("/auto-clean/run", post(auto_clean))
         .route("/accounts/test", post(test_accounts))
+        .with_state(pool)
 }
 
 #[derive(Debug, Deserialize)]
@@ -35,11 +41,11 @@ struct CleanRequest {
 }
 
 async fn auto_clean(
-    State(core): State<AppState>,
+    State(pool): State<Arc<Pool>>,
     body: Bytes,
 ) -> Result<Audited<crate::clean::Pass>, ApiError> {
     let req: CleanRequest = parse_body(&body)?;
-    let pass = crate::clean::run_once(&core, req.dry_run).await?;
+    let pass = crate::clean::run_once(&pool.store, req.dry_run).await?;
     let ids = if pass.dry_run {
         Vec::new()
     } else {
@@ -60,7 +66,7 @@ struct TestRequest {
 }
 
 async fn test_accounts(
-    State(core): State<AppState>,
+    State(pool): State<Arc<Pool>>,
     body: Bytes,
 ) -> Result<Audited<Value>, ApiError> {
     let req: TestRequest = parse_body(&body)?;
@@ -91,7 +97,7 @@ async fn test_accounts(
         .filter(|m| !m.is_empty())
         .unwrap_or(DEFAULT_TEST_MODEL)
         .to_owned();
-    let results = crate::batch::test_accounts(&core, &req.ids, &model, concurrency).await;
+    let results = crate::batch::test_accounts(&pool, &req.ids, &model, concurrency).await;
     let ok = results.iter().filter(|r| r.ok).count();
     Ok(
         Affected::of("account", req.ids.iter().copied()).with(json!({

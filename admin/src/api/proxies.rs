@@ -21,6 +21,8 @@
 //! Every mutation republishes the snapshot: the workers' next connection of those accounts
 //! uses the new egress (pools are keyed by egress, so nothing is shared across proxies).
 
+use std::sync::Arc;
+
 use axum::{
     body::Bytes,
     extract::{Path, State},
@@ -31,19 +33,23 @@ use axum::{
 use serde::{Deserialize, Serialize};
 use shared_state::{egress::ProxyHealth, ProxyUrl, Secret};
 
-use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
-use crate::storage::proxies::{ProxyAssignment, ProxyRow, ProxyWrite};
+use super::{parse_body, parse_id, ApiError, ApiResult, Deleted, List};
+use crate::{
+    services::Proxies,
+    storage::proxies::{ProxyAssignment, ProxyRow, ProxyWrite},
+};
 
 /// Longest proxy or pool name (characters).
 const MAX_NAME: usize = 128;
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(proxies: Arc<Proxies>) -> Router {
     Router::new()
         .route("/proxies", get(list).post(create))
         .route("/proxies/{id}", patch(update).delete(remove))
         .route("/proxies/{id}/test", post(test))
         .route("/proxies/{id}/assign", post(assign_many))
         .route("/accounts/{id}/proxy", put(assign_one))
+        .with_state(proxies)
 }
 
 /// The last admin test of a proxy.
@@ -79,12 +85,8 @@ pub(crate) struct ProxyView {
     updated_at: i64,
 }
 
-fn view(
-    core: &crate::services::Core,
-    row: &ProxyRow,
-    assigned: &[(i64, ProxyAssignment)],
-) -> ProxyView {
-    let snap = core.publisher.current();
+fn view(proxies: &Proxies, row: &ProxyRow, assigned: &[(i64, ProxyAssignment)]) -> ProxyView {
+    let snap = proxies.store.publisher.current();
     let serving = snap
         .accounts
         .iter()
@@ -107,7 +109,8 @@ fn view(
             .map(|(id, _)| *id)
             .collect(),
         serving_account_ids: serving,
-        health: core
+        health: proxies
+            .store
             .publisher
             .egress()
             .live(row.id)
@@ -123,24 +126,24 @@ fn view(
     }
 }
 
-async fn list(State(core): State<AppState>) -> ApiResult<List<ProxyView>> {
-    let store = core.storage.proxies();
+async fn list(State(proxies): State<Arc<Proxies>>) -> ApiResult<List<ProxyView>> {
+    let store = proxies.store.storage.proxies();
     let rows = store.list_proxies().await?;
     let assigned = store.list_proxy_assignments().await?;
     Ok(Json(List::of(
-        rows.iter().map(|r| view(&core, r, &assigned)).collect(),
+        rows.iter().map(|r| view(&proxies, r, &assigned)).collect(),
     )))
 }
 
-async fn one(core: &AppState, id: i64) -> Result<ProxyView, ApiError> {
-    let store = core.storage.proxies();
+async fn one(proxies: &Proxies, id: i64) -> Result<ProxyView, ApiError> {
+    let store = proxies.store.storage.proxies();
     let rows = store.list_proxies().await?;
     let row = rows
         .iter()
         .find(|r| r.id == id)
         .ok_or_else(|| ApiError::not_found(format!("no proxy with id {id}")))?;
     let assigned = store.list_proxy_assignments().await?;
-    Ok(view(core, row, &assigned))
+    Ok(view(proxies, row, &assigned))
 }
 
 fn check_name(what: &'static str, name: &str) -> Result<String, ApiError> {
@@ -173,12 +176,12 @@ struct CreateProxy {
     enabled: Option<bool>,
 }
 
-async fn create(State(core): State<AppState>, body: Bytes) -> ApiResult<ProxyView> {
+async fn create(State(proxies): State<Arc<Proxies>>, body: Bytes) -> ApiResult<ProxyView> {
     let req: CreateProxy = parse_body(&body)?;
     let name = check_name("name", &req.name)?;
     let url = parse_url(&req.url)?;
     let pool = req.pool.map(|p| check_name("pool", &p)).transpose()?;
-    let store = core.storage.proxies();
+    let store = proxies.store.storage.proxies();
     if store.list_proxies().await?.iter().any(|r| r.name == name) {
         return Err(conflict(
             "proxy_exists",
@@ -193,8 +196,12 @@ async fn create(State(core): State<AppState>, body: Bytes) -> ApiResult<ProxyVie
             enabled: req.enabled.unwrap_or(true),
         })
         .await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(one(&core, id).await?))
+    proxies
+        .store
+        .publisher
+        .reload(proxies.store.storage.as_ref(), false)
+        .await?;
+    Ok(Json(one(&proxies, id).await?))
 }
 
 #[derive(Deserialize)]
@@ -224,13 +231,13 @@ mod double_option {
 }
 
 async fn update(
-    State(core): State<AppState>,
+    State(proxies): State<Arc<Proxies>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<ProxyView> {
     let id = parse_id(&id)?;
     let req: UpdateProxy = parse_body(&body)?;
-    let store = core.storage.proxies();
+    let store = proxies.store.storage.proxies();
     let rows = store.list_proxies().await?;
     let row = rows
         .iter()
@@ -284,13 +291,17 @@ async fn update(
             },
         )
         .await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
-    Ok(Json(one(&core, id).await?))
+    proxies
+        .store
+        .publisher
+        .reload(proxies.store.storage.as_ref(), false)
+        .await?;
+    Ok(Json(one(&proxies, id).await?))
 }
 
-async fn remove(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult<Deleted> {
+async fn remove(State(proxies): State<Arc<Proxies>>, Path(id): Path<String>) -> ApiResult<Deleted> {
     let id = parse_id(&id)?;
-    let store = core.storage.proxies();
+    let store = proxies.store.storage.proxies();
     let users: Vec<i64> = store
         .list_proxy_assignments()
         .await?
@@ -307,7 +318,11 @@ async fn remove(State(core): State<AppState>, Path(id): Path<String>) -> ApiResu
     if !store.delete_proxy(id).await? {
         return Err(ApiError::not_found(format!("no proxy with id {id}")));
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    proxies
+        .store
+        .publisher
+        .reload(proxies.store.storage.as_ref(), false)
+        .await?;
     Ok(Json(Deleted {
         id,
         object: "proxy",
@@ -367,18 +382,18 @@ fn test_origin(
 }
 
 async fn test(
-    State(core): State<AppState>,
+    State(proxies): State<Arc<Proxies>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<TestView> {
     let id = parse_id(&id)?;
     let req: TestRequest = parse_body(&body)?;
     let origin = test_origin(
-        &core.upstream_base_url,
-        core.oauth.token_url(),
+        &proxies.upstream_base_url,
+        proxies.oauth.token_url(),
         req.target.as_deref(),
     )?;
-    let store = core.storage.proxies();
+    let store = proxies.store.storage.proxies();
     let rows = store.list_proxies().await?;
     let row = rows
         .iter()
@@ -387,7 +402,7 @@ async fn test(
     let url = row
         .parsed()
         .map_err(|e| ApiError::bad_request(format!("stored {e}")))?;
-    let check = crate::egress::test_proxy(&url, core.upstream_ca.as_deref(), &origin).await;
+    let check = crate::egress::test_proxy(&url, proxies.upstream_ca.as_deref(), &origin).await;
     store.record_proxy_check(id, &check).await?;
     Ok(Json(TestView {
         id,
@@ -428,8 +443,8 @@ struct AssignmentView {
     pool: Option<String>,
 }
 
-async fn validate(core: &AppState, a: &ProxyAssignment) -> Result<(), ApiError> {
-    let rows = core.storage.proxies().list_proxies().await?;
+async fn validate(proxies: &Proxies, a: &ProxyAssignment) -> Result<(), ApiError> {
+    let rows = proxies.store.storage.proxies().list_proxies().await?;
     match a {
         ProxyAssignment::Proxy(id) if !rows.iter().any(|r| r.id == *id) => {
             Err(ApiError::bad_request(format!("no proxy with id {id}")).with_param("proxy_id"))
@@ -441,15 +456,15 @@ async fn validate(core: &AppState, a: &ProxyAssignment) -> Result<(), ApiError> 
     }
 }
 
-async fn account_exists(core: &AppState, id: i64) -> Result<(), ApiError> {
-    if core.storage.get_account(id).await?.is_none() {
+async fn account_exists(proxies: &Proxies, id: i64) -> Result<(), ApiError> {
+    if proxies.store.storage.get_account(id).await?.is_none() {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     Ok(())
 }
 
 async fn assign_one(
-    State(core): State<AppState>,
+    State(proxies): State<Arc<Proxies>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<AssignmentView> {
@@ -465,10 +480,19 @@ async fn assign_one(
         (None, Some(p)) => ProxyAssignment::Pool(check_name("pool", &p)?),
         (None, None) => ProxyAssignment::Direct,
     };
-    account_exists(&core, id).await?;
-    validate(&core, &a).await?;
-    core.storage.proxies().set_account_proxy(id, &a).await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    account_exists(&proxies, id).await?;
+    validate(&proxies, &a).await?;
+    proxies
+        .store
+        .storage
+        .proxies()
+        .set_account_proxy(id, &a)
+        .await?;
+    proxies
+        .store
+        .publisher
+        .reload(proxies.store.storage.as_ref(), false)
+        .await?;
     let (proxy_id, pool) = match a {
         ProxyAssignment::Direct => (None, None),
         ProxyAssignment::Proxy(p) => (Some(p), None),
@@ -489,24 +513,33 @@ struct AssignMany {
 }
 
 async fn assign_many(
-    State(core): State<AppState>,
+    State(proxies): State<Arc<Proxies>>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<crate::audit::Audited<ProxyView>, ApiError> {
     let id = parse_id(&id)?;
     let req: AssignMany = parse_body(&body)?;
     let a = ProxyAssignment::Proxy(id);
-    validate(&core, &a).await?;
+    validate(&proxies, &a).await?;
     for acc in &req.account_ids {
-        account_exists(&core, *acc).await?;
+        account_exists(&proxies, *acc).await?;
     }
     for acc in &req.account_ids {
-        core.storage.proxies().set_account_proxy(*acc, &a).await?;
+        proxies
+            .store
+            .storage
+            .proxies()
+            .set_account_proxy(*acc, &a)
+            .await?;
     }
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    proxies
+        .store
+        .publisher
+        .reload(proxies.store.storage.as_ref(), false)
+        .await?;
     // One audit entry (the proxy's) listing the accounts assigned.
     let affected = crate::audit::Affected::of("account", req.account_ids.iter().copied());
-    Ok(affected.with(one(&core, id).await?))
+    Ok(affected.with(one(&proxies, id).await?))
 }
 
 #[cfg(test)]

@@ -25,26 +25,30 @@ use axum::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{parse_body, parse_id, ApiError, ApiResult, AppState, Deleted, List};
+use super::{parse_body, parse_id, ApiError, ApiResult, Deleted, List};
 use crate::{
     auth::{self, Principal, TokenScope, SESSION_COOKIE, SESSION_TTL},
+    services::Session,
     storage::AdminTokenRow,
 };
 
-pub(super) fn public_routes() -> Router<AppState> {
+pub(super) fn public_routes(session: Arc<Session>) -> Router {
     // A few KiB, not the API's import-sized limit: the login is open to anyone.
-    Router::new().route(
-        "/login",
-        post(login).layer(DefaultBodyLimit::max(auth::LOGIN_MAX_BODY_BYTES)),
-    )
+    Router::new()
+        .route(
+            "/login",
+            post(login).layer(DefaultBodyLimit::max(auth::LOGIN_MAX_BODY_BYTES)),
+        )
+        .with_state(session)
 }
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(session: Arc<Session>) -> Router {
     Router::new()
         .route("/logout", post(logout))
         .route("/session", get(whoami))
         .route("/tokens", get(list_tokens).post(create_token))
         .route("/tokens/{id}", delete(revoke_token))
+        .with_state(session)
 }
 
 // No Debug: it carries a secret.
@@ -94,7 +98,7 @@ fn too_many(wait: u64, msg: String) -> ApiError {
 }
 
 async fn login(
-    State(core): State<AppState>,
+    State(session): State<Arc<Session>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -125,7 +129,7 @@ async fn login(
         .with_param("password"));
     }
     let now = shared_state::now_ms();
-    let limiter = &core.admin.auth.limiter;
+    let limiter = &session.auth.limiter;
     // Counted in before anything is hashed: parallel attempts cannot all pass the check.
     let attempt = limiter.reserve(peer.ip(), now).map_err(|wait| {
         too_many(
@@ -136,11 +140,11 @@ async fn login(
     // At most LOGIN_HASHES_MAX Argon2 checks at once; the rest are told to come back, never
     // queued. The permit travels into the blocking task: it is held until the hash is done
     // even when the client goes away.
-    let Ok(permit) = Arc::clone(&core.admin.auth.hashes).try_acquire_owned() else {
+    let Ok(permit) = Arc::clone(&session.auth.hashes).try_acquire_owned() else {
         limiter.refund(attempt);
         return Err(too_many(1, "too many logins in progress; try again".into()));
     };
-    let stored = match core.storage.admin_password_hash().await {
+    let stored = match session.storage.admin_password_hash().await {
         Ok(s) => s,
         Err(e) => {
             limiter.refund(attempt);
@@ -175,11 +179,12 @@ async fn login(
     let sid = auth::generate_session_id();
     let ttl_ms = i64::try_from(SESSION_TTL.as_millis()).unwrap_or(i64::MAX);
     let expires_at = crate::storage::now_ms_i64().saturating_add(ttl_ms);
-    core.storage
+    session
+        .storage
         .create_admin_session(&auth::sha256_hex(&sid), expires_at)
         .await?;
     // Expired sessions are purged on each login.
-    let _ = core.storage.delete_admin_sessions(Some("")).await;
+    let _ = session.storage.delete_admin_sessions(Some("")).await;
     tracing::info!(peer = %peer.ip(), "admin logged in");
     let mut resp = Json(SessionView {
         object: "session",
@@ -195,9 +200,13 @@ async fn login(
     Ok(resp)
 }
 
-async fn logout(State(core): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn logout(
+    State(session): State<Arc<Session>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     if let Some(sid) = super::session_cookie(&headers) {
-        core.storage
+        session
+            .storage
             .delete_admin_sessions(Some(&auth::sha256_hex(sid)))
             .await?;
     }
@@ -271,8 +280,8 @@ impl From<&AdminTokenRow> for TokenView {
     }
 }
 
-async fn list_tokens(State(core): State<AppState>) -> ApiResult<List<TokenView>> {
-    let rows = core.storage.list_admin_tokens().await?;
+async fn list_tokens(State(session): State<Arc<Session>>) -> ApiResult<List<TokenView>> {
+    let rows = session.storage.list_admin_tokens().await?;
     Ok(Json(List::of(rows.iter().map(TokenView::from).collect())))
 }
 
@@ -289,7 +298,7 @@ struct CreateToken {
     expires_at: Option<i64>,
 }
 
-async fn create_token(State(core): State<AppState>, body: Bytes) -> ApiResult<TokenView> {
+async fn create_token(State(session): State<Arc<Session>>, body: Bytes) -> ApiResult<TokenView> {
     let req: CreateToken = parse_body(&body)?;
     let name = req.name.trim();
     if name.is_empty() {
@@ -311,15 +320,18 @@ async fn create_token(State(core): State<AppState>, body: Bytes) -> ApiResult<To
         );
     }
     let (plain, row) =
-        auth::create_admin_token(core.storage.as_ref(), name, scope, req.expires_at).await?;
+        auth::create_admin_token(session.storage.as_ref(), name, scope, req.expires_at).await?;
     let mut v = TokenView::from(&row);
     v.token = Some(plain.expose().to_owned());
     Ok(Json(v))
 }
 
-async fn revoke_token(State(core): State<AppState>, Path(id): Path<String>) -> ApiResult<Deleted> {
+async fn revoke_token(
+    State(session): State<Arc<Session>>,
+    Path(id): Path<String>,
+) -> ApiResult<Deleted> {
     let id = parse_id(&id)?;
-    if !core.storage.revoke_admin_token(id).await? {
+    if !session.storage.revoke_admin_token(id).await? {
         return Err(ApiError::not_found(format!(
             "no active admin token with id {id}"
         )));

@@ -13,19 +13,21 @@ use std::collections::BTreeMap;
 use axum::{body::Bytes, extract::State, routing::get, Json, Router};
 use serde_json::{json, Map, Value};
 
-use super::{parse_body, ApiError, ApiResult, AppState};
-use crate::{services::Core, settings::SettingError};
+use super::{parse_body, ApiError, ApiResult};
+use crate::{services::Store, settings::SettingError};
 
-pub(super) fn routes() -> Router<AppState> {
-    Router::new().route("/settings", get(get_settings).put(put_settings))
+pub(super) fn routes(store: Store) -> Router {
+    Router::new()
+        .route("/settings", get(get_settings).put(put_settings))
+        .with_state(store)
 }
 
 /// Keys of the settings view that are not settings (so a GET body can be PUT back).
 const SETTINGS_META: &[&str] = &["object", "defaults", "overridden"];
 
-async fn settings_view(core: &Core) -> Result<Map<String, Value>, ApiError> {
-    let stored = core.storage.load_settings().await?;
-    let defaults = core.publisher.defaults();
+async fn settings_view(store: &Store) -> Result<Map<String, Value>, ApiError> {
+    let stored = store.storage.load_settings().await?;
+    let defaults = store.publisher.defaults();
     let (effective, _) = crate::settings::effective(defaults, &stored);
     let mut out = crate::settings::to_json(&effective);
     out.extend(crate::settings::sidecar_json(&crate::settings::sidecar(
@@ -46,11 +48,11 @@ async fn settings_view(core: &Core) -> Result<Map<String, Value>, ApiError> {
     Ok(out)
 }
 
-async fn get_settings(State(core): State<AppState>) -> ApiResult<Map<String, Value>> {
-    Ok(Json(settings_view(&core).await?))
+async fn get_settings(State(store): State<Store>) -> ApiResult<Map<String, Value>> {
+    Ok(Json(settings_view(&store).await?))
 }
 
-async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult<Map<String, Value>> {
+async fn put_settings(State(store): State<Store>, body: Bytes) -> ApiResult<Map<String, Value>> {
     let v: Value = parse_body(&body)?;
     let Some(obj) = v.as_object() else {
         return Err(ApiError::bad_request(
@@ -86,8 +88,11 @@ async fn put_settings(State(core): State<AppState>, body: Bytes) -> ApiResult<Ma
             crate::settings::KEYS.join(", ")
         )));
     }
-    core.storage.write_settings(&changes).await?;
-    core.publisher.reload(core.storage.as_ref(), false).await?;
+    store.storage.write_settings(&changes).await?;
+    store
+        .publisher
+        .reload(store.storage.as_ref(), false)
+        .await?;
     tracing::info!(keys = ?changes.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), "settings changed through the admin API");
-    Ok(Json(settings_view(&core).await?))
+    Ok(Json(settings_view(&store).await?))
 }

@@ -28,19 +28,21 @@ use axum::{
 };
 use serde::Serialize;
 
-use super::{ApiError, ApiResult, AppState, List};
+use super::{ApiError, ApiResult, List};
 use crate::{
     csv::{cell, rfc3339},
+    services::Store,
     storage::{AccountRow, UsageEntry, UsageFilter, UsageTotals},
 };
 
-pub(super) fn routes() -> Router<AppState> {
+pub(super) fn routes(store: Store) -> Router {
     Router::new()
         .route("/usage", get(get_usage))
         .route("/usage/series", get(get_series))
         .route("/failures", get(get_failures))
         .route("/usage/records", get(get_records))
         .route("/usage/export.csv", get(export_csv))
+        .with_state(store)
 }
 
 type Q = Query<HashMap<String, String>>;
@@ -100,11 +102,11 @@ fn label_of(accounts: &[AccountRow], id: i64) -> Option<String> {
     accounts.iter().find(|a| a.id == id).map(AccountRow::label)
 }
 
-async fn get_usage(State(core): State<AppState>, Query(q): Q) -> ApiResult<UsageView> {
+async fn get_usage(State(store): State<Store>, Query(q): Q) -> ApiResult<UsageView> {
     let filter = filter_of(&q)?;
-    let sum = core.storage.usage_summary(filter).await?;
-    let keys = core.storage.list_keys().await?;
-    let accounts = core.storage.list_accounts().await?;
+    let sum = store.storage.usage_summary(filter).await?;
+    let keys = store.storage.list_keys().await?;
+    let accounts = store.storage.list_accounts().await?;
     Ok(Json(UsageView {
         object: "usage",
         filter: UsageFilterView {
@@ -164,7 +166,7 @@ pub(crate) struct SeriesView {
 /// Most buckets one series answer may hold.
 const MAX_BUCKETS: i64 = 2_000;
 
-async fn get_series(State(core): State<AppState>, Query(q): Q) -> ApiResult<SeriesView> {
+async fn get_series(State(store): State<Store>, Query(q): Q) -> ApiResult<SeriesView> {
     let mut filter = filter_of(&q)?;
     let now = crate::storage::now_ms_i64();
     let until = filter.until_ms.unwrap_or(now);
@@ -190,12 +192,12 @@ async fn get_series(State(core): State<AppState>, Query(q): Q) -> ApiResult<Seri
     }
     filter.since_ms = Some(since);
     filter.until_ms = Some(until);
-    let rows = core.storage.usage_buckets(filter, bucket).await?;
+    let rows = store.storage.usage_buckets(filter, bucket).await?;
     let first = (since / bucket) * bucket;
     let n = usize::try_from((until - 1 - first) / bucket + 1).unwrap_or(1);
     let buckets: Vec<i64> = (0..n).map(|i| first + bucket * i as i64).collect();
-    let keys = core.storage.list_keys().await?;
-    let accounts = core.storage.list_accounts().await?;
+    let keys = store.storage.list_keys().await?;
+    let accounts = store.storage.list_accounts().await?;
     let mut by: BTreeMap<String, Series> = BTreeMap::new();
     let mut totals = UsageTotals::default();
     for r in &rows {
@@ -258,14 +260,14 @@ pub(crate) struct FailureView {
     account_label: Option<String>,
 }
 
-async fn get_failures(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<FailureView>> {
+async fn get_failures(State(store): State<Store>, Query(q): Q) -> ApiResult<List<FailureView>> {
     let limit = int(&q, "limit")?.unwrap_or(50).clamp(1, 500);
-    let rows = core
+    let rows = store
         .storage
         .recent_failures(u32::try_from(limit).unwrap_or(50))
         .await?;
-    let keys = core.storage.list_keys().await?;
-    let accounts = core.storage.list_accounts().await?;
+    let keys = store.storage.list_keys().await?;
+    let accounts = store.storage.list_accounts().await?;
     Ok(Json(List::of(
         rows.into_iter()
             .map(|e| FailureView {
@@ -292,7 +294,7 @@ pub(crate) struct RecordView {
 /// Most records answered for one request id.
 const RECORDS_PER_ID: u32 = 100;
 
-async fn get_records(State(core): State<AppState>, Query(q): Q) -> ApiResult<List<RecordView>> {
+async fn get_records(State(store): State<Store>, Query(q): Q) -> ApiResult<List<RecordView>> {
     let id = q.get("request_id").map(|v| v.trim()).unwrap_or("");
     // The gateway keeps only ids of this shape (`gateway::request_id::is_valid`): anything
     // else cannot match and is a typo.
@@ -307,8 +309,11 @@ async fn get_records(State(core): State<AppState>, Query(q): Q) -> ApiResult<Lis
         )
         .with_param("request_id"));
     }
-    let rows = core.storage.usage_by_request_id(id, RECORDS_PER_ID).await?;
-    let names = Names::load(&core).await?;
+    let rows = store
+        .storage
+        .usage_by_request_id(id, RECORDS_PER_ID)
+        .await?;
+    let names = Names::load(&store).await?;
     Ok(Json(List::of(
         rows.into_iter()
             .map(|row| RecordView {
@@ -384,9 +389,9 @@ struct Names {
 // === impl Names ===
 
 impl Names {
-    async fn load(core: &AppState) -> Result<Self, ApiError> {
-        let keys = core.storage.list_keys().await?;
-        let accounts = core.storage.list_accounts().await?;
+    async fn load(store: &Store) -> Result<Self, ApiError> {
+        let keys = store.storage.list_keys().await?;
+        let accounts = store.storage.list_accounts().await?;
         Ok(Self {
             keys: keys.into_iter().map(|k| (k.id, k.name)).collect(),
             accounts: accounts.iter().map(|a| (a.id, a.label())).collect(),
@@ -494,7 +499,7 @@ fn rollup_line(
 }
 
 async fn export_csv(
-    State(core): State<AppState>,
+    State(store): State<Store>,
     Query(q): Q,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::{body::Body, http::header, response::IntoResponse};
@@ -515,7 +520,7 @@ async fn export_csv(
         .filter(|s| !s.is_empty())
         .unwrap_or("record")
         .to_owned();
-    let names = Names::load(&core).await?;
+    let names = Names::load(&store).await?;
     let headers = [
         (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
         (
@@ -527,7 +532,7 @@ async fn export_csv(
         "record" => {
             // Streamed page by page: an export of millions of rows never sits in memory.
             struct Page {
-                core: AppState,
+                store: Store,
                 names: Names,
                 filter: UsageFilter,
                 after: i64,
@@ -535,7 +540,7 @@ async fn export_csv(
                 done: bool,
             }
             let first = Page {
-                core,
+                store,
                 names,
                 filter,
                 after: 0,
@@ -551,7 +556,12 @@ async fn export_csv(
                     p.header = false;
                     out.push_str(RECORD_HEADER);
                 }
-                match p.core.storage.usage_rows(p.filter, p.after, CSV_PAGE).await {
+                match p
+                    .store
+                    .storage
+                    .usage_rows(p.filter, p.after, CSV_PAGE)
+                    .await
+                {
                     Ok(rows) => {
                         if rows.len() < CSV_PAGE as usize {
                             p.done = true;
@@ -578,7 +588,7 @@ async fn export_csv(
             Ok((headers, Body::from_stream(stream)).into_response())
         }
         "hour" | "key" | "account" | "model" => {
-            let rows = core.storage.usage_rollups(filter).await?;
+            let rows = store.storage.usage_rollups(filter).await?;
             let mut out = String::from(ROLLUP_HEADER);
             if group == "hour" {
                 for r in &rows {

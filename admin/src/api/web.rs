@@ -79,12 +79,12 @@ fn secure(mut resp: Response) -> Response {
 
 /// Serves the web app (see the module docs).
 pub(crate) async fn serve(
-    State(core): State<std::sync::Arc<crate::services::Core>>,
+    State(session): State<std::sync::Arc<crate::services::Session>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = check_host_and_site(&core, &headers) {
+    if let Err(e) = check_host_and_site(&session.auth, &headers) {
         return e.into_response();
     }
     if method != Method::GET && method != Method::HEAD {

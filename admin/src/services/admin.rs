@@ -1,10 +1,9 @@
-//! The admin API's own state, held by [`crate::services::Core`] (`Core::admin`) so that
-//! `Core` does not name the admin API.
+//! The admin API's own state, held by its services ([`crate::services::Accounts`],
+//! [`crate::services::Ops`]) so that the services do not name the admin API.
 //!
 //! # Key Components
-//! - [`AdminState`]: the admin credentials, the OAuth logins in progress ([`PendingLogins`])
-//!   and the sampler of the data plane's metrics ([`OpsSampler`]), read by the handlers in
-//!   `crate::api::accounts` and `crate::api::ops`.
+//! - [`PendingLogins`]: the OAuth logins in progress (`crate::api::accounts`);
+//! - [`OpsSampler`]: the sampler of the data plane's metrics (`crate::api::ops`).
 //!
 //! # Error handling
 //! A failed scrape is returned as its message; a poisoned lock gives no rate or burn
@@ -17,37 +16,6 @@ use std::{
 };
 
 use shared_state::Secret;
-
-/// The admin API's own state, held by the sidecar core.
-#[derive(Debug)]
-pub(crate) struct AdminState {
-    /// Credentials and login rate limiting.
-    pub auth: crate::auth::AdminAuth,
-    /// OAuth logins started and not finished yet.
-    pub logins: PendingLogins,
-    /// Samples of the data plane's metrics (rates) and of the pool (quota burn).
-    pub ops: OpsSampler,
-    /// The data plane's scheduler board, when one runs in this process.
-    pub board: Option<shared_state::board::BoardFn>,
-}
-
-// === impl AdminState ===
-
-impl AdminState {
-    /// State for the configured listener.
-    pub fn new(cfg: &crate::SidecarConfig) -> Self {
-        Self {
-            auth: crate::auth::AdminAuth::new(
-                cfg.admin_token.clone(),
-                cfg.admin_listen,
-                &cfg.admin_allowed_hosts,
-            ),
-            logins: PendingLogins::default(),
-            ops: OpsSampler::new(cfg.metrics_url.clone()),
-            board: cfg.scheduler_board,
-        }
-    }
-}
 
 /// How long an OAuth login may take between start and finish.
 pub(crate) const LOGIN_TTL: Duration = Duration::from_secs(15 * 60);

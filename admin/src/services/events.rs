@@ -32,7 +32,7 @@ use std::{
 use shared_state::{AccountEffect, AccountStatus, Events, UsageRecord, WorkerEvent};
 use tokio::{sync::watch, time::Instant};
 
-use super::Core;
+use super::{Refresher, Store};
 use crate::{access_log::AccessLog, spool::Spool, storage::QuotaUpdate, UsageConfig};
 
 /// Most usage records mirrored in memory (the rest is read back from the spool file).
@@ -133,7 +133,7 @@ impl Pending {
         )
     }
 
-    fn take(&mut self, core: &Arc<Core>, ev: WorkerEvent) {
+    fn take(&mut self, refresh: &Arc<Refresher>, ev: WorkerEvent) {
         match ev {
             WorkerEvent::Account {
                 account_id,
@@ -154,7 +154,7 @@ impl Pending {
             WorkerEvent::RefreshRequest {
                 account_id,
                 seen_version,
-            } => super::refresh::request(core, account_id, seen_version),
+            } => super::refresh::request(refresh, account_id, seen_version),
             // Usage has its own queue; a stray record is not lost either.
             WorkerEvent::Usage(u) | WorkerEvent::Access(u) => {
                 tracing::debug!(key = u.key_id, "usage record on the control queue");
@@ -164,11 +164,11 @@ impl Pending {
 
     /// Writes what is pending (quota only when due, or with `all`); stops at the first
     /// storage failure (and backs off).
-    async fn flush(&mut self, core: &Arc<Core>, all: bool) {
+    async fn flush(&mut self, store: &Store, all: bool) {
         if self.backoff.waiting() {
             return;
         }
-        let storage = core.storage.as_ref();
+        let storage = store.storage.as_ref();
         let mut republish = false;
         while let Some((id, effect)) = self.effects.front().cloned() {
             let res = match &effect {
@@ -187,7 +187,7 @@ impl Pending {
                         tracing::debug!(account = id, "account effect for a deleted account");
                     }
                     // The other instances apply it at once (`crate::pubsub`).
-                    core.publisher.announce();
+                    store.publisher.announce();
                     if let AccountEffect::Status(s) = effect {
                         republish = true;
                         if s != AccountStatus::Active {
@@ -204,7 +204,7 @@ impl Pending {
             }
         }
         if republish {
-            core.republish().await;
+            store.republish().await;
         }
         if !all && self.quota_due().is_some_and(|t| Instant::now() < t) {
             return self.persisted();
@@ -292,7 +292,9 @@ impl Settle {
 /// flush once `stop` is set. Supervised on its own (`events.control`), so a crash of the
 /// usage loop never stops account events, and the reverse.
 pub(crate) async fn control_loop(
-    core: Arc<Core>,
+    store: Store,
+    settle: Arc<Settle>,
+    refresh: Arc<Refresher>,
     events: Arc<Events>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -314,43 +316,43 @@ pub(crate) async fn control_loop(
         };
         tokio::select! {
             _ = events.wait_control() => {}
-            _ = core.settle.wake.notified() => {}
+            _ = settle.wake.notified() => {}
             _ = tokio::time::sleep(idle) => {}
             _ = stop.wait_for(|s| *s) => break,
         }
-        let mut settling = core.settle.pending();
+        let mut settling = settle.pending();
         if let Some(next) = last_intake.map(|t| t + INTAKE_EVERY) {
             if settling.is_none() && Instant::now() < next {
                 // As the usage loop: the facts of the next few milliseconds join these (an
                 // operator waiting on `Settle` ends the wait at once).
                 tokio::select! {
                     _ = tokio::time::sleep_until(next) => {}
-                    _ = core.settle.wake.notified() => settling = core.settle.pending(),
+                    _ = settle.wake.notified() => settling = settle.pending(),
                     _ = stop.wait_for(|s| *s) => break,
                 }
             }
         }
         for ev in events.drain_control() {
-            p.take(&core, ev);
+            p.take(&refresh, ev);
         }
         last_intake = Some(Instant::now());
-        p.flush(&core, false).await;
+        p.flush(&store, false).await;
         if let Some(t) = settling {
-            core.settle.done.send_replace(t);
+            settle.done.send_replace(t);
         }
     }
     // Operators waiting now get their answer at once (their own write follows the final
     // flush's or is refused with storage).
-    core.settle
+    settle
         .done
-        .send_replace(core.settle.asked.load(Ordering::SeqCst));
+        .send_replace(settle.asked.load(Ordering::SeqCst));
     for ev in events.drain_control() {
-        p.take(&core, ev);
+        p.take(&refresh, ev);
     }
     let deadline = Instant::now() + super::FLUSH_ON_SHUTDOWN;
     while !p.is_empty() && Instant::now() < deadline {
         p.backoff.retry_at = None;
-        if tokio::time::timeout_at(deadline, p.flush(&core, true))
+        if tokio::time::timeout_at(deadline, p.flush(&store, true))
             .await
             .is_err()
         {
@@ -379,7 +381,7 @@ struct Usage {
     /// When the oldest record not yet in the database arrived.
     since: Option<Instant>,
     /// The access log (names from the published snapshot), when on.
-    access: Option<(AccessLog, Arc<Core>)>,
+    access: Option<(AccessLog, Store)>,
 }
 
 // === impl Usage ===
@@ -422,8 +424,8 @@ impl Usage {
             if drained == 0 {
                 break;
             }
-            if let Some((log, core)) = &self.access {
-                let snap = core.publisher.current();
+            if let Some((log, store)) = &self.access {
+                let snap = store.publisher.current();
                 for u in batch.iter().chain(&access_only) {
                     log.push(crate::access_log::line(u, &snap));
                 }
@@ -452,7 +454,7 @@ impl Usage {
     }
 
     /// Inserts what is pending, batch by batch; stops at the first failure (and backs off).
-    async fn flush(&mut self, core: &Arc<Core>) {
+    async fn flush(&mut self, store: &Store) {
         use std::sync::atomic::Ordering::Relaxed;
         if self.backoff.waiting() {
             return;
@@ -480,7 +482,7 @@ impl Usage {
             let res = if n == 0 {
                 Ok(0)
             } else {
-                core.storage.insert_usage(&records).await
+                store.storage.insert_usage(&records).await
             };
             match res {
                 Ok(inserted) => {
@@ -524,7 +526,7 @@ impl Usage {
     }
 }
 
-async fn prune(core: &Arc<Core>, cfg: &UsageConfig) {
+async fn prune(store: &Store, cfg: &UsageConfig) {
     let now = crate::storage::now_ms_i64();
     let day = 86_400_000i64;
     let before = |days: u32| (days > 0).then(|| now - i64::from(days) * day);
@@ -535,7 +537,7 @@ async fn prune(core: &Arc<Core>, cfg: &UsageConfig) {
     if raw.is_none() && rollup.is_none() {
         return;
     }
-    match core.storage.prune_usage(raw, rollup).await {
+    match store.storage.prune_usage(raw, rollup).await {
         Ok((r, h)) if r > 0 || h > 0 => {
             tracing::info!(records = r, rollups = h, "usage retention pruned old rows")
         }
@@ -548,7 +550,7 @@ async fn prune(core: &Arc<Core>, cfg: &UsageConfig) {
 /// Supervised (`events.usage`): a run that crashes drops its [`Spool`], whose file (no longer
 /// locked) the next run's spool adopts and replays, so no record the loop took is lost.
 pub(crate) async fn usage_loop(
-    core: Arc<Core>,
+    store: Store,
     events: Arc<Events>,
     spool: Option<Spool>,
     cfg: UsageConfig,
@@ -561,7 +563,7 @@ pub(crate) async fn usage_loop(
         mem: VecDeque::new(),
         backoff: Backoff::default(),
         since: None,
-        access: access.map(|a| (a, Arc::clone(&core))),
+        access: access.map(|a| (a, store.clone())),
     };
     if u.pending() > 0 {
         // Replayed records from an earlier process: in the database as soon as possible.
@@ -617,12 +619,12 @@ pub(crate) async fn usage_loop(
         }
         let now = Instant::now();
         if u.since.is_some_and(|t| now >= t + BATCH_WINDOW) && !u.backoff.waiting() {
-            u.flush(&core).await;
+            u.flush(&store).await;
             // Room again: take what waited, so it is spooled before the next wait.
             u.intake(&events);
         }
         if now >= next_prune {
-            prune(&core, &cfg).await;
+            prune(&store, &cfg).await;
             next_prune = Instant::now() + PRUNE_EVERY;
         }
     }
@@ -633,7 +635,7 @@ pub(crate) async fn usage_loop(
     let deadline = Instant::now() + super::FLUSH_ON_SHUTDOWN;
     while u.pending() > 0 && Instant::now() < deadline {
         u.backoff.retry_at = None;
-        if tokio::time::timeout_at(deadline, u.flush(&core))
+        if tokio::time::timeout_at(deadline, u.flush(&store))
             .await
             .is_err()
         {

@@ -34,7 +34,7 @@ use std::{
 use shared_state::keys::{self, Counter};
 use tokio::sync::watch;
 
-use super::Core;
+use super::{Leases, Store};
 
 /// How often counters are reconciled with Redis.
 pub const SYNC_INTERVAL: Duration = Duration::from_millis(500);
@@ -55,7 +55,12 @@ struct Slot<'a> {
 }
 
 /// Runs until `stop`.
-pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    store: Store,
+    health: Arc<shared_state::Health>,
+    leases: Leases,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(SYNC_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // (key id, counter kind, period) windows already seeded in Redis by this process.
@@ -70,22 +75,22 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         };
         if stopping {
             // Last push: what this instance counted reaches the fleet before it goes.
-            if let Some(l) = core.leases.get() {
-                let _ = round(l.connection(), &core, &mut seeded).await;
+            if let Some(l) = leases.get() {
+                let _ = round(l.connection(), &store, &mut seeded).await;
             }
-            touch(&core, &mut flushed).await;
+            touch(&store, &mut flushed).await;
             return;
         }
         ticks = ticks.wrapping_add(1);
-        let fleet = match core.leases.get() {
+        let fleet = match leases.get() {
             None => false,
             Some(l) => {
                 let conn = l.connection();
-                round(conn, &core, &mut seeded).await
+                round(conn, &store, &mut seeded).await
             }
         };
-        core.health.set_key_limits_fleet(fleet);
-        if was_fleet != Some(fleet) && core.leases.get().is_some() {
+        health.set_key_limits_fleet(fleet);
+        if was_fleet != Some(fleet) && leases.get().is_some() {
             if fleet {
                 tracing::info!("per-key limits are enforced fleet-wide (Redis)");
             } else {
@@ -94,7 +99,7 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         }
         was_fleet = Some(fleet);
         if ticks.is_multiple_of(TOUCH_EVERY) {
-            touch(&core, &mut flushed).await;
+            touch(&store, &mut flushed).await;
         }
     }
 }
@@ -102,10 +107,10 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
 /// One reconciliation round; true when Redis took every delta.
 async fn round(
     mut conn: redis::aio::ConnectionManager,
-    core: &Core,
+    store: &Store,
     seeded: &mut HashSet<(i64, u8, u64)>,
 ) -> bool {
-    let snap = core.publisher.current();
+    let snap = store.publisher.current();
     let now = shared_state::now_ms();
     let (minute, day, month) = (keys::minute_of(now), keys::day_of(now), keys::month_of(now));
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(snap.keys.len() * 7);
@@ -220,8 +225,8 @@ async fn round(
 }
 
 /// Writes `last_used_at` of keys used since the last write.
-async fn touch(core: &Core, flushed: &mut HashMap<i64, u64>) {
-    let snap = core.publisher.current();
+async fn touch(store: &Store, flushed: &mut HashMap<i64, u64>) {
+    let snap = store.publisher.current();
     let uses: Vec<(i64, i64)> = snap
         .keys
         .values()
@@ -234,7 +239,7 @@ async fn touch(core: &Core, flushed: &mut HashMap<i64, u64>) {
     if uses.is_empty() {
         return;
     }
-    match core.storage.touch_keys(&uses).await {
+    match store.storage.touch_keys(&uses).await {
         Ok(()) => {
             for (id, at) in uses {
                 flushed.insert(id, u64::try_from(at).unwrap_or(0));

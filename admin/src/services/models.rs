@@ -32,7 +32,7 @@ use shared_state::{
 };
 use tokio::{sync::watch, time::Instant};
 
-use super::Core;
+use super::Catalog;
 use crate::models::{ModelsAnswer, ModelsClient, ModelsError};
 
 /// Delay of the first round after startup.
@@ -98,7 +98,7 @@ pub(crate) struct Outcome {
     pub published: bool,
 }
 
-/// The catalog refresher's state (one per sidecar, in [`Core`]).
+/// The catalog refresher's state (one per sidecar, in [`Catalog`]).
 #[derive(Debug)]
 pub(crate) struct CatalogRefresher {
     /// The cell the workers read.
@@ -152,11 +152,11 @@ impl CatalogRefresher {
 
     /// True when the plans among eligible accounts differ from the last round's (false while
     /// a round runs).
-    fn plans_changed(&self, core: &Core) -> bool {
+    fn plans_changed(&self, publisher: &crate::publish::Publisher) -> bool {
         let Ok(book) = self.book.try_lock() else {
             return false;
         };
-        let snap = core.publisher.current();
+        let snap = publisher.current();
         let now: BTreeSet<String> = snap
             .accounts
             .iter()
@@ -189,10 +189,10 @@ fn count_models(body: &[u8]) -> usize {
 }
 
 /// One refresh round (see the module docs).
-pub(crate) async fn refresh(core: &Arc<Core>) -> Outcome {
-    let r = &core.models;
+pub(crate) async fn refresh(catalog: &Arc<Catalog>) -> Outcome {
+    let r = &catalog.refresher;
     let mut book = r.book.lock().await;
-    let snap = core.publisher.current();
+    let snap = catalog.publisher.current();
     let version = snap.version;
     let mut by_plan: BTreeMap<String, Vec<Arc<AccountEntry>>> = BTreeMap::new();
     for a in snap.accounts.iter().filter(|a| eligible(a)) {
@@ -216,7 +216,7 @@ pub(crate) async fn refresh(core: &Arc<Core>) -> Outcome {
         for acc in accounts.iter().take(MAX_ACCOUNTS_PER_PLAN) {
             asked = Some(acc.id);
             // As the account: through its egress proxy when it has one (never direct instead).
-            let client = match core.usage_for(acc.id, r.client.usage()) {
+            let client = match catalog.egress.usage_for(acc.id, r.client.usage()) {
                 Ok(u) => r.client.with_usage(u),
                 Err(why) => {
                     error = Some(why);
@@ -246,7 +246,7 @@ pub(crate) async fn refresh(core: &Arc<Core>) -> Outcome {
                         plan = %plan,
                         "model catalog fetch: access token rejected; refreshing"
                     );
-                    super::refresh::request(core, acc.id, version);
+                    super::refresh::request(&catalog.refresh, acc.id, version);
                     error = Some(ModelsError::Unauthorized.to_string());
                 }
                 Err(e) => {
@@ -310,10 +310,10 @@ pub(crate) async fn refresh(core: &Arc<Core>) -> Outcome {
     out
 }
 
-/// Refreshes the catalog until `stop` (`core.models.interval` must be non-zero).
-pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    let every = core.models.interval;
-    tracing::info!(url = %core.models.client.url(), every = ?every, "model catalog refresher started");
+/// Refreshes the catalog until `stop` (`catalog.refresher.interval` must be non-zero).
+pub(crate) async fn run(catalog: Arc<Catalog>, mut stop: watch::Receiver<bool>) {
+    let every = catalog.refresher.interval;
+    tracing::info!(url = %catalog.refresher.client.url(), every = ?every, "model catalog refresher started");
     let mut due = Instant::now() + FIRST_DELAY;
     loop {
         let wake = due.min(Instant::now() + PLAN_CHECK);
@@ -321,11 +321,11 @@ pub(crate) async fn run(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep_until(wake) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        if Instant::now() < due && !core.models.plans_changed(&core) {
+        if Instant::now() < due && !catalog.refresher.plans_changed(&catalog.publisher) {
             continue;
         }
         let out = tokio::select! {
-            out = refresh(&core) => out,
+            out = refresh(&catalog) => out,
             _ = stop.wait_for(|s| *s) => return,
         };
         let next = if out.failed > 0 {

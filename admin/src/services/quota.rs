@@ -19,7 +19,7 @@ use std::{sync::Arc, time::Duration};
 use shared_state::{AccountEffect, AccountEntry, AccountStatus};
 use tokio::{sync::watch, time::Instant};
 
-use super::Core;
+use super::Quota;
 use crate::quota::{QuotaError, UsageClient};
 
 /// How often an idle poller (no pollable account) looks again.
@@ -34,7 +34,7 @@ fn pollable(a: &AccountEntry) -> bool {
 
 /// Polls until `stop`; `every` is the per-account interval (non-zero).
 pub(crate) async fn run(
-    core: Arc<Core>,
+    quota: Arc<Quota>,
     client: UsageClient,
     every: Duration,
     mut stop: watch::Receiver<bool>,
@@ -43,7 +43,8 @@ pub(crate) async fn run(
     let mut last: Option<i64> = None;
     let mut next = Instant::now();
     loop {
-        let n = core
+        let n = quota
+            .store
             .publisher
             .current()
             .accounts
@@ -65,7 +66,7 @@ pub(crate) async fn run(
             _ = stop.wait_for(|s| *s) => return,
         }
         // The next pollable account after `last` in id order, wrapping around.
-        let snap = core.publisher.current();
+        let snap = quota.store.publisher.current();
         let mut candidates = snap.accounts.iter().filter(|a| pollable(a));
         let pick = match last {
             Some(l) => candidates
@@ -79,21 +80,21 @@ pub(crate) async fn run(
         last = Some(id);
         drop(snap);
         tokio::select! {
-            _ = poll_one(&core, &client, id) => {}
+            _ = poll_one(&quota, &client, id) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }
 }
 
 /// Polls one account now, with its currently published access token.
-pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
-    let snap = core.publisher.current();
+pub(crate) async fn poll_one(quota: &Arc<Quota>, client: &UsageClient, id: i64) {
+    let snap = quota.store.publisher.current();
     let version = snap.version;
     let Some(account) = snap.account(id).cloned() else {
         return;
     };
     drop(snap);
-    let client = match core.usage_for(id, client) {
+    let client = match quota.egress.usage_for(id, client) {
         Ok(c) => c,
         Err(why) => {
             tracing::warn!(account = id, error = %why, "quota poll skipped: egress proxy unusable");
@@ -106,15 +107,12 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
     {
         Ok(usage) => {
             if let Some(n) = usage.reset_credits {
-                core.reset_credits
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(id, n);
+                quota.credits.set(id, n);
             }
-            let live = core.publisher.live(id).await;
+            let live = quota.store.publisher.live(id).await;
             let current_cooldown = live.as_ref().map_or(0, |l| l.cooldown_until_ms());
             let stored = match crate::quota::store_usage(
-                core.storage.as_ref(),
+                quota.store.storage.as_ref(),
                 id,
                 &usage,
                 current_cooldown,
@@ -153,7 +151,7 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
             );
             if usage.plan_type.is_some() && usage.plan_type != account.plan {
                 // The plan is part of the snapshot: publish the change now.
-                core.republish().await;
+                quota.store.republish().await;
             }
         }
         Err(QuotaError::Unauthorized) => {
@@ -161,7 +159,7 @@ pub(crate) async fn poll_one(core: &Arc<Core>, client: &UsageClient, id: i64) {
                 account = id,
                 "usage poll: access token rejected; refreshing"
             );
-            super::refresh::request(core, id, version);
+            super::refresh::request(&quota.refresh, id, version);
         }
         Err(e) => {
             tracing::warn!(account = id, error = %e, "usage poll failed");

@@ -40,7 +40,7 @@ use std::{
 use shared_state::{AccountEffect, AccountStatus, Secret};
 use tokio::time::Instant;
 
-use super::Core;
+use super::Refresher;
 use crate::{
     lease::RedisLeases,
     oauth::{Identity, OAuthClient, RefreshError},
@@ -117,19 +117,20 @@ impl RefreshBook {
 
 /// Releases the in-flight slot when the refresh task ends (or is dropped).
 struct InFlight {
-    core: Arc<Core>,
+    refresher: Arc<Refresher>,
     id: i64,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.core.refresh.lock().in_flight.remove(&self.id);
+        self.refresher.book.lock().in_flight.remove(&self.id);
     }
 }
 
 /// Handles a worker's refresh request.
-pub(crate) fn request(core: &Arc<Core>, account_id: i64, seen_version: u64) {
-    if core
+pub(crate) fn request(refresher: &Arc<Refresher>, account_id: i64, seen_version: u64) {
+    if refresher
+        .store
         .publisher
         .token_version(account_id)
         .is_some_and(|v| seen_version < v)
@@ -143,27 +144,27 @@ pub(crate) fn request(core: &Arc<Core>, account_id: i64, seen_version: u64) {
         );
         return;
     }
-    if !core.refresh.try_start(account_id, Some(seen_version)) {
+    if !refresher.book.try_start(account_id, Some(seen_version)) {
         return;
     }
     let guard = InFlight {
-        core: Arc::clone(core),
+        refresher: Arc::clone(refresher),
         id: account_id,
     };
     tokio::spawn(run(guard, Reason::Rejected { seen_version }));
 }
 
 /// Starts refreshes for active accounts whose access token expires soon.
-pub(crate) fn refresh_expiring(core: &Arc<Core>) {
-    let snap = core.publisher.current();
+pub(crate) fn refresh_expiring(refresher: &Arc<Refresher>) {
+    let snap = refresher.store.publisher.current();
     let horizon = i64::try_from(shared_state::now_ms() / 1000 + super::REFRESH_AHEAD.as_secs())
         .unwrap_or(i64::MAX);
     for a in &snap.accounts {
         let due = a.effective_status() == AccountStatus::Active
             && a.access_expires_at.is_some_and(|exp| exp <= horizon);
-        if due && core.refresh.try_start(a.id, None) {
+        if due && refresher.book.try_start(a.id, None) {
             let guard = InFlight {
-                core: Arc::clone(core),
+                refresher: Arc::clone(refresher),
                 id: a.id,
             };
             tokio::spawn(run(guard, Reason::Expiring));
@@ -177,17 +178,17 @@ enum Step {
 }
 
 async fn run(guard: InFlight, reason: Reason) {
-    let core = &guard.core;
+    let refresher = &guard.refresher;
     let id = guard.id;
     for attempt in 0..MAX_ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1u64 << attempt.min(5))).await;
         }
-        let lease = match core.leases.get() {
+        let lease = match refresher.leases.get() {
             None => None,
             Some(l) => {
                 // The new fence must be above the one stored (Redis may have lost its counter).
-                let stored_fence = match core.storage.get_account(id).await {
+                let stored_fence = match refresher.store.storage.get_account(id).await {
                     Ok(Some((row, _))) => row.refresh_fence,
                     Ok(None) => return,
                     Err(e) => {
@@ -204,7 +205,7 @@ async fn run(guard: InFlight, reason: Reason) {
                             "refresh lease held elsewhere; waiting for its result"
                         );
                         tokio::time::sleep(Duration::from_secs(2)).await;
-                        core.republish().await;
+                        refresher.store.republish().await;
                         return;
                     }
                     Err(e) => {
@@ -217,10 +218,10 @@ async fn run(guard: InFlight, reason: Reason) {
             }
         };
         let step = match lease {
-            None => attempt_once(core, id, reason, None).await,
+            None => attempt_once(refresher, id, reason, None).await,
             Some((l, fence)) => {
                 let step = tokio::select! {
-                    step = attempt_once(core, id, reason, Some(fence)) => step,
+                    step = attempt_once(refresher, id, reason, Some(fence)) => step,
                     () = keep_lease(l, id, fence) => Step::Retry("lease renewal ended".into()),
                 };
                 if let Err(e) = l.release(id, fence).await {
@@ -240,7 +241,8 @@ async fn run(guard: InFlight, reason: Reason) {
         account = id,
         "token refresh gave up after {MAX_ATTEMPTS} attempts"
     );
-    core.refresh
+    refresher
+        .book
         .lock()
         .not_before
         .insert(id, Instant::now() + GIVE_UP_PAUSE);
@@ -271,20 +273,25 @@ async fn keep_lease(leases: &RedisLeases, id: i64, fence: i64) {
 }
 
 /// Whether the lease taken with `fence` is known to be lost (`false` when Redis cannot say).
-async fn lease_lost(core: &Core, id: i64, fence: Option<i64>) -> bool {
-    match (fence, core.leases.get()) {
+async fn lease_lost(refresher: &Refresher, id: i64, fence: Option<i64>) -> bool {
+    match (fence, refresher.leases.get()) {
         (Some(f), Some(l)) => matches!(l.renew(id, f).await, Ok(false)),
         _ => false,
     }
 }
 
-async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i64>) -> Step {
-    let (row, mut secrets) = match core.storage.get_account(id).await {
+async fn attempt_once(
+    refresher: &Arc<Refresher>,
+    id: i64,
+    reason: Reason,
+    fence: Option<i64>,
+) -> Step {
+    let (row, mut secrets) = match refresher.store.storage.get_account(id).await {
         Ok(Some(v)) => v,
         Ok(None) => return Step::Done,
         Err(e) => return Step::Retry(format!("storage: {e}")),
     };
-    if let Some(held) = core.publisher.held_tokens(id) {
+    if let Some(held) = refresher.store.publisher.held_tokens(id) {
         // A rotation not stored yet: those are the live tokens, not the stored ones.
         secrets.access_token = held.access_token;
         if let Some(r) = held.refresh_token.filter(|r| !r.is_empty()) {
@@ -299,7 +306,8 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
     // pub/sub while this task waited for the lease) is the one to use: refreshing again would
     // spend the rotated refresh token a second time.
     if let Reason::Rejected { seen_version } = reason {
-        if core
+        if refresher
+            .store
             .publisher
             .token_version(id)
             .is_some_and(|v| seen_version < v)
@@ -312,27 +320,29 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
         }
     }
     // Another instance (or an import) may already have stored newer tokens.
-    let published = core
+    let published = refresher
+        .store
         .publisher
         .current()
         .account(id)
         .map(|a| a.access_token.clone());
     if !secrets.access_token.is_empty() && published.as_ref() != Some(&secrets.access_token) {
         tracing::debug!(account = id, "newer tokens already stored; republishing");
-        publish_refreshed(core, id).await;
+        publish_refreshed(refresher, id).await;
         return Step::Done;
     }
     if secrets.refresh_token.is_empty() {
         if reason == Reason::Expiring {
             // Access-token-only account: nothing to do before it expires.
-            core.refresh
+            refresher
+                .book
                 .lock()
                 .not_before
                 .insert(id, Instant::now() + Duration::from_secs(24 * 3600));
             return Step::Done;
         }
         mark_terminal(
-            core,
+            refresher,
             id,
             &RefreshError::Terminal {
                 code: "no_refresh_token".into(),
@@ -342,43 +352,43 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
         .await;
         return Step::Done;
     }
-    let oauth = match core.oauth_for(id) {
+    let oauth = match refresher.egress.oauth_for(id) {
         Ok(o) => o,
         Err(why) => return Step::Retry(why),
     };
     let upd = match exchange(&oauth, &secrets.refresh_token).await {
         Ok(upd) => TokenUpdate { fence, ..upd },
         Err(e @ RefreshError::Terminal { .. }) => {
-            if lease_lost(core, id, fence).await {
+            if lease_lost(refresher, id, fence).await {
                 // A newer holder refreshed meanwhile (rotating the token this attempt used):
                 // its tokens stand, the account is fine.
                 tracing::warn!(account = id, error = %e, "refresh failed after its lease was lost; keeping the newer holder's tokens");
-                core.republish().await;
+                refresher.store.republish().await;
                 return Step::Done;
             }
-            mark_terminal(core, id, &e).await;
+            mark_terminal(refresher, id, &e).await;
             return Step::Done;
         }
         Err(RefreshError::Transient(why)) => return Step::Retry(why),
     };
     // From here on the old refresh token is dead: the new tokens must not be lost.
-    let stored = if core.publisher.replace_held(id, &upd) {
+    let stored = if refresher.store.publisher.replace_held(id, &upd) {
         // An earlier rotation is still waiting for storage: its writer stores these instead
         // (one writer per account, so an older rotation never lands after a newer one).
         false
-    } else if !core.health.storage_up() {
+    } else if !refresher.health.storage_up() {
         // Storage is known down: hold them at once rather than wait for the pool's connect
         // timeout while requests wait for this token (the writer stores them later).
         tracing::error!(
             account = id,
             "storage is down; using the refreshed tokens from memory until they can be stored"
         );
-        if core.publisher.hold_tokens(id, upd) {
-            tokio::spawn(persist_held(Arc::clone(core), id));
+        if refresher.store.publisher.hold_tokens(id, upd) {
+            tokio::spawn(persist_held(Arc::clone(refresher), id));
         }
         false
     } else {
-        match core.storage.update_tokens(id, &upd).await {
+        match refresher.store.storage.update_tokens(id, &upd).await {
             Ok(TokenWrite::Stored) => true,
             Ok(TokenWrite::NoAccount) => return Step::Done, // deleted meanwhile
             Ok(TokenWrite::Fenced) => {
@@ -387,13 +397,13 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
                     fence,
                     "a refresh under a newer lease stored its tokens first; dropping this rotation"
                 );
-                core.republish().await;
+                refresher.store.republish().await;
                 return Step::Done;
             }
             Err(e) => {
                 tracing::error!(account = id, error = %e, "cannot store refreshed tokens; using them from memory and retrying the write");
-                if core.publisher.hold_tokens(id, upd) {
-                    tokio::spawn(persist_held(Arc::clone(core), id));
+                if refresher.store.publisher.hold_tokens(id, upd) {
+                    tokio::spawn(persist_held(Arc::clone(refresher), id));
                 }
                 false
             }
@@ -403,20 +413,20 @@ async fn attempt_once(core: &Arc<Core>, id: i64, reason: Reason, fence: Option<i
         .cooldown_reason
         .as_deref()
         .is_some_and(|r| r.contains("token") || r.contains("401") || r.contains("auth"));
-    if let Some(live) = core.publisher.live(id).await {
+    if let Some(live) = refresher.store.publisher.live(id).await {
         live.apply(&AccountEffect::TokenRefreshed {
             clear_cooldown: auth_cooldown,
         });
     }
     if auth_cooldown && stored {
-        let _ = core.storage.set_cooldown(id, 0, None).await;
+        let _ = refresher.store.storage.set_cooldown(id, 0, None).await;
     }
     if stored {
-        publish_refreshed(core, id).await;
+        publish_refreshed(refresher, id).await;
     } else {
         // Held in memory: publish them now, without first trying a reload from the storage
         // that just failed (each try waits for the pool's timeout while requests wait).
-        publish_held(core, id).await;
+        publish_held(refresher, id).await;
     }
     tracing::info!(account = id, stored, "refreshed account tokens");
     Step::Done
@@ -431,17 +441,17 @@ const PERSIST_MAX: Duration = Duration::from_secs(10);
 /// stops holding them and republishes from storage. Newer tokens held meanwhile are written
 /// in turn. One writer per account ([`crate::publish::Publisher::hold_tokens`] says when to
 /// start one).
-pub(crate) async fn persist_held(core: Arc<Core>, id: i64) {
+pub(crate) async fn persist_held(refresher: Arc<Refresher>, id: i64) {
     let mut delay = PERSIST_FIRST;
     let mut failures = 0u64;
     loop {
         tokio::time::sleep(delay).await;
-        let Some(upd) = core.publisher.held_tokens(id) else {
+        let Some(upd) = refresher.store.publisher.held_tokens(id) else {
             return;
         };
-        match core.storage.update_tokens(id, &upd).await {
+        match refresher.store.storage.update_tokens(id, &upd).await {
             Ok(written) => {
-                if core.publisher.release_tokens(id, &upd) {
+                if refresher.store.publisher.release_tokens(id, &upd) {
                     match written {
                         TokenWrite::Stored => {
                             tracing::info!(account = id, failures, "held refreshed tokens stored")
@@ -452,7 +462,7 @@ pub(crate) async fn persist_held(core: Arc<Core>, id: i64) {
                         ),
                         TokenWrite::NoAccount => {}
                     }
-                    core.republish().await;
+                    refresher.store.republish().await;
                     return;
                 }
                 delay = PERSIST_FIRST; // newer tokens arrived: write those
@@ -540,20 +550,25 @@ pub(crate) async fn exchange(
 /// Publishes the account's new tokens (from storage, or held ones laid over it; from memory
 /// alone when storage cannot be read) and remembers the version.
 /// Publishes the tokens held in memory for `id` over the current snapshot.
-async fn publish_held(core: &Arc<Core>, id: i64) {
-    match core.publisher.publish_held(id).await {
+async fn publish_held(refresher: &Arc<Refresher>, id: i64) {
+    match refresher.store.publisher.publish_held(id).await {
         Some(v) => {
-            core.refresh.lock().refreshed_version.insert(id, v);
+            refresher.book.lock().refreshed_version.insert(id, v);
         }
-        None => publish_refreshed(core, id).await,
+        None => publish_refreshed(refresher, id).await,
     }
 }
 
-async fn publish_refreshed(core: &Arc<Core>, id: i64) {
-    let v = match core.publisher.reload(core.storage.as_ref(), true).await {
+async fn publish_refreshed(refresher: &Arc<Refresher>, id: i64) {
+    let v = match refresher
+        .store
+        .publisher
+        .reload(refresher.store.storage.as_ref(), true)
+        .await
+    {
         Ok(v) => v,
         Err(e) => {
-            let v = core.publisher.publish_held(id).await;
+            let v = refresher.store.publisher.publish_held(id).await;
             if v.is_none() {
                 tracing::warn!(account = id, error = %e, "cannot publish after refresh");
             }
@@ -561,18 +576,18 @@ async fn publish_refreshed(core: &Arc<Core>, id: i64) {
         }
     };
     if let Some(v) = v {
-        core.refresh.lock().refreshed_version.insert(id, v);
+        refresher.book.lock().refreshed_version.insert(id, v);
     }
 }
 
-async fn mark_terminal(core: &Arc<Core>, id: i64, e: &RefreshError) {
+async fn mark_terminal(refresher: &Arc<Refresher>, id: i64, e: &RefreshError) {
     let status = e.terminal_status().unwrap_or(AccountStatus::ReauthRequired);
     tracing::warn!(account = id, error = %e, status = status.as_str(), "refresh token is dead; account needs a new login");
-    if let Some(live) = core.publisher.live(id).await {
+    if let Some(live) = refresher.store.publisher.live(id).await {
         live.apply(&AccountEffect::Status(status));
     }
     for i in 0..3u64 {
-        match core.storage.set_status(id, status).await {
+        match refresher.store.storage.set_status(id, status).await {
             Ok(_) => break,
             Err(err) => {
                 tracing::error!(account = id, error = %err, "cannot persist the account status; retrying");
@@ -580,5 +595,5 @@ async fn mark_terminal(core: &Arc<Core>, id: i64, e: &RefreshError) {
             }
         }
     }
-    core.republish().await;
+    refresher.store.republish().await;
 }
