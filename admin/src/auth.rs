@@ -441,7 +441,7 @@ impl LoginLimiter {
     }
 }
 
-/// The admin API's authentication state (held by the sidecar core).
+/// The admin API's authentication state (held by `services::Session`).
 #[derive(Debug)]
 pub struct AdminAuth {
     static_token: Option<Secret>,

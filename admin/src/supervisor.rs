@@ -13,8 +13,8 @@
 //! ```ignore
 //! let sup = Supervisor::new(Arc::clone(&health), stop.clone());
 //! let reload = sup.spawn("reload", {
-//!     let core = Arc::clone(&core);
-//!     move || reload_loop(Arc::clone(&core), every, stop.clone())
+//!     let refresh = Arc::clone(&services.refresh);
+//!     move || reload_loop(Arc::clone(&refresh), every, stop.clone())
 //! });
 //! ```
 //! The factory builds everything a run needs (a run's state dies with it); what must outlive a

@@ -142,6 +142,7 @@ pub(crate) struct DashboardView {
 }
 
 async fn dashboard(State(svc): State<Arc<Ops>>) -> ApiResult<DashboardView> {
+    let store = &svc.accounts.store;
     let now = shared_state::now_ms();
     let (dp, _) = data_plane(&svc, now).await;
     let now_i = crate::storage::now_ms_i64();
@@ -149,29 +150,11 @@ async fn dashboard(State(svc): State<Arc<Ops>>) -> ApiResult<DashboardView> {
         since_ms: Some(now_i - ms),
         ..UsageFilter::default()
     };
-    let usage_5m = svc
-        .accounts
-        .store
-        .storage
-        .usage_summary(since(300_000))
-        .await?
-        .totals;
-    let usage_1h = svc
-        .accounts
-        .store
-        .storage
-        .usage_summary(since(3_600_000))
-        .await?
-        .totals;
-    let usage_24h = svc
-        .accounts
-        .store
-        .storage
-        .usage_summary(since(86_400_000))
-        .await?
-        .totals;
-    let rows = svc.accounts.store.storage.list_accounts().await?;
-    let snap = svc.accounts.store.publisher.current();
+    let usage_5m = store.storage.usage_summary(since(300_000)).await?.totals;
+    let usage_1h = store.storage.usage_summary(since(3_600_000)).await?.totals;
+    let usage_24h = store.storage.usage_summary(since(86_400_000)).await?.totals;
+    let rows = store.storage.list_accounts().await?;
+    let snap = store.publisher.current();
     let mut pool = PoolView {
         accounts: rows.len(),
         ..PoolView::default()
@@ -226,7 +209,7 @@ async fn dashboard(State(svc): State<Arc<Ops>>) -> ApiResult<DashboardView> {
     let burn = svc.sampler.burn(mean_p, now);
     let credits = held_credits(&svc, &schedulable);
     let dry_at_ms = burn.and_then(|b| dry_at_ms(now, mean_p, b, credits, n));
-    let recent_failures = svc.accounts.store.storage.recent_failures(5).await?;
+    let recent_failures = store.storage.recent_failures(5).await?;
     Ok(Json(DashboardView {
         object: "dashboard",
         now_ms: now,
@@ -310,10 +293,11 @@ pub(crate) struct OpsView {
 const BOARD_ROWS: usize = 200;
 
 async fn ops(State(svc): State<Arc<Ops>>) -> ApiResult<OpsView> {
+    let store = &svc.accounts.store;
     let now = shared_state::now_ms();
     let (dp, scrape) = data_plane(&svc, now).await;
-    let snap = svc.accounts.store.publisher.current();
-    let rows = svc.accounts.store.storage.list_accounts().await?;
+    let snap = store.publisher.current();
+    let rows = store.storage.list_accounts().await?;
     // The scheduler's order and assessment, by account id.
     let mut sched: HashMap<i64, (usize, BoardEntry)> = svc
         .accounts
