@@ -20,6 +20,11 @@
 //! Every mutation republishes the snapshot before answering, and is recorded in the audit log
 //! by one middleware ([`audit_layer::layer`]; the login by [`audit_layer::login_layer`]).
 //!
+//! Each route module's `routes(..)` takes only its own service (per-router state, from
+//! [`ApiServices`], which the sidecar assembly builds): e.g. `accounts` an
+//! [`crate::services::Accounts`], `keys`, `usage` and `settings` a [`crate::services::Store`];
+//! no handler sees the others' handles.
+//!
 //! # Request guard (every `/api/admin/*` request, login included)
 //! - `Host` (DNS rebinding, on every listener, loopback or not) must be a loopback name
 //!   (`localhost`, `*.localhost`, a loopback IP), the listener's own IP (any IP literal when it

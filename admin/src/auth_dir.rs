@@ -280,7 +280,7 @@ impl Watcher {
                     let src = p.display().to_string();
                     crate::import::import_text(
                         store.storage.as_ref(),
-                        &oauth,
+                        oauth,
                         &src,
                         &text,
                         &mut sum,
