@@ -5,7 +5,8 @@
 //!
 //! # Key Components
 //! - [`Store`]: storage and the snapshot publisher (with [`Store::republish`]), the pair most
-//!   services hold; the keys, usage, settings and audit routers take it alone;
+//!   services hold; the keys, usage and settings routers, the audit layer and most tasks take
+//!   it alone;
 //! - [`Egress`]: the token and usage endpoint clients of an account, through its egress proxy;
 //! - [`Refresher`]: single-flight token refresh (storage, publisher, health, Redis leases,
 //!   the refresh book, egress);
@@ -17,7 +18,7 @@
 //! - [`Ops`]: the dashboard and the live view (the metrics sampler, health, account views);
 //! - [`Forecast`]: the quota burn estimator and its view;
 //! - [`Proxies`]: the egress proxy handlers (their test action reaches the upstream);
-//! - [`Pool`]: auto-clean and the batch test;
+//! - [`Pool`]: `POST /auto-clean/run` and the batch test;
 //! - [`Session`]: the admin credentials (login, tokens, the request guard);
 //! - [`events`]: the usage and account-effect loops, and [`events::Settle`];
 //! - [`refresh`]: single-flight token refresh ([`refresh::RefreshBook`]);
@@ -274,7 +275,7 @@ pub(crate) struct Proxies {
     pub upstream_base_url: String,
 }
 
-/// Auto-clean (its task and `POST /auto-clean/run`) and the batch test.
+/// `POST /auto-clean/run` (the auto-clean task takes the [`Store`] alone) and the batch test.
 pub(crate) struct Pool {
     pub store: Store,
     pub egress: Arc<Egress>,
