@@ -18,19 +18,7 @@ use shared_state::egress::ProxyFailureKind;
 
 /// Routes we count: the labels of `crate::api::route::Route::label` (the last, `other`, also
 /// takes any name not listed).
-pub const ROUTES: [&str; 11] = [
-    "responses",
-    "responses_compact",
-    "chat_completions",
-    "messages",
-    "messages_count_tokens",
-    "models",
-    "healthz",
-    "metrics",
-    "chatgpt",
-    "usage",
-    "other",
-];
+pub const ROUTES: [&str; 11] = shared_state::channels::ROUTE_LABELS;
 const STATUSES: [u16; 17] = [
     101, 200, 400, 401, 403, 404, 405, 408, 413, 426, 429, 500, 501, 502, 503, 504, 0,
 ];

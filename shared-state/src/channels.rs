@@ -70,19 +70,27 @@ impl Transport {
     }
 }
 
-/// The route names a [`UsageRecord`] may carry (a replayed record's route is mapped back onto
-/// these; anything else is `other`).
-pub const USAGE_ROUTES: [&str; 5] = [
+/// The route labels: the data plane's metrics label each route with one of these
+/// (`gateway::api::route::Route::label`, `gateway::metrics::ROUTES`), and a [`UsageRecord`]
+/// carries one (a record replayed from the spool has its route mapped back onto these;
+/// anything else is `other`, the last).
+pub const ROUTE_LABELS: [&str; 11] = [
     "responses",
+    "responses_compact",
     "chat_completions",
     "messages",
     "messages_count_tokens",
+    "models",
+    "healthz",
+    "metrics",
+    "chatgpt",
+    "usage",
     "other",
 ];
 
-/// The `&'static` route name of `s` (see [`USAGE_ROUTES`]).
+/// The `&'static` route label `s` (see [`ROUTE_LABELS`]).
 pub fn usage_route(s: &str) -> &'static str {
-    USAGE_ROUTES
+    ROUTE_LABELS
         .iter()
         .copied()
         .find(|r| *r == s)
@@ -104,7 +112,7 @@ pub struct UsageRecord {
     pub key_id: i64,
     /// Account that served the request (None when no attempt was accepted).
     pub account_id: Option<i64>,
-    /// Route, e.g. `responses` or `chat_completions` (see [`USAGE_ROUTES`]).
+    /// Route, e.g. `responses` or `chat_completions` (see [`ROUTE_LABELS`]).
     pub route: &'static str,
     /// Model requested by the client.
     pub model: String,
@@ -519,6 +527,19 @@ impl WorkerMailbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record replayed from the spool keeps its route, whichever route wrote it (a compact
+    /// record used to come back as `other`).
+    #[test]
+    fn every_route_label_survives_a_replay() {
+        for label in ROUTE_LABELS {
+            let owned = label.to_owned();
+            assert_eq!(usage_route(&owned), label);
+        }
+        assert_eq!(usage_route("responses_compact"), "responses_compact");
+        assert_eq!(usage_route("no-such-route"), "other");
+        assert_eq!(ROUTE_LABELS.last(), Some(&"other"));
+    }
 
     #[test]
     fn events_roundtrip_and_full_queue_returns_event() {
