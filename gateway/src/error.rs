@@ -103,6 +103,9 @@ pub enum ErrorKind {
     /// Refused at the front door (`crate::front_door`): the instance's or the client IP's
     /// request rate (429 with `Retry-After`), or an address not on the allow-list (403).
     FrontDoor(crate::front_door::Refusal),
+    /// A connection refused at accept, before any request (`crate::server::admission`): the
+    /// process's open-connection cap (503) or the client IP's (429), both `Retry-After: 1`.
+    ConnectionCap(crate::server::admission::Refusal),
     /// The client key is over one of its limits (`gateway::limits`).
     KeyLimit {
         /// Which limit.
@@ -350,6 +353,7 @@ impl Error {
                 "front_door_not_allowed"
             }
             ErrorKind::FrontDoor(_) => "front_door_rate_limit",
+            ErrorKind::ConnectionCap(_) => "connection_cap",
             ErrorKind::KeyLimit { limit, .. } => match limit {
                 KeyLimit::Rpm(_) | KeyLimit::Concurrency(_) | KeyLimit::WsSessions(_) => {
                     "key_rate_limit"
@@ -535,6 +539,29 @@ impl Error {
                 ),
                 Some(5),
             ),
+            ErrorKind::ConnectionCap(refusal) => {
+                use crate::server::admission::Refusal;
+                match refusal {
+                    Refusal::Global => r(
+                        503,
+                        ErrorBody::new(
+                            "The gateway is at its connection limit; retry shortly.",
+                            "server_error",
+                            Some("too_many_connections"),
+                        ),
+                        Some(1),
+                    ),
+                    Refusal::PerIp => r(
+                        429,
+                        ErrorBody::new(
+                            "Too many open connections from this address; close some or retry shortly.",
+                            "rate_limit_error",
+                            Some("too_many_connections_per_ip"),
+                        ),
+                        Some(1),
+                    ),
+                }
+            }
             ErrorKind::FrontDoor(refusal) => {
                 use crate::front_door::Refusal;
                 match *refusal {
@@ -1108,6 +1135,26 @@ mod tests {
                 429,
                 "requests",
                 "rate_limit_exceeded",
+                "rate_limit_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::ConnectionCap(
+                    crate::server::admission::Refusal::Global,
+                )),
+                503,
+                "server_error",
+                "too_many_connections",
+                "overloaded_error",
+                &[],
+            ),
+            (
+                down(ErrorKind::ConnectionCap(
+                    crate::server::admission::Refusal::PerIp,
+                )),
+                429,
+                "rate_limit_error",
+                "too_many_connections_per_ip",
                 "rate_limit_error",
                 &[],
             ),

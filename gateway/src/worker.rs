@@ -405,10 +405,16 @@ async fn refuse_connection(ctx: Rc<WorkerCtx>, stream: TcpStream, refusal: Refus
             ..client_limits(&ctx.cfg)
         },
     );
-    let (status, body) = refusal.response();
-    let headers = [api::JSON, ("retry-after", "1")];
+    // Before any request: OpenAI's shape (no route says otherwise).
+    let r = crate::error::Error::new(
+        crate::error::ErrorKind::ConnectionCap(refusal),
+        crate::error::Side::Downstream,
+    )
+    .render(crate::error::Dialect::OpenAi);
+    let retry = r.retry_after.unwrap_or(1).to_string();
+    let headers = [api::JSON, ("retry-after", retry.as_str())];
     if conn
-        .write_response(status, &headers, &body, false)
+        .write_response(r.status, &headers, &r.body, false)
         .await
         .is_ok()
     {

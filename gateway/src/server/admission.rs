@@ -5,8 +5,9 @@
 //! # Key Components
 //! - [`ConnGate`]: the counters; [`ConnGate::admit`] takes a place or says why not.
 //! - [`Admitted`]: the place, given back when dropped (however the connection ends).
-//! - [`Refusal::response`]: the answer to a refused connection, in OpenAI's error shape
-//!   (503 at the global cap, 429 at the per-IP cap, both with `retry-after`).
+//! - [`Refusal`]: why a connection was refused; its answer (503 at the global cap, 429 at the
+//!   per-IP cap, both with `retry-after`, in OpenAI's shape: no request says otherwise) is the
+//!   error mapping's (`crate::error::ErrorKind::ConnectionCap`).
 //!
 //! # Error handling
 //! Nothing fails here; a refusal is a value. The accept loop answers and closes.
@@ -131,30 +132,6 @@ impl Drop for Admitted {
     }
 }
 
-// === impl Refusal ===
-
-impl Refusal {
-    /// Status and OpenAI-shaped body of the answer.
-    pub fn response(self) -> (u16, Vec<u8>) {
-        let (status, message, ty, code) = match self {
-            Refusal::Global => (
-                503,
-                "The gateway is at its connection limit; retry shortly.",
-                "server_error",
-                "too_many_connections",
-            ),
-            Refusal::PerIp => (
-                429,
-                "Too many open connections from this address; close some or retry shortly.",
-                "rate_limit_error",
-                "too_many_connections_per_ip",
-            ),
-        };
-        let body = codex_protocol::openai_error::ErrorBody::new(message, ty, Some(code)).to_json();
-        (status, body)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,9 +161,5 @@ mod tests {
         drop(held);
         assert_eq!(open.open(), 0);
         assert!(open.per_ip.iter().all(|s| s.lock().unwrap().is_empty()));
-        let (status, body) = Refusal::Global.response();
-        assert_eq!(status, 503);
-        let code = sonic_rs::get(body.as_slice(), &["error", "code"]).unwrap();
-        assert_eq!(code.as_raw_str(), "\"too_many_connections\"");
     }
 }
