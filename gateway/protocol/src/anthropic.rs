@@ -1,5 +1,5 @@
 //! Anthropic Messages (`/v1/messages`) <-> Codex Responses translation, the Anthropic
-//! counterpart of [`crate::chat`] (docs/protocol.md#anthropic-messages-mapping).
+//! counterpart of the chat translation (`crate::chat`), docs/protocol.md#anthropic-messages-mapping.
 //!
 //! Pure pieces, no I/O and no runtime: the data plane feeds them bytes and events and writes
 //! what they return.
@@ -80,8 +80,11 @@ pub use self::{
     },
     stream::MessagesStream,
 };
-use crate::chat::json::write_str;
-pub use crate::events::Usage;
+pub use crate::{events::Usage, tools::ToolNameMap};
+use crate::{
+    json::{write_str, write_u64},
+    turn::Stop,
+};
 
 /// Anthropic's error `type` for an HTTP status (the status is the gateway's one mapping).
 pub fn error_type_for_status(status: u16) -> &'static str {
@@ -118,7 +121,6 @@ pub fn error_frame(error_type: &str, message: &str) -> Vec<u8> {
 
 /// Writes `usage` in Anthropic's shape (cached input reported apart, as Anthropic does).
 pub(crate) fn write_usage(out: &mut Vec<u8>, u: &Usage) {
-    use crate::chat::json::write_u64;
     let cached = u.cached_tokens.min(u.input_tokens);
     out.extend_from_slice(b"{\"input_tokens\":");
     write_u64(out, u.input_tokens - cached);
@@ -137,11 +139,14 @@ pub(crate) fn message_id(response_id: Option<&str>, fallback: u64) -> String {
     }
 }
 
-/// `stop_reason` of an `incomplete` response.
-pub(crate) fn incomplete_stop_reason(reason: Option<&str>) -> &'static str {
-    match reason {
-        Some("content_filter") => "refusal",
-        _ => "max_tokens",
+/// The `stop_reason` of a response that ended for `stop` (no stop sequence matched);
+/// `tool_use` when it completed with tool calls.
+pub(crate) fn stop_reason(stop: Stop, tool_used: bool) -> &'static str {
+    match stop {
+        Stop::Completed if tool_used => "tool_use",
+        Stop::Completed => "end_turn",
+        Stop::MaxOutputTokens => "max_tokens",
+        Stop::ContentFilter => "refusal",
     }
 }
 

@@ -10,9 +10,10 @@
 //!   client-facing facts the response side needs ([`ChatRequest`]). Parameters are
 //!   *whitelisted*: anything not mapped (temperature, max_tokens, stop, seed, user, ...) is
 //!   dropped, so the backend never answers "Unsupported parameter".
-//! - [`ToolNameMap`]: tool names over 64 characters are shortened deterministically
-//!   (`first 55 chars + "_" + 8 hex`) and restored on output.
-//! - [`ChatStream`]: one upstream Responses event in, zero or more complete
+//! - [`ToolNameMap`] (from [`crate::tools`], shared with Anthropic): tool names over 64
+//!   characters are shortened deterministically (`first 55 chars + "_" + 8 hex`) and restored
+//!   on output.
+//! - [`ChatStream`]: one upstream Responses event (read by the neutral `turn` layer) in, zero or more complete
 //!   `data: {chat.completion.chunk}\n\n` frames out (docs/protocol.md#stream), ending in either a finish chunk,
 //!   an optional usage chunk and `data: [DONE]`, or exactly one `data: {"error":{...}}` frame.
 //! - [`ChatAggregator`]: the same events folded into one `chat.completion` JSON body
@@ -38,10 +39,10 @@
 //! - The request is read in one borrowed serde pass (no DOM); schemas, tool arguments and
 //!   unknown built-in tools are copied as raw JSON, and the upstream body is written straight
 //!   into one pre-sized `Vec<u8>`.
-//! - Delta events (text, reasoning, refusal, arguments: most of a stream) skip serde: a small
-//!   validated scanner (`scan.rs`) reads `delta` / `item_id` / indexes in one pass and the raw
-//!   `delta` token is copied into the chunk without unescaping. Chunk prefixes are built once.
-//!   No allocation per delta event on the streaming path.
+//! - Delta events (text, reasoning, refusal, arguments: most of a stream) skip serde: the
+//!   `turn` layer's validated scanner reads `delta` / `item_id` / indexes in one pass and the
+//!   raw `delta` token is copied into the chunk without unescaping. Chunk prefixes are built
+//!   once. No allocation per delta event on the streaming path.
 //!
 //! # Error handling
 //! - Request translation returns a [`ChatError`] (message + optional `param`); the gateway maps
@@ -52,21 +53,44 @@
 //! - Malformed upstream events are skipped (terminal ones still terminate the stream).
 
 mod aggregate;
-pub(crate) mod json;
-mod names;
-pub(crate) mod request;
-pub(crate) mod scan;
+mod failure;
+mod request;
 mod stream;
-pub(crate) mod upstream;
 
 pub use self::{
     aggregate::ChatAggregator,
-    names::ToolNameMap,
+    failure::ChatUpstreamFailure,
     request::{chat_to_responses, ChatError, ChatRequest, ChatRequestOptions},
     stream::ChatStream,
-    upstream::ChatUpstreamFailure,
 };
-pub use crate::events::Usage;
+pub use crate::{
+    events::Usage,
+    tools::{ToolNameMap, MAX_TOOL_NAME_LEN},
+};
+use crate::{json::write_u64, turn::Stop};
 
-/// The longest tool name the Codex backend accepts.
-pub const MAX_TOOL_NAME_LEN: usize = 64;
+/// The chat `finish_reason` of a response that ended for `stop`; `tool_calls` when it
+/// completed with tool calls.
+fn finish_reason(stop: Stop, tool_calls: bool) -> &'static str {
+    match stop {
+        Stop::Completed if tool_calls => "tool_calls",
+        Stop::Completed => "stop",
+        Stop::MaxOutputTokens => "length",
+        Stop::ContentFilter => "content_filter",
+    }
+}
+
+/// Appends the chat `usage` object for `u`.
+fn write_usage(out: &mut Vec<u8>, u: &Usage) {
+    out.extend_from_slice(b"{\"prompt_tokens\":");
+    write_u64(out, u.input_tokens);
+    out.extend_from_slice(b",\"completion_tokens\":");
+    write_u64(out, u.output_tokens);
+    out.extend_from_slice(b",\"total_tokens\":");
+    write_u64(out, u.total_tokens);
+    out.extend_from_slice(b",\"prompt_tokens_details\":{\"cached_tokens\":");
+    write_u64(out, u.cached_tokens);
+    out.extend_from_slice(b"},\"completion_tokens_details\":{\"reasoning_tokens\":");
+    write_u64(out, u.reasoning_tokens);
+    out.extend_from_slice(b"}}");
+}

@@ -13,17 +13,30 @@
 //!   `response.failed`), docs/protocol.md#error-bodies.
 //! - [`openai_error`]: OpenAI-shaped error bodies (`{"error":{"message","type","code"}}`).
 //! - [`events`]: lazy extraction of the few fields the gateway reads from events.
+//! - `turn`: the one dialect-neutral reading of a turn's upstream Responses events (text,
+//!   reasoning and tool-argument deltas, tool calls, finished items, finish with its stop
+//!   reason and usage, failure); both dialects' response sides translate from it.
+//! - [`tools`] (tool-name limit and shortening), `effort` (reasoning-effort clamping) and
+//!   `json` (hand-assembled JSON writers): request- and response-side helpers both dialects
+//!   share.
 //! - [`chat`]: `/v1/chat/completions` <-> Responses translation (request encoder, stream
-//!   decoder, non-stream aggregator), docs/protocol.md#chat-completions-mapping.
+//!   encoder, non-stream aggregator), docs/protocol.md#chat-completions-mapping.
 //! - [`anthropic`]: `/v1/messages` <-> Responses translation (request, stream, aggregator,
 //!   token estimate, Anthropic error shape).
+//!
+//! The two dialects are siblings: `chat` and `anthropic` never name each other; what they
+//! share lives in the neutral modules above (`tests/tests/repo_docs.rs` checks it).
 
 pub mod anthropic;
 pub mod bound;
 pub mod chat;
 pub mod classify;
 pub mod depth;
+mod effort;
 pub mod events;
+mod json;
 pub mod normalize;
 pub mod openai_error;
 pub mod sse;
+pub mod tools;
+mod turn;

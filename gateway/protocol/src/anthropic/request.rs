@@ -14,7 +14,10 @@
 
 use sonic_rs::{json, Array, JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
 
-use crate::chat::{request::clamp_effort, ToolNameMap, MAX_TOOL_NAME_LEN};
+use crate::{
+    effort::clamp_effort,
+    tools::{ToolNameMap, MAX_TOOL_NAME_LEN},
+};
 
 /// Knobs for [`messages_to_responses`].
 #[derive(Debug, Clone, Copy, Default)]

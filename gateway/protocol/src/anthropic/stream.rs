@@ -20,14 +20,12 @@
 use sonic_rs::JsonValueTrait;
 
 use super::{
-    error_frame, incomplete_stop_reason, message_id, stop::StopMatcher, write_usage,
-    MessagesRequest, Usage,
+    error_frame, message_id, stop::StopMatcher, stop_reason, write_usage, MessagesRequest, Usage,
 };
-use crate::chat::{
-    json::{write_str, write_u64},
-    scan::{push_unescaped, scan_delta, DeltaFields},
-    upstream::{kind_of, Kind, RawEvent, RawItem},
-    ToolNameMap,
+use crate::{
+    json::{push_unescaped, write_str, write_u64},
+    tools::ToolNameMap,
+    turn::{self, Delta, Item, Part, ReasoningDelta, TurnEvent},
 };
 
 /// The content block being streamed.
@@ -168,48 +166,47 @@ impl MessagesStream {
         if self.finished {
             return;
         }
-        let kind = kind_of(event_type, data);
-        if kind == Kind::Other {
+        let Some(event) = turn::read(event_type, data) else {
             return;
-        }
-        if kind.is_delta() {
-            if let Some(f) = scan_delta(data) {
-                self.on_delta(kind, &f, out);
-            }
-            return;
-        }
-        let ev = RawEvent::parse(data);
-        match kind {
-            Kind::Created => {
-                if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
-                    if !self.started {
-                        if let Some(id) = r.id.as_deref().filter(|s| !s.is_empty()) {
-                            self.id = Some(id.to_owned());
-                        }
-                        if let Some(c) = r.created_at() {
-                            self.created = c;
-                        }
+        };
+        match event {
+            TurnEvent::Started(r) => {
+                if !self.started {
+                    if let Some(id) = r.id {
+                        self.id = Some(id.into_owned());
+                    }
+                    if let Some(c) = r.created_at {
+                        self.created = c;
                     }
                 }
                 self.start(out);
             }
-            Kind::ItemAdded => {
-                let Some(ev) = ev else { return };
-                let Some(item) = ev.item.as_ref() else { return };
-                if !is_call(item) || self.stop.matched().is_some() {
+            TurnEvent::Text(d) | TurnEvent::Refusal(d) => {
+                if self.stop.matched().is_some() {
                     return;
                 }
-                let key = item_key(item.id.as_deref(), ev.output_index);
-                if self.shown.contains(&key) || self.is_open_tool(&key, ev.output_index) {
+                let key = item_key(d.item_id, d.output_index);
+                let Some(t) = d.token else { return };
+                self.ensure_text(out, &key);
+                self.text(out, TextPiece::Raw(t));
+            }
+            TurnEvent::Reasoning(r) => self.reasoning(out, &r),
+            TurnEvent::ToolArgs(d) => self.args_delta(out, &d),
+            TurnEvent::ToolCallStart { call, output_index } => {
+                if self.stop.matched().is_some() {
+                    return;
+                }
+                let key = item_key(call.id.as_deref(), output_index);
+                if self.shown.contains(&key) || self.is_open_tool(&key, output_index) {
                     return;
                 }
                 self.close_open(out);
-                let call_id = item.call_id.as_deref().unwrap_or(&key).to_owned();
-                let name = item.name.as_deref().unwrap_or("").to_owned();
-                self.open_tool(out, key.clone(), ev.output_index, &call_id, &name);
-                let mut initial = self.take_pending(&key, ev.output_index);
+                let call_id = call.call_id.as_deref().unwrap_or(&key).to_owned();
+                let name = call.name.as_deref().unwrap_or("").to_owned();
+                self.open_tool(out, key.clone(), output_index, &call_id, &name);
+                let mut initial = self.take_pending(&key, output_index);
                 if initial.is_empty() {
-                    if let Some(a) = call_args(item).and_then(|a| a.as_str()) {
+                    if let Some(a) = call.arguments.as_ref().and_then(|a| a.as_str()) {
                         initial = a.to_owned();
                     }
                 }
@@ -219,14 +216,8 @@ impl MessagesStream {
                     self.json_delta(out, &raw);
                 }
             }
-            Kind::ArgsDone => {
-                let Some(ev) = ev else { return };
-                let Some(full) = ev
-                    .arguments
-                    .as_ref()
-                    .or(ev.input.as_ref())
-                    .filter(|a| a.is_str())
-                else {
+            TurnEvent::ToolArgsDone(ev) => {
+                let Some(full) = ev.arguments.as_ref().filter(|a| a.is_str()) else {
                     return;
                 };
                 let key = item_key(ev.item_id.as_deref(), ev.output_index);
@@ -246,36 +237,22 @@ impl MessagesStream {
                     }
                 }
             }
-            Kind::ItemDone => {
-                let Some(ev) = ev else { return };
-                if let Some(item) = ev.item.as_ref() {
-                    self.item_done(out, item, ev.output_index);
-                }
+            TurnEvent::ItemDone { item, output_index } => {
+                self.item_done(out, &item, output_index);
             }
-            Kind::Completed | Kind::Incomplete => {
-                let response = ev.as_ref().and_then(|e| e.response.as_ref());
-                if let Some(r) = response {
-                    self.usage = r.usage();
-                    if !self.emitted_output {
-                        // Nothing streamed: fall back to the final output items.
-                        for (i, item) in r.output_items().iter().enumerate() {
-                            self.item_done(out, item, Some(i as u64));
-                        }
+            TurnEvent::Finished(f) => {
+                self.usage = f.usage();
+                if !self.emitted_output {
+                    // Nothing streamed: fall back to the final output items.
+                    for (i, item) in f.output() {
+                        self.item_done(out, &item, Some(i));
                     }
                 }
                 self.flush_pending(out);
                 self.close_open(out);
-                let (reason, seq) = if let Some(s) = self.stop.matched() {
-                    ("stop_sequence", Some(s.to_owned()))
-                } else if kind == Kind::Incomplete {
-                    let r = response
-                        .and_then(|r| r.incomplete_details.as_ref())
-                        .and_then(|d| d.reason.as_deref());
-                    (incomplete_stop_reason(r), None)
-                } else if self.tool_used {
-                    ("tool_use", None)
-                } else {
-                    ("end_turn", None)
+                let (reason, seq) = match self.stop.matched() {
+                    Some(s) => ("stop_sequence", Some(s.to_owned())),
+                    None => (stop_reason(f.stop, self.tool_used), None),
                 };
                 self.start(out);
                 frame_head(out, "message_delta");
@@ -293,109 +270,85 @@ impl MessagesStream {
                 out.extend_from_slice(b"}\n\n");
                 self.finished = true;
             }
-            Kind::Failed | Kind::Error => {
-                if let Some(u) = ev
-                    .as_ref()
-                    .and_then(|e| e.response.as_ref())
-                    .and_then(|r| r.usage())
-                {
+            TurnEvent::Failed(f) => {
+                if let Some(u) = f.usage {
                     self.usage = Some(u);
                 }
                 // The gateway classifies the failure once and calls `fail`.
                 self.finished = true;
                 self.upstream_failed = true;
             }
-            Kind::Other
-            | Kind::TextDelta
-            | Kind::RefusalDelta
-            | Kind::ReasoningSummaryDelta
-            | Kind::ReasoningTextDelta
-            | Kind::ArgsDelta => {}
         }
     }
 
     // --- internals -----------------------------------------------------------------------
 
-    fn on_delta(&mut self, kind: Kind, f: &DeltaFields<'_>, out: &mut Vec<u8>) {
+    /// A reasoning delta: a thinking block per reasoning item (only when thinking is on).
+    fn reasoning(&mut self, out: &mut Vec<u8>, r: &ReasoningDelta<'_>) {
+        if self.stop.matched().is_some() || !self.thinking {
+            return;
+        }
+        let Some(d) = r.token else { return };
+        let oi = r.output_index;
+        let part = (r.part, r.summary);
+        let sep = match &mut self.open {
+            Some((
+                _,
+                Open::Thinking {
+                    output_index,
+                    part: p,
+                },
+            )) if *output_index == oi => {
+                let sep = p.is_some_and(|p| p != part);
+                *p = Some(part);
+                sep
+            }
+            _ => {
+                self.close_open(out);
+                self.open_block(
+                    out,
+                    Open::Thinking {
+                        output_index: oi,
+                        part: Some(part),
+                    },
+                    b"{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}",
+                );
+                false
+            }
+        };
+        self.block_delta(out, b"{\"type\":\"thinking_delta\",\"thinking\":");
+        if sep {
+            out.extend_from_slice(b"\"\\n\\n");
+            out.extend_from_slice(d.as_bytes().get(1..).unwrap_or_default());
+        } else {
+            out.extend_from_slice(d.as_bytes());
+        }
+        out.extend_from_slice(b"}}\n\n");
+    }
+
+    /// A piece of a tool call's arguments: into the open tool block, or held until the call
+    /// is announced.
+    fn args_delta(&mut self, out: &mut Vec<u8>, f: &Delta<'_>) {
         if self.stop.matched().is_some() {
             return;
         }
-        let delta = f.delta.filter(|d| d.len() > 2);
-        match kind {
-            Kind::TextDelta | Kind::RefusalDelta => {
-                let key = item_key(f.item_id, f.output_index);
-                let Some(d) = delta else { return };
-                self.ensure_text(out, &key);
-                self.text(out, TextPiece::Raw(d));
-            }
-            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-                if !self.thinking {
-                    return;
+        let Some(d) = f.token else { return };
+        let key = item_key(f.item_id, f.output_index);
+        if self.is_open_tool(&key, f.output_index) {
+            self.json_delta(out, d.as_bytes());
+        } else if !self.shown.contains(&key) {
+            let i = match self.pending_slot(&key, f.output_index) {
+                Some(i) => i,
+                None => {
+                    self.pending.push(PendingCall {
+                        key,
+                        output_index: f.output_index,
+                        arguments: String::new(),
+                    });
+                    self.pending.len() - 1
                 }
-                let Some(d) = delta else { return };
-                let oi = f.output_index.unwrap_or(0);
-                let summary = kind == Kind::ReasoningSummaryDelta;
-                let part = if summary {
-                    f.summary_index
-                } else {
-                    f.content_index
-                };
-                let part = (part.unwrap_or(0), summary);
-                let sep = match &mut self.open {
-                    Some((
-                        _,
-                        Open::Thinking {
-                            output_index,
-                            part: p,
-                        },
-                    )) if *output_index == oi => {
-                        let sep = p.is_some_and(|p| p != part);
-                        *p = Some(part);
-                        sep
-                    }
-                    _ => {
-                        self.close_open(out);
-                        self.open_block(
-                            out,
-                            Open::Thinking {
-                                output_index: oi,
-                                part: Some(part),
-                            },
-                            b"{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}",
-                        );
-                        false
-                    }
-                };
-                self.block_delta(out, b"{\"type\":\"thinking_delta\",\"thinking\":");
-                if sep {
-                    out.extend_from_slice(b"\"\\n\\n");
-                    out.extend_from_slice(d.as_bytes().get(1..).unwrap_or_default());
-                } else {
-                    out.extend_from_slice(d.as_bytes());
-                }
-                out.extend_from_slice(b"}}\n\n");
-            }
-            Kind::ArgsDelta => {
-                let Some(d) = delta else { return };
-                let key = item_key(f.item_id, f.output_index);
-                if self.is_open_tool(&key, f.output_index) {
-                    self.json_delta(out, d.as_bytes());
-                } else if !self.shown.contains(&key) {
-                    let i = match self.pending_slot(&key, f.output_index) {
-                        Some(i) => i,
-                        None => {
-                            self.pending.push(PendingCall {
-                                key,
-                                output_index: f.output_index,
-                                arguments: String::new(),
-                            });
-                            self.pending.len() - 1
-                        }
-                    };
-                    push_unescaped(&mut self.pending[i].arguments, d);
-                }
-            }
-            _ => {}
+            };
+            push_unescaped(&mut self.pending[i].arguments, d);
         }
     }
 
@@ -605,13 +558,13 @@ impl MessagesStream {
     }
 
     /// `output_item.done` (or a final output item when nothing streamed).
-    fn item_done(&mut self, out: &mut Vec<u8>, item: &RawItem<'_>, output_index: Option<u64>) {
+    fn item_done(&mut self, out: &mut Vec<u8>, item: &Item<'_>, output_index: Option<u64>) {
         if self.stop.matched().is_some() {
             return;
         }
-        let key = item_key(item.id.as_deref(), output_index);
-        match item.ty.as_deref() {
-            Some("message") => {
+        match item {
+            Item::Message(m) => {
+                let key = item_key(m.id.as_deref(), output_index);
                 if matches!(&self.open, Some((_, Open::Text { key: k })) if *k == key) {
                     self.close_open(out);
                     return;
@@ -620,11 +573,9 @@ impl MessagesStream {
                     return;
                 }
                 let mut text = String::new();
-                for p in item.content.iter().flatten() {
-                    match p.ty.as_deref() {
-                        Some("output_text") => text.push_str(p.text.as_deref().unwrap_or("")),
-                        Some("refusal") => text.push_str(p.refusal.as_deref().unwrap_or("")),
-                        _ => {}
+                for p in m.parts() {
+                    match p {
+                        Part::Text(t) | Part::Refusal(t) => text.push_str(t),
                     }
                 }
                 if !text.is_empty() {
@@ -633,8 +584,9 @@ impl MessagesStream {
                     self.close_open(out);
                 }
             }
-            Some("function_call" | "custom_tool_call") => {
-                let full = call_args(item).filter(|a| a.is_str());
+            Item::ToolCall(call) => {
+                let key = item_key(call.id.as_deref(), output_index);
+                let full = call.arguments.as_ref().filter(|a| a.is_str());
                 if self.is_open_tool(&key, output_index) {
                     if !self.open_args_sent() {
                         if let Some(f) = full.filter(|f| f.as_raw_str().len() > 2) {
@@ -648,8 +600,8 @@ impl MessagesStream {
                     return;
                 }
                 self.close_open(out);
-                let call_id = item.call_id.as_deref().unwrap_or(&key).to_owned();
-                let name = item.name.as_deref().unwrap_or("").to_owned();
+                let call_id = call.call_id.as_deref().unwrap_or(&key).to_owned();
+                let name = call.name.as_deref().unwrap_or("").to_owned();
                 let pending = self.take_pending(&key, output_index);
                 self.open_tool(out, key, output_index, &call_id, &name);
                 match full.filter(|f| f.as_raw_str().len() > 2) {
@@ -663,12 +615,12 @@ impl MessagesStream {
                 }
                 self.close_open(out);
             }
-            Some("reasoning") => {
+            Item::Reasoning(r) => {
                 if !self.thinking {
                     return;
                 }
                 let oi = output_index.unwrap_or(0);
-                let signature = item.encrypted_content.as_deref().unwrap_or("");
+                let signature = r.encrypted_content.as_deref().unwrap_or("");
                 if matches!(&self.open, Some((_, Open::Thinking { output_index: o, .. })) if *o == oi)
                 {
                     if !signature.is_empty() {
@@ -680,15 +632,7 @@ impl MessagesStream {
                 if self.shown.contains(&format!("#reasoning{oi}")) {
                     return;
                 }
-                let mut text = String::new();
-                for p in item.summary.iter().flatten() {
-                    if let Some(t) = p.text.as_deref().filter(|t| !t.is_empty()) {
-                        if !text.is_empty() {
-                            text.push_str("\n\n");
-                        }
-                        text.push_str(t);
-                    }
-                }
+                let text = r.summary_text();
                 self.close_open(out);
                 if !text.is_empty() {
                     self.open_block(
@@ -721,7 +665,6 @@ impl MessagesStream {
                     self.close_open(out);
                 }
             }
-            _ => {}
         }
     }
 
@@ -740,15 +683,4 @@ enum TextPiece<'a> {
     Decoded(&'a str),
     /// Text the stop matcher already released.
     Plain(&'a str),
-}
-
-fn is_call(item: &RawItem<'_>) -> bool {
-    matches!(
-        item.ty.as_deref(),
-        Some("function_call" | "custom_tool_call")
-    )
-}
-
-fn call_args<'i, 'a>(item: &'i RawItem<'a>) -> Option<&'i sonic_rs::LazyValue<'a>> {
-    item.arguments.as_ref().or(item.input.as_ref())
 }

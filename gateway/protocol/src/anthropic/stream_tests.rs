@@ -4,7 +4,7 @@
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
 use super::{MessagesAggregator, MessagesStream};
-use crate::chat::ToolNameMap;
+use crate::tools::ToolNameMap;
 
 /// `(event type, data)` of one upstream event.
 type Ev = (&'static str, String);

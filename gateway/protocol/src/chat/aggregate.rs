@@ -17,14 +17,10 @@
 
 use sonic_rs::JsonValueTrait;
 
-use super::{
-    json::{write_str, write_u64},
-    scan::{push_unescaped, scan_delta, DeltaFields},
-    upstream::{
-        incomplete_finish_reason, kind_of, write_usage, ChatUpstreamFailure, Kind, RawEvent,
-        RawItem,
-    },
-    ChatRequest, ToolNameMap, Usage,
+use super::{finish_reason, write_usage, ChatRequest, ChatUpstreamFailure, ToolNameMap, Usage};
+use crate::{
+    json::{push_unescaped, write_str, write_u64},
+    turn::{self, Item, Part, Stop, TurnEvent},
 };
 
 /// A finished output item, owned.
@@ -70,7 +66,8 @@ pub struct ChatAggregator {
     done: Vec<(u64, DoneItem)>,
     /// Items of a non-empty `response.output`.
     final_items: Option<Vec<DoneItem>>,
-    finish_reason: Option<&'static str>,
+    /// Why the response ended, once it did.
+    stop: Option<Stop>,
     failure: Option<ChatUpstreamFailure>,
     usage: Option<Usage>,
     service_tier: Option<String>,
@@ -94,7 +91,7 @@ impl ChatAggregator {
             calls: Vec::new(),
             done: Vec::new(),
             final_items: None,
-            finish_reason: None,
+            stop: None,
             failure: None,
             usage: None,
             service_tier: None,
@@ -116,7 +113,7 @@ impl ChatAggregator {
 
     /// True once a terminal event arrived.
     pub fn is_finished(&self) -> bool {
-        self.finish_reason.is_some() || self.failure.is_some()
+        self.stop.is_some() || self.failure.is_some()
     }
 
     /// Token usage from the terminal event, for accounting.
@@ -134,68 +131,64 @@ impl ChatAggregator {
         if self.is_finished() {
             return;
         }
-        let kind = kind_of(event_type, data);
-        if kind == Kind::Other {
+        let Some(event) = turn::read(event_type, data) else {
             return;
-        }
-        if kind.is_delta() {
-            if let Some(f) = scan_delta(data) {
-                self.on_delta(kind, &f);
-            }
-            return;
-        }
-        let ev = RawEvent::parse(data);
-        match kind {
-            Kind::Other
-            | Kind::TextDelta
-            | Kind::RefusalDelta
-            | Kind::ReasoningSummaryDelta
-            | Kind::ReasoningTextDelta
-            | Kind::ArgsDelta => {}
-            Kind::Created => {
-                if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
-                    if let Some(id) = r.id.as_deref().filter(|s| !s.is_empty()) {
-                        self.id = Some(id.to_owned());
-                    }
-                    if let Some(c) = r.created_at() {
-                        self.created = c;
-                    }
+        };
+        match event {
+            TurnEvent::Started(r) => {
+                if let Some(id) = r.id {
+                    self.id = Some(id.into_owned());
+                }
+                if let Some(c) = r.created_at {
+                    self.created = c;
                 }
             }
-            Kind::ItemAdded => {
-                let Some(ev) = ev else { return };
-                let Some(item) = ev.item.as_ref() else { return };
-                if !matches!(
-                    item.ty.as_deref(),
-                    Some("function_call" | "custom_tool_call")
-                ) {
-                    return;
+            TurnEvent::Text(d) => {
+                if let Some(t) = d.token {
+                    push_unescaped(&mut self.text, t);
                 }
-                let item_id = item.id.as_deref().unwrap_or("");
-                if self.find_call(Some(item_id), ev.output_index).is_some() {
+            }
+            TurnEvent::Refusal(d) => {
+                if let Some(t) = d.token {
+                    push_unescaped(&mut self.refusal, t);
+                }
+            }
+            TurnEvent::Reasoning(r) => {
+                let Some(t) = r.token else { return };
+                let key = (r.output_index, r.part, r.summary);
+                if self.reasoning_key.is_some_and(|k| k != key) {
+                    self.reasoning.push_str("\n\n");
+                }
+                self.reasoning_key = Some(key);
+                push_unescaped(&mut self.reasoning, t);
+            }
+            TurnEvent::ToolArgs(d) => {
+                let Some(t) = d.token else { return };
+                let i = self.call_slot(d.item_id, d.output_index, None);
+                if let Some(c) = self.calls.get_mut(i) {
+                    push_unescaped(&mut c.arguments, t);
+                }
+            }
+            TurnEvent::ToolCallStart { call, output_index } => {
+                let item_id = call.id.as_deref().unwrap_or("");
+                if self.find_call(Some(item_id), output_index).is_some() {
                     return;
                 }
                 self.calls.push(DeltaCall {
                     item_id: item_id.to_owned(),
-                    output_index: ev.output_index,
-                    call_id: item.call_id.as_deref().unwrap_or(item_id).to_owned(),
-                    name: item.name.as_deref().unwrap_or("").to_owned(),
-                    arguments: item
+                    output_index,
+                    call_id: call.call_id.as_deref().unwrap_or(item_id).to_owned(),
+                    name: call.name.as_deref().unwrap_or("").to_owned(),
+                    arguments: call
                         .arguments
                         .as_ref()
-                        .or(item.input.as_ref())
                         .and_then(|a| a.as_str())
                         .unwrap_or("")
                         .to_owned(),
                 });
             }
-            Kind::ArgsDone => {
-                let Some(ev) = ev else { return };
-                let full = ev
-                    .arguments
-                    .as_ref()
-                    .or(ev.input.as_ref())
-                    .and_then(|a| a.as_str());
+            TurnEvent::ToolArgsDone(ev) => {
+                let full = ev.arguments.as_ref().and_then(|a| a.as_str());
                 let i = self.call_slot(ev.item_id.as_deref(), ev.output_index, ev.name.as_deref());
                 if let Some(c) = self.calls.get_mut(i) {
                     if let Some(f) = full {
@@ -208,46 +201,24 @@ impl ChatAggregator {
                     }
                 }
             }
-            Kind::ItemDone => {
-                let Some(ev) = ev else { return };
-                if let Some(item) = ev.item.as_ref() {
-                    if let Some(d) = done_item(item) {
-                        let order = ev.output_index.unwrap_or(self.done.len() as u64);
-                        self.done.push((order, d));
-                    }
-                }
+            TurnEvent::ItemDone { item, output_index } => {
+                let order = output_index.unwrap_or(self.done.len() as u64);
+                self.done.push((order, done_item(&item)));
             }
-            Kind::Completed | Kind::Incomplete => {
-                let response = ev.as_ref().and_then(|e| e.response.as_ref());
-                if let Some(r) = response {
-                    self.usage = r.usage();
-                    self.service_tier = r.service_tier.as_deref().map(str::to_owned);
-                    let items: Vec<DoneItem> =
-                        r.output_items().iter().filter_map(done_item).collect();
-                    if !items.is_empty() {
-                        self.final_items = Some(items);
-                    }
+            TurnEvent::Finished(f) => {
+                self.usage = f.usage();
+                self.service_tier = f.service_tier().map(str::to_owned);
+                let items: Vec<DoneItem> = f.output().map(|(_, i)| done_item(&i)).collect();
+                if !items.is_empty() {
+                    self.final_items = Some(items);
                 }
-                self.finish_reason = Some(if kind == Kind::Incomplete {
-                    incomplete_finish_reason(
-                        response
-                            .and_then(|r| r.incomplete_details.as_ref())
-                            .and_then(|d| d.reason.as_deref()),
-                    )
-                } else {
-                    // decided in finish(): tool_calls when the message has any
-                    ""
-                });
+                self.stop = Some(f.stop);
             }
-            Kind::Failed | Kind::Error => {
-                if let Some(u) = ev
-                    .as_ref()
-                    .and_then(|e| e.response.as_ref())
-                    .and_then(|r| r.usage())
-                {
+            TurnEvent::Failed(f) => {
+                if let Some(u) = f.usage {
                     self.usage = Some(u);
                 }
-                self.failure = Some(ChatUpstreamFailure::from_event(data));
+                self.failure = Some(ChatUpstreamFailure::from_event(&f));
             }
         }
     }
@@ -262,7 +233,7 @@ impl ChatAggregator {
         if let Some(f) = self.failure.take() {
             return Err(f);
         }
-        let Some(reason) = self.finish_reason else {
+        let Some(stop) = self.stop else {
             return Err(ChatUpstreamFailure::disconnected());
         };
 
@@ -322,13 +293,7 @@ impl ChatAggregator {
         } else {
             std::mem::take(&mut self.reasoning)
         };
-        let finish_reason = if !reason.is_empty() {
-            reason
-        } else if calls.is_empty() {
-            "stop"
-        } else {
-            "tool_calls"
-        };
+        let finish_reason = finish_reason(stop, !calls.is_empty());
 
         let mut out = Vec::with_capacity(256 + text.len() + reasoning.len());
         out.extend_from_slice(b"{\"id\":\"chatcmpl-");
@@ -388,38 +353,6 @@ impl ChatAggregator {
         Ok(out)
     }
 
-    /// Text, refusal, reasoning and argument deltas.
-    fn on_delta(&mut self, kind: Kind, f: &DeltaFields<'_>) {
-        let Some(d) = f.delta.filter(|d| d.len() > 2) else {
-            return;
-        };
-        match kind {
-            Kind::TextDelta => push_unescaped(&mut self.text, d),
-            Kind::RefusalDelta => push_unescaped(&mut self.refusal, d),
-            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-                let summary = kind == Kind::ReasoningSummaryDelta;
-                let part = if summary {
-                    f.summary_index
-                } else {
-                    f.content_index
-                };
-                let key = (f.output_index.unwrap_or(0), part.unwrap_or(0), summary);
-                if self.reasoning_key.is_some_and(|k| k != key) {
-                    self.reasoning.push_str("\n\n");
-                }
-                self.reasoning_key = Some(key);
-                push_unescaped(&mut self.reasoning, d);
-            }
-            Kind::ArgsDelta => {
-                let i = self.call_slot(f.item_id, f.output_index, None);
-                if let Some(c) = self.calls.get_mut(i) {
-                    push_unescaped(&mut c.arguments, d);
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn find_call(&self, item_id: Option<&str>, output_index: Option<u64>) -> Option<usize> {
         if let Some(id) = item_id.filter(|s| !s.is_empty()) {
             if let Some(i) = self.calls.iter().position(|c| c.item_id == id) {
@@ -458,46 +391,34 @@ impl ChatAggregator {
 }
 
 /// Owns the parts of a finished item the completion needs.
-fn done_item(item: &RawItem<'_>) -> Option<DoneItem> {
-    match item.ty.as_deref()? {
-        "message" => {
+fn done_item(item: &Item<'_>) -> DoneItem {
+    match item {
+        Item::Message(m) => {
             let mut text = String::new();
             let mut refusal = String::new();
-            for p in item.content.iter().flatten() {
-                match p.ty.as_deref() {
-                    Some("output_text") => text.push_str(p.text.as_deref().unwrap_or("")),
-                    Some("refusal") => refusal.push_str(p.refusal.as_deref().unwrap_or("")),
-                    _ => {}
+            for p in m.parts() {
+                match p {
+                    Part::Text(t) => text.push_str(t),
+                    Part::Refusal(r) => refusal.push_str(r),
                 }
             }
-            Some(DoneItem::Message { text, refusal })
+            DoneItem::Message { text, refusal }
         }
-        "function_call" | "custom_tool_call" => {
-            let item_id = item.id.as_deref().unwrap_or("");
-            Some(DoneItem::Call {
-                call_id: item.call_id.as_deref().unwrap_or(item_id).to_owned(),
-                name: item.name.as_deref().unwrap_or("").to_owned(),
-                arguments: item
+        Item::ToolCall(call) => {
+            let item_id = call.id.as_deref().unwrap_or("");
+            DoneItem::Call {
+                call_id: call.call_id.as_deref().unwrap_or(item_id).to_owned(),
+                name: call.name.as_deref().unwrap_or("").to_owned(),
+                arguments: call
                     .arguments
                     .as_ref()
-                    .or(item.input.as_ref())
                     .and_then(|a| a.as_str())
                     .unwrap_or("")
                     .to_owned(),
-            })
-        }
-        "reasoning" => {
-            let mut text = String::new();
-            for p in item.summary.iter().flatten() {
-                if let Some(t) = p.text.as_deref().filter(|t| !t.is_empty()) {
-                    if !text.is_empty() {
-                        text.push_str("\n\n");
-                    }
-                    text.push_str(t);
-                }
             }
-            Some(DoneItem::Reasoning { text })
         }
-        _ => None,
+        Item::Reasoning(r) => DoneItem::Reasoning {
+            text: r.summary_text(),
+        },
     }
 }

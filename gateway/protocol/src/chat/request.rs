@@ -20,13 +20,11 @@ use serde::{
 };
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, LazyValue};
 
-use super::{
+use crate::{
+    effort::clamp_effort,
     json::{write_str, write_string_value},
-    ToolNameMap,
+    tools::{ToolNameMap, MAX_TOOL_NAME_LEN},
 };
-
-/// Reasoning effort levels from lowest to highest, for clamping.
-const EFFORT_ORDER: [&str; 7] = ["none", "minimal", "low", "medium", "high", "xhigh", "max"];
 
 /// The developer message added for `response_format: json_object` (the upstream, like OpenAI,
 /// wants JSON to be mentioned in the conversation).
@@ -447,7 +445,7 @@ pub fn chat_to_responses(
     let reserved: Vec<&str> = tools
         .iter()
         .filter_map(|t| tool_def_name(t))
-        .filter(|n| n.len() <= super::MAX_TOOL_NAME_LEN)
+        .filter(|n| n.len() <= MAX_TOOL_NAME_LEN)
         .collect();
     let web_search_options = raw.web_search_options.as_ref().filter(|w| w.is_object());
     if !tools.is_empty() || web_search_options.is_some() {
@@ -870,26 +868,6 @@ fn reasoning_of<'r>(raw: &'r RawChat<'_>) -> Result<(Option<&'r str>, Option<&'r
         .and_then(|r| r.summary.as_deref())
         .filter(|s| matches!(*s, "auto" | "concise" | "detailed"));
     Ok((effort, summary))
-}
-
-/// Clamps `effort` to the nearest supported level at or below it (or the lowest above it).
-pub(crate) fn clamp_effort<'e>(effort: &'e str, levels: &'e [String]) -> &'e str {
-    if levels.is_empty() || levels.iter().any(|l| l == effort) {
-        return effort;
-    }
-    let rank = |s: &str| EFFORT_ORDER.iter().position(|x| *x == s);
-    let Some(want) = rank(effort) else {
-        return effort;
-    };
-    let ranked = levels
-        .iter()
-        .filter_map(|l| rank(l).map(|r| (r, l.as_str())));
-    ranked
-        .clone()
-        .filter(|(r, _)| *r <= want)
-        .max_by_key(|(r, _)| *r)
-        .or_else(|| ranked.min_by_key(|(r, _)| *r))
-        .map_or(effort, |(_, l)| l)
 }
 
 fn write_text_message(out: &mut Vec<u8>, role: &str, part_type: &str, text: &str) {
@@ -1347,15 +1325,5 @@ mod tests {
             b"{\"model\":\"\xe3\xe3\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}";
         let e = chat_to_responses(body, &ChatRequestOptions::default()).unwrap_err();
         assert_eq!(e.message, NOT_JSON);
-    }
-
-    #[test]
-    fn clamps_efforts() {
-        let levels = vec!["low".to_owned(), "medium".to_owned(), "high".to_owned()];
-        assert_eq!(clamp_effort("high", &levels), "high");
-        assert_eq!(clamp_effort("xhigh", &levels), "high");
-        assert_eq!(clamp_effort("minimal", &levels), "low");
-        assert_eq!(clamp_effort("bogus", &levels), "bogus");
-        assert_eq!(clamp_effort("xhigh", &[]), "xhigh");
     }
 }

@@ -24,14 +24,10 @@
 
 use sonic_rs::{JsonValueTrait, LazyValue};
 
-use super::{
-    json::{write_str, write_u64},
-    scan::{push_unescaped, scan_delta, DeltaFields},
-    upstream::{
-        incomplete_finish_reason, kind_of, write_usage, ChatUpstreamFailure, Kind, RawEvent,
-        RawItem,
-    },
-    ChatRequest, ToolNameMap, Usage,
+use super::{finish_reason, write_usage, ChatRequest, ChatUpstreamFailure, ToolNameMap, Usage};
+use crate::{
+    json::{push_unescaped, write_str, write_u64},
+    turn::{self, Delta, Item, Part, ReasoningDelta, TurnEvent},
 };
 
 /// One tool call seen in the stream.
@@ -146,64 +142,61 @@ impl ChatStream {
         if self.finished {
             return;
         }
-        let kind = kind_of(event_type, data);
-        if kind == Kind::Other {
+        let Some(event) = turn::read(event_type, data) else {
             return;
-        }
-        if kind.is_delta() {
-            // Hot path: no serde, no allocation.
-            if let Some(f) = scan_delta(data) {
-                self.on_delta(kind, &f, out);
-            }
-            return;
-        }
-        let ev = RawEvent::parse(data);
-        match kind {
-            Kind::Other
-            | Kind::TextDelta
-            | Kind::RefusalDelta
-            | Kind::ReasoningSummaryDelta
-            | Kind::ReasoningTextDelta
-            | Kind::ArgsDelta => {}
-            Kind::Created => {
-                if let Some(r) = ev.as_ref().and_then(|e| e.response.as_ref()) {
-                    if !self.started {
-                        if let Some(id) = r.id.as_deref().filter(|s| !s.is_empty()) {
-                            self.id = Some(id.to_owned());
-                        }
-                        if let Some(c) = r.created_at() {
-                            self.created = c;
-                        }
+        };
+        match event {
+            TurnEvent::Started(r) => {
+                if !self.started {
+                    if let Some(id) = r.id {
+                        self.id = Some(id.into_owned());
+                    }
+                    if let Some(c) = r.created_at {
+                        self.created = c;
                     }
                 }
             }
-            Kind::ItemAdded => {
-                let Some(ev) = ev else { return };
-                let Some(item) = ev.item.as_ref() else { return };
-                if !is_call(item) {
+            TurnEvent::Text(d) => {
+                if let Some(id) = d.item_id {
+                    if !self.text_items.iter().any(|t| t == id) {
+                        self.text_items.push(id.to_owned());
+                    }
+                }
+                if let Some(t) = d.token {
+                    self.delta_raw(out, b"{\"content\":", t.as_bytes());
+                }
+            }
+            TurnEvent::Refusal(d) => {
+                if let Some(t) = d.token {
+                    self.delta_raw(out, b"{\"refusal\":", t.as_bytes());
+                }
+            }
+            TurnEvent::Reasoning(r) => self.reasoning(out, &r),
+            TurnEvent::ToolArgs(d) => self.args_delta(out, &d),
+            TurnEvent::ToolCallStart { call, output_index } => {
+                let item_id = call.id.as_deref().unwrap_or("");
+                if self.find_slot(Some(item_id), output_index).is_some() {
                     return;
                 }
-                let item_id = item.id.as_deref().unwrap_or("");
-                if self.find_slot(Some(item_id), ev.output_index).is_some() {
-                    return;
-                }
-                let args = call_args(item).filter(|a| a.as_str().is_some_and(|s| !s.is_empty()));
+                let args = call
+                    .arguments
+                    .as_ref()
+                    .filter(|a| a.as_str().is_some_and(|s| !s.is_empty()));
                 let slot = self.tools.len();
                 self.tools.push(ToolSlot {
                     item_id: item_id.to_owned(),
-                    output_index: ev.output_index,
+                    output_index,
                     index: None,
                     args_sent: false,
                     buffered: String::new(),
                     name: String::new(),
                 });
-                let call_id = item.call_id.as_deref().unwrap_or(item_id);
-                let name = item.name.as_deref().unwrap_or("");
+                let call_id = call.call_id.as_deref().unwrap_or(item_id);
+                let name = call.name.as_deref().unwrap_or("");
                 self.announce(out, slot, call_id, name, ArgText::Raw(args));
             }
-            Kind::ArgsDone => {
-                let Some(ev) = ev else { return };
-                let full = ev.arguments.as_ref().or(ev.input.as_ref());
+            TurnEvent::ToolArgsDone(ev) => {
+                let full = ev.arguments.as_ref();
                 match self.find_slot(ev.item_id.as_deref(), ev.output_index) {
                     Some(i) => {
                         if let Some(n) = ev.name.as_deref() {
@@ -236,47 +229,27 @@ impl ChatStream {
                     }),
                 }
             }
-            Kind::ItemDone => {
-                let Some(ev) = ev else { return };
-                if let Some(item) = ev.item.as_ref() {
-                    self.item_done(out, item, ev.output_index);
-                }
+            TurnEvent::ItemDone { item, output_index } => {
+                self.item_done(out, &item, output_index);
             }
-            Kind::Completed | Kind::Incomplete => {
-                let response = ev.as_ref().and_then(|e| e.response.as_ref());
-                if let Some(r) = response {
-                    self.usage = r.usage();
-                    self.service_tier = r.service_tier.as_deref().map(str::to_owned);
-                    if !self.emitted_output {
-                        // Nothing streamed: fall back to the final output items.
-                        for (i, item) in r.output_items().iter().enumerate() {
-                            self.item_done(out, item, Some(i as u64));
-                        }
+            TurnEvent::Finished(f) => {
+                self.usage = f.usage();
+                self.service_tier = f.service_tier().map(str::to_owned);
+                if !self.emitted_output {
+                    // Nothing streamed: fall back to the final output items.
+                    for (i, item) in f.output() {
+                        self.item_done(out, &item, Some(i));
                     }
                 }
                 self.flush_unannounced(out);
-                let reason = if kind == Kind::Incomplete {
-                    incomplete_finish_reason(
-                        response
-                            .and_then(|r| r.incomplete_details.as_ref())
-                            .and_then(|d| d.reason.as_deref()),
-                    )
-                } else if self.announced > 0 {
-                    "tool_calls"
-                } else {
-                    "stop"
-                };
+                let reason = finish_reason(f.stop, self.announced > 0);
                 self.finish_ok(out, reason);
             }
-            Kind::Failed | Kind::Error => {
-                if let Some(u) = ev
-                    .as_ref()
-                    .and_then(|e| e.response.as_ref())
-                    .and_then(|r| r.usage())
-                {
+            TurnEvent::Failed(f) => {
+                if let Some(u) = f.usage {
                     self.usage = Some(u);
                 }
-                let failure = ChatUpstreamFailure::from_event(data);
+                let failure = ChatUpstreamFailure::from_event(&f);
                 self.fail(out, failure);
             }
         }
@@ -292,76 +265,50 @@ impl ChatStream {
 
     // --- internals -----------------------------------------------------------------------
 
-    /// Text, refusal, reasoning and argument deltas.
-    fn on_delta(&mut self, kind: Kind, f: &DeltaFields<'_>, out: &mut Vec<u8>) {
-        // Empty deltas carry nothing (`""` is the whole token).
-        let delta = f.delta.filter(|d| d.len() > 2);
-        match kind {
-            Kind::TextDelta => {
-                if let Some(id) = f.item_id {
-                    if !self.text_items.iter().any(|t| t == id) {
-                        self.text_items.push(id.to_owned());
-                    }
+    /// A reasoning delta (`reasoning_content`; a blank line between parts).
+    fn reasoning(&mut self, out: &mut Vec<u8>, r: &ReasoningDelta<'_>) {
+        let key = (r.output_index, r.part, r.summary);
+        let Some(d) = r.token else { return };
+        let sep = self.reasoning_key.is_some_and(|k| k != key);
+        self.reasoning_key = Some(key);
+        self.start(out);
+        self.open_chunk(out);
+        out.extend_from_slice(b"{\"reasoning_content\":");
+        if sep {
+            // `"\n\n` + the raw token without its opening quote.
+            out.extend_from_slice(b"\"\\n\\n");
+            out.extend_from_slice(d.as_bytes().get(1..).unwrap_or_default());
+        } else {
+            out.extend_from_slice(d.as_bytes());
+        }
+        out.push(b'}');
+        close_chunk(out);
+        self.emitted_output = true;
+    }
+
+    /// A piece of a tool call's arguments.
+    fn args_delta(&mut self, out: &mut Vec<u8>, f: &Delta<'_>) {
+        let Some(d) = f.token else { return };
+        match self.find_slot(f.item_id, f.output_index) {
+            Some(i) => match self.tools[i].index {
+                Some(index) => {
+                    self.tools[i].args_sent = true;
+                    self.args_chunk(out, index, d.as_bytes());
                 }
-                if let Some(d) = delta {
-                    self.delta_raw(out, b"{\"content\":", d.as_bytes());
-                }
+                None => push_unescaped(&mut self.tools[i].buffered, d),
+            },
+            None => {
+                let mut buffered = String::new();
+                push_unescaped(&mut buffered, d);
+                self.tools.push(ToolSlot {
+                    item_id: f.item_id.unwrap_or("").to_owned(),
+                    output_index: f.output_index,
+                    index: None,
+                    args_sent: false,
+                    buffered,
+                    name: String::new(),
+                });
             }
-            Kind::RefusalDelta => {
-                if let Some(d) = delta {
-                    self.delta_raw(out, b"{\"refusal\":", d.as_bytes());
-                }
-            }
-            Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-                let summary = kind == Kind::ReasoningSummaryDelta;
-                let part = if summary {
-                    f.summary_index
-                } else {
-                    f.content_index
-                };
-                let key = (f.output_index.unwrap_or(0), part.unwrap_or(0), summary);
-                let Some(d) = delta else { return };
-                let sep = self.reasoning_key.is_some_and(|k| k != key);
-                self.reasoning_key = Some(key);
-                self.start(out);
-                self.open_chunk(out);
-                out.extend_from_slice(b"{\"reasoning_content\":");
-                if sep {
-                    // `"\n\n` + the raw token without its opening quote.
-                    out.extend_from_slice(b"\"\\n\\n");
-                    out.extend_from_slice(d.as_bytes().get(1..).unwrap_or_default());
-                } else {
-                    out.extend_from_slice(d.as_bytes());
-                }
-                out.push(b'}');
-                close_chunk(out);
-                self.emitted_output = true;
-            }
-            Kind::ArgsDelta => {
-                let Some(d) = delta else { return };
-                match self.find_slot(f.item_id, f.output_index) {
-                    Some(i) => match self.tools[i].index {
-                        Some(index) => {
-                            self.tools[i].args_sent = true;
-                            self.args_chunk(out, index, d.as_bytes());
-                        }
-                        None => push_unescaped(&mut self.tools[i].buffered, d),
-                    },
-                    None => {
-                        let mut buffered = String::new();
-                        push_unescaped(&mut buffered, d);
-                        self.tools.push(ToolSlot {
-                            item_id: f.item_id.unwrap_or("").to_owned(),
-                            output_index: f.output_index,
-                            index: None,
-                            args_sent: false,
-                            buffered,
-                            name: String::new(),
-                        });
-                    }
-                }
-            }
-            _ => {}
         }
     }
 
@@ -507,20 +454,19 @@ impl ChatStream {
     }
 
     /// `output_item.done` (or a final output item when nothing streamed).
-    fn item_done(&mut self, out: &mut Vec<u8>, item: &RawItem<'_>, output_index: Option<u64>) {
-        match item.ty.as_deref() {
-            Some("message") => {
-                let id = item.id.as_deref().unwrap_or("");
+    fn item_done(&mut self, out: &mut Vec<u8>, item: &Item<'_>, output_index: Option<u64>) {
+        match item {
+            Item::Message(m) => {
+                let id = m.id.as_deref().unwrap_or("");
                 if !id.is_empty() && self.text_items.iter().any(|t| t == id) {
                     return;
                 }
                 let mut text = String::new();
                 let mut refusal = String::new();
-                for p in item.content.iter().flatten() {
-                    match p.ty.as_deref() {
-                        Some("output_text") => text.push_str(p.text.as_deref().unwrap_or("")),
-                        Some("refusal") => refusal.push_str(p.refusal.as_deref().unwrap_or("")),
-                        _ => {}
+                for p in m.parts() {
+                    match p {
+                        Part::Text(t) => text.push_str(t),
+                        Part::Refusal(r) => refusal.push_str(r),
                     }
                 }
                 if !text.is_empty() {
@@ -534,9 +480,9 @@ impl ChatStream {
                     self.delta_raw(out, b"{\"refusal\":", &raw);
                 }
             }
-            Some("function_call" | "custom_tool_call") => {
-                let item_id = item.id.as_deref().unwrap_or("");
-                let full = call_args(item);
+            Item::ToolCall(call) => {
+                let item_id = call.id.as_deref().unwrap_or("");
+                let full = call.arguments.as_ref();
                 match self.find_slot(Some(item_id), output_index) {
                     Some(i) => match self.tools[i].index {
                         Some(index) => {
@@ -548,8 +494,8 @@ impl ChatStream {
                             }
                         }
                         None => {
-                            let call_id = item.call_id.as_deref().unwrap_or(item_id);
-                            let name = item.name.as_deref().unwrap_or("");
+                            let call_id = call.call_id.as_deref().unwrap_or(item_id);
+                            let name = call.name.as_deref().unwrap_or("");
                             if full.is_some_and(|f| f.is_str()) {
                                 self.announce(out, i, call_id, name, ArgText::Raw(full));
                             } else {
@@ -568,13 +514,13 @@ impl ChatStream {
                             buffered: String::new(),
                             name: String::new(),
                         });
-                        let call_id = item.call_id.as_deref().unwrap_or(item_id);
-                        let name = item.name.as_deref().unwrap_or("");
+                        let call_id = call.call_id.as_deref().unwrap_or(item_id);
+                        let name = call.name.as_deref().unwrap_or("");
                         self.announce(out, slot, call_id, name, ArgText::Raw(full));
                     }
                 }
             }
-            _ => {}
+            Item::Reasoning(_) => {}
         }
     }
 
@@ -607,16 +553,4 @@ fn nonempty_str<'v>(v: Option<&'v LazyValue<'_>>) -> Option<&'v str> {
     v.filter(|v| v.is_str())
         .map(|v| v.as_raw_str())
         .filter(|r| r.len() > 2)
-}
-
-fn is_call(item: &RawItem<'_>) -> bool {
-    matches!(
-        item.ty.as_deref(),
-        Some("function_call" | "custom_tool_call")
-    )
-}
-
-/// `arguments` of a function call, `input` of a custom tool call.
-fn call_args<'i, 'a>(item: &'i RawItem<'a>) -> Option<&'i LazyValue<'a>> {
-    item.arguments.as_ref().or(item.input.as_ref())
 }

@@ -8,7 +8,6 @@
 //! # Key Components
 //! - [`scan_delta`]: `delta` (a *validated* raw JSON string token, safe to copy into output),
 //!   `item_id`, `output_index`, `summary_index`, `content_index`.
-//! - [`push_unescaped`]: decodes a validated string token into a `String` (aggregator).
 //!
 //! # Error handling
 //! Anything unexpected (truncated data, a non-string `delta`, an invalid escape, a raw control
@@ -246,62 +245,10 @@ fn has_special(s: &[u8]) -> bool {
         .any(|&b| b == b'"' || b == b'\\' || b < 0x20)
 }
 
-/// Appends the decoded text of a token validated by [`scan_delta`] (`"..."`, quotes included).
-pub(crate) fn push_unescaped(dst: &mut String, token: &str) {
-    let inner = token
-        .strip_prefix('"')
-        .and_then(|t| t.strip_suffix('"'))
-        .unwrap_or(token);
-    if !inner.contains('\\') {
-        dst.push_str(inner);
-        return;
-    }
-    let mut rest = inner;
-    while let Some(pos) = rest.find('\\') {
-        dst.push_str(&rest[..pos]);
-        let esc = &rest[pos + 1..];
-        let mut consumed = 1;
-        match esc.as_bytes().first() {
-            Some(b'n') => dst.push('\n'),
-            Some(b't') => dst.push('\t'),
-            Some(b'r') => dst.push('\r'),
-            Some(b'b') => dst.push('\u{8}'),
-            Some(b'f') => dst.push('\u{c}'),
-            Some(b'u') => {
-                let hi = esc.get(1..5).and_then(|h| u32::from_str_radix(h, 16).ok());
-                consumed = 5;
-                match hi {
-                    Some(h @ 0xD800..=0xDBFF) => {
-                        let lo = esc
-                            .get(5..7)
-                            .filter(|p| *p == "\\u")
-                            .and_then(|_| esc.get(7..11))
-                            .and_then(|l| u32::from_str_radix(l, 16).ok())
-                            .filter(|l| (0xDC00..=0xDFFF).contains(l));
-                        match lo {
-                            Some(l) => {
-                                consumed = 11;
-                                let c = 0x10000 + ((h - 0xD800) << 10) + (l - 0xDC00);
-                                dst.push(char::from_u32(c).unwrap_or('\u{FFFD}'));
-                            }
-                            None => dst.push('\u{FFFD}'),
-                        }
-                    }
-                    Some(c) => dst.push(char::from_u32(c).unwrap_or('\u{FFFD}')),
-                    None => dst.push('\u{FFFD}'),
-                }
-            }
-            Some(&c) => dst.push(char::from(c)),
-            None => {}
-        }
-        rest = esc.get(consumed..).unwrap_or("");
-    }
-    dst.push_str(rest);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json::push_unescaped;
 
     #[test]
     fn scans_a_real_delta() {
@@ -331,21 +278,6 @@ mod tests {
             assert_eq!(scan_delta(bad), None, "{}", String::from_utf8_lossy(bad));
         }
         assert_eq!(scan_delta(b" { } ").map(|f| f.delta), Some(None));
-    }
-
-    #[test]
-    fn unescapes_like_json() {
-        for s in ["plain", "a\"b\\c\n\t\r\u{8}\u{c}/", "é😀\u{1}", ""] {
-            let mut token = Vec::new();
-            super::super::json::write_str(&mut token, s);
-            let token = String::from_utf8(token).unwrap_or_default();
-            let mut out = String::new();
-            push_unescaped(&mut out, &token);
-            assert_eq!(out, s);
-        }
-        let mut out = String::new();
-        push_unescaped(&mut out, r#""\ud83d\ude00 \u00e9 \/ \ud800x""#);
-        assert_eq!(out, "😀 é / \u{FFFD}x");
     }
 
     proptest::proptest! {

@@ -1,10 +1,11 @@
-//! Tiny infallible JSON writing helpers for hand-assembled output.
+//! Tiny infallible JSON helpers for hand-assembled output, shared by every dialect's encoder.
 //!
 //! # Key Components
 //! - [`write_str`]: a Rust string as a quoted, escaped JSON string.
 //! - [`write_u64`]: a decimal number without going through `fmt`.
 //! - [`write_string_value`]: a parsed value that must end up as a JSON string: string values
 //!   are copied raw (already valid JSON), anything else is stringified.
+//! - [`push_unescaped`]: decodes a validated raw string token into a `String`.
 //!
 //! # Error handling
 //! None: writing into a `Vec<u8>` cannot fail, and every input is valid UTF-8.
@@ -85,6 +86,60 @@ pub(crate) fn write_string_value(out: &mut Vec<u8>, v: &LazyValue<'_>) {
     }
 }
 
+/// Appends the decoded text of a validated JSON string token (`"..."`, quotes included), as
+/// the delta scanner (`turn::scan`) returns them.
+pub(crate) fn push_unescaped(dst: &mut String, token: &str) {
+    let inner = token
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(token);
+    if !inner.contains('\\') {
+        dst.push_str(inner);
+        return;
+    }
+    let mut rest = inner;
+    while let Some(pos) = rest.find('\\') {
+        dst.push_str(&rest[..pos]);
+        let esc = &rest[pos + 1..];
+        let mut consumed = 1;
+        match esc.as_bytes().first() {
+            Some(b'n') => dst.push('\n'),
+            Some(b't') => dst.push('\t'),
+            Some(b'r') => dst.push('\r'),
+            Some(b'b') => dst.push('\u{8}'),
+            Some(b'f') => dst.push('\u{c}'),
+            Some(b'u') => {
+                let hi = esc.get(1..5).and_then(|h| u32::from_str_radix(h, 16).ok());
+                consumed = 5;
+                match hi {
+                    Some(h @ 0xD800..=0xDBFF) => {
+                        let lo = esc
+                            .get(5..7)
+                            .filter(|p| *p == "\\u")
+                            .and_then(|_| esc.get(7..11))
+                            .and_then(|l| u32::from_str_radix(l, 16).ok())
+                            .filter(|l| (0xDC00..=0xDFFF).contains(l));
+                        match lo {
+                            Some(l) => {
+                                consumed = 11;
+                                let c = 0x10000 + ((h - 0xD800) << 10) + (l - 0xDC00);
+                                dst.push(char::from_u32(c).unwrap_or('\u{FFFD}'));
+                            }
+                            None => dst.push('\u{FFFD}'),
+                        }
+                    }
+                    Some(c) => dst.push(char::from_u32(c).unwrap_or('\u{FFFD}')),
+                    None => dst.push('\u{FFFD}'),
+                }
+            }
+            Some(&c) => dst.push(char::from(c)),
+            None => {}
+        }
+        rest = esc.get(consumed..).unwrap_or("");
+    }
+    dst.push_str(rest);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +175,20 @@ mod tests {
             write_u64(&mut out, n);
             assert_eq!(String::from_utf8(out).unwrap_or_default(), n.to_string());
         }
+    }
+
+    #[test]
+    fn unescapes_like_json() {
+        for s in ["plain", "a\"b\\c\n\t\r\u{8}\u{c}/", "é😀\u{1}", ""] {
+            let mut token = Vec::new();
+            write_str(&mut token, s);
+            let token = String::from_utf8(token).unwrap_or_default();
+            let mut out = String::new();
+            push_unescaped(&mut out, &token);
+            assert_eq!(out, s);
+        }
+        let mut out = String::new();
+        push_unescaped(&mut out, r#""\ud83d\ude00 \u00e9 \/ \ud800x""#);
+        assert_eq!(out, "😀 é / \u{FFFD}x");
     }
 }

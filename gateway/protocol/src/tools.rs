@@ -1,6 +1,8 @@
-//! Tool-name shortening for the Codex 64-character limit, and its reverse map.
+//! Tool names both client dialects send upstream: the Codex 64-character limit, the
+//! shortening that meets it, and the reverse map the response side restores names with.
 //!
 //! # Key Components
+//! - [`MAX_TOOL_NAME_LEN`]: the longest tool name the Codex backend accepts.
 //! - [`ToolNameMap`]: `short -> original` pairs for one request; [`ToolNameMap::restore`] is
 //!   what the response side calls on every tool name it emits.
 //!
@@ -10,7 +12,8 @@
 //! salted until the result is unique. The same original always maps to the same short name
 //! within a request (tools, `tool_choice` and assistant history agree).
 
-use super::MAX_TOOL_NAME_LEN;
+/// The longest tool name the Codex backend accepts.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
 
 /// Bytes of the original name kept in a shortened one.
 const KEEP: usize = 55;
