@@ -332,11 +332,8 @@ fn cited_doc_anchors_exist() {
 /// The cycles among top-level modules known today, per crate. The list may only shrink: when a
 /// cycle is broken, remove it here (the test says so); a new cycle is fixed in the code, not
 /// added here (docs/conventions.md#module-cycles, docs/architecture.md draws them).
-const KNOWN_CYCLES: &[(&str, &[&[&str]])] = &[
-    ("gateway", &[]),
-    ("admin", &[]),
-    ("gateway/protocol", &[]),
-];
+const KNOWN_CYCLES: &[(&str, &[&[&str]])] =
+    &[("gateway", &[]), ("admin", &[]), ("gateway/protocol", &[])];
 
 /// `src` without comments, and with every string and char literal emptied (`""`, `' '`), so
 /// that only code is searched. Byte offsets are not kept.
@@ -956,13 +953,20 @@ fn module_cycles_only_shrink() {
 fn protocol_dialects_never_name_each_other() {
     let graph = module_graph(&crate_sources(&root().join("gateway/protocol/src")));
     for (a, b) in [("chat", "anthropic"), ("anthropic", "chat")] {
-        assert!(graph.contains_key(a), "no module {a}: the scan stopped working");
+        assert!(
+            graph.contains_key(a),
+            "no module {a}: the scan stopped working"
+        );
         assert!(
             !graph[a].contains(b),
             "codex-protocol: `{a}` names `{b}`; move what both need to a neutral module"
         );
     }
-    for (dialect, neutral) in [("chat", "turn"), ("anthropic", "turn"), ("anthropic", "tools")] {
+    for (dialect, neutral) in [
+        ("chat", "turn"),
+        ("anthropic", "turn"),
+        ("anthropic", "tools"),
+    ] {
         assert!(
             graph[dialect].contains(neutral),
             "`{dialect}` should read through `{neutral}`: the scan stopped working"

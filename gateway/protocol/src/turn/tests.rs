@@ -1,8 +1,6 @@
 //! Every upstream event kind -> its neutral event, and the same reading of a transcript split
 //! at every byte.
 
-use sonic_rs::JsonValueTrait;
-
 use super::*;
 use crate::sse::SseSplitter;
 
@@ -226,9 +224,18 @@ fn every_event_kind_reads_into_its_neutral_event() {
 #[test]
 fn events_no_translator_acts_on_read_as_none() {
     for (ty, data) in [
-        ("codex.rate_limits", r#"{"type":"codex.rate_limits","rate_limits":{}}"#),
-        ("response.output_text.done", r#"{"type":"response.output_text.done","text":"x"}"#),
-        ("response.content_part.added", r#"{"type":"response.content_part.added"}"#),
+        (
+            "codex.rate_limits",
+            r#"{"type":"codex.rate_limits","rate_limits":{}}"#,
+        ),
+        (
+            "response.output_text.done",
+            r#"{"type":"response.output_text.done","text":"x"}"#,
+        ),
+        (
+            "response.content_part.added",
+            r#"{"type":"response.content_part.added"}"#,
+        ),
         ("", r#"{"type":"response.unknown"}"#),
         ("", "not json"),
         // other items that begin or end are not events
@@ -244,8 +251,14 @@ fn events_no_translator_acts_on_read_as_none() {
             "response.output_item.done",
             r#"{"type":"response.output_item.done","item":{"id":"ws","type":"web_search_call"}}"#,
         ),
-        ("response.output_item.done", r#"{"type":"response.output_item.done","item":{}}"#),
-        ("response.output_item.done", r#"{"type":"response.output_item.done"}"#),
+        (
+            "response.output_item.done",
+            r#"{"type":"response.output_item.done","item":{}}"#,
+        ),
+        (
+            "response.output_item.done",
+            r#"{"type":"response.output_item.done"}"#,
+        ),
         // malformed non-terminal events are skipped
         ("response.output_text.delta", r#"{"delta":"x""#),
         ("response.output_text.delta", r#"{"delta":5}"#),
@@ -294,7 +307,8 @@ fn deltas_and_plain_strings_borrow_the_data() {
         let range = data.as_ptr_range();
         range.contains(&s.as_ptr()) && s.len() <= data.len()
     };
-    let data = br#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"delta":"x\ny"}"#;
+    let data =
+        br#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"delta":"x\ny"}"#;
     let Some(TurnEvent::Text(d)) = read("", data) else {
         panic!("a text delta");
     };
@@ -305,7 +319,10 @@ fn deltas_and_plain_strings_borrow_the_data() {
         panic!("a call start");
     };
     for s in [&call.id, &call.call_id, &call.name] {
-        assert!(matches!(s, Some(Cow::Borrowed(b)) if within(data, b)), "{s:?}");
+        assert!(
+            matches!(s, Some(Cow::Borrowed(b)) if within(data, b)),
+            "{s:?}"
+        );
     }
 }
 
