@@ -4,10 +4,10 @@
 //! no upstream JSON of its own.
 //!
 //! # Key Components
-//! - [`read`]: one upstream event (its SSE `event:` type, or "" / `message` to read `type`
-//!   from the data, and its JSON data) -> `Some(`[`TurnEvent`]`)`, or `None` for an event no
-//!   translator acts on (rate limits, `*.done` text events, unknown types) or a malformed
-//!   non-terminal one.
+//! - [`visit`]: one upstream event (its SSE `event:` type, or "" / `message` to read `type`
+//!   from the data, and its JSON data) -> a [`TurnEvent`] handed to the encoder, or nothing
+//!   for an event no translator acts on (rate limits, `*.done` text events, unknown types) or
+//!   a malformed non-terminal one.
 //! - [`TurnEvent`]: the vocabulary: the response started; text, refusal, reasoning and
 //!   tool-argument deltas; a tool call started; its arguments done; an output item done
 //!   ([`Item`]: message, tool call, reasoning); the response finished ([`Finish`], with its
@@ -253,29 +253,65 @@ fn kind_of(event_type: &str, data: &[u8]) -> Kind {
     }
 }
 
-/// Reads one upstream event (see the module docs).
-pub(crate) fn read<'a>(event_type: &str, data: &'a [u8]) -> Option<TurnEvent<'a>> {
+/// Reads one upstream event (see the module docs) and hands it to `f`; `None` (and `f` not
+/// called) for an event no translator acts on.
+///
+/// A visitor rather than a returned event: each kind builds its event where `f` takes it, so
+/// a delta event is never copied (the event is a few hundred bytes; the deltas use 40).
+#[inline(always)]
+pub(crate) fn visit<'a, R>(
+    event_type: &str,
+    data: &'a [u8],
+    f: impl FnOnce(TurnEvent<'a>) -> R,
+) -> Option<R> {
+    // The delta events (most of a stream) are read here, the rest out of line.
     let kind = kind_of(event_type, data);
-    Some(match kind {
-        Kind::Other => return None,
-        Kind::TextDelta => TurnEvent::Text(Delta::of(&scan_delta(data)?)),
-        Kind::RefusalDelta => TurnEvent::Refusal(Delta::of(&scan_delta(data)?)),
-        Kind::ArgsDelta => TurnEvent::ToolArgs(Delta::of(&scan_delta(data)?)),
+    match kind {
+        Kind::TextDelta => Some(f(TurnEvent::Text(Delta::of(&scan_delta(data)?)))),
+        Kind::RefusalDelta => Some(f(TurnEvent::Refusal(Delta::of(&scan_delta(data)?)))),
+        Kind::ArgsDelta => Some(f(TurnEvent::ToolArgs(Delta::of(&scan_delta(data)?)))),
         Kind::ReasoningSummaryDelta | Kind::ReasoningTextDelta => {
-            let f = scan_delta(data)?;
+            let d = scan_delta(data)?;
             let summary = kind == Kind::ReasoningSummaryDelta;
             let part = if summary {
-                f.summary_index
+                d.summary_index
             } else {
-                f.content_index
+                d.content_index
             };
-            TurnEvent::Reasoning(ReasoningDelta {
-                token: nonempty(f.delta),
-                output_index: f.output_index.unwrap_or(0),
+            Some(f(TurnEvent::Reasoning(ReasoningDelta {
+                token: nonempty(d.delta),
+                output_index: d.output_index.unwrap_or(0),
                 part: part.unwrap_or(0),
                 summary,
-            })
+            })))
         }
+        Kind::Other => None,
+        Kind::Created
+        | Kind::ItemAdded
+        | Kind::ArgsDone
+        | Kind::ItemDone
+        | Kind::Completed
+        | Kind::Incomplete
+        | Kind::Failed => read_parsed(kind, data).map(f),
+    }
+}
+
+/// [`visit`] as a returned event (tests).
+#[cfg(test)]
+pub(crate) fn read<'a>(event_type: &str, data: &'a [u8]) -> Option<TurnEvent<'a>> {
+    visit(event_type, data, |e| e)
+}
+
+/// The events read by one borrowed serde pass.
+#[inline(never)]
+fn read_parsed(kind: Kind, data: &[u8]) -> Option<TurnEvent<'_>> {
+    Some(match kind {
+        Kind::Other
+        | Kind::TextDelta
+        | Kind::RefusalDelta
+        | Kind::ArgsDelta
+        | Kind::ReasoningSummaryDelta
+        | Kind::ReasoningTextDelta => return None,
         Kind::Created => {
             let started = match RawEvent::parse(data).and_then(|e| e.response) {
                 Some(r) => Started {

@@ -131,9 +131,11 @@ impl ChatAggregator {
         if self.is_finished() {
             return;
         }
-        let Some(event) = turn::read(event_type, data) else {
-            return;
-        };
+        turn::visit(event_type, data, |event| self.apply(event));
+    }
+
+    /// Folds one neutral event in.
+    fn apply(&mut self, event: TurnEvent<'_>) {
         match event {
             TurnEvent::Started(r) => {
                 if let Some(id) = r.id {

@@ -142,9 +142,11 @@ impl ChatStream {
         if self.finished {
             return;
         }
-        let Some(event) = turn::read(event_type, data) else {
-            return;
-        };
+        turn::visit(event_type, data, |event| self.apply(event, out));
+    }
+
+    /// Translates one neutral event.
+    fn apply(&mut self, event: TurnEvent<'_>, out: &mut Vec<u8>) {
         match event {
             TurnEvent::Started(r) => {
                 if !self.started {

@@ -1,5 +1,5 @@
 //! Borrowed serde views of the upstream Responses events: the one place their JSON shape is
-//! spelled out. [`super::read`] turns them into the neutral [`super::TurnEvent`]s.
+//! spelled out. [`super::visit`] turns them into the neutral [`super::TurnEvent`]s.
 //!
 //! # Key Components
 //! - [`RawEvent`]: one borrowed serde pass over an event's data; strings without escapes are
