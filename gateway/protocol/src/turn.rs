@@ -24,9 +24,9 @@
 //! `response.output` is parsed only when an encoder asks for it ([`Finish::output`]).
 //!
 //! # Error handling
-//! Malformed events read as `None` (skipped), except terminal ones: a `response.completed` /
-//! `.incomplete` whose data cannot be read still finishes the turn (with no usage and no
-//! output), and a `response.failed` / `error` still fails it.
+//! Malformed events are skipped (`f` is not called), except terminal ones: a
+//! `response.completed` / `.incomplete` whose data cannot be read still finishes the turn
+//! (with no usage and no output), and a `response.failed` / `error` still fails it.
 
 mod raw;
 mod scan;
