@@ -666,12 +666,15 @@ fn upstream_rendering(f: &Failure) -> Rendered {
         .message
         .clone()
         .unwrap_or_else(|| format!("The upstream Codex service returned HTTP {}.", f.status));
-    let (status, ty, code, retry) = match &f.class {
+    // Status and type are the class's (the one table, `FailureClass::client_status`); the
+    // code, the message and the hints are the upstream's where it gave them.
+    let c = &f.class;
+    let (status, ty, code, retry) = match c {
         FailureClass::Request => {
             let status = if (400..500).contains(&f.status) {
                 f.status
             } else {
-                400
+                c.client_status()
             };
             let code = f.code.clone().unwrap_or_else(|| {
                 if msg.starts_with("Unsupported parameter") {
@@ -680,56 +683,50 @@ fn upstream_rendering(f: &Failure) -> Rendered {
                     "invalid_request".to_owned()
                 }
             });
-            (status, "invalid_request_error".to_owned(), code, None)
+            (status, c.openai_type().to_owned(), code, None)
         }
         FailureClass::ContinuationNotFound => (
-            400,
-            "invalid_request_error".to_owned(),
+            c.client_status(),
+            c.openai_type().to_owned(),
             "previous_response_not_found".to_owned(),
             None,
         ),
         FailureClass::UsageLimit { resets_at } => {
             let now = shared_state::now_ms() / 1000;
             let retry = resets_at.map(|r| r.saturating_sub(now).max(1));
-            let mut body = ErrorBody::new(msg, "usage_limit_reached", Some("usage_limit_reached"));
+            let mut body = ErrorBody::new(msg, c.openai_type(), Some(c.name()));
             body.resets_at = *resets_at;
             body.resets_in_seconds = retry;
             return Rendered {
-                status: 429,
+                status: c.client_status(),
                 body,
                 retry_after: retry,
             };
         }
         FailureClass::RateLimited { retry_after_s } => (
-            429,
-            "rate_limit_error".to_owned(),
+            c.client_status(),
+            c.openai_type().to_owned(),
             "rate_limit_exceeded".to_owned(),
             *retry_after_s,
         ),
-        FailureClass::UsageNotIncluded => (
-            403,
-            "permission_error".to_owned(),
-            "usage_not_included".to_owned(),
-            None,
-        ),
-        FailureClass::ModelNotSupported => (
-            400,
-            "invalid_request_error".to_owned(),
-            "model_not_supported".to_owned(),
+        FailureClass::UsageNotIncluded | FailureClass::ModelNotSupported => (
+            c.client_status(),
+            c.openai_type().to_owned(),
+            c.name().to_owned(),
             None,
         ),
         FailureClass::AuthExpired
         | FailureClass::Deactivated
         | FailureClass::Cloudflare
         | FailureClass::Forbidden => (
-            502,
-            "server_error".to_owned(),
+            c.client_status(),
+            c.openai_type().to_owned(),
             "upstream_account_unavailable".to_owned(),
             None,
         ),
         FailureClass::Overloaded { retry_after_s } => (
-            503,
-            "server_error".to_owned(),
+            c.client_status(),
+            c.openai_type().to_owned(),
             f.code
                 .clone()
                 .unwrap_or_else(|| "server_is_overloaded".to_owned()),

@@ -96,6 +96,37 @@ impl FailureClass {
         }
     }
 
+    /// The HTTP status a client is told when a failure of this class reaches it (no other
+    /// account could serve the request), in every dialect: the one table
+    /// (docs/protocol.md#what-a-class-does). A request error may keep the upstream's own 4xx
+    /// (the gateway's rendering does).
+    pub fn client_status(&self) -> u16 {
+        match self {
+            Self::UsageLimit { .. } | Self::RateLimited { .. } => 429,
+            Self::UsageNotIncluded => 403,
+            Self::Request | Self::ContinuationNotFound | Self::ModelNotSupported => 400,
+            Self::Overloaded { .. } => 503,
+            Self::AuthExpired | Self::Deactivated | Self::Cloudflare | Self::Forbidden => 502,
+        }
+    }
+
+    /// The OpenAI error `type` a client is told for this class when the upstream gave none.
+    pub fn openai_type(&self) -> &'static str {
+        match self {
+            Self::UsageLimit { .. } => "usage_limit_reached",
+            Self::RateLimited { .. } => "rate_limit_error",
+            Self::UsageNotIncluded => "permission_error",
+            Self::Request | Self::ContinuationNotFound | Self::ModelNotSupported => {
+                "invalid_request_error"
+            }
+            Self::Overloaded { .. }
+            | Self::AuthExpired
+            | Self::Deactivated
+            | Self::Cloudflare
+            | Self::Forbidden => "server_error",
+        }
+    }
+
     /// Stable machine name (metrics, logs, persisted cooldown reasons).
     pub fn name(&self) -> &'static str {
         match self {

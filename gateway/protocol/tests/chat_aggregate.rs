@@ -147,7 +147,7 @@ fn failed_gives_failure() {
     let f = run_aggregate(&fixture("failed.sse"), ToolNameMap::new())
         .finish()
         .unwrap_err();
-    assert_eq!(f.status_hint, 502);
+    assert_eq!(f.status_hint, 503);
     assert_eq!(f.code.as_deref(), Some("server_error"));
     assert_eq!(f.error_type, "server_error");
     assert!(f.message.contains("Please retry"));

@@ -141,7 +141,7 @@ fn failed_sends_one_error_and_no_done() {
     assert!(e["message"].as_str().unwrap().contains("Please retry"));
     assert_eq!(f.iter().filter(|f| matches!(f, Frame::Error(_))).count(), 1);
     let failure = s.failure().unwrap();
-    assert_eq!(failure.status_hint, 502);
+    assert_eq!(failure.status_hint, 503);
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("upstream failure ({status_hint} {error_type}): {message}")]
 pub struct ChatUpstreamFailure {
-    /// The HTTP status a non-streaming response should carry (400, 429, 502, ...).
+    /// The HTTP status a non-streaming response carries (`FailureClass::client_status`).
     pub status_hint: u16,
     /// Human message (the upstream's when it gave one).
     pub message: String,
@@ -49,27 +49,13 @@ impl ChatUpstreamFailure {
         let raw = error_json.unwrap_or("{}");
         // The one classifier decides (it files `server_error` in-stream failures as overload).
         let f = classify_stream_error(raw.as_bytes());
-        let status_hint = match &f.class {
-            FailureClass::UsageLimit { .. } | FailureClass::RateLimited { .. } => 429,
-            FailureClass::UsageNotIncluded => 403,
-            FailureClass::Request
-            | FailureClass::ContinuationNotFound
-            | FailureClass::ModelNotSupported => 400,
-            FailureClass::Overloaded { .. }
-            | FailureClass::AuthExpired
-            | FailureClass::Deactivated
-            | FailureClass::Cloudflare
-            | FailureClass::Forbidden => 502,
-        };
-        let error_type = f.error_type.clone().unwrap_or_else(|| {
-            match status_hint {
-                400 => "invalid_request_error",
-                403 => "permission_error",
-                429 => "rate_limit_error",
-                _ => "server_error",
-            }
-            .to_owned()
-        });
+        // What the client is told is the one table's (`FailureClass::client_status`,
+        // `openai_type`), as for every dialect.
+        let status_hint = f.class.client_status();
+        let error_type = f
+            .error_type
+            .clone()
+            .unwrap_or_else(|| f.class.openai_type().to_owned());
         let code = f
             .code
             .clone()
@@ -119,10 +105,20 @@ mod tests {
             r#"{"type":"usage_limit_reached","message":"limit"}"#,
         ));
         assert_eq!(f.status_hint, 429);
+        // Nothing to read: a server error, 503 as in every dialect (`client_status`).
         let f = ChatUpstreamFailure::from_error_json(None);
         assert_eq!(
             (f.status_hint, f.error_type.as_str()),
-            (502, "server_error")
+            (503, "server_error")
+        );
+        assert_eq!(f.status_hint, f.class.client_status());
+        // A usage limit without a type is typed by the class.
+        let f = ChatUpstreamFailure::from_error_json(Some(
+            r#"{"code":"usage_limit_reached","message":"limit"}"#,
+        ));
+        assert_eq!(
+            (f.status_hint, f.error_type.as_str()),
+            (429, "usage_limit_reached")
         );
     }
 }
