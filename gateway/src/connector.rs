@@ -369,21 +369,8 @@ mod cf_cookies {
                 found.push(c);
             }
         };
-        match head {
-            crate::upstream::Head::Map(m) => {
-                for v in m.get_all("set-cookie") {
-                    if let Ok(v) = v.to_str() {
-                        take(v);
-                    }
-                }
-            }
-            crate::upstream::Head::Pairs(p) => {
-                for (n, v) in p {
-                    if n.eq_ignore_ascii_case("set-cookie") {
-                        take(v);
-                    }
-                }
-            }
+        for v in head.get_all("set-cookie") {
+            take(v);
         }
         if found.is_empty() {
             return;

@@ -92,12 +92,14 @@ impl UpstreamResponse {
     }
 }
 
-/// A response head's headers: an h2 response keeps the map its decoder built (nothing copied
-/// per header); HTTP/1.1 and WebSocket upgrade heads are parsed into pairs.
+/// A response head's headers: an h2 response keeps the field list its decoder built, in
+/// wire order (nothing copied per header, no `HeaderMap` hashed: a head is read a dozen times
+/// at most, a scan of its fields is cheaper); HTTP/1.1 and WebSocket upgrade heads are parsed
+/// into pairs.
 #[derive(Debug)]
 pub enum Head {
     /// As the h2 decoder built it.
-    Map(http::HeaderMap),
+    Fields(monoio_http::h2::Fields),
     /// Lower-case names, values trimmed.
     Pairs(Vec<(String, String)>),
 }
@@ -108,11 +110,29 @@ impl Head {
     /// First value with this lower-case name (a value that is not UTF-8 counts as absent).
     pub fn get(&self, name: &str) -> Option<&str> {
         match self {
-            Self::Map(m) => m
+            Self::Fields(f) => f
                 .get(name)
                 .and_then(|v| std::str::from_utf8(v.as_bytes()).ok()),
             Self::Pairs(p) => p.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str()),
         }
+    }
+
+    /// Every value with this lower-case name, in order (values that are not UTF-8 left out).
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let (fields, pairs) = match self {
+            Self::Fields(f) => (Some(f), None),
+            Self::Pairs(p) => (None, Some(p)),
+        };
+        let from_fields = fields
+            .into_iter()
+            .flat_map(move |f| f.get_all(name))
+            .filter_map(|v| v.to_str().ok());
+        let from_pairs = pairs
+            .into_iter()
+            .flat_map(|p| p.iter())
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str());
+        from_fields.chain(from_pairs)
     }
 }
 
@@ -764,22 +784,31 @@ impl Upstream {
                 message: format!("cannot build request: {e}"),
             })
         })?;
-        let mut b = http::Request::builder().method(req.method).uri(uri);
+        let method = match req.method {
+            "GET" => http::Method::GET,
+            "POST" => http::Method::POST,
+            m => http::Method::from_bytes(m.as_bytes()).map_err(|e| {
+                H2SendError::Failed(UpstreamError::Protocol {
+                    sent: false,
+                    message: format!("cannot build request: {e}"),
+                })
+            })?,
+        };
+        // The fields in our order, straight into the HEADERS frame (no `HeaderMap`). The names
+        // are the gateway's own lower-case constants: a static name costs no allocation. A
+        // value clone shares its bytes; the bearer token's is marked sensitive, so HPACK
+        // sends it as a never-indexed literal (every other constant value is indexed once per
+        // connection and then costs one byte).
+        let mut fields = monoio_http::h2::Fields::with_capacity(req.headers.len() + 1);
         for (n, v) in &req.headers {
-            // The names are the gateway's own lower-case constants: a static name costs no
-            // allocation (parsing one from a `&str` copies every non-standard name). A value
-            // clone shares its bytes.
-            b = b.header(http::HeaderName::from_static(n), v.clone());
+            fields.push(http::HeaderName::from_static(n), v.clone());
         }
         if !req.body.is_empty() {
-            b = b.header(http::header::CONTENT_LENGTH, req.body.len());
+            fields.push(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from(req.body.len()),
+            );
         }
-        let request = b.body(()).map_err(|e| {
-            H2SendError::Failed(UpstreamError::Protocol {
-                sent: false,
-                message: format!("cannot build request: {e}"),
-            })
-        })?;
         let ready = match monoio::time::timeout(self.cfg.connect_timeout, sender.ready()).await {
             Err(_) => {
                 return Err(H2SendError::Failed(UpstreamError::Connect(
@@ -794,7 +823,8 @@ impl Upstream {
         };
         let mut ready = ready;
         let end = req.body.is_empty();
-        let (resp_fut, mut send_stream) = match ready.send_request(request, end) {
+        let (resp_fut, mut send_stream) = match ready.send_request_fields(method, uri, fields, end)
+        {
             Ok(x) => x,
             Err(e) => {
                 self.retire(&slot);
@@ -835,10 +865,10 @@ impl Upstream {
                 }));
             }
         };
-        let (parts, body) = resp.into_parts();
+        let (head, body) = resp;
         Ok(UpstreamResponse {
-            status: parts.status.as_u16(),
-            headers: Head::Map(parts.headers),
+            status: head.status.as_u16(),
+            headers: Head::Fields(head.fields),
             body: UpstreamBody::H2(body, slot),
             protocol: "h2",
         })

@@ -143,7 +143,7 @@ use std::{
 };
 
 use bytes::{Buf, Bytes};
-use http::{uri, HeaderMap, Method, Request, Response, Version};
+use http::{uri, Method, Request, StatusCode, Version};
 use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use tracing::Instrument;
 
@@ -152,9 +152,9 @@ use crate::{
     h2::{
         codec::{Codec, SendError, UserError},
         ext::Protocol,
-        frame::{Headers, Pseudo, Reason, Settings, StreamId},
+        frame::{Headers, Pseudo, Settings, StreamId},
         proto::{self, Error},
-        FlowControl, PingPong, RecvStream, SendStream,
+        FlowControl, Fields, PingPong, RecvStream, ResponseHead, SendStream,
     },
 };
 
@@ -505,6 +505,50 @@ where
     pub fn send_request(
         &mut self,
         request: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<B>), crate::h2::Error> {
+        let (mut parts, ()) = request.into_parts();
+        let protocol = parts.extensions.remove::<Protocol>();
+        // Dropped before the streams are touched, in case they hold a `StreamRef`.
+        drop(parts.extensions);
+        self.send_parts(
+            RequestParts {
+                method: parts.method,
+                uri: parts.uri,
+                fields: Fields::from_header_map(parts.headers),
+                version: parts.version,
+                protocol,
+            },
+            end_of_stream,
+        )
+    }
+
+    /// Like [`SendRequest::send_request`], from a method, a URI and the regular fields in
+    /// the order they are to be sent, without building an `http::Request` and its
+    /// `HeaderMap` (codex-gateway patch, `vendor/README.md`). A value marked sensitive
+    /// (`HeaderValue::set_sensitive`) is sent as a never-indexed literal (RFC 7541 §7.1.3).
+    pub fn send_request_fields(
+        &mut self,
+        method: Method,
+        uri: http::Uri,
+        fields: Fields,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<B>), crate::h2::Error> {
+        self.send_parts(
+            RequestParts {
+                method,
+                uri,
+                fields,
+                version: Version::HTTP_2,
+                protocol: None,
+            },
+            end_of_stream,
+        )
+    }
+
+    fn send_parts(
+        &mut self,
+        request: RequestParts,
         end_of_stream: bool,
     ) -> Result<(ResponseFuture, SendStream<B>), crate::h2::Error> {
         self.inner
@@ -1338,13 +1382,14 @@ where
 // ===== impl ResponseFuture =====
 
 impl Future for ResponseFuture {
-    type Output = Result<Response<RecvStream>, crate::h2::Error>;
+    /// The head as decoded (no `HeaderMap`: `h2::Fields`) and the body.
+    type Output = Result<(ResponseHead, RecvStream), crate::h2::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let (parts, _) = ready!(self.inner.poll_response(cx))?.into_parts();
+        let head = ready!(self.inner.poll_response(cx))?;
         let body = RecvStream::new(FlowControl::new(self.inner.clone()));
 
-        Poll::Ready(Ok(Response::from_parts(parts, body)))
+        Poll::Ready(Ok((head, body)))
     }
 }
 
@@ -1436,7 +1481,7 @@ impl PushPromise {
 // ===== impl PushedResponseFuture =====
 
 impl Future for PushedResponseFuture {
-    type Output = Result<Response<RecvStream>, crate::h2::Error>;
+    type Output = Result<(ResponseHead, RecvStream), crate::h2::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.inner).poll(cx)
@@ -1454,27 +1499,31 @@ impl PushedResponseFuture {
     }
 }
 
+/// A request head on its way to a HEADERS frame.
+#[derive(Debug)]
+pub(crate) struct RequestParts {
+    pub(crate) method: Method,
+    pub(crate) uri: http::Uri,
+    pub(crate) fields: Fields,
+    pub(crate) version: Version,
+    pub(crate) protocol: Option<Protocol>,
+}
+
 // ===== impl Peer =====
 
 impl Peer {
     pub fn convert_send_message(
         id: StreamId,
-        request: Request<()>,
-        protocol: Option<Protocol>,
+        request: RequestParts,
         end_of_stream: bool,
     ) -> Result<Headers, SendError> {
-        use http::request::Parts;
-
-        let (
-            Parts {
-                method,
-                uri,
-                headers,
-                version,
-                ..
-            },
-            _,
-        ) = request.into_parts();
+        let RequestParts {
+            method,
+            uri,
+            fields,
+            version,
+            protocol,
+        } = request;
 
         let is_connect = method == Method::CONNECT;
 
@@ -1510,7 +1559,7 @@ impl Peer {
         }
 
         // Create the HEADERS frame
-        let mut frame = Headers::new(id, pseudo, headers);
+        let mut frame = Headers::new(id, pseudo, fields);
 
         if end_of_stream {
             frame.set_end_stream()
@@ -1521,7 +1570,7 @@ impl Peer {
 }
 
 impl proto::Peer for Peer {
-    type Poll = Response<()>;
+    type Poll = ResponseHead;
 
     const NAME: &'static str = "Client";
 
@@ -1535,28 +1584,14 @@ impl proto::Peer for Peer {
 
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
-        stream_id: StreamId,
+        fields: Fields,
+        _stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
-        let mut b = Response::builder();
-
-        b = b.version(Version::HTTP_2);
-
-        if let Some(status) = pseudo.status {
-            b = b.status(status);
-        }
-
-        let mut response = match b.body(()) {
-            Ok(response) => response,
-            Err(_) => {
-                // TODO: Should there be more specialized handling for different
-                // kinds of errors
-                return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
-            }
-        };
-
-        *response.headers_mut() = fields;
-
-        Ok(response)
+        // A head without `:status` reads as 200, as the published crate's
+        // `Response::builder()` default did.
+        Ok(ResponseHead {
+            status: pseudo.status.unwrap_or(StatusCode::OK),
+            fields,
+        })
     }
 }

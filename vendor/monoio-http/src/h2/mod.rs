@@ -119,6 +119,7 @@ pub mod frame;
 
 pub mod client;
 pub mod ext;
+mod fields;
 pub mod server;
 mod share;
 
@@ -127,5 +128,6 @@ pub use codec::{Codec, SendError, UserError};
 
 pub use crate::h2::{
     error::{Error, Reason},
+    fields::{Fields, ResponseHead},
     share::{FlowControl, Ping, PingPong, Pong, RecvStream, SendStream, StreamId},
 };

@@ -121,7 +121,7 @@ use std::{
 };
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, Method, Request, Response};
+use http::{Method, Request, Response};
 use monoio::{
     io::{AsyncReadRent, AsyncReadRentExt, AsyncWriteRent},
     BufResult,
@@ -1363,7 +1363,8 @@ impl Peer {
         let pseudo = Pseudo::response(status);
 
         // Create the HEADERS frame
-        let mut frame = frame::Headers::new(id, pseudo, headers);
+        let mut frame =
+            frame::Headers::new(id, pseudo, crate::h2::Fields::from_header_map(headers));
 
         if end_of_stream {
             frame.set_end_stream()
@@ -1433,7 +1434,7 @@ impl proto::Peer for Peer {
 
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: crate::h2::Fields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
         use http::{uri, Version};
@@ -1541,7 +1542,7 @@ impl proto::Peer for Peer {
             }
         };
 
-        *request.headers_mut() = fields;
+        *request.headers_mut() = fields.into_header_map();
 
         Ok(request)
     }

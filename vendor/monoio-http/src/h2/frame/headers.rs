@@ -9,6 +9,7 @@ use http::{
 use super::{util, StreamDependency, StreamId};
 use crate::h2::{
     ext::Protocol,
+    fields::Fields,
     frame::{Error, Frame, Head, Kind},
     hpack::{self, BytesStr},
 };
@@ -81,13 +82,16 @@ pub struct Iter {
     pseudo: Option<Pseudo>,
 
     /// Header fields
-    fields: header::IntoIter<HeaderValue>,
+    fields: std::vec::IntoIter<(HeaderName, HeaderValue)>,
+
+    /// The name of the field yielded last.
+    last: Option<HeaderName>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
 struct HeaderBlock {
-    /// The decoded header fields
-    fields: HeaderMap,
+    /// The header fields, in wire order (a list, not a `HeaderMap`: `h2::fields`)
+    fields: Fields,
 
     /// Set to true if decoding went over the max header list size.
     is_over_size: bool,
@@ -112,7 +116,7 @@ const ALL: u8 = END_STREAM | END_HEADERS | PADDED | PRIORITY;
 
 impl Headers {
     /// Create a new HEADERS frame
-    pub fn new(stream_id: StreamId, pseudo: Pseudo, fields: HeaderMap) -> Self {
+    pub fn new(stream_id: StreamId, pseudo: Pseudo, fields: Fields) -> Self {
         Headers {
             stream_id,
             stream_dep: None,
@@ -133,7 +137,7 @@ impl Headers {
             stream_id,
             stream_dep: None,
             header_block: HeaderBlock {
-                fields,
+                fields: Fields::from_header_map(fields),
                 is_over_size: false,
                 pseudo: Pseudo::default(),
             },
@@ -197,7 +201,7 @@ impl Headers {
             stream_id: head.stream_id(),
             stream_dep,
             header_block: HeaderBlock {
-                fields: HeaderMap::new(),
+                fields: Fields::new(),
                 is_over_size: false,
                 pseudo: Pseudo::default(),
             },
@@ -240,7 +244,7 @@ impl Headers {
         self.header_block.is_over_size
     }
 
-    pub fn into_parts(self) -> (Pseudo, HeaderMap) {
+    pub fn into_parts(self) -> (Pseudo, Fields) {
         (self.header_block.pseudo, self.header_block.fields)
     }
 
@@ -254,11 +258,11 @@ impl Headers {
         self.header_block.pseudo.is_informational()
     }
 
-    pub fn fields(&self) -> &HeaderMap {
+    pub fn fields(&self) -> &Fields {
         &self.header_block.fields
     }
 
-    pub fn into_fields(self) -> HeaderMap {
+    pub fn into_fields(self) -> Fields {
         self.header_block.fields
     }
 
@@ -352,7 +356,7 @@ impl PushPromise {
         PushPromise {
             flags: PushPromiseFlag::default(),
             header_block: HeaderBlock {
-                fields,
+                fields: Fields::from_header_map(fields),
                 is_over_size: false,
                 pseudo,
             },
@@ -389,12 +393,12 @@ impl PushPromise {
         method == Method::GET || method == Method::HEAD
     }
 
-    pub fn fields(&self) -> &HeaderMap {
+    pub fn fields(&self) -> &Fields {
         &self.header_block.fields
     }
 
     #[cfg(feature = "unstable")]
-    pub fn into_fields(self) -> HeaderMap {
+    pub fn into_fields(self) -> Fields {
         self.header_block.fields
     }
 
@@ -442,7 +446,7 @@ impl PushPromise {
         let frame = PushPromise {
             flags,
             header_block: HeaderBlock {
-                fields: HeaderMap::new(),
+                fields: Fields::new(),
                 is_over_size: false,
                 pseudo: Pseudo::default(),
             },
@@ -504,7 +508,7 @@ impl PushPromise {
     }
 
     /// Consume `self`, returning the parts of the frame
-    pub fn into_parts(self) -> (Pseudo, HeaderMap) {
+    pub fn into_parts(self) -> (Pseudo, Fields) {
         (self.header_block.pseudo, self.header_block.fields)
     }
 }
@@ -714,9 +718,18 @@ impl Iterator for Iter {
 
         self.pseudo = None;
 
-        self.fields
-            .next()
-            .map(|(name, value)| Field { name, value })
+        // A name equal to the previous field's is yielded as `None` (the encoder reuses the
+        // previous index), as the published crate's `HeaderMap` iteration did for a name's
+        // second and later values.
+        let (name, value) = self.fields.next()?;
+        if self.last.as_ref() == Some(&name) {
+            return Some(Field { name: None, value });
+        }
+        self.last = Some(name.clone());
+        Some(Field {
+            name: Some(name),
+            value,
+        })
     }
 }
 
@@ -894,7 +907,7 @@ impl HeaderBlock {
 
                         headers_size += decoded_header_size(name.as_str().len(), value.len());
                         if headers_size < max_header_list_size {
-                            self.fields.append(name, value);
+                            self.fields.push(name, value);
                         } else if !self.is_over_size {
                             tracing::trace!("load_hpack; header list size over max");
                             self.is_over_size = true;
@@ -928,6 +941,7 @@ impl HeaderBlock {
         let headers = Iter {
             pseudo: Some(self.pseudo),
             fields: self.fields.into_iter(),
+            last: None,
         };
 
         encoder.encode(headers, &mut hpack);
@@ -989,7 +1003,7 @@ mod test {
         let headers = Headers::new(
             StreamId::ZERO,
             Default::default(),
-            HeaderMap::from_iter(vec![
+            Fields::from_header_map(HeaderMap::from_iter(vec![
                 (
                     HeaderName::from_static("hello"),
                     HeaderValue::from_static("world"),
@@ -1002,7 +1016,7 @@ mod test {
                     HeaderName::from_static("hello"),
                     HeaderValue::from_static("sup"),
                 ),
-            ]),
+            ])),
         );
 
         let continuation = headers
@@ -1034,6 +1048,170 @@ mod test {
         assert_eq!("zomg", huff_decode(&dst[15..18]));
         assert_eq!(&[15, 47, 0x80 | 3], &dst[18..21]);
         assert_eq!("sup", huff_decode(&dst[21..]));
+    }
+
+    // ===== codex-gateway patch: header blocks as `Fields` (vendor/README.md) =====
+
+    fn request_fields(token: &str, turn: &str) -> Fields {
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+        auth.set_sensitive(true);
+        let mut f = Fields::new();
+        f.push(header::AUTHORIZATION, auth);
+        f.push(
+            HeaderName::from_static("chatgpt-account-id"),
+            HeaderValue::from_static("acct-1"),
+        );
+        f.push(
+            HeaderName::from_static("originator"),
+            HeaderValue::from_static("codex_cli_rs"),
+        );
+        f.push(
+            header::USER_AGENT,
+            HeaderValue::from_static("codex_cli_rs/0.99.0 (Linux; x86_64)"),
+        );
+        f.push(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        f.push(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        f.push(
+            HeaderName::from_static("x-codex-turn-state"),
+            HeaderValue::from_str(turn).unwrap(),
+        );
+        f.push(header::CONTENT_LENGTH, HeaderValue::from(1234usize));
+        f
+    }
+
+    fn request_pseudo() -> Pseudo {
+        Pseudo::request(
+            Method::POST,
+            Uri::from_static("http://127.0.0.1:8080/backend-api/codex/responses"),
+            None,
+        )
+    }
+
+    /// One HEADERS frame encoded whole: (frame bytes, header block bytes).
+    fn encode_block(encoder: &mut Encoder, stream: u32, fields: Fields) -> (BytesMut, Vec<u8>) {
+        let mut dst = BytesMut::new();
+        let headers = Headers::new(StreamId::from(stream), request_pseudo(), fields);
+        assert!(headers
+            .encode(encoder, &mut (&mut dst).limit(1 << 20))
+            .is_none());
+        let block = dst[frame::HEADER_LEN..].to_vec();
+        (dst, block)
+    }
+
+    /// Decodes a frame made by `encode_block` with the crate's own decoder.
+    fn decode_block(decoder: &mut hpack::Decoder, mut frame_bytes: BytesMut) -> (Pseudo, Fields) {
+        let head = Head::parse(&frame_bytes);
+        let payload = frame_bytes.split_off(frame::HEADER_LEN);
+        let (mut headers, mut rest) = Headers::load(head, payload).unwrap();
+        headers.load_hpack(&mut rest, 1 << 20, decoder).unwrap();
+        headers.into_parts()
+    }
+
+    #[test]
+    fn fields_round_trip_in_wire_order_across_requests() {
+        let mut encoder = Encoder::default();
+        let mut decoder = hpack::Decoder::new(4096);
+        let token = "t".repeat(900);
+        let mut sizes = Vec::new();
+        for (i, turn) in ["ts-1", "ts-2", "ts-2"].iter().enumerate() {
+            let sent = request_fields(&token, turn);
+            let (bytes, block) = encode_block(&mut encoder, 1 + 2 * i as u32, sent.clone());
+            sizes.push(block.len());
+            let (pseudo, got) = decode_block(&mut decoder, bytes);
+            assert_eq!(pseudo.method, Some(Method::POST));
+            assert_eq!(pseudo.path.as_ref().map(|p| p.as_str()), Some("/backend-api/codex/responses"));
+            assert_eq!(pseudo.authority.as_ref().map(|p| p.as_str()), Some("127.0.0.1:8080"));
+            let sent: Vec<_> = sent.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec())).collect();
+            let got: Vec<_> = got.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec())).collect();
+            assert_eq!(sent, got, "request {i}");
+        }
+        // The constant fields were indexed by the first request: the later blocks carry the
+        // token (a literal every time) and one-byte indexed fields.
+        let token_literal = 2 + 7 + token.len();
+        assert!(sizes[0] > token_literal + 100, "{sizes:?}");
+        assert!(sizes[1] < token_literal + 60, "{sizes:?}");
+        assert!(sizes[2] < sizes[1], "{sizes:?}");
+    }
+
+    #[test]
+    fn authorization_is_a_never_indexed_literal_every_time() {
+        let mut encoder = Encoder::default();
+        let token = "abc".repeat(100);
+        for stream in [1, 3, 5] {
+            let (_, block) = encode_block(&mut encoder, stream, request_fields(&token, "ts"));
+            let value = format!("Bearer {token}");
+            let at = block
+                .windows(value.len())
+                .position(|w| w == value.as_bytes())
+                .expect("the token is a raw literal (over 256 bytes)");
+            // RFC 7541 §6.2.3: 0001xxxx with the static name index 23 (4-bit prefix: 15 + 8),
+            // then a raw (not Huffman) length of 307 (7-bit prefix: 127 + 180 as 0xb4 0x01).
+            assert_eq!(&block[at - 5..at], &[0x1f, 0x08, 0x7f, 0xb4, 0x01], "stream {stream}");
+        }
+    }
+
+    #[test]
+    fn fields_decode_after_eviction_and_table_size_changes() {
+        let mut encoder = Encoder::default();
+        let mut decoder = hpack::Decoder::new(4096);
+        let token = "k".repeat(300);
+        for i in 0..40u32 {
+            // A value that changes every request fills the 4 KiB table and evicts the
+            // oldest entries, the constant ones included, again and again.
+            let turn = format!("ts-{i}-{}", "x".repeat(200));
+            if i == 10 {
+                // SETTINGS_HEADER_TABLE_SIZE from the peer: the next block starts with a
+                // dynamic table size update, and the encoder indexes within 256 bytes.
+                encoder.update_max_size(256);
+            }
+            if i == 20 {
+                encoder.update_max_size(0);
+            }
+            if i == 30 {
+                encoder.update_max_size(4096);
+            }
+            let sent = request_fields(&token, &turn);
+            let (bytes, block) = encode_block(&mut encoder, 1 + 2 * i, sent.clone());
+            if i == 10 {
+                assert_eq!(&block[..3], &[0x3f, 0xe1, 0x01], "size update to 256 first");
+            }
+            if i == 20 {
+                assert_eq!(block[0], 0x20, "size update to 0 first");
+            }
+            let (_, got) = decode_block(&mut decoder, bytes);
+            assert_eq!(sent, got, "request {i}");
+        }
+    }
+
+    #[test]
+    fn decoded_fields_keep_repeats_and_order() {
+        let mut encoder = Encoder::default();
+        let mut decoder = hpack::Decoder::new(4096);
+        let mut f = Fields::new();
+        f.push(header::SET_COOKIE, HeaderValue::from_static("a=1"));
+        f.push(HeaderName::from_static("x-codex-primary-used-percent"), HeaderValue::from_static("12"));
+        f.push(header::SET_COOKIE, HeaderValue::from_static("b=2"));
+        f.push(header::SET_COOKIE, HeaderValue::from_static("c=3"));
+        let mut dst = BytesMut::new();
+        let headers = Headers::new(
+            StreamId::from(1),
+            Pseudo::response(StatusCode::OK),
+            f.clone(),
+        );
+        assert!(headers
+            .encode(&mut encoder, &mut (&mut dst).limit(1 << 20))
+            .is_none());
+        let (pseudo, got) = decode_block(&mut decoder, dst);
+        assert_eq!(pseudo.status, Some(StatusCode::OK));
+        assert_eq!(got, f);
+        let cookies: Vec<_> = got.get_all("set-cookie").map(|v| v.to_str().unwrap()).collect();
+        assert_eq!(cookies, ["a=1", "b=2", "c=3"]);
+        assert_eq!(got.get("x-codex-primary-used-percent").unwrap(), "12");
+        assert_eq!(got.get("set-cookie").unwrap(), "a=1");
+        assert!(got.get("retry-after").is_none());
+        let map = got.into_header_map();
+        assert_eq!(map.get_all(header::SET_COOKIE).iter().count(), 3);
+        assert_eq!(Fields::from_header_map(map).len(), 4);
     }
 
     fn huff_decode(src: &[u8]) -> BytesMut {

@@ -1,9 +1,10 @@
 use std::fmt;
 
-use http::{HeaderMap, Request, Response};
+use http::Request;
 
 use crate::h2::{
     error::Reason,
+    fields::{Fields, ResponseHead},
     frame::{Pseudo, StreamId},
     proto::{Error, Open},
 };
@@ -21,7 +22,7 @@ pub(crate) trait Peer {
 
     fn convert_poll_message(
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: Fields,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error>;
 
@@ -42,7 +43,7 @@ pub(crate) enum Dyn {
 
 #[derive(Debug)]
 pub enum PollMessage {
-    Client(Response<()>),
+    Client(ResponseHead),
     Server(Request<()>),
 }
 
@@ -61,7 +62,7 @@ impl Dyn {
     pub fn convert_poll_message(
         &self,
         pseudo: Pseudo,
-        fields: HeaderMap,
+        fields: Fields,
         stream_id: StreamId,
     ) -> Result<PollMessage, Error> {
         if self.is_server() {

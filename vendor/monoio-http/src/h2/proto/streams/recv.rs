@@ -5,7 +5,7 @@ use std::{
     time::Instant,
 };
 
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Request};
 use monoio::io::AsyncWriteRent;
 
 use super::*;
@@ -181,7 +181,7 @@ impl Recv {
 
             use super::stream::ContentLength;
 
-            if let Some(content_length) = frame.fields().get(header::CONTENT_LENGTH) {
+            if let Some(content_length) = frame.fields().get(header::CONTENT_LENGTH.as_str()) {
                 let content_length = match frame::parse_u64(content_length.as_bytes()) {
                     Ok(v) => v,
                     Err(_) => {
@@ -215,7 +215,7 @@ impl Recv {
                 let mut res = frame::Headers::new(
                     stream.id,
                     frame::Pseudo::response(::http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
-                    HeaderMap::new(),
+                    crate::h2::Fields::new(),
                 );
                 res.set_end_stream();
                 Err(RecvHeaderBlockError::Oversize(Some(res)))
@@ -305,7 +305,7 @@ impl Recv {
         &mut self,
         cx: &Context,
         stream: &mut store::Ptr,
-    ) -> Poll<Result<Response<()>, proto::Error>> {
+    ) -> Poll<Result<crate::h2::ResponseHead, proto::Error>> {
         use super::peer::PollMessage::*;
 
         // If the buffer is not empty, then the first frame must be a HEADERS
@@ -336,7 +336,7 @@ impl Recv {
             return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
         }
 
-        let trailers = frame.into_fields();
+        let trailers = frame.into_fields().into_header_map();
 
         // Push the frame onto the stream's recv buffer
         stream

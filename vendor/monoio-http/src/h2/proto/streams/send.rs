@@ -81,18 +81,16 @@ impl Send {
         Ok(stream_id)
     }
 
-    fn check_headers(fields: &http::HeaderMap) -> Result<(), UserError> {
-        // 8.1.2.2. Connection-Specific Header Fields
-        if fields.contains_key(http::header::CONNECTION)
-            || fields.contains_key(http::header::TRANSFER_ENCODING)
-            || fields.contains_key(http::header::UPGRADE)
-            || fields.contains_key("keep-alive")
-            || fields.contains_key("proxy-connection")
-        {
-            tracing::debug!("illegal connection-specific headers found");
-            return Err(UserError::MalformedHeaders);
-        } else if let Some(te) = fields.get(http::header::TE) {
-            if te != "trailers" {
+    fn check_headers(fields: &crate::h2::Fields) -> Result<(), UserError> {
+        // 8.1.2.2. Connection-Specific Header Fields (one pass over the list)
+        for (name, value) in fields.iter() {
+            let illegal = *name == http::header::CONNECTION
+                || *name == http::header::TRANSFER_ENCODING
+                || *name == http::header::UPGRADE
+                || name.as_str() == "keep-alive"
+                || name.as_str() == "proxy-connection"
+                || (*name == http::header::TE && value != "trailers");
+            if illegal {
                 tracing::debug!("illegal connection-specific headers found");
                 return Err(UserError::MalformedHeaders);
             }

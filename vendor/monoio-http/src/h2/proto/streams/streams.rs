@@ -17,7 +17,6 @@ use super::{
 use crate::h2::{
     client,
     codec::{Codec, SendError, UserError},
-    ext::Protocol,
     frame::{self, Frame, Reason},
     proto,
     proto::{peer, Error, Initiator, Open, Peer, WindowSize},
@@ -208,18 +207,13 @@ where
 
     pub fn send_request(
         &mut self,
-        mut request: Request<()>,
+        request: client::RequestParts,
         end_of_stream: bool,
         pending: Option<&OpaqueStreamRef>,
     ) -> Result<StreamRef<B>, SendError> {
         use http::Method;
 
         use super::stream::ContentLength;
-
-        let protocol = request.extensions_mut().remove::<Protocol>();
-
-        // Clear before taking lock, incase extensions contain a StreamRef.
-        request.extensions_mut().clear();
 
         // TODO: There is a hazard with assigning a stream ID before the
         // prioritize layer. If prioritization reorders new streams, this
@@ -258,13 +252,12 @@ where
             me.actions.recv.init_window_sz(),
         );
 
-        if *request.method() == Method::HEAD {
+        if request.method == Method::HEAD {
             stream.content_length = ContentLength::Head;
         }
 
         // Convert the message
-        let headers =
-            client::Peer::convert_send_message(stream_id, request, protocol, end_of_stream)?;
+        let headers = client::Peer::convert_send_message(stream_id, request, end_of_stream)?;
 
         let mut stream = me.store.insert(stream.id, stream);
 
@@ -1235,7 +1228,10 @@ impl OpaqueStreamRef {
         }
     }
     /// Called by a client to check for a received response.
-    pub fn poll_response(&mut self, cx: &Context) -> Poll<Result<Response<()>, proto::Error>> {
+    pub fn poll_response(
+        &mut self,
+        cx: &Context,
+    ) -> Poll<Result<crate::h2::ResponseHead, proto::Error>> {
         let me = unsafe { &mut *self.inner.get() };
 
         let mut stream = me.store.resolve(self.key);
