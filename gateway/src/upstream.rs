@@ -883,3 +883,50 @@ enum H2SendError {
     /// Anything else.
     Failed(UpstreamError),
 }
+
+#[cfg(test)]
+mod head_tests {
+    use http::{HeaderName, HeaderValue};
+
+    use super::Head;
+
+    fn h2_head() -> Head {
+        let mut f = monoio_http::h2::Fields::new();
+        for (n, v) in [
+            ("content-type", "text/event-stream"),
+            ("set-cookie", "__cf_bm=a; Path=/"),
+            ("x-codex-primary-used-percent", "12.5"),
+            ("set-cookie", "_cfuvid=b; Path=/"),
+        ] {
+            f.push(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        f.push(
+            HeaderName::from_static("x-binary"),
+            HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        Head::Fields(f)
+    }
+
+    #[test]
+    fn an_h2_head_reads_like_a_parsed_one() {
+        let pairs = Head::Pairs(vec![
+            ("content-type".into(), "text/event-stream".into()),
+            ("set-cookie".into(), "__cf_bm=a; Path=/".into()),
+            ("x-codex-primary-used-percent".into(), "12.5".into()),
+            ("set-cookie".into(), "_cfuvid=b; Path=/".into()),
+        ]);
+        let fields = h2_head();
+        for head in [&fields, &pairs] {
+            assert_eq!(head.get("content-type"), Some("text/event-stream"));
+            assert_eq!(head.get("x-codex-primary-used-percent"), Some("12.5"));
+            assert_eq!(head.get("set-cookie"), Some("__cf_bm=a; Path=/"));
+            assert_eq!(head.get("retry-after"), None);
+            let cookies: Vec<&str> = head.get_all("set-cookie").collect();
+            assert_eq!(cookies, ["__cf_bm=a; Path=/", "_cfuvid=b; Path=/"]);
+            assert_eq!(head.get_all("x-missing").count(), 0);
+        }
+        // A value that is not UTF-8 counts as absent.
+        assert_eq!(fields.get("x-binary"), None);
+        assert_eq!(fields.get_all("x-binary").count(), 0);
+    }
+}

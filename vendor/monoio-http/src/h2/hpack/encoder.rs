@@ -3,7 +3,7 @@ use http::header::{HeaderName, HeaderValue};
 
 use super::{
     huffman,
-    table::{Index, Table},
+    table::{Index, Table, DYN_OFFSET},
     Header,
 };
 
@@ -11,7 +11,26 @@ use super::{
 pub struct Encoder {
     table: Table,
     size_update: Option<SizeUpdate>,
+    /// codex-gateway patch (vendor/README.md, change 5): regular fields this encoder found
+    /// in or inserted into its dynamic table, with the entry's id (`Table::id_at`). A client
+    /// sends the same fields (user agent, originator, account, accept, ...) on every request
+    /// of a connection: a field found here whose entry is still in the table is sent as that
+    /// index without hashing and probing the table again. The bytes are the ones the table
+    /// lookup would choose.
+    memo: Vec<Memo>,
+    /// Where the next lookup in `memo` starts (fields repeat in the same order).
+    memo_next: usize,
 }
+
+#[derive(Debug)]
+struct Memo {
+    name: HeaderName,
+    value: HeaderValue,
+    id: usize,
+}
+
+/// At most this many remembered fields (a request head's worth); a full memo starts over.
+const MEMO_MAX: usize = 32;
 
 #[derive(Debug, Copy, Clone, Eq, PartialEq)]
 enum SizeUpdate {
@@ -24,6 +43,8 @@ impl Encoder {
         Encoder {
             table: Table::new(max_size, capacity),
             size_update: None,
+            memo: Vec::new(),
+            memo_next: 0,
         }
     }
 
@@ -77,7 +98,13 @@ impl Encoder {
                 // The header has an associated name. In which case, try to
                 // index it in the table.
                 Ok(header) => {
+                    if let Some(idx) = self.memo_hit(&header) {
+                        encode_int(idx, 7, 0x80, dst);
+                        last_index = Some(Index::Indexed(idx, header));
+                        continue;
+                    }
                     let index = self.table.index(header);
+                    self.memo_record(&index);
                     self.encode_header(&index, dst);
 
                     last_index = Some(index);
@@ -100,6 +127,60 @@ impl Encoder {
                 }
             }
         }
+    }
+
+    /// The live dynamic-table index of a regular field remembered in `memo`.
+    fn memo_hit(&mut self, header: &Header) -> Option<usize> {
+        let Header::Field { name, value } = header else {
+            return None;
+        };
+        if value.is_sensitive() || self.memo.is_empty() {
+            return None;
+        }
+        let n = self.memo.len();
+        let start = self.memo_next.min(n - 1);
+        for k in 0..n {
+            let j = (start + k) % n;
+            let m = &self.memo[j];
+            if m.name != *name || !same_bytes(m.value.as_bytes(), value.as_bytes()) {
+                continue;
+            }
+            return match self.table.live_index(m.id) {
+                Some(idx) => {
+                    self.memo_next = j + 1;
+                    Some(idx)
+                }
+                None => {
+                    // Evicted: forget it; the table decides (and may insert it again).
+                    self.memo.swap_remove(j);
+                    None
+                }
+            };
+        }
+        None
+    }
+
+    /// Remembers a regular field the table lookup found in or put into the dynamic table.
+    fn memo_record(&mut self, index: &Index) {
+        let real_idx = match *index {
+            Index::Indexed(idx, _) if idx >= DYN_OFFSET => idx - DYN_OFFSET,
+            Index::Inserted(real_idx) | Index::InsertedValue(_, real_idx) => real_idx,
+            _ => return,
+        };
+        let Header::Field { name, value } = self.table.resolve(index) else {
+            return;
+        };
+        if value.is_sensitive() {
+            return;
+        }
+        if self.memo.len() >= MEMO_MAX {
+            self.memo.clear();
+        }
+        self.memo.push(Memo {
+            name: name.clone(),
+            value: value.clone(),
+            id: self.table.id_at(real_idx),
+        });
     }
 
     fn encode_size_updates(&mut self, dst: &mut BytesMut) {
@@ -192,6 +273,11 @@ impl Default for Encoder {
     fn default() -> Encoder {
         Encoder::new(4096, 0)
     }
+}
+
+/// Equal bytes; a value cloned from the same `HeaderValue` shares them (no compare).
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 fn encode_size_update(val: usize, dst: &mut BytesMut) {
@@ -674,6 +760,108 @@ mod test {
     #[ignore]
     fn test_evicted_overflow() {
         // Not sure what the best way to do this is.
+    }
+
+    // ===== codex-gateway patch: the memo of indexed fields (vendor/README.md, change 5) =====
+
+    fn constant_fields() -> Vec<Header<Option<HeaderName>>> {
+        vec![
+            header("originator", "codex_cli_rs"),
+            header("user-agent", "codex_cli_rs/0.99.0"),
+            header("chatgpt-account-id", "acct-1"),
+        ]
+    }
+
+    #[test]
+    fn repeated_fields_are_sent_as_their_dynamic_index() {
+        let mut encoder = Encoder::default();
+        let first = encode(&mut encoder, constant_fields());
+        assert_eq!(first[0], 0b0100_0000, "inserted with a literal name");
+        assert_eq!(encoder.table.len(), 3);
+        // Newest first: chatgpt-account-id 62, user-agent 63, originator 64.
+        for _ in 0..3 {
+            let again = encode(&mut encoder, constant_fields());
+            assert_eq!(&again[..], &[0x80 | 64, 0x80 | 63, 0x80 | 62]);
+            assert_eq!(encoder.table.len(), 3);
+        }
+        assert_eq!(encoder.memo.len(), 3);
+        // A new value of a remembered name is not a hit: inserted, and the old entries move.
+        let changed = encode(&mut encoder, vec![header("originator", "other")]);
+        // Literal with incremental indexing, name index 64 (6-bit prefix: 63 + 1).
+        assert_eq!(&changed[..2], &[0b0111_1111, 1], "name from the table, new value");
+        let again = encode(&mut encoder, constant_fields());
+        assert_eq!(&again[..], &[0x80 | 65, 0x80 | 64, 0x80 | 63]);
+    }
+
+    #[test]
+    fn an_evicted_field_is_inserted_again_not_sent_as_a_stale_index() {
+        let mut encoder = Encoder::default();
+        let mut decoder = super::super::Decoder::new(4096);
+        let mut check = |encoder: &mut Encoder, hdrs: Vec<Header<Option<HeaderName>>>| {
+            let sent: Vec<_> = hdrs
+                .iter()
+                .map(|h| match h {
+                    Header::Field { name, value } => (name.clone().unwrap(), value.clone()),
+                    _ => unreachable!(),
+                })
+                .collect();
+            let mut dst = encode(encoder, hdrs);
+            // The decoder consumes its input.
+            let sent_bytes = dst.clone();
+            let mut got = Vec::new();
+            decoder
+                .decode(&mut std::io::Cursor::new(&mut dst), |h| {
+                    if let Header::Field { name, value } = h {
+                        got.push((name, value));
+                    }
+                })
+                .unwrap();
+            assert_eq!(sent, got);
+            sent_bytes
+        };
+        check(&mut encoder, constant_fields());
+        // Fill the 4 KiB table with other entries: the constant fields are evicted.
+        for i in 0..40 {
+            check(
+                &mut encoder,
+                vec![header("x-filler", &format!("{i}-{}", "f".repeat(100)))],
+            );
+        }
+        let again = check(&mut encoder, constant_fields());
+        assert_eq!(again[0], 0b0100_0000, "inserted again with a literal name");
+        let again = check(&mut encoder, constant_fields());
+        assert_eq!(&again[..], &[0x80 | 64, 0x80 | 63, 0x80 | 62]);
+        // SETTINGS_HEADER_TABLE_SIZE 0 empties the table: no index may be sent.
+        encoder.update_max_size(0);
+        let after = check(&mut encoder, constant_fields());
+        assert_eq!(after[0], 0x20, "size update first");
+        assert_eq!(after[1], 0, "a literal without indexing, literal name");
+        assert_eq!(encoder.table.len(), 0);
+        encoder.update_max_size(4096);
+        let after = check(&mut encoder, constant_fields());
+        assert_eq!(after[0], 0x3f, "size update first");
+        let again = check(&mut encoder, constant_fields());
+        assert_eq!(&again[..], &[0x80 | 64, 0x80 | 63, 0x80 | 62]);
+    }
+
+    #[test]
+    fn a_sensitive_value_is_never_remembered_nor_indexed() {
+        let mut encoder = Encoder::default();
+        for _ in 0..3 {
+            let mut value = HeaderValue::from_static("secret");
+            value.set_sensitive(true);
+            let res = encode(
+                &mut encoder,
+                vec![Header::Field {
+                    name: Some(HeaderName::from_static("x-token")),
+                    value,
+                }],
+            );
+            // Never indexed (0001xxxx), literal name.
+            assert_eq!(res[0], 0b0001_0000);
+            assert_eq!(encoder.table.len(), 0);
+            assert!(encoder.memo.is_empty());
+        }
     }
 
     fn encode(e: &mut Encoder, hdrs: Vec<Header<Option<HeaderName>>>) -> BytesMut {

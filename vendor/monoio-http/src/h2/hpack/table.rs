@@ -57,7 +57,7 @@ struct Pos {
 struct HashValue(usize);
 
 const MAX_SIZE: usize = 1 << 16;
-const DYN_OFFSET: usize = 62;
+pub(super) const DYN_OFFSET: usize = 62;
 
 macro_rules! probe_loop {
     ($probe_var: ident < $len: expr, $body: expr) => {
@@ -130,6 +130,20 @@ impl Table {
             InsertedValue(_name_idx, slot_idx) => slot_idx + DYN_OFFSET,
             NotIndexed(_) => panic!("cannot resolve index"),
         }
+    }
+
+    /// codex-gateway patch (vendor/README.md): a stable id of the dynamic entry now at
+    /// `real_idx` (0 = newest), valid until the entry is evicted. Entries leave only from the
+    /// back (oldest first), so an id maps to one entry for its whole life.
+    pub fn id_at(&self, real_idx: usize) -> usize {
+        real_idx.wrapping_sub(self.inserted)
+    }
+
+    /// codex-gateway patch: the HPACK index of the entry with this id (see `id_at`), or
+    /// `None` once it has been evicted.
+    pub fn live_index(&self, id: usize) -> Option<usize> {
+        let real_idx = id.wrapping_add(self.inserted);
+        (real_idx < self.slots.len()).then(|| real_idx + DYN_OFFSET)
     }
 
     /// Index the header in the HPACK table.
