@@ -201,7 +201,8 @@ impl Headers {
             stream_id: head.stream_id(),
             stream_dep,
             header_block: HeaderBlock {
-                fields: Fields::new(),
+                // Room for a typical response head: one allocation, no regrowth.
+                fields: Fields::with_capacity(16),
                 is_over_size: false,
                 pseudo: Pseudo::default(),
             },

@@ -1,5 +1,6 @@
 use std::{convert::Infallible, fmt, marker::PhantomData, ops};
 
+use fnv::FnvBuildHasher;
 use indexmap::{self, IndexMap};
 
 use super::*;
@@ -8,7 +9,11 @@ use super::*;
 #[derive(Debug)]
 pub(super) struct Store {
     slab: slab::Slab<Stream>,
-    ids: IndexMap<StreamId, SlabIndex>,
+    /// codex-gateway patch (vendor/README.md, change 6): FNV, not SipHash. Every received
+    /// frame looks its stream up here. Stream ids are integers that each side must open in
+    /// increasing order, and at most the concurrency limit are live, so a peer cannot fill
+    /// the map with chosen colliding keys: a keyed hash buys nothing here.
+    ids: IndexMap<StreamId, SlabIndex, FnvBuildHasher>,
 }
 
 /// "Pointer" to an entry in the store
@@ -80,7 +85,7 @@ impl Store {
     pub fn new() -> Self {
         Store {
             slab: slab::Slab::new(),
-            ids: IndexMap::new(),
+            ids: IndexMap::default(),
         }
     }
 
