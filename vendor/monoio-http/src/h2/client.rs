@@ -154,7 +154,7 @@ use crate::{
         ext::Protocol,
         frame::{Headers, Pseudo, Settings, StreamId},
         proto::{self, Error},
-        FlowControl, Fields, PingPong, RecvStream, ResponseHead, SendStream,
+        Fields, FlowControl, PingPong, RecvStream, ResponseHead, SendStream,
     },
 };
 

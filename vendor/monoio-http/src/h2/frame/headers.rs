@@ -1070,8 +1070,14 @@ mod test {
             header::USER_AGENT,
             HeaderValue::from_static("codex_cli_rs/0.99.0 (Linux; x86_64)"),
         );
-        f.push(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        f.push(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        f.push(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        f.push(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
         f.push(
             HeaderName::from_static("x-codex-turn-state"),
             HeaderValue::from_str(turn).unwrap(),
@@ -1120,10 +1126,22 @@ mod test {
             sizes.push(block.len());
             let (pseudo, got) = decode_block(&mut decoder, bytes);
             assert_eq!(pseudo.method, Some(Method::POST));
-            assert_eq!(pseudo.path.as_ref().map(|p| p.as_str()), Some("/backend-api/codex/responses"));
-            assert_eq!(pseudo.authority.as_ref().map(|p| p.as_str()), Some("127.0.0.1:8080"));
-            let sent: Vec<_> = sent.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec())).collect();
-            let got: Vec<_> = got.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec())).collect();
+            assert_eq!(
+                pseudo.path.as_ref().map(|p| p.as_str()),
+                Some("/backend-api/codex/responses")
+            );
+            assert_eq!(
+                pseudo.authority.as_ref().map(|p| p.as_str()),
+                Some("127.0.0.1:8080")
+            );
+            let sent: Vec<_> = sent
+                .iter()
+                .map(|(n, v)| (n.clone(), v.as_bytes().to_vec()))
+                .collect();
+            let got: Vec<_> = got
+                .iter()
+                .map(|(n, v)| (n.clone(), v.as_bytes().to_vec()))
+                .collect();
             assert_eq!(sent, got, "request {i}");
         }
         // The constant fields were indexed by the first request: the later blocks carry the
@@ -1147,7 +1165,11 @@ mod test {
                 .expect("the token is a raw literal (over 256 bytes)");
             // RFC 7541 §6.2.3: 0001xxxx with the static name index 23 (4-bit prefix: 15 + 8),
             // then a raw (not Huffman) length of 307 (7-bit prefix: 127 + 180 as 0xb4 0x01).
-            assert_eq!(&block[at - 5..at], &[0x1f, 0x08, 0x7f, 0xb4, 0x01], "stream {stream}");
+            assert_eq!(
+                &block[at - 5..at],
+                &[0x1f, 0x08, 0x7f, 0xb4, 0x01],
+                "stream {stream}"
+            );
         }
     }
 
@@ -1190,7 +1212,10 @@ mod test {
         let mut decoder = hpack::Decoder::new(4096);
         let mut f = Fields::new();
         f.push(header::SET_COOKIE, HeaderValue::from_static("a=1"));
-        f.push(HeaderName::from_static("x-codex-primary-used-percent"), HeaderValue::from_static("12"));
+        f.push(
+            HeaderName::from_static("x-codex-primary-used-percent"),
+            HeaderValue::from_static("12"),
+        );
         f.push(header::SET_COOKIE, HeaderValue::from_static("b=2"));
         f.push(header::SET_COOKIE, HeaderValue::from_static("c=3"));
         let mut dst = BytesMut::new();
@@ -1205,7 +1230,10 @@ mod test {
         let (pseudo, got) = decode_block(&mut decoder, dst);
         assert_eq!(pseudo.status, Some(StatusCode::OK));
         assert_eq!(got, f);
-        let cookies: Vec<_> = got.get_all("set-cookie").map(|v| v.to_str().unwrap()).collect();
+        let cookies: Vec<_> = got
+            .get_all("set-cookie")
+            .map(|v| v.to_str().unwrap())
+            .collect();
         assert_eq!(cookies, ["a=1", "b=2", "c=3"]);
         assert_eq!(got.get("x-codex-primary-used-percent").unwrap(), "12");
         assert_eq!(got.get("set-cookie").unwrap(), "a=1");

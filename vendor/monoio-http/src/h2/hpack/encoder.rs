@@ -788,7 +788,11 @@ mod test {
         // A new value of a remembered name is not a hit: inserted, and the old entries move.
         let changed = encode(&mut encoder, vec![header("originator", "other")]);
         // Literal with incremental indexing, name index 64 (6-bit prefix: 63 + 1).
-        assert_eq!(&changed[..2], &[0b0111_1111, 1], "name from the table, new value");
+        assert_eq!(
+            &changed[..2],
+            &[0b0111_1111, 1],
+            "name from the table, new value"
+        );
         let again = encode(&mut encoder, constant_fields());
         assert_eq!(&again[..], &[0x80 | 65, 0x80 | 64, 0x80 | 63]);
     }
