@@ -84,8 +84,8 @@ pub struct Iter {
     /// Header fields
     fields: std::vec::IntoIter<(HeaderName, HeaderValue)>,
 
-    /// The name of the field yielded last.
-    last: Option<HeaderName>,
+    /// Whether the next field has the name of the one yielded last.
+    next_nameless: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -723,12 +723,12 @@ impl Iterator for Iter {
         // previous index), as the published crate's `HeaderMap` iteration did for a name's
         // second and later values.
         let (name, value) = self.fields.next()?;
-        if self.last.as_ref() == Some(&name) {
-            return Some(Field { name: None, value });
-        }
-        self.last = Some(name.clone());
+        let nameless = std::mem::replace(
+            &mut self.next_nameless,
+            self.fields.as_slice().first().is_some_and(|(n, _)| *n == name),
+        );
         Some(Field {
-            name: Some(name),
+            name: (!nameless).then_some(name),
             value,
         })
     }
@@ -942,7 +942,7 @@ impl HeaderBlock {
         let headers = Iter {
             pseudo: Some(self.pseudo),
             fields: self.fields.into_iter(),
-            last: None,
+            next_nameless: false,
         };
 
         encoder.encode(headers, &mut hpack);
