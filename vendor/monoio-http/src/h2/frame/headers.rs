@@ -725,7 +725,10 @@ impl Iterator for Iter {
         let (name, value) = self.fields.next()?;
         let nameless = std::mem::replace(
             &mut self.next_nameless,
-            self.fields.as_slice().first().is_some_and(|(n, _)| *n == name),
+            self.fields
+                .as_slice()
+                .first()
+                .is_some_and(|(n, _)| *n == name),
         );
         Some(Field {
             name: (!nameless).then_some(name),
