@@ -8,6 +8,7 @@
 //!   steps most tests share (each asserts that the gateway accepted it).
 //! - [`call_as`]: an admin request with a given bearer or session cookie (or neither),
 //!   answering status, headers and JSON: the credential tests' call.
+//! - [`login`] / [`session_of`]: a password login and the session id it sets.
 //! - [`auth_json`]: a Codex CLI `auth.json` for a mock account, to import.
 //! - [`usage_csv`]: the usage export parsed into rows.
 
@@ -97,14 +98,7 @@ impl Stack {
     /// `POST /api/admin/accounts/{id}/{action}` (e.g. `quota`, `enable`) for every account of
     /// the current snapshot (there must be one); asserts each succeeded.
     pub async fn post_each_account(&self, action: &str) {
-        let ids: Vec<i64> = self
-            .app
-            .snapshot
-            .load()
-            .accounts
-            .iter()
-            .map(|a| a.id)
-            .collect();
+        let ids = self.account_ids();
         assert!(!ids.is_empty(), "no accounts to {action}");
         for id in ids {
             let r = self
@@ -147,6 +141,38 @@ pub async fn call_as(
     let h = resp.headers().clone();
     let v = resp.json::<Value>().await.unwrap_or(Value::Null);
     (st, h, v)
+}
+
+/// `POST /api/admin/login` with `password` and no credential (see [`call_as`]): status,
+/// headers (the session's `Set-Cookie`) and JSON body.
+pub async fn login(
+    s: &Stack,
+    password: &str,
+) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Value) {
+    call_as(
+        s,
+        reqwest::Method::POST,
+        "/api/admin/login",
+        None,
+        None,
+        Some(json!({ "password": password })),
+    )
+    .await
+}
+
+/// The session id a login answer sets (its `Set-Cookie: cg_admin_session=ID; ...`), the
+/// `cookie` [`call_as`] takes.
+pub fn session_of(h: &reqwest::header::HeaderMap) -> String {
+    h.get(reqwest::header::SET_COOKIE)
+        .expect("Set-Cookie")
+        .to_str()
+        .expect("Set-Cookie text")
+        .split(';')
+        .next()
+        .expect("cookie")
+        .strip_prefix("cg_admin_session=")
+        .expect("the session cookie")
+        .to_owned()
 }
 
 /// A Codex CLI `auth.json` (ChatGPT login) holding `t`, as an operator would import it.

@@ -8,6 +8,7 @@
 //! - [`run_bounded`]: runs a prepared [`Command`] to its end or to the limit: a [`Finished`].
 //! - [`tail`]: the end of a long output, for a failure message.
 //! - [`codex_config`]: a Codex CLI `config.toml` that reaches nothing but the gateway.
+//! - [`exec_args`] / [`resume_last_args`]: the `codex exec` arguments the tests run.
 
 use std::{
     os::unix::process::CommandExt,
@@ -160,4 +161,30 @@ remote_plugin = false
 apps = false
 {tables}"#
     )
+}
+
+/// The Codex CLI's arguments for one `codex exec` turn of `prompt` outside a git repository,
+/// without colours.
+pub fn exec_args(prompt: &str) -> [&str; 5] {
+    ["exec", "--skip-git-repo-check", "--color", "never", prompt]
+}
+
+/// [`exec_args`] with the sandbox off (`-s danger-full-access`): the CLI runs the tool calls
+/// the mock asks for.
+pub fn exec_full_access_args(prompt: &str) -> [&str; 7] {
+    [
+        "exec",
+        "--skip-git-repo-check",
+        "--color",
+        "never",
+        "-s",
+        "danger-full-access",
+        prompt,
+    ]
+}
+
+/// The Codex CLI's arguments for `codex exec resume --last` with `prompt`: the next turn of
+/// the last session (its whole history re-sent).
+pub fn resume_last_args(prompt: &str) -> [&str; 5] {
+    ["exec", "resume", "--last", "--skip-git-repo-check", prompt]
 }

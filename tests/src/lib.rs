@@ -11,6 +11,7 @@
 //! - [`admin_api`]: the admin API calls tests repeat (keys, settings, listings, imports).
 //! - [`cli`]: real command-line clients (Codex CLI, Claude Code) run bounded, in a process group.
 //! - [`fleet`]: another gateway instance on a stack's storage (a fleet on one PostgreSQL + Redis).
+//! - [`logs`]: the gateway's logs at `trace`, captured in memory (no secret is logged).
 //! - [`requests`]: data-plane requests tests repeat (the smallest Responses request).
 //! - [`sdk`]: the official Python SDKs run as clients (scripts under `tests/python/`).
 //! - [`wait`]: bounded polls (a condition, `/v1/usage`) and a whole RPM window.
@@ -20,6 +21,7 @@ pub mod admin_api;
 pub mod cli;
 pub mod egress_proxy;
 pub mod fleet;
+pub mod logs;
 pub mod outage;
 pub mod raw;
 pub mod requests;
@@ -137,23 +139,50 @@ impl Stack {
         (status, r.text().await.expect("body"))
     }
 
+    /// The data plane's `/metrics` text (see [`metrics_at`]).
+    pub async fn metrics_text(&self) -> String {
+        metrics_at(&self.url()).await
+    }
+
     /// A metric from the data plane's `/metrics`, summed over its label sets (0 when absent).
     pub async fn metric(&self, name: &str) -> i64 {
-        let text = client()
-            .get(format!("{}/metrics", self.url()))
+        metric_sum(&self.metrics_text().await, name)
+    }
+
+    /// The data plane's `/healthz` answer as JSON, whatever its status.
+    pub async fn healthz(&self) -> serde_json::Value {
+        client()
+            .get(format!("{}/healthz", self.url()))
             .send()
             .await
-            .expect("GET /metrics")
-            .text()
+            .expect("GET /healthz")
+            .json()
             .await
-            .expect("metrics body");
-        text.lines()
-            .filter(|l| {
-                l.strip_prefix(name)
-                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-            .sum()
+            .expect("healthz JSON")
+    }
+
+    /// The ids of the accounts in the gateway's current snapshot, in its order.
+    pub fn account_ids(&self) -> Vec<i64> {
+        self.app
+            .snapshot
+            .load()
+            .accounts
+            .iter()
+            .map(|a| a.id)
+            .collect()
+    }
+
+    /// The mock answers the next request served by `account` (`acct-N`) with the text
+    /// `text`, once; later ones get its default answer.
+    pub fn answer_once(&self, account: &str, text: &str) {
+        self.mock.set_behaviour(
+            account,
+            benches::Behaviour {
+                text: Some(text.into()),
+                ..Default::default()
+            }
+            .times(1),
+        );
     }
 
     /// In-flight count of the account with this ChatGPT account id.
@@ -166,6 +195,41 @@ impl Stack {
             .find(|a| a.chatgpt_account_id == chatgpt_account_id)
             .map_or(0, |a| a.live.in_flight())
     }
+}
+
+/// The text of `GET {base}/metrics` (a data plane's Prometheus exposition; `base` is
+/// `http://HOST:PORT`).
+pub async fn metrics_at(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("metrics body")
+}
+
+/// The metric `name` in a `/metrics` text, summed over its label sets (0 when absent).
+pub fn metric_sum(text: &str, name: &str) -> i64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
+/// A [`StackBuilder::tweak`] that serves Anthropic models (`claude-*`) with `gpt-5.5`, as an
+/// operator's alias would (the Messages API and Claude Code tests).
+pub fn claude_alias() -> Option<ConfigTweak> {
+    Some(Box::new(|c: &mut Config| {
+        c.sidecar.model_aliases.insert(
+            "claude-*".into(),
+            shared_state::catalog::parse_alias("gpt-5.5"),
+        );
+    }))
 }
 
 /// The static admin API token every [`Stack`] is started with.

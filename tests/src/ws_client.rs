@@ -1,13 +1,53 @@
 //! A client's side of a WebSocket the tests hold (tokio-tungstenite).
 //!
 //! # Key Components
+//! - [`Ws`]: a client WebSocket to a gateway.
+//! - [`responses_request`] / [`connect_responses`]: the upgrade of `/v1/responses` with a key.
 //! - [`next_json_event`]: the next JSON text event, within a bound.
 
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
-use tokio_tungstenite::tungstenite::{Error, Message};
+use tokio_tungstenite::tungstenite::{
+    client::IntoClientRequest, handshake::client::Request, handshake::client::Response, Error,
+    Message,
+};
+
+use crate::Stack;
+
+/// A client WebSocket to a gateway's data plane (plain TCP).
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The upgrade request of `ws://{data plane}/v1/responses` with `key` as its bearer (callers
+/// add their own headers before connecting).
+pub fn responses_request(s: &Stack, key: &str) -> Request {
+    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
+        .into_client_request()
+        .expect("upgrade request");
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {key}").parse().expect("header value"),
+    );
+    req
+}
+
+/// Opens `/v1/responses` on the stack's data plane with `key` (see [`responses_request`]);
+/// asserts the upgrade (101). Answers the socket and the handshake's response.
+pub async fn connect_responses(s: &Stack, key: &str) -> (Ws, Response) {
+    connect(responses_request(s, key)).await
+}
+
+/// Connects with `req`; asserts the upgrade (101). Answers the socket and the handshake's
+/// response.
+pub async fn connect(req: Request) -> (Ws, Response) {
+    let (ws, resp) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("upgrade");
+    assert_eq!(resp.status(), 101);
+    (ws, resp)
+}
 
 /// The next text frame on `ws`, parsed as JSON (other frames skipped); panics when none comes
 /// within 20 s, when the socket ends or fails, or when the text is not JSON.

@@ -8,7 +8,10 @@
 use std::time::Duration;
 
 use integration_tests::{
-    admin_api::auth_json, client, wait::wait_for, Stack, StackBuilder, ADMIN_TOKEN,
+    admin_api::{auth_json, login, session_of},
+    client,
+    wait::wait_for,
+    Stack, StackBuilder, ADMIN_TOKEN,
 };
 use reqwest::{header, Method, StatusCode};
 use serde_json::{json, Value};
@@ -71,32 +74,6 @@ async fn call(
 ) -> (StatusCode, header::HeaderMap, Value) {
     let m = Method::from_bytes(method.as_bytes()).unwrap();
     integration_tests::admin_api::call_as(s, m, path, bearer, cookie, body).await
-}
-
-async fn login(s: &Stack, password: &str) -> (StatusCode, header::HeaderMap, Value) {
-    call(
-        s,
-        "POST",
-        "/api/admin/login",
-        None,
-        None,
-        Some(json!({"password": password})),
-    )
-    .await
-}
-
-fn session_of(h: &header::HeaderMap) -> String {
-    let c = h
-        .get(header::SET_COOKIE)
-        .expect("Set-Cookie")
-        .to_str()
-        .unwrap();
-    c.split(';')
-        .next()
-        .unwrap()
-        .strip_prefix("cg_admin_session=")
-        .unwrap()
-        .to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

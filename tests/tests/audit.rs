@@ -7,31 +7,35 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a panic is the failure report
 
-use integration_tests::{admin_api::call_as as call, client, Stack, StackBuilder, ADMIN_TOKEN};
-use reqwest::header;
+use integration_tests::{
+    admin_api::{auth_json, call_as as call, login, session_of},
+    client,
+    logs::{assert_not_logged, capture_trace_logs},
+    Stack, StackBuilder, ADMIN_TOKEN,
+};
+use reqwest::{header, Method};
 use serde_json::{json, Value};
 
 const PASSWORD: &str = "audit-password-7f3a91";
 const PROXY_PASSWORD: &str = "proxy-secret-55e1";
 
-fn auth_json(t: &benches::IssuedTokens) -> String {
-    json!({
-        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
-        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
-                   "refresh_token": t.refresh_token, "account_id": t.account_id},
-        "last_refresh": "2026-11-29T00:00:00Z"
-    })
-    .to_string()
+/// An admin call with the static token ([`ADMIN_TOKEN`]) and `body` (not sent on `GET`):
+/// status, headers and JSON body.
+async fn admin(
+    s: &Stack,
+    method: Method,
+    path: &str,
+    body: Value,
+) -> (reqwest::StatusCode, header::HeaderMap, Value) {
+    call(s, method, path, Some(ADMIN_TOKEN), None, Some(body)).await
 }
 
 async fn audit(s: &Stack, query: &str) -> Vec<Value> {
-    let (st, _, v) = call(
+    let (st, _, v) = admin(
         s,
-        reqwest::Method::GET,
+        Method::GET,
         &format!("/api/admin/audit{query}"),
-        Some(ADMIN_TOKEN),
-        None,
-        None,
+        Value::Null,
     )
     .await;
     assert_eq!(st, 200, "{v}");
@@ -81,44 +85,17 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
         ..StackBuilder::default()
     }
     .start();
-    let t = Some(ADMIN_TOKEN);
     let started = shared_state::now_ms();
 
     // A failed and a successful login; the session makes a change and logs out.
-    let (st, _, _) = call(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/login",
-        None,
-        None,
-        Some(json!({"password": "wrong-guess-1234"})),
-    )
-    .await;
+    let (st, _, _) = login(&s, "wrong-guess-1234").await;
     assert_eq!(st, 401);
-    let (st, h, _) = call(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/login",
-        None,
-        None,
-        Some(json!({"password": PASSWORD})),
-    )
-    .await;
+    let (st, h, _) = login(&s, PASSWORD).await;
     assert_eq!(st, 200);
-    let cookie = h
-        .get(header::SET_COOKIE)
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .strip_prefix("cg_admin_session=")
-        .unwrap()
-        .to_owned();
+    let cookie = session_of(&h);
     let (st, _, _) = call(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/accounts/1/disable",
         None,
         Some(&cookie),
@@ -128,13 +105,11 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
     assert_eq!(st, 200);
 
     // A named admin token, used for a key with limits.
-    let (st, _, tok) = call(
+    let (st, _, tok) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/tokens",
-        t,
-        None,
-        Some(json!({"name": "ci-bot"})),
+        json!({"name": "ci-bot"}),
     )
     .await;
     assert_eq!(st, 200, "{tok}");
@@ -142,7 +117,7 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
     let token_id = tok["id"].as_i64().unwrap();
     let (st, _, key) = call(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/keys",
         Some(&admin_token),
         None,
@@ -154,7 +129,7 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
     let key_id = key["id"].as_i64().unwrap();
     let (st, _, v) = call(
         &s,
-        reqwest::Method::PATCH,
+        Method::PATCH,
         &format!("/api/admin/keys/{key_id}"),
         Some(&admin_token),
         None,
@@ -164,36 +139,28 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
     assert_eq!(st, 200, "{v}");
 
     // Settings, a proxy with a password, an import of a credential file.
-    let (st, _, v) = call(
+    let (st, _, v) = admin(
         &s,
-        reqwest::Method::PUT,
+        Method::PUT,
         "/api/admin/settings",
-        t,
-        None,
-        Some(json!({"max_attempts": 5, "auto_clean_after_hours": 48})),
+        json!({"max_attempts": 5, "auto_clean_after_hours": 48}),
     )
     .await;
     assert_eq!(st, 200, "{v}");
-    let (st, _, proxy) = call(
+    let (st, _, proxy) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/proxies",
-        t,
-        None,
-        Some(
-            json!({"name": "egress-1", "url": format!("http://user:{PROXY_PASSWORD}@127.0.0.1:9")}),
-        ),
+        json!({"name": "egress-1", "url": format!("http://user:{PROXY_PASSWORD}@127.0.0.1:9")}),
     )
     .await;
     assert_eq!(st, 200, "{proxy}");
     let extra = s.mock.add_account(benches::MockAccount::new("acct-audit"));
-    let (st, _, v) = call(
+    let (st, _, v) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/accounts/import",
-        t,
-        None,
-        Some(json!({"files": [{"name": "auth.json", "content": auth_json(&extra)}]})),
+        json!({"files": [{"name": "auth.json", "content": auth_json(&extra)}]}),
     )
     .await;
     assert_eq!(st, 200, "{v}");
@@ -205,7 +172,7 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
         .unwrap();
     let (st, _, _) = call(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/logout",
         None,
         Some(&cookie),
@@ -213,13 +180,11 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
     )
     .await;
     assert_eq!(st, 200);
-    let (st, _, _) = call(
+    let (st, _, _) = admin(
         &s,
-        reqwest::Method::DELETE,
+        Method::DELETE,
         &format!("/api/admin/tokens/{token_id}"),
-        t,
-        None,
-        None,
+        json!({}),
     )
     .await;
     assert_eq!(st, 200);
@@ -312,13 +277,11 @@ async fn every_admin_action_is_audited_without_secrets(postgres: bool) {
         before_start.iter().all(|r| r["actor"] == "cli"),
         "only the set-up happened before the test: {before_start:#?}"
     );
-    let (st, _, err) = call(
+    let (st, _, err) = admin(
         &s,
-        reqwest::Method::GET,
+        Method::GET,
         "/api/admin/audit?from=yesterday",
-        t,
-        None,
-        None,
+        Value::Null,
     )
     .await;
     assert_eq!(st, 400);
@@ -403,20 +366,18 @@ async fn every_admin_action_is_audited_without_secrets_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_are_not_actions() {
     let s = StackBuilder::default().start();
-    let (_, _, tok) = call(
+    let (_, _, tok) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/tokens",
-        Some(ADMIN_TOKEN),
-        None,
-        Some(json!({"name": "viewer", "scope": "read"})),
+        json!({"name": "viewer", "scope": "read"}),
     )
     .await;
     let read = tok["token"].as_str().unwrap().to_owned();
     let n = audit(&s, "").await.len();
     let (st, _, _) = call(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/accounts/1/disable",
         Some(&read),
         None,
@@ -426,7 +387,7 @@ async fn refused_requests_are_not_actions() {
     assert_eq!(st, 403);
     let (st, _, _) = call(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/accounts/1/disable",
         Some("cgadm-wrong"),
         None,
@@ -436,29 +397,8 @@ async fn refused_requests_are_not_actions() {
     assert_eq!(st, 401);
     assert_eq!(audit(&s, "").await.len(), n);
     // The read token may list the log.
-    let (st, _, _) = call(
-        &s,
-        reqwest::Method::GET,
-        "/api/admin/audit",
-        Some(&read),
-        None,
-        None,
-    )
-    .await;
+    let (st, _, _) = call(&s, Method::GET, "/api/admin/audit", Some(&read), None, None).await;
     assert_eq!(st, 200);
-}
-
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// The day-two admin features at `trace` level (audited actions with secrets in their bodies,
@@ -466,15 +406,7 @@ impl std::io::Write for Captured {
 /// and writing rotated tokens back): no secret in any log line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn day_two_admin_features_log_no_secret_at_trace_level() {
-    let logs = Captured::default();
-    let w = logs.clone();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            "trace,benches=off,integration_tests=off",
-        ))
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .init();
+    let logs = capture_trace_logs();
     let auth = tempfile::tempdir().unwrap();
     let dir = auth.path().to_path_buf();
     let s = StackBuilder {
@@ -486,45 +418,30 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
         ..StackBuilder::default()
     }
     .start();
-    let t = Some(ADMIN_TOKEN);
-    let (st, h, _) = call(
-        &s,
-        reqwest::Method::POST,
-        "/api/admin/login",
-        None,
-        None,
-        Some(json!({"password": PASSWORD})),
-    )
-    .await;
+    let (st, h, _) = login(&s, PASSWORD).await;
     assert_eq!(st, 200);
-    let cookie = h[header::SET_COOKIE].to_str().unwrap().to_owned();
-    let (st, _, _) = call(
+    let cookie = session_of(&h);
+    let (st, _, _) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/proxies",
-        t,
-        None,
-        Some(json!({"name": "p", "url": format!("socks5://u:{PROXY_PASSWORD}@127.0.0.1:9")})),
+        json!({"name": "p", "url": format!("socks5://u:{PROXY_PASSWORD}@127.0.0.1:9")}),
     )
     .await;
     assert_eq!(st, 200);
-    let (_, _, tok) = call(
+    let (_, _, tok) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/tokens",
-        t,
-        None,
-        Some(json!({"name": "ops"})),
+        json!({"name": "ops"}),
     )
     .await;
     let admin_token = tok["token"].as_str().unwrap().to_owned();
-    call(
+    admin(
         &s,
-        reqwest::Method::PUT,
+        Method::PUT,
         "/api/admin/settings",
-        t,
-        None,
-        Some(json!({"auth_dir_write_back": true})),
+        json!({"auth_dir_write_back": true}),
     )
     .await;
     // A file account: imported, then refreshed and written back.
@@ -533,15 +450,7 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
     std::fs::write(&file, auth_json(&file_acct)).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let file_id = loop {
-        let (_, _, list) = call(
-            &s,
-            reqwest::Method::GET,
-            "/api/admin/accounts",
-            t,
-            None,
-            None,
-        )
-        .await;
+        let (_, _, list) = admin(&s, Method::GET, "/api/admin/accounts", Value::Null).await;
         if let Some(a) = list["data"]
             .as_array()
             .unwrap()
@@ -553,13 +462,11 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
         assert!(std::time::Instant::now() < deadline, "file not imported");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    call(
+    admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         &format!("/api/admin/accounts/{file_id}/refresh"),
-        t,
-        None,
-        None,
+        json!({}),
     )
     .await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -576,20 +483,18 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     // The batch test of every account.
-    let (st, _, v) = call(
+    let (st, _, v) = admin(
         &s,
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/accounts/test",
-        t,
-        None,
-        Some(json!({"ids": [1, 2, file_id]})),
+        json!({"ids": [1, 2, file_id]}),
     )
     .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["succeeded"], 3, "{v}");
 
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let log = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let log = logs.text();
     assert!(log.contains("TRACE"), "trace level was on");
     let mut secrets = vec![
         PASSWORD.to_owned(),
@@ -597,12 +502,7 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
         ADMIN_TOKEN.to_owned(),
         admin_token,
         s.key.clone(),
-        cookie
-            .split(';')
-            .next()
-            .unwrap()
-            .trim_start_matches("cg_admin_session=")
-            .to_owned(),
+        cookie,
     ];
     for a in s.accounts.iter().chain([&file_acct]) {
         secrets.extend([
@@ -616,12 +516,7 @@ async fn day_two_admin_features_log_no_secret_at_trace_level() {
         secrets.extend([t.access_token, t.refresh_token, t.id_token]);
     }
     for secret in secrets.iter().filter(|x| !x.is_empty()) {
-        let probe = &secret[secret.len().saturating_sub(24)..];
-        if let Some(at) = log.find(probe) {
-            let from = log[..at].rfind('\n').map_or(0, |p| p + 1);
-            let to = log[at..].find('\n').map_or(log.len(), |p| at + p);
-            panic!("a secret reached the logs: {}", &log[from..to]);
-        }
+        assert_not_logged(&log, secret);
     }
     assert!(!log.contains("eyJ"), "a JWT-shaped string reached the logs");
 }

@@ -23,7 +23,10 @@ use std::{
 use base64::Engine;
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
-    cli::{codex_bin, codex_config, run_bounded, tail, RUN_TIMEOUT},
+    cli::{
+        codex_bin, codex_config, exec_args, exec_full_access_args, resume_last_args, run_bounded,
+        tail, RUN_TIMEOUT,
+    },
     client, parse_sse, Stack, StackBuilder,
 };
 use serde_json::Value;
@@ -603,35 +606,12 @@ fn chatgpt_exec_and_resume(legacy: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
     const FIRST: &str = "ChatGPT-mode answer from mock-codex: remember the word heron.";
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour {
-            text: Some(FIRST.into()),
-            ..Default::default()
-        }
-        .times(1),
-    );
+    s.answer_once("acct-0", FIRST);
     let mut cli = ChatGptCli::new(bin, &s);
-    let args = [
-        "exec",
-        "--skip-git-repo-check",
-        "--color",
-        "never",
-        "say hi",
-    ];
-    let (ok, out, err) = cli.run(&args, &[]);
+    let (ok, out, err) = cli.run(&exec_args("say hi"), &[]);
     assert_ran("codex exec (ChatGPT mode)", ok, &out, &err, &s);
     assert!(out.contains(FIRST), "the answer is printed\n{out}");
-    let (ok, out, err) = cli.run(
-        &[
-            "exec",
-            "resume",
-            "--last",
-            "--skip-git-repo-check",
-            "and again",
-        ],
-        &[],
-    );
+    let (ok, out, err) = cli.run(&resume_last_args("and again"), &[]);
     assert_ran(
         "codex exec resume --last (ChatGPT mode)",
         ok,
@@ -686,18 +666,7 @@ fn chatgpt_tool_round_trip(legacy: bool) {
         .times(1),
     );
     let mut cli = ChatGptCli::new(bin, &s);
-    let (ok, out, err) = cli.run(
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "-s",
-            "danger-full-access",
-            "run echo chatgpt-tool-ok",
-        ],
-        &[],
-    );
+    let (ok, out, err) = cli.run(&exec_full_access_args("run echo chatgpt-tool-ok"), &[]);
     assert_ran(
         "codex exec tool round trip (ChatGPT mode)",
         ok,
@@ -745,16 +714,7 @@ fn builtin_provider_with_codex_api_key() {
     let mut cli = ChatGptCli::new(bin, &s);
     std::fs::remove_file(cli.root.path().join("codex-home/auth.json")).expect("rm auth.json");
     let key = s.key.clone();
-    let (ok, out, err) = cli.run(
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "say hi",
-        ],
-        &[("CODEX_API_KEY", key.as_str())],
-    );
+    let (ok, out, err) = cli.run(&exec_args("say hi"), &[("CODEX_API_KEY", key.as_str())]);
     assert!(
         ok,
         "--- stdout ---\n{out}\n--- stderr ---\n{}",

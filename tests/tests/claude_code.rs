@@ -25,6 +25,7 @@ use std::{
 
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
+    claude_alias,
     cli::{claude_bin, run_bounded, tail, RUN_TIMEOUT},
     Stack, StackBuilder,
 };
@@ -160,12 +161,7 @@ fn messages(r: &RecordedRequest) -> Vec<(String, String)> {
 fn stack(legacy: bool) -> Stack {
     StackBuilder {
         legacy,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.model_aliases.insert(
-                "claude-*".into(),
-                shared_state::catalog::parse_alias("gpt-5.5"),
-            );
-        })),
+        tweak: claude_alias(),
         ..StackBuilder::default()
     }
     .start()

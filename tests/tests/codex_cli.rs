@@ -22,7 +22,10 @@ use std::{
 
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
-    cli::{codex_bin, codex_config, run_bounded, tail, RUN_TIMEOUT},
+    cli::{
+        codex_bin, codex_config, exec_args, exec_full_access_args, resume_last_args, run_bounded,
+        tail, RUN_TIMEOUT,
+    },
     Stack, StackBuilder,
 };
 use serde_json::Value;
@@ -252,16 +255,7 @@ fn exec_one_turn(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
     let cli = Cli::new(bin, &s, websockets);
-    let r = cli.run(
-        &s,
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "say hi",
-        ],
-    );
+    let r = cli.run(&s, &exec_args("say hi"));
     r.assert_ok(&s);
     assert!(
         r.stdout.contains(DEFAULT_TEXT),
@@ -307,37 +301,12 @@ fn exec_resume_last(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
     const FIRST: &str = "First turn answer from mock-codex: remember the word pelican.";
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour {
-            text: Some(FIRST.into()),
-            ..Default::default()
-        }
-        .times(1),
-    );
+    s.answer_once("acct-0", FIRST);
     let cli = Cli::new(bin, &s, websockets);
-    let r1 = cli.run(
-        &s,
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "say hi",
-        ],
-    );
+    let r1 = cli.run(&s, &exec_args("say hi"));
     r1.assert_ok(&s);
     assert!(r1.stdout.contains(FIRST), "first answer\n{}", r1.stdout);
-    let r2 = cli.run(
-        &s,
-        &[
-            "exec",
-            "resume",
-            "--last",
-            "--skip-git-repo-check",
-            "and again",
-        ],
-    );
+    let r2 = cli.run(&s, &resume_last_args("and again"));
     r2.assert_ok(&s);
     assert!(
         r2.stdout.contains(DEFAULT_TEXT),
@@ -386,18 +355,7 @@ fn exec_tool_round_trip(legacy: bool, websockets: bool) {
         .times(1),
     );
     let cli = Cli::new(bin, &s, websockets);
-    let r = cli.run(
-        &s,
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "-s",
-            "danger-full-access",
-            "run echo tool-ran-ok",
-        ],
-    );
+    let r = cli.run(&s, &exec_full_access_args("run echo tool-ran-ok"));
     r.assert_ok(&s);
     assert!(
         r.stdout.contains(DEFAULT_TEXT),
@@ -570,16 +528,7 @@ fn exec_survives_account_switch(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = two_account_stack(legacy, websockets);
     let cli = Cli::new(bin, &s, websockets);
-    let r1 = cli.run(
-        &s,
-        &[
-            "exec",
-            "--skip-git-repo-check",
-            "--color",
-            "never",
-            "say hi",
-        ],
-    );
+    let r1 = cli.run(&s, &exec_args("say hi"));
     r1.assert_ok(&s);
     let first = upstream(&s);
     assert!(
@@ -597,16 +546,7 @@ fn exec_survives_account_switch(legacy: bool, websockets: bool) {
         },
     );
     s.mock.clear_requests();
-    let r2 = cli.run(
-        &s,
-        &[
-            "exec",
-            "resume",
-            "--last",
-            "--skip-git-repo-check",
-            "and again",
-        ],
-    );
+    let r2 = cli.run(&s, &resume_last_args("and again"));
     r2.assert_ok(&s);
     assert!(
         r2.stdout.contains(DEFAULT_TEXT),

@@ -21,7 +21,7 @@ use std::{
 };
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{admin_api::auth_json, client, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// `accounts` accounts on one worker, tried in id order (`fill_first`).
@@ -233,16 +233,11 @@ async fn a_keys_service_tier_policy_wins_over_the_global_setting() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refusing_keys_websocket_turn_gets_an_error_event() {
     use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    use integration_tests::ws_client::connect_responses;
+    use tokio_tungstenite::tungstenite::Message;
     let s = stack(1);
     let (_, key, _) = key_with(&s, "ws", json!({"service_tier": "refuse"})).await;
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
-    assert_eq!(resp.status(), 101);
+    let (mut ws, _) = connect_responses(&s, &key).await;
     let mut finals = Vec::new();
     for tier in [Some("priority"), None] {
         let mut create = json!({"type": "response.create", "model": "gpt-5.5", "input": "x"});
@@ -421,27 +416,10 @@ fn id_list(ids: &[i64]) -> String {
     ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
 }
 
-fn auth_json(t: &benches::IssuedTokens) -> String {
-    json!({
-        "auth_mode": "chatgpt", "OPENAI_API_KEY": null,
-        "tokens": {"id_token": t.id_token, "access_token": t.access_token,
-                   "refresh_token": t.refresh_token, "account_id": t.account_id},
-        "last_refresh": "2026-11-29T00:00:00Z"
-    })
-    .to_string()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn calls_on_many_accounts_are_one_audit_entry_listing_them() {
     let s = stack(3);
-    let mut ids: Vec<i64> = s
-        .app
-        .snapshot
-        .load()
-        .accounts
-        .iter()
-        .map(|a| a.id)
-        .collect();
+    let mut ids = s.account_ids();
     ids.sort_unstable();
     let missing = 999_999;
 

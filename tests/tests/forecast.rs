@@ -11,7 +11,7 @@ use std::sync::{
     Arc,
 };
 
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{Stack, StackBuilder};
 use serde_json::Value;
 
 const MIN: u64 = 60_000;
@@ -126,14 +126,7 @@ async fn burn_run_out_and_return_over_simulated_time() {
     );
 
     // The data plane exports the pool's demand from the burns the sidecar published.
-    let text = client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("body");
+    let text = s.metrics_text().await;
     let metric = |name: &str| -> String {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")).map(str::to_owned))

@@ -135,14 +135,7 @@ fn assert_anthropic(a: &Answer, ty: &str) {
 
 /// `codex_gateway_front_door_refused_total{reason="..."}` from the data plane's `/metrics`.
 async fn refused(s: &Stack, reason: &str) -> u64 {
-    let text = integration_tests::client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.metrics_text().await;
     let prefix = format!("codex_gateway_front_door_refused_total{{reason=\"{reason}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))

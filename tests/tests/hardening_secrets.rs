@@ -9,43 +9,21 @@
 // Test helpers fail by panicking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    io::Write,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind, MockConfig};
-use integration_tests::StackBuilder;
+use integration_tests::{
+    logs::{assert_not_logged, capture_trace_logs, secret_probe},
+    StackBuilder,
+};
 use serde_json::json;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 const ADMIN_PASSWORD: &str = "adm-pw-7hQm2VxK9sLr4Ty8";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
-    let logs = Captured::default();
-    let w = logs.clone();
     // Everything at trace, the mock upstream's own logs aside (it is the token issuer).
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(
-            "trace,benches=off,integration_tests=off",
-        ))
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .init();
+    let logs = capture_trace_logs();
     let s = StackBuilder {
         accounts: 2,
         mock: MockConfig {
@@ -185,16 +163,9 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
         let t = s.mock.account_tokens(id).unwrap();
         secrets.extend([t.access_token, t.refresh_token, t.id_token]);
     }
-    let metrics = integration_tests::client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = s.metrics_text().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let log = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    let log = logs.text();
     assert!(
         log.lines().count() > 100,
         "trace logs were captured: {}",
@@ -207,12 +178,8 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
     assert!(secrets.len() >= 10, "{}", secrets.len());
     for secret in &secrets {
         // A JWT's signature-free prefix would be a leak too: check the distinctive tail.
-        let probe = &secret[secret.len().saturating_sub(24)..];
-        if let Some(at) = log.find(probe) {
-            let from = log[..at].rfind('\n').map_or(0, |p| p + 1);
-            let to = log[at..].find('\n').map_or(log.len(), |p| at + p);
-            panic!("a secret reached the logs: {}", &log[from..to]);
-        }
+        let probe = secret_probe(secret);
+        assert_not_logged(&log, secret);
         assert!(!metrics.contains(probe), "a secret reached /metrics");
         for (path, status, body) in &answers {
             assert!(

@@ -391,14 +391,7 @@ async fn route_labels_count_usage_and_refusals_under_their_route() {
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "error", "{v}");
     assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
-    let m = client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.metrics_text().await;
     for (route, status) in [("usage", 200), ("responses", 426), ("messages", 405)] {
         assert!(m.contains(&line(route, status)), "{route} {status}: {m}");
     }
@@ -514,14 +507,7 @@ async fn redis_down_enforces_locally_and_healthz_says_so() {
     }
     .start();
     same_minute_for(20).await;
-    let h: Value = client()
-        .get(format!("{}/healthz", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let h: Value = s.healthz().await;
     assert_eq!(h["key_limits"], "local", "{h}");
     assert_eq!(h["redis"], "down", "{h}");
     assert_eq!(s.metric("codex_gateway_key_limits_local").await, 1);
@@ -543,14 +529,7 @@ async fn redis_up_reports_fleet_enforcement() {
     .start();
     let mut fleet = false;
     for _ in 0..100 {
-        let h: Value = client()
-            .get(format!("{}/healthz", s.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let h: Value = s.healthz().await;
         if h["key_limits"] == "fleet" {
             fleet = true;
             break;
@@ -639,17 +618,12 @@ async fn admin_api_validates_and_round_trips_limits() {
 #[tokio::test(flavor = "multi_thread")]
 async fn websocket_turns_count_against_rpm() {
     use futures_util::SinkExt;
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    use integration_tests::ws_client::connect_responses;
+    use tokio_tungstenite::tungstenite::Message;
     let s = StackBuilder::default().start();
     same_minute_for(20).await;
     let key = s.create_key("ws", json!({"rpm": 1})).await.key;
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    let (mut ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
-    assert_eq!(resp.status(), 101);
+    let (mut ws, _) = connect_responses(&s, &key).await;
     let mut last = Vec::new();
     for i in 0..2 {
         let create =

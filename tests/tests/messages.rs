@@ -2,19 +2,14 @@
 //! same lifecycle and pipeline as chat, against mock-codex.
 
 use benches::{Behaviour, ErrorKind};
-use integration_tests::{client, parse_sse, sdk::run_python, Stack, StackBuilder};
+use integration_tests::{claude_alias, client, parse_sse, sdk::run_python, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// A stack where every `claude-*` name maps to gpt-5.5 (a prefix alias).
 fn stack(accounts: usize) -> Stack {
     StackBuilder {
         accounts,
-        tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
-            c.sidecar.model_aliases.insert(
-                "claude-*".into(),
-                shared_state::catalog::parse_alias("gpt-5.5"),
-            );
-        })),
+        tweak: claude_alias(),
         ..StackBuilder::default()
     }
     .start()

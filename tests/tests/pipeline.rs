@@ -183,14 +183,7 @@ async fn per_worker_load_is_exported() {
     );
     assert!(s.metric("codex_gateway_worker_requests_total").await >= 3);
     assert_eq!(s.metric("codex_gateway_worker_open_streams").await, 0);
-    let text = integration_tests::client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = s.metrics_text().await;
     for w in 0..2 {
         assert!(
             text.contains(&format!(

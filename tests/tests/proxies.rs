@@ -553,21 +553,13 @@ async fn password_is_encrypted_at_rest() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_websocket_through_socks5() {
     use futures_util::SinkExt;
-    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+    use integration_tests::ws_client::connect_responses;
+    use tokio_tungstenite::tungstenite::Message;
 
     let p = TestProxy::start(Some(("w", "s")));
     let s = stack(PlainHttp::H1, 1);
     proxy_for(&s, "ws", &p.url("socks5", Some(("w", "s"))), "acct-0").await;
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(req)
-        .await
-        .expect("upgrade");
+    let (mut ws, _) = connect_responses(&s, &s.key).await;
     for q in ["first", "second"] {
         let create = json!({"type":"response.create","model":"gpt-5.5","input":q,"stream":true});
         ws.send(Message::text(create.to_string())).await.unwrap();

@@ -265,14 +265,7 @@ async fn refreshes_go_on_while_redis_is_down() {
     let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
     assert_eq!(s.mock.token_calls(), 1, "refreshed without the Redis lease");
-    let h: serde_json::Value = integration_tests::client()
-        .get(format!("{}/healthz", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let h: serde_json::Value = s.healthz().await;
     assert_eq!(h["redis"], "down", "{h}");
     assert_eq!(h["status"], "degraded", "{h}");
 }

@@ -481,14 +481,7 @@ async fn http1_upstream_on_io_uring() {
     let r = s.post_responses_x(true).await;
     assert!(r.text().await.unwrap().contains("response.completed"));
     assert!(s.mock.requests().iter().all(|r| r.version == "HTTP/1.1"));
-    let m = client()
-        .get(format!("{}/metrics", s.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = s.metrics_text().await;
     assert!(
         m.contains("codex_gateway_worker_driver{worker=\"0\""),
         "{m}"

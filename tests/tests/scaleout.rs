@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use benches::{Behaviour, ErrorKind, MockConfig};
 use codex_gateway::app::AppHandle;
 use codex_gateway::config::Config;
-use integration_tests::{client, requests::blob_turn, Stack, StackBuilder, ADMIN_TOKEN};
+use integration_tests::{
+    client, metric_sum, metrics_at, requests::blob_turn, Stack, StackBuilder, ADMIN_TOKEN,
+};
 use serde_json::{json, Value};
 
 /// Long enough that nothing in these tests can come from the periodic reload.
@@ -630,19 +632,5 @@ async fn blob_owners_are_shared_across_instances_and_restarts() {
 
 /// A counter summed over its label sets in an instance's `/metrics` (0 when absent).
 async fn metric_at(h: &AppHandle, name: &str) -> i64 {
-    let text = client()
-        .get(format!("http://{}/metrics", h.data_addr))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
+    metric_sum(&metrics_at(&format!("http://{}", h.data_addr)).await, name)
 }

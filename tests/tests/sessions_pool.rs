@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use benches::{MockHandle, RecordedRequest};
-use integration_tests::{requests::blob_turn, sdk::run_python, Stack, StackBuilder};
+use integration_tests::{claude_alias, requests::blob_turn, sdk::run_python, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// A reasoning item minted by `account` directly on the mock (as another gateway, or this
@@ -177,13 +177,8 @@ fn two_accounts(strategy: shared_state::snapshot::Strategy) -> Stack {
         accounts: 2,
         workers: 1,
         strategy: Some(strategy),
-        tweak: Some(Box::new(move |c: &mut codex_gateway::config::Config| {
-            // Anthropic model names resolve to a catalog model.
-            c.sidecar.model_aliases.insert(
-                "claude-*".into(),
-                shared_state::catalog::parse_alias("gpt-5.5"),
-            );
-        })),
+        // Anthropic model names resolve to a catalog model.
+        tweak: claude_alias(),
         ..StackBuilder::default()
     }
     .start();

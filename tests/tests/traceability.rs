@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind};
 use futures_util::SinkExt;
+use integration_tests::ws_client::connect_responses;
 use integration_tests::{
     admin_api::usage_csv, client, wait::wait_for, ws_client::next_json_event, Stack, StackBuilder,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+use tokio_tungstenite::tungstenite::Message;
 
 /// The `x-request-id` of a response; fails when absent or not one of ours or the client's.
 fn rid(r: &reqwest::Response) -> String {
@@ -173,14 +174,7 @@ async fn every_answer_carries_a_request_id() {
         .unwrap_or_else(|| panic!("no x-request-id: {raw}"));
     check(id.to_owned());
     // The WebSocket upgrade (101).
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    let (_ws, resp) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let (_ws, resp) = connect_responses(&s, &s.key).await;
     let id = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
     check(id);
 }
@@ -227,17 +221,8 @@ async fn a_client_id_is_kept_when_well_formed() {
     }
 }
 
-async fn ws_connect(
-    s: &Stack,
-) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    tokio_tungstenite::connect_async(req).await.unwrap().0
+async fn ws_connect(s: &Stack) -> integration_tests::ws_client::Ws {
+    connect_responses(s, &s.key).await.0
 }
 
 /// A WebSocket `error` event carries its turn's `request_id`; each turn has its own.

@@ -11,12 +11,13 @@ use benches::{Behaviour, ErrorKind};
 use codex_gateway::app::App;
 use futures_util::SinkExt;
 use gateway::config::PlainHttp;
+use integration_tests::ws_client::connect_responses;
 use integration_tests::{
     admin_api::usage_csv, client, pg_admin_url, pg_exec, wait::wait_for,
     ws_client::next_json_event, Stack, StackBuilder,
 };
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+use tokio_tungstenite::tungstenite::Message;
 
 async fn total_requests(s: &Stack) -> u64 {
     let v = s.admin_json("/api/admin/usage").await;
@@ -24,14 +25,7 @@ async fn total_requests(s: &Stack) -> u64 {
 }
 
 async fn ws_turn(s: &Stack, body: Value) -> Vec<Value> {
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    let (mut ws, _) = connect_responses(s, &s.key).await;
     ws.send(Message::text(body.to_string())).await.unwrap();
     let mut out = Vec::new();
     loop {

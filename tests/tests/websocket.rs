@@ -4,30 +4,20 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use integration_tests::{client, ws_client::next_json_event, Stack, StackBuilder};
+use integration_tests::{
+    ws_client::{self, connect_responses, next_json_event, responses_request, Ws},
+    Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest, Message};
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 async fn connect(s: &Stack) -> Ws {
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    req.headers_mut().insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
+    let mut req = responses_request(s, &s.key);
     req.headers_mut().insert(
         "session-id",
         "0199a213-81c0-7800-8aa1-bbab2a035a53".parse().unwrap(),
     );
-    let (ws, resp) = tokio_tungstenite::connect_async(req)
-        .await
-        .expect("upgrade");
-    assert_eq!(resp.status(), 101);
-    ws
+    ws_client::connect(req).await.0
 }
 
 async fn send(ws: &mut Ws, v: Value) {
@@ -114,14 +104,7 @@ async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
         let input = last["input"].as_array().unwrap();
         assert_eq!(input.len(), 1, "only the new item: {last}");
         assert_eq!(input[0]["content"][0]["text"], "second question");
-        let metrics = client()
-            .get(format!("{}/metrics", s.url()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = s.metrics_text().await;
         let idle: i64 = metrics
             .lines()
             .filter(|l| l.starts_with("codex_gateway_upstream_ws_idle{"))
@@ -232,15 +215,9 @@ async fn handshake_needs_a_key_and_errors_are_http() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_handshake_is_an_http_error_with_its_headers() {
     let s = StackBuilder::default().start();
-    let mut req = format!("ws://{}/v1/responses", s.app.data_addr)
-        .into_client_request()
-        .unwrap();
-    let h = req.headers_mut();
-    h.insert(
-        "authorization",
-        format!("Bearer {}", s.key).parse().unwrap(),
-    );
-    h.insert("sec-websocket-version", "8".parse().unwrap());
+    let mut req = responses_request(&s, &s.key);
+    req.headers_mut()
+        .insert("sec-websocket-version", "8".parse().unwrap());
     let resp = match tokio_tungstenite::connect_async(req).await {
         Err(tungstenite::Error::Http(resp)) => resp,
         other => panic!("expected a 426, got {:?}", other.map(|(_, r)| r.status())),
@@ -530,17 +507,7 @@ async fn a_sockets_turns_stay_on_one_upstream_socket_under_load() {
     let sessions = (0..8).map(|n| {
         let s = &s;
         async move {
-            let req = format!("ws://{}/v1/responses", s.app.data_addr)
-                .into_client_request()
-                .map(|mut r| {
-                    r.headers_mut().insert(
-                        "authorization",
-                        format!("Bearer {}", s.key).parse().unwrap(),
-                    );
-                    r
-                })
-                .unwrap();
-            let (mut ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+            let (mut ws, _) = connect_responses(s, &s.key).await;
             let mut prev: Option<String> = None;
             for i in 0..4 {
                 let mut body = json!({"type":"response.create","model":"gpt-5.5",
