@@ -6,6 +6,7 @@
 //! - [`Stack::admin_json`] / [`Stack::admin_list`]: a `GET` and its `data` list.
 //! - [`Stack::create_key`], [`Stack::put_settings`], [`Stack::post_each_account`]: the set-up
 //!   steps most tests share (each asserts that the gateway accepted it).
+//! - [`Stack::assert_each_refused`]: invalid bodies, each refused with 400 and a message.
 //! - [`call_as`]: an admin request with a given bearer or session cookie (or neither),
 //!   answering status, headers and JSON: the credential tests' call.
 //! - [`login`] / [`session_of`]: a password login and the session id it sets.
@@ -93,6 +94,22 @@ impl Stack {
             .await;
         assert_eq!(st, 200, "{v}");
         v
+    }
+
+    /// Sends each of `bad` as the JSON body of `method path`; asserts that each is refused
+    /// with 400 and an error that carries a message.
+    pub async fn assert_each_refused(&self, method: reqwest::Method, path: &str, bad: &[Value]) {
+        for body in bad {
+            let r = self
+                .admin_req(method.clone(), path)
+                .json(body)
+                .send()
+                .await
+                .expect("admin request");
+            assert_eq!(r.status(), 400, "{body}");
+            let e: Value = r.json().await.expect("error JSON");
+            assert!(e["error"]["message"].is_string(), "{e}");
+        }
     }
 
     /// `POST /api/admin/accounts/{id}/{action}` (e.g. `quota`, `enable`) for every account of

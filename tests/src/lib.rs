@@ -408,6 +408,16 @@ pub fn fill_first_stack(accounts: usize) -> Stack {
     .start()
 }
 
+/// A mock whose every answer streams `deltas` text deltas `gap` apart (a stream that lasts a
+/// while: open streams, client disconnects, concurrency).
+pub fn streaming_mock(deltas: usize, gap: Duration) -> MockConfig {
+    MockConfig {
+        deltas,
+        inter_event_delay: gap,
+        ..MockConfig::default()
+    }
+}
+
 /// A throw-away PostgreSQL database.
 pub struct PgDatabase {
     /// Its URL.
@@ -563,6 +573,31 @@ impl Stack {
             cooling_ms: a.live.cooldown_until_ms().saturating_sub(now),
             in_flight: a.live.in_flight(),
         }
+    }
+
+    /// The JSON bodies of the `/responses` requests the upstream saw, in order (those that
+    /// are JSON).
+    pub fn upstream_bodies(&self) -> Vec<serde_json::Value> {
+        self.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/responses"))
+            .filter_map(|r| serde_json::from_slice(&r.body).ok())
+            .collect()
+    }
+
+    /// The mock answers the next `times` requests served by `account` with a call of the
+    /// function `name` with `arguments` (a JSON text); later ones get its default answer.
+    pub fn answer_with_tool_call(&self, account: &str, name: &str, arguments: &str, times: u32) {
+        self.mock.set_behaviour(
+            account,
+            benches::Behaviour {
+                tool_call: Some(name.into()),
+                tool_arguments: Some(arguments.into()),
+                ..Default::default()
+            }
+            .times(times),
+        );
     }
 
     /// Which accounts the upstream saw, in order.

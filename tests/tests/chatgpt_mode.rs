@@ -21,7 +21,7 @@ use std::{
 };
 
 use base64::Engine;
-use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
+use benches::{mock::DEFAULT_TEXT, RecordedRequest};
 use integration_tests::{
     cli::{
         codex_bin, codex_config, exec_args, exec_full_access_args, resume_last_args, run_bounded,
@@ -656,14 +656,11 @@ fn chatgpt_exec_and_resume(legacy: bool) {
 fn chatgpt_tool_round_trip(legacy: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
-    s.mock.set_behaviour(
+    s.answer_with_tool_call(
         "acct-0",
-        Behaviour {
-            tool_call: Some("exec_command".into()),
-            tool_arguments: Some(r#"{"cmd":"echo chatgpt-tool-ok"}"#.into()),
-            ..Default::default()
-        }
-        .times(1),
+        "exec_command",
+        r#"{"cmd":"echo chatgpt-tool-ok"}"#,
+        1,
     );
     let mut cli = ChatGptCli::new(bin, &s);
     let (ok, out, err) = cli.run(&exec_full_access_args("run echo chatgpt-tool-ok"), &[]);

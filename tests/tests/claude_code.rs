@@ -23,7 +23,7 @@ use std::{
     sync::atomic::{AtomicUsize, Ordering},
 };
 
-use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
+use benches::{mock::DEFAULT_TEXT, RecordedRequest};
 use integration_tests::{
     claude_alias,
     cli::{claude_bin, run_bounded, tail, RUN_TIMEOUT},
@@ -251,16 +251,11 @@ fn claude_code_says_hi_legacy() {
 fn claude_code_tool_round_trip() {
     let Some(bin) = claude_bin() else { return };
     let s = stack(false);
-    s.mock.set_behaviour(
+    s.answer_with_tool_call(
         "acct-0",
-        Behaviour {
-            tool_call: Some("Bash".into()),
-            tool_arguments: Some(
-                r#"{"command":"echo tool-ran-ok","description":"Print a word"}"#.into(),
-            ),
-            ..Default::default()
-        }
-        .times(1),
+        "Bash",
+        r#"{"command":"echo tool-ran-ok","description":"Print a word"}"#,
+        1,
     );
     let cli = Cli::new(bin, &s);
     let r = cli.run(

@@ -345,15 +345,7 @@ fn exec_resume_last(legacy: bool, websockets: bool) {
 fn exec_tool_round_trip(legacy: bool, websockets: bool) {
     let Some(bin) = codex_bin() else { return };
     let s = stack(legacy);
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour {
-            tool_call: Some("exec_command".into()),
-            tool_arguments: Some(r#"{"cmd":"echo tool-ran-ok"}"#.into()),
-            ..Default::default()
-        }
-        .times(1),
-    );
+    s.answer_with_tool_call("acct-0", "exec_command", r#"{"cmd":"echo tool-ran-ok"}"#, 1);
     let cli = Cli::new(bin, &s, websockets);
     let r = cli.run(&s, &exec_full_access_args("run echo tool-ran-ok"));
     r.assert_ok(&s);

@@ -10,7 +10,7 @@ use std::{future::Future, time::Duration};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
 use gateway::config::PlainHttp;
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{streaming_mock, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 /// Runs a row for both drivers at once (`legacy` false: io_uring, true: legacy), interleaved
@@ -496,11 +496,7 @@ async fn concurrency_limit_is_never_exceeded() {
     both(|legacy| async move {
         let s = StackBuilder {
             accounts: 5,
-            mock: MockConfig {
-                deltas: 4,
-                inter_event_delay: Duration::from_millis(20),
-                ..MockConfig::default()
-            },
+            mock: streaming_mock(4, Duration::from_millis(20)),
             legacy,
             ..StackBuilder::default()
         }

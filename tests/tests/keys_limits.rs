@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
-use benches::MockConfig;
 use integration_tests::{
     admin_api::CreatedKey,
     client,
     requests::post_at,
+    streaming_mock,
     wait::{same_minute_for, usage_at, usage_until},
     ws_client::next_json_event,
     Stack, StackBuilder,
@@ -83,12 +83,8 @@ async fn rpm_over_the_limit_is_429_rate_limit_exceeded_with_retry_after() {
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrency_limit_refuses_while_streams_are_open() {
     let s = StackBuilder {
-        mock: MockConfig {
-            // Streams last a while: 20 deltas 200 ms apart.
-            deltas: 20,
-            inter_event_delay: Duration::from_millis(200),
-            ..MockConfig::default()
-        },
+        // Streams last a while: 20 deltas 200 ms apart.
+        mock: streaming_mock(20, Duration::from_millis(200)),
         ..StackBuilder::default()
     }
     .start();
@@ -284,13 +280,7 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
         let (st, _, v) = respond(&s, &team).await;
         assert_eq!(st, 200, "{v}");
     }
-    let served: Vec<String> = s
-        .mock
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/responses"))
-        .filter_map(|r| r.account_id().map(str::to_owned))
-        .collect();
+    let served: Vec<String> = s.served_by();
     assert_eq!(served.len(), 8);
     assert!(
         served.iter().all(|a| a == "acct-1" || a == "acct-2"),
@@ -302,13 +292,7 @@ async fn a_key_of_a_group_only_reaches_accounts_of_that_group() {
         let (st, _, _) = respond(&s, &s.key).await;
         assert_eq!(st, 200);
     }
-    let served: Vec<String> = s
-        .mock
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/responses"))
-        .filter_map(|r| r.account_id().map(str::to_owned))
-        .collect();
+    let served: Vec<String> = s.served_by();
     assert_eq!(served.len(), 6);
     assert!(served.iter().all(|a| a == "acct-0"), "{served:?}");
     // A group with no account: no account available, never the shared pool.
@@ -570,23 +554,18 @@ async fn admin_api_validates_and_round_trips_limits() {
     assert_eq!(v["limits"]["rpm"], Value::Null);
     assert_eq!(v["limits"]["allowed_models"], json!([]));
     assert_eq!(v["limits"]["max_concurrency"], 2, "absent fields stay");
-    for bad in [
-        json!({"rpm": 0}),
-        json!({"cost_per_day_usd": -1}),
-        json!({"account_group": "not ok"}),
-        json!({"unknown": 1}),
-        json!({"rpm": "ten"}),
-    ] {
-        let r = s
-            .admin_patch(&format!("/api/admin/keys/{id}"))
-            .json(&bad)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400, "{bad}");
-        let e: Value = r.json().await.unwrap();
-        assert!(e["error"]["message"].is_string(), "{e}");
-    }
+    s.assert_each_refused(
+        reqwest::Method::PATCH,
+        &format!("/api/admin/keys/{id}"),
+        &[
+            json!({"rpm": 0}),
+            json!({"cost_per_day_usd": -1}),
+            json!({"account_group": "not ok"}),
+            json!({"unknown": 1}),
+            json!({"rpm": "ten"}),
+        ],
+    )
+    .await;
     let r = s
         .admin_patch("/api/admin/keys/999999")
         .json(&json!({"rpm": 1}))

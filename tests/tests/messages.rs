@@ -24,16 +24,6 @@ fn post(s: &Stack, path: &str, body: &Value) -> reqwest::RequestBuilder {
         .json(body)
 }
 
-/// The `/responses` bodies mock-codex received, in order.
-fn upstream_bodies(s: &Stack) -> Vec<Value> {
-    s.mock
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/responses"))
-        .filter_map(|r| serde_json::from_slice(&r.body).ok())
-        .collect()
-}
-
 /// `(event line, data)` of an Anthropic stream; every data's `type` matches its event line.
 fn events(body: &str) -> Vec<(String, Value)> {
     parse_sse(body)
@@ -99,7 +89,7 @@ async fn messages_text_json_and_stream_event_order() {
     assert!(v["usage"]["input_tokens"].as_u64().unwrap() > 0);
     assert!(v["usage"]["output_tokens"].as_u64().unwrap() > 0);
     // Upstream: a Codex Responses body for the aliased model; sampling knobs dropped.
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     assert_eq!(up["model"], "gpt-5.5");
     assert_eq!(
         (up["stream"].clone(), up["store"].clone()),
@@ -159,7 +149,7 @@ async fn messages_text_json_and_stream_event_order() {
     assert_eq!(md["delta"]["stop_reason"], "end_turn");
     assert!(md["usage"]["output_tokens"].as_u64().unwrap() > 0);
     // The same session signal gives the same prompt_cache_key.
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     assert_eq!(up["prompt_cache_key"].as_str(), Some(pck.as_str()));
 
     // Stop sequences are applied by the gateway (the backend takes none).
@@ -176,21 +166,13 @@ async fn messages_text_json_and_stream_event_order() {
     assert_eq!(v["content"][0]["text"], "Hello from ");
     assert_eq!(v["stop_reason"], "stop_sequence");
     assert_eq!(v["stop_sequence"], "mock");
-    assert!(upstream_bodies(&s).pop().unwrap().get("stop").is_none());
+    assert!(s.upstream_bodies().pop().unwrap().get("stop").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn messages_tool_use_round_trip() {
     let s = stack(1);
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour {
-            tool_call: Some("get_weather".into()),
-            tool_arguments: Some(r#"{"city":"Paris"}"#.into()),
-            ..Default::default()
-        }
-        .times(2),
-    );
+    s.answer_with_tool_call("acct-0", "get_weather", r#"{"city":"Paris"}"#, 2);
     let tools = json!([{"name": "get_weather", "description": "Weather of a city",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
     let ask = json!({"model": "claude-opus-4-1", "max_tokens": 256, "tools": tools,
@@ -205,7 +187,7 @@ async fn messages_tool_use_round_trip() {
     assert_eq!(tu["name"], "get_weather");
     assert_eq!(tu["input"], json!({"city": "Paris"}));
     let id = tu["id"].as_str().unwrap().to_owned();
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     assert_eq!(up["tools"][0]["type"], "function");
     assert_eq!(up["tools"][0]["name"], "get_weather");
     assert_eq!(up["tools"][0]["parameters"]["required"], json!(["city"]));
@@ -252,7 +234,7 @@ async fn messages_tool_use_round_trip() {
         .unwrap()
         .starts_with("Hello from mock-codex"));
     assert_eq!(v2["stop_reason"], "end_turn");
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     let input = up["input"].as_array().unwrap();
     let call = input.iter().find(|i| i["type"] == "function_call").unwrap();
     assert_eq!(call["call_id"], id.as_str());
@@ -290,7 +272,7 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
         .json()
         .await
         .unwrap();
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     assert_eq!(up["reasoning"]["effort"], "medium");
     assert_eq!(up["reasoning"]["summary"], "auto");
     assert_eq!(up["include"], json!(["reasoning.encrypted_content"]));
@@ -333,7 +315,7 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
                      {"role": "user", "content": "again"}]});
     let r = post(&s, "/v1/messages", &follow).send().await.unwrap();
     assert_eq!(r.status(), 200);
-    let up = upstream_bodies(&s).pop().unwrap();
+    let up = s.upstream_bodies().pop().unwrap();
     let rs = up["input"]
         .as_array()
         .unwrap()
@@ -604,18 +586,10 @@ async fn messages_count_tokens_estimates_locally() {
 fn anthropic_python_sdk() {
     let s = stack(1);
     // The script's first two requests (create, then the stream helper) get a tool call.
-    s.mock.set_behaviour(
-        "acct-0",
-        Behaviour {
-            tool_call: Some("get_weather".into()),
-            tool_arguments: Some(r#"{"city":"Paris"}"#.into()),
-            ..Default::default()
-        }
-        .times(2),
-    );
+    s.answer_with_tool_call("acct-0", "get_weather", r#"{"city":"Paris"}"#, 2);
     run_python("sdk_messages.py", &[&s.url(), &s.key], "", "Anthropic");
     // The tool result reached the upstream under the tool_use id the SDK was given.
-    let bodies = upstream_bodies(&s);
+    let bodies = s.upstream_bodies();
     assert!(bodies.iter().any(|b| b["input"].as_array().is_some_and(|i| {
         let call = i.iter().find(|x| x["type"] == "function_call");
         let out = i.iter().find(|x| x["type"] == "function_call_output");
@@ -698,7 +672,7 @@ async fn claude_code_recorded_requests_are_served() {
         let k = kinds(&events(&text));
         assert_eq!(k.last().map(String::as_str), Some("message_stop"), "{text}");
     }
-    let ups = upstream_bodies(&s);
+    let ups = s.upstream_bodies();
     assert_eq!(ups.len(), 4);
     for (up, (_, _, body)) in ups.iter().zip(&fixture) {
         assert_eq!(up["model"], "gpt-5.5");
@@ -835,7 +809,7 @@ async fn messages_accept_todays_fields_and_unknown_betas() {
         assert_eq!(st, 200, "{what}: {v}");
         assert_eq!(v["type"], "message", "{what}: {v}");
     }
-    let ups = upstream_bodies(&s);
+    let ups = s.upstream_bodies();
     assert_eq!(ups[0]["input"][1]["role"], "developer");
     assert_eq!(ups[0]["input"][1]["content"][0]["text"], "agents");
     assert_eq!(ups[1]["reasoning"], json!({"effort": "high"}));

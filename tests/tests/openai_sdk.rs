@@ -59,15 +59,7 @@ fn openai_python_sdk_streams_with_pauses_past_the_quiet_period() {
 fn openai_python_sdk_chat_and_models() {
     let s = StackBuilder::default().start();
     // The script's first request is the tool-call round trip.
-    s.mock.set_behaviour(
-        "acct-0",
-        benches::Behaviour {
-            tool_call: Some("get_weather".into()),
-            tool_arguments: Some(r#"{"city":"Paris"}"#.into()),
-            ..Default::default()
-        }
-        .times(1),
-    );
+    s.answer_with_tool_call("acct-0", "get_weather", r#"{"city":"Paris"}"#, 1);
     run_python(
         "sdk_chat.py",
         &[&format!("{}/v1", s.url()), &s.key],
@@ -75,13 +67,7 @@ fn openai_python_sdk_chat_and_models() {
         "OpenAI",
     );
     // What the SDK's structured-output and tool requests became upstream.
-    let bodies: Vec<serde_json::Value> = s
-        .mock
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/responses"))
-        .filter_map(|r| serde_json::from_slice(&r.body).ok())
-        .collect();
+    let bodies = s.upstream_bodies();
     assert!(
         bodies
             .iter()
@@ -252,13 +238,7 @@ fn openai_python_sdk_responses_websocket() {
             "",
             "OpenAI",
         );
-        let bodies: Vec<serde_json::Value> = s
-            .mock
-            .requests()
-            .iter()
-            .filter(|r| r.path.ends_with("/responses"))
-            .filter_map(|r| serde_json::from_slice(&r.body).ok())
-            .collect();
+        let bodies = s.upstream_bodies();
         assert_eq!(bodies.len(), 6, "three real turns upstream per session");
         assert_eq!(
             s.mock.ws_handshakes(),

@@ -94,6 +94,17 @@ async fn ask_with(s: &Stack, stream: bool, input: &str) -> (u16, String) {
     (st, r.text().await.unwrap())
 }
 
+/// `POST /api/admin/proxies/{id}/test`: its JSON answer.
+async fn proxy_test(s: &Stack, id: i64) -> Value {
+    s.admin_post(&format!("/api/admin/proxies/{id}/test"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn proxies(s: &Stack) -> Value {
     s.admin_get("/api/admin/proxies")
         .send()
@@ -385,21 +396,16 @@ async fn admin_crud_and_test_action() {
     let p = TestProxy::start(Some(("u", "pw-123")));
     let s = stack(PlainHttp::H1, 1);
     // bad input: the client's dialect, a clear message
-    for bad in [
-        json!({"name":"x","url":"ftp://h:1"}),
-        json!({"name":"","url":"http://h:1"}),
-        json!({"name":"x","url":"http://h:1","bogus":1}),
-    ] {
-        let r = s
-            .admin_post("/api/admin/proxies")
-            .json(&bad)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 400, "{bad}");
-        let v: Value = r.json().await.unwrap();
-        assert!(v["error"]["message"].is_string(), "{v}");
-    }
+    s.assert_each_refused(
+        reqwest::Method::POST,
+        "/api/admin/proxies",
+        &[
+            json!({"name":"x","url":"ftp://h:1"}),
+            json!({"name":"","url":"http://h:1"}),
+            json!({"name":"x","url":"http://h:1","bogus":1}),
+        ],
+    )
+    .await;
     let r = s
         .admin_post("/api/admin/proxies")
         .json(&json!({"name":"good","url": p.url("http", Some(("u","pw-123"))), "pool":"eu"}))
@@ -424,14 +430,7 @@ async fn admin_crud_and_test_action() {
     assert_eq!(r.status(), 409);
 
     // test: reaches the origin through the proxy
-    let t: Value = s
-        .admin_post(&format!("/api/admin/proxies/{id}/test"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t = proxy_test(&s, id).await;
     assert_eq!(t["ok"], true, "{t}");
     assert!(t["latency_ms"].as_i64().is_some(), "{t}");
     assert!(p.forwarded() + p.tunnels() >= 1);
@@ -446,14 +445,7 @@ async fn admin_crud_and_test_action() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let t: Value = s
-        .admin_post(&format!("/api/admin/proxies/{id}/test"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let t = proxy_test(&s, id).await;
     assert_eq!(t["ok"], false, "{t}");
     assert!(t["error"].is_string(), "{t}");
     assert!(!t.to_string().contains("nope"), "{t}");

@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use benches::{Behaviour, ErrorKind, MockConfig};
+use benches::{Behaviour, ErrorKind};
 use futures_util::StreamExt;
 use gateway::config::PlainHttp;
-use integration_tests::{client, parse_sse, Stack, StackBuilder};
+use integration_tests::{client, parse_sse, streaming_mock, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 fn stack() -> Stack {
@@ -93,11 +93,7 @@ async fn sse_stream_forwards_the_full_event_sequence() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sse_arrives_incrementally() {
     let s = StackBuilder {
-        mock: MockConfig {
-            deltas: 5,
-            inter_event_delay: Duration::from_millis(200),
-            ..MockConfig::default()
-        },
+        mock: streaming_mock(5, Duration::from_millis(200)),
         ..StackBuilder::default()
     }
     .start();
@@ -299,13 +295,7 @@ async fn failover_before_commit_uses_the_next_account() {
             "the failed attempt is invisible"
         );
     }
-    let by: Vec<String> = s
-        .mock
-        .requests()
-        .iter()
-        .filter(|r| r.path.ends_with("/responses"))
-        .filter_map(|r| r.account_id().map(str::to_owned))
-        .collect();
+    let by: Vec<String> = s.served_by();
     // fill_first puts acct-0 first; it fails once, the request moves on to acct-1, and the
     // cooldown keeps acct-0 out afterwards.
     assert_eq!(by.iter().filter(|a| *a == "acct-0").count(), 1, "{by:?}");
@@ -358,11 +348,7 @@ async fn client_disconnect_resets_the_h2_stream() {
 async fn client_disconnect_releases(plain_http: PlainHttp) {
     let s = StackBuilder {
         plain_http,
-        mock: MockConfig {
-            deltas: 200,
-            inter_event_delay: Duration::from_millis(50),
-            ..MockConfig::default()
-        },
+        mock: streaming_mock(200, Duration::from_millis(50)),
         ..StackBuilder::default()
     }
     .start();
