@@ -427,6 +427,34 @@ pub struct PgDatabase {
     admin_url: String,
 }
 
+// === impl PgDatabase ===
+
+impl PgDatabase {
+    /// Storage goes down: the database refuses new connections and its open ones are ended.
+    /// (Runs on a thread of its own: callable from an async test.)
+    pub fn go_down(&self) {
+        self.admin_sql(format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'",
+            name = self.name
+        ));
+    }
+
+    /// Storage comes back: the database accepts connections again.
+    pub fn come_back(&self) {
+        self.admin_sql(format!(
+            "ALTER DATABASE {} WITH ALLOW_CONNECTIONS true",
+            self.name
+        ));
+    }
+
+    fn admin_sql(&self, sql: String) {
+        let url = self.admin_url.clone();
+        std::thread::spawn(move || pg_exec(&url, &sql))
+            .join()
+            .expect("admin SQL");
+    }
+}
+
 /// The PostgreSQL server used by tests.
 pub fn pg_admin_url() -> String {
     std::env::var("CODEX_GATEWAY_TEST_PG_URL")

@@ -24,6 +24,19 @@ fn post(s: &Stack, path: &str, body: &Value) -> reqwest::RequestBuilder {
         .json(body)
 }
 
+/// `ask` sent to `/v1/messages` with `"stream": true`: the whole stream.
+async fn stream_text(s: &Stack, ask: &Value) -> String {
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    post(s, "/v1/messages", &streamed)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// `(event line, data)` of an Anthropic stream; every data's `type` matches its event line.
 fn events(body: &str) -> Vec<(String, Value)> {
     parse_sse(body)
@@ -194,15 +207,7 @@ async fn messages_tool_use_round_trip() {
     assert_eq!(up["tool_choice"], "required");
 
     // The same call streamed: input_json_delta pieces add up to the arguments.
-    let mut streamed = ask.clone();
-    streamed["stream"] = json!(true);
-    let body = post(&s, "/v1/messages", &streamed)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = stream_text(&s, &ask).await;
     let evs = events(&body);
     let k = kinds(&evs);
     assert_eq!(
@@ -284,15 +289,7 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
     assert_eq!(c[1]["type"], "text");
 
     // Streamed: thinking deltas, then the signature, then the text block.
-    let mut streamed = ask.clone();
-    streamed["stream"] = json!(true);
-    let body = post(&s, "/v1/messages", &streamed)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = stream_text(&s, &ask).await;
     let k = kinds(&events(&body));
     let first_sig = k.iter().position(|x| x == "delta:signature_delta").unwrap();
     assert_eq!(

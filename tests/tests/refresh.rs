@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
-use integration_tests::{pg_admin_url, pg_exec, StackBuilder};
+use integration_tests::{Stack, StackBuilder};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -57,14 +57,7 @@ async fn rotated_refresh_token_survives_a_restart() {
         format!("Bearer {}", rotated.access_token)
     );
     // and the stored refresh token is the rotated one (the old one would be `refresh_token_reused`)
-    let db = s.db.clone();
-    let token_url = s.mock.token_url();
-    let res = tokio::task::spawn_blocking(move || {
-        admin::cli::accounts_refresh(&db, None, &token_url).unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    cli_refresh_succeeds(&s).await;
     assert_eq!(s.mock.token_calls(), 2);
 }
 
@@ -82,7 +75,6 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
     }
     .start();
     let pg = s._pg.as_ref().unwrap();
-    let name = pg.name.clone();
     let stored_refresh = || async {
         let mut c = sqlx::PgConnection::connect(&pg.url).await.unwrap();
         sqlx::query_scalar::<_, String>("SELECT refresh_token_enc FROM accounts")
@@ -106,23 +98,7 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
         assert!(Instant::now() < deadline, "no refresh happened");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let admin_url = pg_admin_url();
-    let a = admin_url.clone();
-    let n2 = name.clone();
-    std::thread::spawn(move || {
-        pg_exec(
-            &a,
-            &format!("ALTER DATABASE {n2} WITH ALLOW_CONNECTIONS false"),
-        );
-        pg_exec(
-            &a,
-            &format!(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{n2}'"
-            ),
-        );
-    })
-    .join()
-    .unwrap();
+    pg.go_down();
     // Storage stays down: the waiting request is served on the rotated tokens, from memory
     // (strict tokens: the old access token is refused upstream).
     assert_eq!(
@@ -142,10 +118,7 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
     );
     // Storage comes back: the rotation is stored, and it is the live one (the old refresh
     // token would be `refresh_token_reused`).
-    let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
-    std::thread::spawn(move || pg_exec(&admin_url, &up))
-        .join()
-        .unwrap();
+    pg.come_back();
     let deadline = Instant::now() + Duration::from_secs(60);
     while stored_refresh().await == before {
         assert!(
@@ -154,6 +127,13 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    cli_refresh_succeeds(&s).await;
+    assert_eq!(s.mock.token_calls(), 2);
+}
+
+/// The stored refresh tokens are the live ones: the CLI refreshes every account with them
+/// (a reused refresh token would be `refresh_token_reused`).
+async fn cli_refresh_succeeds(s: &Stack) {
     let db = s.db.clone();
     let token_url = s.mock.token_url();
     let res = tokio::task::spawn_blocking(move || {
@@ -162,7 +142,6 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
     .await
     .unwrap();
     assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
-    assert_eq!(s.mock.token_calls(), 2);
 }
 
 /// The stored (encrypted) refresh token of the only account, read over its own connection.
@@ -232,14 +211,7 @@ async fn a_refresh_survives_a_locked_database() {
     }
     drop(lock);
     // ... and it is the live one (a reused refresh token would be `refresh_token_reused`).
-    let dbt = s.db.clone();
-    let token_url = s.mock.token_url();
-    let res = tokio::task::spawn_blocking(move || {
-        admin::cli::accounts_refresh(&dbt, None, &token_url).unwrap()
-    })
-    .await
-    .unwrap();
-    assert!(res.iter().all(|(_, r)| r.is_ok()), "{res:?}");
+    cli_refresh_succeeds(&s).await;
     assert_eq!(s.mock.token_calls(), 2);
 }
 

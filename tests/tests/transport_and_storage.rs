@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use benches::MockConfig;
-use integration_tests::{client, pg_exec, tls_material, StackBuilder};
+use integration_tests::{client, tls_material, StackBuilder};
 use serde_json::{json, Value};
 
 /// A stack whose mock serves TLS (h2 + http/1.1 by ALPN) with a certificate from a test CA; the
@@ -109,13 +109,8 @@ async fn healthz_reports_storage_down_while_the_data_plane_serves() {
         ..StackBuilder::default()
     }
     .start();
-    let name = s._pg.as_ref().unwrap().name.clone();
-    let admin = integration_tests::pg_admin_url();
-    let down = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'");
-    let a2 = admin.clone();
-    std::thread::spawn(move || pg_exec(&a2, &down))
-        .join()
-        .unwrap();
+    let pg = s._pg.as_ref().unwrap();
+    pg.go_down();
     let wait_for = |want_admin: u16, want_storage: &'static str| {
         let data = format!("{}/healthz", s.url());
         let adm = format!("{}/healthz", s.admin_url());
@@ -143,10 +138,7 @@ async fn healthz_reports_storage_down_while_the_data_plane_serves() {
     // Still serving from the snapshot.
     let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);
-    let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
-    std::thread::spawn(move || pg_exec(&admin, &up))
-        .join()
-        .unwrap();
+    pg.come_back();
     let body = wait_for(200, "up").await;
     assert_eq!(body["status"], "ok", "{body}");
 }

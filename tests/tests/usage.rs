@@ -13,8 +13,7 @@ use futures_util::SinkExt;
 use gateway::config::PlainHttp;
 use integration_tests::ws_client::connect_responses;
 use integration_tests::{
-    admin_api::usage_csv, client, pg_admin_url, pg_exec, wait::wait_for,
-    ws_client::next_json_event, Stack, StackBuilder,
+    admin_api::usage_csv, client, wait::wait_for, ws_client::next_json_event, Stack, StackBuilder,
 };
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -292,13 +291,6 @@ async fn rollups_and_csv_export() {
     assert_eq!(r.status(), 401);
 }
 
-fn pg(sql: String) {
-    let admin = pg_admin_url();
-    std::thread::spawn(move || pg_exec(&admin, &sql))
-        .join()
-        .unwrap();
-}
-
 async fn pg_rows(url: &str) -> i64 {
     use sqlx::Connection;
     let mut c = sqlx::PgConnection::connect(url).await.unwrap();
@@ -334,22 +326,17 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
         ..StackBuilder::default()
     }
     .start();
-    let (name, url) = {
-        let p = s._pg.as_ref().unwrap();
-        (p.name.clone(), p.url.clone())
-    };
-    let down = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'");
-    let up = format!("ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true");
+    let url = s._pg.as_ref().unwrap().url.clone();
 
     // Outage 1, no restart.
-    pg(down.clone());
+    s._pg.as_ref().unwrap().go_down();
     ask(&s, 10).await;
     wait_for("10 spooled", Duration::from_secs(20), || async {
         s.metric("codex_gateway_usage_spool_records").await == 10
     })
     .await;
     assert!(s.metric("codex_gateway_usage_spool_bytes").await > 0);
-    pg(up.clone());
+    s._pg.as_ref().unwrap().come_back();
     wait_for("10 rows", Duration::from_secs(60), || async {
         pg_rows(&url).await == 10
     })
@@ -360,7 +347,7 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
     .await;
 
     // Outage 2 across a restart: the process stops while storage is down.
-    pg(down);
+    s._pg.as_ref().unwrap().go_down();
     ask(&s, 15).await;
     wait_for("15 spooled", Duration::from_secs(20), || async {
         s.metric("codex_gateway_usage_spool_records").await == 15
@@ -373,7 +360,7 @@ async fn postgres_outage_is_spooled_and_replayed_across_a_restart() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("usage-spool-"))
         .collect();
     assert_eq!(spools.len(), 1, "the spool file outlives the process");
-    pg(up);
+    s._pg.as_ref().unwrap().come_back();
     let mut cfg = s.cfg.clone();
     cfg.listen = s.app.data_addr;
     s.app = tokio::task::block_in_place(|| App::spawn(cfg)).expect("restart");

@@ -24,6 +24,12 @@ async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::text(v.to_string())).await.unwrap();
 }
 
+/// Sends `v` and reads its turn (see [`turn`]).
+async fn exchange(ws: &mut Ws, v: Value) -> Vec<Value> {
+    send(ws, v).await;
+    turn(ws).await
+}
+
 /// Reads events until a terminal one (`response.completed`/`failed`/`incomplete`) or an
 /// `error` event; returns all of them.
 async fn turn(ws: &mut Ws) -> Vec<Value> {
@@ -73,8 +79,7 @@ fn stacks() -> Vec<Stack> {
 async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
     for s in stacks() {
         let mut ws = connect(&s).await;
-        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"first question","stream":true})).await;
-        let t1 = turn(&mut ws).await;
+        let t1 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"first question","stream":true})).await;
         let ty = types(&t1);
         assert_eq!(ty.first(), Some(&"response.created"), "{ty:?}");
         assert_eq!(ty.last(), Some(&"response.completed"), "{ty:?}");
@@ -85,9 +90,8 @@ async fn two_turns_on_one_socket_the_second_by_previous_response_id() {
         );
         let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
 
-        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id": id,
+        let t2 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id": id,
             "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"second question"}]}]})).await;
-        let t2 = turn(&mut ws).await;
         assert_eq!(types(&t2).last(), Some(&"response.completed"));
 
         // Both turns went over one pooled upstream WebSocket, the second as the exact
@@ -120,8 +124,7 @@ async fn warm_up_then_a_turn_with_only_the_new_items() {
     let s = StackBuilder::default().start();
     let mut ws = connect(&s).await;
     let base = json!([{"type":"message","role":"developer","content":[{"type":"input_text","text":"BASE PROMPT ".repeat(2000)}]}]);
-    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","generate":false,"store":false,"input": base})).await;
-    let w = turn(&mut ws).await;
+    let w = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","generate":false,"store":false,"input": base})).await;
     assert_eq!(types(&w), vec!["response.created", "response.completed"]);
     assert_eq!(w[1]["response"]["output"], json!([]));
     assert!(
@@ -130,9 +133,8 @@ async fn warm_up_then_a_turn_with_only_the_new_items() {
     );
     let id = w[0]["response"]["id"].as_str().unwrap().to_owned();
 
-    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","store":false,"previous_response_id":id,
+    let t = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","store":false,"previous_response_id":id,
         "input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"say hi"}]}]})).await;
-    let t = turn(&mut ws).await;
     assert_eq!(types(&t).last(), Some(&"response.completed"));
     let ups = upstream_inputs(&s);
     assert_eq!(ups.len(), 1);
@@ -146,8 +148,7 @@ async fn warm_up_then_a_turn_with_only_the_new_items() {
 async fn unknown_previous_response_id_is_an_error_event_and_the_socket_lives_on() {
     let s = StackBuilder::default().start();
     let mut ws = connect(&s).await;
-    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"x","previous_response_id":"resp_nope"})).await;
-    let e = turn(&mut ws).await;
+    let e = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":"x","previous_response_id":"resp_nope"})).await;
     assert_eq!(e.len(), 1);
     assert_eq!(e[0]["type"], "error");
     assert_eq!(e[0]["status"], 400);
@@ -244,13 +245,12 @@ async fn a_failure_after_output_ends_the_turn_not_the_socket() {
     }
     .start();
     let mut ws = connect(&s).await;
-    send(
+    let t = exchange(
         &mut ws,
         json!({"type":"response.create","model":"gpt-5.5","input":"x",
         "client_metadata":{"x-mock-fail-after-output":"server_is_overloaded"}}),
     )
     .await;
-    let t = turn(&mut ws).await;
     assert!(types(&t).contains(&"response.output_text.delta"));
     assert_eq!(types(&t).last(), Some(&"response.failed"));
     send(
@@ -287,12 +287,11 @@ async fn a_continuation_moves_to_another_account_when_the_first_is_out_of_quota(
     }
     .start();
     let mut ws = connect(&s).await;
-    send(
+    let t1 = exchange(
         &mut ws,
         json!({"type":"response.create","model":"gpt-5.5","input":"remember pelican"}),
     )
     .await;
-    let t1 = turn(&mut ws).await;
     assert_eq!(types(&t1).last(), Some(&"response.completed"));
     let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
     let first = s.served_by().last().cloned().expect("served");
@@ -300,8 +299,7 @@ async fn a_continuation_moves_to_another_account_when_the_first_is_out_of_quota(
         &first,
         benches::Behaviour::error(benches::ErrorKind::UsageLimitReached),
     );
-    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"what word?"})).await;
-    let t2 = turn(&mut ws).await;
+    let t2 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"what word?"})).await;
     assert_eq!(
         types(&t2).last(),
         Some(&"response.completed"),
@@ -428,16 +426,14 @@ fn frames_split_at_random_points_over_a_raw_socket() {
 async fn a_dead_upstream_socket_means_a_replay_on_a_fresh_one() {
     let s = StackBuilder::default().start();
     let mut ws = connect(&s).await;
-    send(
+    let t1 = exchange(
         &mut ws,
         json!({"type":"response.create","model":"gpt-5.5","input":"first question"}),
     )
     .await;
-    let t1 = turn(&mut ws).await;
     let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
     assert_eq!(s.mock.ws_kill_all(), 1);
-    send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"second question"})).await;
-    let t2 = turn(&mut ws).await;
+    let t2 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"second question"})).await;
     assert_eq!(
         types(&t2).last(),
         Some(&"response.completed"),
@@ -516,8 +512,7 @@ async fn a_sockets_turns_stay_on_one_upstream_socket_under_load() {
                 if let Some(p) = &prev {
                     body["previous_response_id"] = json!(p);
                 }
-                send(&mut ws, body).await;
-                let t = turn(&mut ws).await;
+                let t = exchange(&mut ws, body).await;
                 assert_eq!(types(&t).last(), Some(&"response.completed"));
                 prev = t[0]["response"]["id"].as_str().map(str::to_owned);
             }
@@ -549,17 +544,15 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
         }
         .start();
         let mut ws = connect(&s).await;
-        send(
+        let t1 = exchange(
             &mut ws,
             json!({"type":"response.create","model":"gpt-5.5","input":"first question"}),
         )
         .await;
-        let t1 = turn(&mut ws).await;
         let id1 = t1[0]["response"]["id"].as_str().unwrap().to_owned();
         // Several liveness rounds on a healthy socket: it stays pooled and exact.
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id1,"input":"second question"})).await;
-        let t2 = turn(&mut ws).await;
+        let t2 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id1,"input":"second question"})).await;
         assert_eq!(types(&t2).last(), Some(&"response.completed"), "{t2:?}");
         assert_eq!(
             s.mock.ws_handshakes(),
@@ -590,8 +583,7 @@ async fn idle_upstream_sockets_are_pinged_and_dead_ones_replaced() {
         }
         // (Reused, the dead socket would hold this turn until the first-byte timeout and
         // end it with an error.)
-        send(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id2,"input":"third question"})).await;
-        let t3 = turn(&mut ws).await;
+        let t3 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id2,"input":"third question"})).await;
         assert_eq!(types(&t3).last(), Some(&"response.completed"), "{t3:?}");
         assert_eq!(s.mock.ws_handshakes(), 2, "a fresh upstream socket");
         let last = upstream_inputs(&s).pop().unwrap();
@@ -621,12 +613,7 @@ async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
         let mut ws = connect(&s).await;
         let big = "x".repeat(200 * 1024);
         for round in 0..4 {
-            send(
-                &mut ws,
-                json!({"type":"response.create","model":"gpt-5.5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text": big}]}]}),
-            )
-            .await;
-            let t = turn(&mut ws).await;
+            let t = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","input":[{"type":"message","role":"user","content":[{"type":"input_text","text": big}]}]})).await;
             assert_eq!(
                 types(&t).last(),
                 Some(&"response.completed"),
@@ -642,12 +629,11 @@ async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
         assert_eq!(http, 4, "legacy={legacy}: each big turn over HTTP");
         assert_eq!(s.metric("codex_gateway_upstream_ws_too_big_total").await, 4);
         // The origin is not taken for broken: a small turn still goes over WebSocket.
-        send(
+        let t = exchange(
             &mut ws,
             json!({"type":"response.create","model":"gpt-5.5","input":"small"}),
         )
         .await;
-        let t = turn(&mut ws).await;
         assert_eq!(types(&t).last(), Some(&"response.completed"));
         let last = s.mock.requests().pop().unwrap();
         assert_eq!(
