@@ -8,11 +8,7 @@ import sys
 from openai import OpenAI
 from pydantic import BaseModel
 
-
-def check(cond, msg):
-    if not cond:
-        print(f"FAILED: {msg}", file=sys.stderr)
-        sys.exit(1)
+from sdk_common import check
 
 
 class Answer(BaseModel):

@@ -15,17 +15,13 @@ import sys
 
 from openai import OpenAI
 
+from sdk_common import check
+
 MODEL = "gpt-5.5"
 N_MESSAGES = 201
 MESSAGE_CHARS = 600
 TOOL_OUTPUT_CHARS = 100_000
 ANSWER = "Hello from mock-codex"
-
-
-def check(cond, msg):
-    if not cond:
-        print(f"FAILED: {msg}", file=sys.stderr)
-        sys.exit(1)
 
 
 def filler(seed, n):

@@ -11,11 +11,7 @@ import time
 
 from openai import OpenAI
 
-
-def check(cond, msg):
-    if not cond:
-        print(f"FAILED: {msg}", file=sys.stderr)
-        sys.exit(1)
+from sdk_common import check
 
 
 def main():

@@ -7,11 +7,7 @@ import sys
 
 from openai import OpenAI
 
-
-def check(cond, msg):
-    if not cond:
-        print(f"FAILED: {msg}", file=sys.stderr)
-        sys.exit(1)
+from sdk_common import check
 
 
 def main():

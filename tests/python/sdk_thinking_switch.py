@@ -12,11 +12,7 @@ import sys
 
 from anthropic import Anthropic
 
-
-def check(cond, msg):
-    if not cond:
-        print(f"FAILED: {msg}", file=sys.stderr)
-        sys.exit(1)
+from sdk_common import check
 
 
 MODEL = "claude-sonnet-4-5-20250929"

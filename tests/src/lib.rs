@@ -127,6 +127,15 @@ impl Stack {
             .header("content-type", "application/json")
     }
 
+    /// [`Stack::post`] of the JSON `body`, sent: the response, body unread.
+    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.post(path)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
     /// A streamed `POST /v1/responses` of `input` to `gpt-5.5`: the status and the whole body.
     pub async fn stream_responses(&self, input: &str) -> (u16, String) {
         let r = self

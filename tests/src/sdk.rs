@@ -1,5 +1,6 @@
 //! The official Python SDKs (OpenAI, Anthropic) as clients: the scripts under
-//! `tests/python/`, run with the venv `tests/run.sh` prepares.
+//! `tests/python/`, run with the venv `tests/run.sh` prepares (their shared failure report,
+//! `check`, is `tests/python/sdk_common.py`).
 //!
 //! # Key Components
 //! - [`python`]: the interpreter (`CODEX_GATEWAY_TEST_PYTHON`, else the venv, else `python3`).

@@ -17,13 +17,12 @@ use std::time::Duration;
 use benches::MockConfig;
 use futures_util::future::join_all;
 use integration_tests::{
+    fleet::{instance_url, with_redis, REDIS_URL},
     requests::post_at,
     wait::{same_minute_for, usage_until},
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
-
-const REDIS: &str = "redis://127.0.0.1:6379/0";
 
 /// `POST {base}/v1/responses` (non-streamed, identical every time) with `key`; (status,
 /// Retry-After, JSON body).
@@ -131,7 +130,7 @@ fn slow_mock() -> MockConfig {
 async fn fleet_counters_settled(key: &str, tokens: u64) {
     let tag = &shared_state::keys::hash_key_hex(key)[..16];
     let day = shared_state::keys::day_of(shared_state::now_ms());
-    let mut c = redis::Client::open(REDIS)
+    let mut c = redis::Client::open(REDIS_URL)
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -179,7 +178,7 @@ async fn a_token_budget_holds_under_a_burst_of_200() {
 async fn a_token_budget_holds_under_a_burst_of_200_with_redis() {
     let s = StackBuilder {
         mock: slow_mock(),
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
@@ -192,7 +191,7 @@ async fn a_token_budget_holds_under_a_burst_of_200_with_redis_on_the_legacy_driv
     let s = StackBuilder {
         mock: slow_mock(),
         legacy: true,
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
@@ -206,12 +205,12 @@ async fn rpm_holds_across_two_instances_under_a_burst() {
     let s = StackBuilder {
         mock: slow_mock(),
         postgres: true,
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
     let b = s.another_instance(|_| {});
-    let b_url = format!("http://{}", b.data_addr);
+    let b_url = instance_url(&b);
     let key = s.create_key("fleet-burst", json!({"rpm": 20})).await.key;
     // B learns of the key at its next reload.
     usage_until(&b_url, &key, |u| u["limits"]["rpm"] == 20).await;
@@ -313,7 +312,7 @@ async fn a_cancelled_or_failed_request_gives_its_reservation_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
@@ -325,7 +324,7 @@ async fn a_cancelled_or_failed_request_gives_its_reservation_back_with_redis_on_
 {
     let s = StackBuilder {
         legacy: true,
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();

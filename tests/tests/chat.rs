@@ -6,9 +6,7 @@ use serde_json::{json, Value};
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_non_stream_and_stream_with_usage() {
     let s = StackBuilder::default().start();
-    let r = s.post("/v1/chat/completions")
-        .json(&json!({"model":"gpt-5.5","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"temperature":0.3,"max_tokens":9}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/chat/completions", &json!({"model":"gpt-5.5","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"temperature":0.3,"max_tokens":9})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["object"], "chat.completion");
@@ -27,9 +25,7 @@ async fn chat_non_stream_and_stream_with_usage() {
     assert_eq!(up["input"][0]["role"], "developer");
     assert!(up.get("temperature").is_none() && up.get("max_tokens").is_none());
 
-    let r = s.post("/v1/chat/completions")
-        .json(&json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/chat/completions", &json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}})).await;
     assert_eq!(r.status(), 200);
     let body = r.text().await.unwrap();
     let frames: Vec<String> = parse_sse(&body).into_iter().map(|(_, d)| d).collect();
@@ -62,9 +58,7 @@ async fn chat_failure_before_commit_fails_over_and_after_commit_ends_without_don
         benches::Behaviour::fail_in_stream("server_is_overloaded"),
     );
     for _ in 0..3 {
-        let r = s.post("/v1/chat/completions")
-            .json(&json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true}))
-            .send().await.unwrap();
+        let r = s.post_json("/v1/chat/completions", &json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}],"stream":true})).await;
         let body = r.text().await.unwrap();
         assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
     }
@@ -85,11 +79,8 @@ async fn chat_failure_before_commit_fails_over_and_after_commit_ends_without_don
     let body = r.text().await.unwrap();
     let _ = body; // controls in headers are not forwarded; this request succeeds
     let bad = s
-        .post("/v1/chat/completions")
-        .json(&json!({"model":"gpt-5.5"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/chat/completions", &json!({"model":"gpt-5.5"}))
+        .await;
     assert_eq!(bad.status(), 400);
     let v: Value = bad.json().await.unwrap();
     assert_eq!(v["error"]["param"], "messages");

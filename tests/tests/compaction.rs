@@ -33,7 +33,7 @@ fn upstream(s: &Stack) -> Vec<RecordedRequest> {
 }
 
 async fn compact(s: &Stack, path: &str, body: &Value) -> (u16, Value) {
-    let r = s.post(path).json(body).send().await.unwrap();
+    let r = s.post_json(path, body).await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
@@ -142,7 +142,7 @@ async fn a_compaction_blob_stays_with_its_account() {
         "input": [item, {"type": "message", "role": "user", "content": "go on"}],
     });
     s.mock.clear_requests();
-    let r = s.post("/v1/responses").json(&next).send().await.unwrap();
+    let r = s.post_json("/v1/responses", &next).await;
     assert_eq!(r.status(), 200);
     let reqs = upstream(&s);
     assert_eq!(reqs.len(), 1);
@@ -152,7 +152,7 @@ async fn a_compaction_blob_stays_with_its_account() {
     s.mock
         .set_behaviour(&minter, "error=usage_limit_reached".parse().unwrap());
     s.mock.clear_requests();
-    let r = s.post("/v1/responses").json(&next).send().await.unwrap();
+    let r = s.post_json("/v1/responses", &next).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let reqs = upstream(&s);
     let served = reqs.last().unwrap();

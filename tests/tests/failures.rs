@@ -289,15 +289,15 @@ async fn a_client_cannot_get_an_account_banned() {
         for status in ["400", "403"] {
             let s = two(legacy);
             let r = s
-                .post("/v1/responses")
-                .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{
-                    "x-mock-error":"unsupported_parameter",
-                    "x-mock-param":"account has been deactivated",
-                    "x-mock-status":status,
-                }}))
-                .send()
-                .await
-                .unwrap();
+                .post_json(
+                    "/v1/responses",
+                    &json!({"model":"gpt-5.5","input":"x","client_metadata":{
+                        "x-mock-error":"unsupported_parameter",
+                        "x-mock-param":"account has been deactivated",
+                        "x-mock-status":status,
+                    }}),
+                )
+                .await;
             let st = r.status().as_u16();
             let v: Value = r.json().await.unwrap();
             assert_eq!(st.to_string(), status, "{v}");
@@ -409,13 +409,11 @@ async fn one_overloaded_request_cools_one_account_not_the_pool() {
         .start();
         for kind in ["server_is_overloaded", "internal"] {
             let r = s
-                .post("/v1/responses")
-                .json(
+                .post_json(
+                    "/v1/responses",
                     &json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":kind}}),
                 )
-                .send()
-                .await
-                .unwrap();
+                .await;
             assert_eq!(r.status(), 503, "{kind}");
             let cooling: Vec<bool> = (0..3)
                 .map(|i| s.account(&format!("acct-{i}")).cooling_ms > 0)
@@ -668,11 +666,11 @@ async fn stream_cut_before_any_output_is_not_resent() {
         for stream in [false, true] {
             s.mock.clear_requests();
             let r = s
-                .post("/v1/responses")
-                .json(&json!({"model":"gpt-5.5","input":"x","stream":stream}))
-                .send()
-                .await
-                .unwrap();
+                .post_json(
+                    "/v1/responses",
+                    &json!({"model":"gpt-5.5","input":"x","stream":stream}),
+                )
+                .await;
             let st = r.status().as_u16();
             let v: Value = r.json().await.unwrap();
             assert_eq!(st, 502, "stream {stream}: {v}");

@@ -49,16 +49,16 @@ async fn no_secret_in_trace_logs_metrics_or_admin_responses() {
         json!({"model":"gpt-5.5","input":"hi"}),
         json!({"model":"gpt-5.5","input":"hi","stream":true}),
     ] {
-        let r = s.post("/v1/responses").json(&body).send().await.unwrap();
+        let r = s.post_json("/v1/responses", &body).await;
         assert_eq!(r.status(), 200);
         let _ = r.text().await.unwrap();
     }
     let r = s
-        .post("/v1/chat/completions")
-        .json(&json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model":"gpt-5.5","messages":[{"role":"user","content":"hi"}]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let r = integration_tests::client()
         .post(format!("{}/v1/responses", s.url()))

@@ -12,6 +12,7 @@ use std::time::Duration;
 use integration_tests::{
     admin_api::CreatedKey,
     client,
+    fleet::{instance_url, with_redis},
     requests::post_at,
     streaming_mock,
     wait::{same_minute_for, usage_at, usage_until},
@@ -19,8 +20,6 @@ use integration_tests::{
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
-
-const REDIS: &str = "redis://127.0.0.1:6379/0";
 
 async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
     let r = s
@@ -436,12 +435,12 @@ async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
 async fn rpm_is_enforced_across_two_instances_through_redis() {
     let s = StackBuilder {
         postgres: true,
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
     let b = s.another_instance(|_| {});
-    let b_url = format!("http://{}", b.data_addr);
+    let b_url = instance_url(&b);
     same_minute_for(30).await;
     let key = s.create_key("fleet", json!({"rpm": 3})).await.key;
     // B learns of the key at its next reload.
@@ -507,7 +506,7 @@ async fn redis_down_enforces_locally_and_healthz_says_so() {
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_up_reports_fleet_enforcement() {
     let s = StackBuilder {
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();

@@ -125,15 +125,13 @@ async fn messages_text_json_and_stream_event_order() {
 
     // Streaming, with Bearer auth this time.
     let r = s
-        .post("/v1/messages")
-        .json(
+        .post_json(
+            "/v1/messages",
             &json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "stream": true,
                       "metadata": {"user_id": "user_1_session_a"},
                       "messages": [{"role": "user", "content": "hi"}]}),
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(
         r.headers()["content-type"].to_str().unwrap(),

@@ -54,21 +54,18 @@ async fn models_list_shapes_aliases_and_unknown_models() {
 
     // alias -> slug + effort upstream
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"fast","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"fast","input":"x"}))
+        .await;
     assert_eq!(r.status(), 200);
     let up: Value = serde_json::from_slice(&s.mock.requests().pop().unwrap().body).unwrap();
     assert_eq!(up["model"], "gpt-5.5");
     assert_eq!(up["reasoning"]["effort"], "low");
     let r = s
-        .post("/v1/chat/completions")
-        .json(&json!({"model":"fast","messages":[{"role":"user","content":"x"}]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model":"fast","messages":[{"role":"user","content":"x"}]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["model"], "fast", "the client sees its own model name");
@@ -79,13 +76,11 @@ async fn models_list_shapes_aliases_and_unknown_models() {
     let before = s.mock.responses_requests();
     for path in ["/v1/responses", "/v1/chat/completions"] {
         let r = s
-            .post(path)
-            .json(
+            .post_json(
+                path,
                 &json!({"model":"gpt-nope","input":"x","messages":[{"role":"user","content":"x"}]}),
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         assert_eq!(r.status(), 404, "{path}");
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["code"], "model_not_found");
@@ -111,11 +106,8 @@ async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
     assert_eq!(r.account_id(), Some("acct-0"));
     // not strict by configuration, but the upstream's catalog is authoritative
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-nope","input":"x"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"gpt-nope","input":"x"}))
+        .await;
     assert_eq!(r.status(), 404);
     let r = s.post_responses_x(false).await;
     assert_eq!(r.status(), 200);

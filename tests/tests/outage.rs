@@ -49,11 +49,11 @@ async fn refreshes_on_a_401(s: &integration_tests::Stack) {
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
     );
     let r = s
-        .post("/v1/responses")
-        .json(&serde_json::json!({"model": "gpt-5.5", "input": "after"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &serde_json::json!({"model": "gpt-5.5", "input": "after"}),
+        )
+        .await;
     let status = r.status();
     assert_eq!(status, 200, "{}", r.text().await.unwrap_or_default());
     assert_eq!(s.mock.token_calls(), calls + 1);

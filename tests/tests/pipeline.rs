@@ -69,17 +69,17 @@ async fn every_exit_records_usage_exactly_once() {
         ),
     ];
     for (path, body) in &bodies {
-        let r = s.post(path).json(body).send().await.unwrap();
+        let r = s.post_json(path, body).await;
         let _ = r.bytes().await;
     }
     // The client leaves in the middle of a long stream.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"h","stream":true,
-            "client_metadata":{"x-mock-inter-event-delay-ms":"200","x-mock-deltas":"50"}}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model":"gpt-5.5","input":"h","stream":true,
+            "client_metadata":{"x-mock-inter-event-delay-ms":"200","x-mock-deltas":"50"}}),
+        )
+        .await;
     let mut body = r.bytes_stream();
     let first = body.next().await.expect("a first chunk").unwrap();
     assert!(!first.is_empty());
@@ -144,11 +144,8 @@ async fn a_quota_failure_after_the_commit_cools_the_account() {
     s.mock.clear_behaviour(&a1);
     let before = s.mock.requests().len();
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"y"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"y"}))
+        .await;
     assert_eq!(r.status(), 429, "{}", r.text().await.unwrap());
     assert_eq!(
         s.mock.requests().len(),
@@ -166,11 +163,11 @@ async fn per_worker_load_is_exported() {
     let mut received = 0;
     for _ in 0..3 {
         let text = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"hi","stream":true}))
-            .send()
+            .post_json(
+                "/v1/responses",
+                &json!({"model":"gpt-5.5","input":"hi","stream":true}),
+            )
             .await
-            .unwrap()
             .text()
             .await
             .unwrap();

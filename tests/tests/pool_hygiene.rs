@@ -30,11 +30,8 @@ async fn account(s: &Stack, chatgpt: &str) -> Option<Value> {
 }
 
 async fn ask(s: &Stack) -> u16 {
-    s.post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "x"}))
-        .send()
+    s.post_json("/v1/responses", &json!({"model": "gpt-5.5", "input": "x"}))
         .await
-        .unwrap()
         .status()
         .as_u16()
 }

@@ -16,7 +16,7 @@ fn stack(accounts: usize) -> Stack {
 }
 
 async fn ask(s: &Stack, body: Value) -> (u16, Value) {
-    let r = s.post("/v1/responses").json(&body).send().await.unwrap();
+    let r = s.post_json("/v1/responses", &body).await;
     let st = r.status().as_u16();
     (st, r.json().await.unwrap())
 }
@@ -304,11 +304,11 @@ async fn chat_requests_get_a_stable_conversation_cache_key() {
     // A client's own prompt_cache_key wins.
     s.mock.clear_requests();
     let r = s
-        .post("/v1/chat/completions")
-        .json(&json!({"model":"gpt-5.5","prompt_cache_key":"mine","messages":[sys, u1]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model":"gpt-5.5","prompt_cache_key":"mine","messages":[sys, u1]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     r.text().await.unwrap();
     let body = s.mock.requests().pop().unwrap().json.unwrap();

@@ -14,6 +14,7 @@ use gateway::config::PlainHttp;
 use integration_tests::{
     egress_proxy::TestProxy, tls_material, ws_client::next_json_event, Stack, StackBuilder,
 };
+use reqwest::Method;
 use serde_json::{json, Value};
 
 fn stack(plain_http: PlainHttp, accounts: usize) -> Stack {
@@ -85,11 +86,11 @@ async fn ask(s: &Stack, stream: bool) -> (u16, String) {
 
 async fn ask_with(s: &Stack, stream: bool, input: &str) -> (u16, String) {
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":input,"stream":stream}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model":"gpt-5.5","input":input,"stream":stream}),
+        )
+        .await;
     let st = r.status().as_u16();
     (st, r.text().await.unwrap())
 }
@@ -397,7 +398,7 @@ async fn admin_crud_and_test_action() {
     let s = stack(PlainHttp::H1, 1);
     // bad input: the client's dialect, a clear message
     s.assert_each_refused(
-        reqwest::Method::POST,
+        Method::POST,
         "/api/admin/proxies",
         &[
             json!({"name":"x","url":"ftp://h:1"}),
@@ -421,13 +422,14 @@ async fn admin_crud_and_test_action() {
     );
     assert!(!v.to_string().contains("pw-123"), "{v}");
     // duplicate name
-    let r = s
-        .admin_post("/api/admin/proxies")
-        .json(&json!({"name":"good","url":"http://h:1"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 409);
+    let (st, answer) = s
+        .admin_call(
+            Method::POST,
+            "/api/admin/proxies",
+            json!({"name":"good","url":"http://h:1"}),
+        )
+        .await;
+    assert_eq!(st, 409, "{answer}");
 
     // test: reaches the origin through the proxy
     let t = proxy_test(&s, id).await;
@@ -438,13 +440,14 @@ async fn admin_crud_and_test_action() {
     assert_eq!(listed["data"][0]["last_check"]["ok"], true, "{listed}");
 
     // a wrong password (PATCH keeps the user, replaces the password): test fails, says why
-    let r = s
-        .admin_patch(&format!("/api/admin/proxies/{id}"))
-        .json(&json!({"password":"nope"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, answer) = s
+        .admin_call(
+            Method::PATCH,
+            &format!("/api/admin/proxies/{id}"),
+            json!({"password":"nope"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{answer}");
     let t = proxy_test(&s, id).await;
     assert_eq!(t["ok"], false, "{t}");
     assert!(t["error"].is_string(), "{t}");
@@ -452,13 +455,14 @@ async fn admin_crud_and_test_action() {
 
     // assignment by pool; a proxy in use cannot be deleted
     let acc = account_id(&s, "acct-0").await;
-    let r = s
-        .admin_put(&format!("/api/admin/accounts/{acc}/proxy"))
-        .json(&json!({"pool":"nowhere"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
+    let (st, answer) = s
+        .admin_call(
+            Method::PUT,
+            &format!("/api/admin/accounts/{acc}/proxy"),
+            json!({"pool":"nowhere"}),
+        )
+        .await;
+    assert_eq!(st, 400, "{answer}");
     let r = s
         .admin_post(&format!("/api/admin/proxies/{id}/assign"))
         .json(&json!({"account_ids":[acc]}))
@@ -469,46 +473,49 @@ async fn admin_crud_and_test_action() {
     assert_eq!(v["account_ids"], json!([acc]), "{v}");
     assert_eq!(v["serving_account_ids"], json!([acc]), "{v}");
     let r = s
-        .admin_req(reqwest::Method::DELETE, &format!("/api/admin/proxies/{id}"))
+        .admin_req(Method::DELETE, &format!("/api/admin/proxies/{id}"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 409);
-    let r = s
-        .admin_put(&format!("/api/admin/accounts/{acc}/proxy"))
-        .json(&json!({"pool":"eu"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, answer) = s
+        .admin_call(
+            Method::PUT,
+            &format!("/api/admin/accounts/{acc}/proxy"),
+            json!({"pool":"eu"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{answer}");
     assert_eq!(
         proxies(&s).await["data"][0]["serving_account_ids"],
         json!([acc])
     );
     // a disabled proxy: its accounts do not go direct, they fail
-    let r = s
-        .admin_patch(&format!("/api/admin/proxies/{id}"))
-        .json(&json!({"enabled": false, "password": "pw-123"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, answer) = s
+        .admin_call(
+            Method::PATCH,
+            &format!("/api/admin/proxies/{id}"),
+            json!({"enabled": false, "password": "pw-123"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{answer}");
     let (st, body) = ask(&s, false).await;
     assert_eq!(st, 503, "no account can egress: {body}");
     assert!(body.contains("\"error\""), "{body}");
     assert!(s.served_by().is_empty(), "never direct");
     // back to direct, then delete
-    let r = s
-        .admin_put(&format!("/api/admin/accounts/{acc}/proxy"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, answer) = s
+        .admin_call(
+            Method::PUT,
+            &format!("/api/admin/accounts/{acc}/proxy"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(st, 200, "{answer}");
     let (st, _) = ask(&s, false).await;
     assert_eq!(st, 200);
     let r = s
-        .admin_req(reqwest::Method::DELETE, &format!("/api/admin/proxies/{id}"))
+        .admin_req(Method::DELETE, &format!("/api/admin/proxies/{id}"))
         .send()
         .await
         .unwrap();
@@ -520,13 +527,14 @@ async fn admin_crud_and_test_action() {
 #[tokio::test(flavor = "multi_thread")]
 async fn password_is_encrypted_at_rest() {
     let s = stack(PlainHttp::H1, 0);
-    let r = s
-        .admin_post("/api/admin/proxies")
-        .json(&json!({"name":"enc","url":"socks5://bob:Very-Secret-77@127.0.0.1:1080"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (st, answer) = s
+        .admin_call(
+            Method::POST,
+            "/api/admin/proxies",
+            json!({"name":"enc","url":"socks5://bob:Very-Secret-77@127.0.0.1:1080"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{answer}");
     let mut found = false;
     for e in std::fs::read_dir(s.dir.path()).unwrap() {
         let path = e.unwrap().path();

@@ -16,11 +16,11 @@ fn stack() -> Stack {
 async fn json_response_is_the_completed_object() {
     let s = stack();
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"say hi"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model":"gpt-5.5","input":"say hi"}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     assert!(
         r.headers().get("x-codex-primary-used-percent").is_none(),
@@ -38,9 +38,7 @@ async fn json_response_is_the_completed_object() {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_response_rebuilds_empty_completed_output() {
     let s = stack();
-    let r = s.post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-empty-completed-output":"1"}}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-empty-completed-output":"1"}})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["output"].as_array().unwrap().len(), 1, "{v}");
@@ -217,12 +215,7 @@ async fn oversized_and_malformed_bodies_are_rejected() {
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"input":"x"}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_json("/v1/responses", &json!({"input":"x"})).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["param"], "model");
@@ -232,16 +225,12 @@ async fn oversized_and_malformed_bodies_are_rejected() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upstream_request_errors_are_returned_as_openai_errors() {
     let s = stack();
-    let r = s.post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"unsupported_parameter","x-mock-param":"foo"}}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"unsupported_parameter","x-mock-param":"foo"}})).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["message"], "Unsupported parameter: foo");
     assert_eq!(v["error"]["type"], "invalid_request_error");
-    let r = s.post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"context_length_exceeded"}}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"x","client_metadata":{"x-mock-error":"context_length_exceeded"}})).await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded");
@@ -309,9 +298,7 @@ async fn stream_cut_after_commit_ends_with_one_terminal_error() {
         ..StackBuilder::default()
     }
     .start();
-    let r = s.post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","stream":true,"client_metadata":{"x-mock-disconnect-after":"6"}}))
-        .send().await.unwrap();
+    let r = s.post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"x","stream":true,"client_metadata":{"x-mock-disconnect-after":"6"}})).await;
     assert_eq!(r.status(), 200);
     let body = r.text().await.unwrap();
     let evs = parse_sse(&body);
@@ -376,11 +363,11 @@ async fn client_disconnect_releases(plain_http: PlainHttp) {
 async fn previous_response_id_over_http_is_a_clear_error() {
     let s = stack();
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"x","previous_response_id":"resp_1"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model":"gpt-5.5","input":"x","previous_response_id":"resp_1"}),
+        )
+        .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "previous_response_not_found");
@@ -434,11 +421,11 @@ async fn h2c_request_bodies_of_every_size_arrive_whole() {
         }
         let stream = i % 2 == 0;
         let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input": input,"stream": stream}))
-            .send()
-            .await
-            .unwrap();
+            .post_json(
+                "/v1/responses",
+                &json!({"model":"gpt-5.5","input": input,"stream": stream}),
+            )
+            .await;
         assert_eq!(r.status(), 200, "{len} bytes");
         assert!(r.text().await.unwrap().contains("resp"), "{len} bytes");
         let reqs = s.mock.requests();

@@ -19,7 +19,11 @@ use benches::{Behaviour, ErrorKind, MockConfig};
 use codex_gateway::app::AppHandle;
 use codex_gateway::config::Config;
 use integration_tests::{
-    client, metric_sum, metrics_at, requests::blob_turn, Stack, StackBuilder, ADMIN_TOKEN,
+    client,
+    fleet::instance_url,
+    metric_sum, metrics_at,
+    requests::{blob_turn, post_at},
+    Stack, StackBuilder, ADMIN_TOKEN,
 };
 use serde_json::{json, Value};
 
@@ -106,15 +110,8 @@ impl Drop for Fleet {
 
 /// `POST {base}/v1/responses` with `key`: (status, body).
 async fn respond_at(base: &str, key: &str, body: Value) -> (u16, Value) {
-    let r = client()
-        .post(format!("{base}/v1/responses"))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let st = r.status().as_u16();
-    (st, r.json().await.unwrap_or(Value::Null))
+    let (st, _, v) = post_at(&client(), base, "/v1/responses", key, &body).await;
+    (st, v)
 }
 
 async fn ask(base: &str, key: &str) -> (u16, Value) {
@@ -632,5 +629,5 @@ async fn blob_owners_are_shared_across_instances_and_restarts() {
 
 /// A counter summed over its label sets in an instance's `/metrics` (0 when absent).
 async fn metric_at(h: &AppHandle, name: &str) -> i64 {
-    metric_sum(&metrics_at(&format!("http://{}", h.data_addr)).await, name)
+    metric_sum(&metrics_at(&instance_url(h)).await, name)
 }

@@ -82,11 +82,11 @@ async fn unknown_foreign_blobs_are_stripped_and_retried_once_on_the_same_account
     for (round, shape) in ["code", "null"].into_iter().enumerate() {
         let foreign = minted_reasoning(&s.mock, "acct-elsewhere").await;
         let r = s
-            .post("/v1/responses")
-            .json(&history(&foreign, json!({"x-mock-blob-error": shape})))
-            .send()
-            .await
-            .unwrap();
+            .post_json(
+                "/v1/responses",
+                &history(&foreign, json!({"x-mock-blob-error": shape})),
+            )
+            .await;
         assert_eq!(r.status(), 200, "shape {shape}");
         let text = r.text().await.unwrap();
         assert!(text.contains("response.completed"), "{text}");
@@ -131,12 +131,12 @@ async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried
     let s = one_account();
     // A plain invalid_request_error: returned as is, one upstream request.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true,
-            "client_metadata": {"x-mock-error": "context_length_exceeded"}}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "input": "x", "stream": true,
+            "client_metadata": {"x-mock-error": "context_length_exceeded"}}),
+        )
+        .await;
     assert_eq!(r.status(), 400);
     assert_eq!(upstream(&s.mock).len(), 1);
     s.mock.clear_requests();
@@ -144,14 +144,14 @@ async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried
     // An upstream that refuses even the stripped body (forced): one retry, then the error.
     let foreign = minted_reasoning(&s.mock, "acct-elsewhere").await;
     let r = s
-        .post("/v1/responses")
-        .json(&history(
-            &foreign,
-            json!({"x-mock-error": "invalid_encrypted_content"}),
-        ))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &history(
+                &foreign,
+                json!({"x-mock-error": "invalid_encrypted_content"}),
+            ),
+        )
+        .await;
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "invalid_encrypted_content");
@@ -160,12 +160,12 @@ async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried
 
     // A refusal of a body without blobs has nothing to strip: no retry.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "x", "stream": true,
-            "client_metadata": {"x-mock-error": "invalid_encrypted_content"}}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "input": "x", "stream": true,
+            "client_metadata": {"x-mock-error": "invalid_encrypted_content"}}),
+        )
+        .await;
     assert_eq!(r.status(), 400);
     assert_eq!(upstream(&s.mock).len(), 1);
     assert_eq!(s.account("acct-0").status, "active");
@@ -337,7 +337,7 @@ async fn anthropic_thinking_signatures_survive_an_account_switch() {
     let ask = json!({"model": "claude-sonnet-4-5", "max_tokens": 16000,
         "thinking": {"type": "enabled", "budget_tokens": 10000},
         "messages": [{"role": "user", "content": "think"}]});
-    let r = s.post("/v1/messages").json(&ask).send().await.unwrap();
+    let r = s.post_json("/v1/messages", &ask).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(s.served_by(), ["acct-0"]);
@@ -354,7 +354,7 @@ async fn anthropic_thinking_signatures_survive_an_account_switch() {
         "messages": [{"role": "user", "content": "think"},
                      {"role": "assistant", "content": v["content"].clone()},
                      {"role": "user", "content": "again"}]});
-    let r = s.post("/v1/messages").json(&follow).send().await.unwrap();
+    let r = s.post_json("/v1/messages", &follow).await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let reqs = upstream(&s.mock);
     let on_1: Vec<&RecordedRequest> = reqs
@@ -436,12 +436,12 @@ async fn a_transcript_replay_after_an_account_switch_carries_no_foreign_blob() {
     let s = two_accounts(shared_state::snapshot::Strategy::FillFirst);
     // `store` not false: the gateway keeps the transcript for `previous_response_id`.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "first",
-            "include": ["reasoning.encrypted_content"]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "input": "first",
+            "include": ["reasoning.encrypted_content"]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     let id = v["id"].as_str().unwrap().to_owned();
@@ -454,14 +454,12 @@ async fn a_transcript_replay_after_an_account_switch_carries_no_foreign_blob() {
     );
     s.mock.clear_requests();
     let r = s
-        .post("/v1/responses")
-        .json(
+        .post_json(
+            "/v1/responses",
             &json!({"model": "gpt-5.5", "input": "second", "previous_response_id": id,
             "include": ["reasoning.encrypted_content"]}),
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     let reqs = upstream(&s.mock);
     let on_1: Vec<&RecordedRequest> = reqs

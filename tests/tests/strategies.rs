@@ -42,7 +42,7 @@ async fn set_strategy(s: &Stack, name: &str) {
 /// One non-streaming request with `body`; returns the accounts the upstream saw for it.
 async fn served(s: &Stack, body: Value) -> Vec<String> {
     s.mock.clear_requests();
-    let r = s.post("/v1/responses").json(&body).send().await.unwrap();
+    let r = s.post_json("/v1/responses", &body).await;
     let st = r.status().as_u16();
     let v: Value = r.json().await.unwrap();
     assert_eq!(st, 200, "{v}");

@@ -57,22 +57,17 @@ async fn every_answer_carries_a_request_id() {
         id
     };
     // 200 JSON.
-    let r = s
-        .post("/v1/responses")
-        .json(&respond_body())
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_json("/v1/responses", &respond_body()).await;
     assert_eq!(r.status(), 200);
     check(rid(&r));
     r.text().await.unwrap();
     // 200 SSE.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "hi", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "input": "hi", "stream": true}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"]
         .to_str()
@@ -127,12 +122,12 @@ async fn every_answer_carries_a_request_id() {
     assert_eq!(v["request_id"], id.as_str(), "{v}");
     // 200 on /v1/messages: both headers, the same id.
     let r = s
-        .post("/v1/messages")
-        .json(&json!({"model": "gpt-5.5", "max_tokens": 16,
-            "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/messages",
+            &json!({"model": "gpt-5.5", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     let id = check(rid(&r));
     assert_eq!(r.headers()["request-id"].to_str().unwrap(), id);
@@ -253,12 +248,7 @@ async fn websocket_error_events_carry_the_turns_id() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_usage_record_carries_the_id_and_the_admin_api_finds_it() {
     let s = StackBuilder::default().start();
-    let r = s
-        .post("/v1/responses")
-        .json(&respond_body())
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_json("/v1/responses", &respond_body()).await;
     assert_eq!(r.status(), 200);
     let ok_id = rid(&r);
     r.text().await.unwrap();
@@ -380,31 +370,26 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
     }
     .start();
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model": "gpt-5.5", "input": "hi", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model": "gpt-5.5", "input": "hi", "stream": true}),
+        )
+        .await;
     let sse_id = rid(&r);
     let sse_len = r.bytes().await.unwrap().len() as u64;
     let r = s
-        .post("/v1/chat/completions")
-        .json(&json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "x"}]}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-5.5", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     let json_id = rid(&r);
     let json_len = r.bytes().await.unwrap().len() as u64;
     s.mock.set_behaviour(
         "acct-0",
         Behaviour::error(ErrorKind::ContextLengthExceeded).times(1),
     );
-    let r = s
-        .post("/v1/responses")
-        .json(&respond_body())
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_json("/v1/responses", &respond_body()).await;
     assert_eq!(r.status(), 400);
     let failed_id = rid(&r);
     s.mock.clear_behaviour("acct-0");
@@ -543,12 +528,7 @@ async fn the_access_log_rotates_at_its_size_bound() {
     let mut sent = 0;
     // Lines are about 450 bytes: four files' worth of requests rotates at least three times.
     while sent < 20 {
-        let r = s
-            .post("/v1/responses")
-            .json(&respond_body())
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_json("/v1/responses", &respond_body()).await;
         assert_eq!(r.status(), 200);
         r.text().await.unwrap();
         sent += 1;

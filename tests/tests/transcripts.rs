@@ -2,24 +2,23 @@
 //! whose client did not ask for `store:false`, shared by the workers, within a byte budget,
 //! and replays the chain upstream (the upstream keeps nothing).
 
-use integration_tests::{client, Stack, StackBuilder};
+use integration_tests::{
+    client,
+    fleet::{with_redis, REDIS_URL},
+    requests::post_at,
+    Stack, StackBuilder,
+};
 use serde_json::{json, Value};
 
 async fn create(s: &Stack, key: &str, body: Value) -> (u16, Value) {
     // A new connection per request: workers differ, the store is shared.
-    let r = reqwest::Client::builder()
+    let fresh = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(0)
         .build()
-        .unwrap()
-        .post(format!("{}/v1/responses", s.url()))
-        .bearer_auth(key)
-        .json(&body)
-        .send()
-        .await
         .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    let (status, _, v) = post_at(&fresh, &s.url(), "/v1/responses", key, &body).await;
+    (status, v)
 }
 
 fn last_upstream(s: &Stack) -> Value {
@@ -45,12 +44,7 @@ async fn a_chain_of_three_over_http_is_replayed_whole() {
     .await;
     assert_eq!(st, 200, "{r2}");
     // Streaming continuation of the continuation.
-    let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"turn three","stream":true,"previous_response_id": r2["id"]}))
-        .send()
-        .await
-        .unwrap();
+    let r = s.post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"turn three","stream":true,"previous_response_id": r2["id"]})).await;
     assert_eq!(r.status(), 200);
     let _ = r.text().await.unwrap();
     let up = last_upstream(&s);
@@ -161,17 +155,16 @@ async fn the_byte_budget_evicts_the_oldest() {
 /// cannot continue it (it is Redis that carried it, not a shared process).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chain_started_on_one_instance_continues_on_another_through_redis() {
-    const REDIS: &str = "redis://127.0.0.1:6379/0";
     let s = StackBuilder {
         postgres: true,
-        tweak: Some(Box::new(|c| c.sidecar.redis_url = Some(REDIS.into()))),
+        tweak: with_redis(),
         ..StackBuilder::default()
     }
     .start();
     let second = |redis: Option<&str>| {
         s.another_instance(|cfg| cfg.sidecar.redis_url = redis.map(str::to_owned))
     };
-    let b = second(Some(REDIS));
+    let b = second(Some(REDIS_URL));
     let on = |app: &codex_gateway::app::AppHandle, body: Value| {
         let url = format!("http://{}/v1/responses", app.data_addr);
         let key = s.key.clone();

@@ -36,11 +36,11 @@ async fn tls_h2_upstream_with_private_ca() {
     let s = tls_stack(dir.path(), true);
     for stream in [true, false, true] {
         let r = s
-            .post("/v1/responses")
-            .json(&json!({"model":"gpt-5.5","input":"x","stream":stream}))
-            .send()
-            .await
-            .unwrap();
+            .post_json(
+                "/v1/responses",
+                &json!({"model":"gpt-5.5","input":"x","stream":stream}),
+            )
+            .await;
         assert_eq!(r.status(), 200);
         let body = r.text().await.unwrap();
         assert!(body.contains("Hello from mock-codex"), "{body}");

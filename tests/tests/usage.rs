@@ -54,24 +54,22 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
     .start();
     // 1. Responses over HTTP (h1 upstream), streamed, with effort and tier.
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"a","stream":true,
-            "reasoning":{"effort":"high"},"service_tier":"priority"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json(
+            "/v1/responses",
+            &json!({"model":"gpt-5.5","input":"a","stream":true,
+            "reasoning":{"effort":"high"},"service_tier":"priority"}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     r.text().await.unwrap();
     // 2. Chat, not streamed, effort in the chat dialect.
     let r = s
-        .post("/v1/chat/completions")
-        .json(
+        .post_json(
+            "/v1/chat/completions",
             &json!({"model":"gpt-5.5","messages":[{"role":"user","content":"b"}],
             "reasoning_effort":"low"}),
         )
-        .send()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(r.status(), 200);
     r.text().await.unwrap();
     // 3. A WebSocket turn (over the upstream WebSocket).
@@ -109,11 +107,8 @@ async fn records_carry_every_field_for_http_ws_and_chat() {
         Behaviour::error(ErrorKind::UsageLimitReached).times(1),
     );
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"c"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"c"}))
+        .await;
     // Both accounts refused once: the request fails after one failover.
     let st = r.status().as_u16();
     r.text().await.unwrap();
@@ -180,11 +175,8 @@ async fn h2c_upstream_is_recorded_as_h2() {
     }
     .start();
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"a"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"a"}))
+        .await;
     assert_eq!(r.status(), 200);
     wait_for("1 record", Duration::from_secs(20), || async {
         total_requests(&s).await == 1
@@ -202,11 +194,8 @@ async fn rollups_and_csv_export() {
     for i in 0..6 {
         let model = if i < 4 { "gpt-5.5" } else { "gpt-5.4" };
         let r = s
-            .post("/v1/responses")
-            .json(&json!({"model": model, "input": "x"}))
-            .send()
-            .await
-            .unwrap();
+            .post_json("/v1/responses", &json!({"model": model, "input": "x"}))
+            .await;
         assert_eq!(r.status(), 200);
     }
     wait_for("6 records", Duration::from_secs(20), || async {
@@ -409,11 +398,8 @@ async fn a_full_usage_spool_does_not_delay_a_refresh() {
         Behaviour::error(ErrorKind::TokenInvalidated).times(1),
     );
     let r = s
-        .post("/v1/responses")
-        .json(&json!({"model":"gpt-5.5","input":"after"}))
-        .send()
-        .await
-        .unwrap();
+        .post_json("/v1/responses", &json!({"model":"gpt-5.5","input":"after"}))
+        .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     assert_eq!(s.mock.token_calls(), 1, "refreshed while usage was stuck");
     assert_eq!(s.metric("codex_gateway_usage_spool_full").await, 1);
