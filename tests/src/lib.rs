@@ -264,6 +264,16 @@ pub fn client_from(ip: &str) -> reqwest::Client {
         .expect("client")
 }
 
+/// A `GET` of `url` without credentials (health, metrics, static files, unknown paths),
+/// sent through [`client`]: the response, body unread.
+pub async fn http_get(url: &str) -> reqwest::Response {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
 /// A reqwest client without proxies.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

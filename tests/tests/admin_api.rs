@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use integration_tests::{
     admin_api::{auth_json, login, session_of},
-    client,
+    client, http_get,
     wait::wait_for,
     Stack, StackBuilder, ADMIN_TOKEN,
 };
@@ -112,11 +112,7 @@ async fn every_endpoint_refuses_anonymous_and_wrong_credentials() {
         assert_ne!(st, 401, "{m} {p} with the session");
     }
     // healthz stays open (it says up or down, nothing else).
-    let r = client()
-        .get(format!("{}/healthz", s.admin_url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/healthz", s.admin_url())).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -353,11 +349,7 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
     // The web app is served (public, no secrets) with a strict CSP; unknown paths route to
     // the app, unknown files are 404.
     for path in ["/", "/accounts", "/ops"] {
-        let r = client()
-            .get(format!("{}{path}", s.admin_url()))
-            .send()
-            .await
-            .unwrap();
+        let r = http_get(&format!("{}{path}", s.admin_url())).await;
         assert_eq!(r.status(), 200, "{path}");
         let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
             .to_str()
@@ -371,11 +363,7 @@ async fn cross_site_foreign_host_and_non_json_mutations_are_refused() {
             "{body}"
         );
     }
-    let r = client()
-        .get(format!("{}/assets/nope.js", s.admin_url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/assets/nope.js", s.admin_url())).await;
     assert_eq!(r.status(), 404);
 }
 

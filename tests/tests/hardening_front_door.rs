@@ -233,12 +233,15 @@ fn endless_answer_stack(legacy: bool) -> (Stack, String) {
     (s, acct)
 }
 
-/// Waits (up to 30 s) until `acct` holds no slot.
-fn wait_slot_released(s: &Stack, acct: &str) {
+/// Asserts that `acct` holds its one slot (`held` says why it should), waits (up to 30 s)
+/// until it holds none, and asserts that it was released (`released` names by what).
+fn slot_held_then_released(s: &Stack, acct: &str, held: &str, released: &str) {
+    assert_eq!(s.in_flight(acct), 1, "{held}");
     let deadline = Instant::now() + Duration::from_secs(30);
     while s.in_flight(acct) != 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert_eq!(s.in_flight(acct), 0, "{released}");
 }
 
 /// A streaming client that stops reading (tiny receive buffer) while the upstream sends a
@@ -265,16 +268,11 @@ fn a_slow_reader_releases_its_account_slot() {
         let mut first = [0u8; 1024];
         let n = c.read(&mut first).unwrap();
         assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
-        assert_eq!(
-            s.in_flight(&acct),
-            1,
-            "legacy={legacy}: the stream holds the slot"
-        );
-        wait_slot_released(&s, &acct);
-        assert_eq!(
-            s.in_flight(&acct),
-            0,
-            "legacy={legacy}: the slow reader's slot was released"
+        slot_held_then_released(
+            &s,
+            &acct,
+            &format!("legacy={legacy}: the stream holds the slot"),
+            &format!("legacy={legacy}: the slow reader's slot was released"),
         );
         // The connection was closed by the gateway: reading on eventually hits EOF/reset.
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -466,16 +464,11 @@ fn a_websocket_client_that_stops_reading_releases_its_slot() {
         // The first event: the turn is running and holds the slot; then stop reading.
         let (op, _) = ws_read_frame(&mut c).unwrap();
         assert_eq!(op, 1, "legacy={legacy}: a text frame");
-        assert_eq!(
-            s.in_flight(&acct),
-            1,
-            "legacy={legacy}: the turn holds the slot"
-        );
-        wait_slot_released(&s, &acct);
-        assert_eq!(
-            s.in_flight(&acct),
-            0,
-            "legacy={legacy}: the stalled session released its slot"
+        slot_held_then_released(
+            &s,
+            &acct,
+            &format!("legacy={legacy}: the turn holds the slot"),
+            &format!("legacy={legacy}: the stalled session released its slot"),
         );
         // Reading again: the frames on the wire, then our Close 1008, then EOF.
         let mut frames = 0;

@@ -13,6 +13,7 @@ use integration_tests::{
     admin_api::CreatedKey,
     client,
     fleet::{instance_url, with_redis},
+    http_get,
     requests::post_at,
     streaming_mock,
     wait::{same_minute_for, usage_at, usage_until},
@@ -352,11 +353,7 @@ async fn route_labels_count_usage_and_refusals_under_their_route() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let r = client()
-        .get(format!("{}/v1/responses", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/v1/responses", s.url())).await;
     assert_eq!(r.status(), 426);
     assert_eq!(r.headers()["upgrade"], "websocket");
     let v: Value = r.json().await.unwrap();
@@ -403,11 +400,7 @@ async fn v1_usage_shows_the_callers_own_usage_and_limits_only() {
     let other = usage_until(&s.url(), &s.key, |u| u["today"]["requests"] == 1).await;
     assert_eq!(other["key"]["name"], "test");
     // No key, no usage.
-    let r = client()
-        .get(format!("{}/v1/usage", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/v1/usage", s.url())).await;
     assert_eq!(r.status(), 401);
     // The admin API shows the same counts, and the key's last use once stored (every 5 s).
     let mut k = Value::Null;

@@ -24,14 +24,17 @@ fn post(s: &Stack, path: &str, body: &Value) -> reqwest::RequestBuilder {
         .json(body)
 }
 
+/// [`post`], sent: the response, body unread.
+async fn send(s: &Stack, path: &str, body: &Value) -> reqwest::Response {
+    post(s, path, body).send().await.unwrap()
+}
+
 /// `ask` sent to `/v1/messages` with `"stream": true`: the whole stream.
 async fn stream_text(s: &Stack, ask: &Value) -> String {
     let mut streamed = ask.clone();
     streamed["stream"] = json!(true);
-    post(s, "/v1/messages", &streamed)
-        .send()
+    send(s, "/v1/messages", &streamed)
         .await
-        .unwrap()
         .text()
         .await
         .unwrap()
@@ -76,15 +79,12 @@ fn streamed_text(evs: &[(String, Value)]) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn messages_text_json_and_stream_event_order() {
     let s = stack(1);
-    let r = post(&s, "/v1/messages", &json!({
+    let r = send(&s, "/v1/messages", &json!({
         "model": "claude-sonnet-4-5-20250929", "max_tokens": 1024,
         "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
         "temperature": 0.3, "top_p": 0.9, "top_k": 4, "metadata": {"user_id": "user_1_session_a"},
         "messages": [{"role": "user", "content": "hi"}]
-    }))
-    .send()
-    .await
-    .unwrap();
+    })).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "message");
@@ -189,7 +189,7 @@ async fn messages_tool_use_round_trip() {
     let ask = json!({"model": "claude-opus-4-1", "max_tokens": 256, "tools": tools,
         "tool_choice": {"type": "any"},
         "messages": [{"role": "user", "content": "Weather in Paris?"}]});
-    let r = post(&s, "/v1/messages", &ask).send().await.unwrap();
+    let r = send(&s, "/v1/messages", &ask).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["stop_reason"], "tool_use", "{v}");
@@ -229,7 +229,7 @@ async fn messages_tool_use_round_trip() {
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": id, "content": [{"type": "text", "text": "sunny"}]},
                 {"type": "text", "text": "thanks"}]}]});
-    let r = post(&s, "/v1/messages", &follow).send().await.unwrap();
+    let r = send(&s, "/v1/messages", &follow).await;
     assert_eq!(r.status(), 200);
     let v2: Value = r.json().await.unwrap();
     assert!(v2["content"][0]["text"]
@@ -268,13 +268,7 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
     let ask = json!({"model": "claude-sonnet-4-5", "max_tokens": 16000,
         "thinking": {"type": "enabled", "budget_tokens": 10000},
         "messages": [{"role": "user", "content": "think"}]});
-    let v: Value = post(&s, "/v1/messages", &ask)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = send(&s, "/v1/messages", &ask).await.json().await.unwrap();
     let up = s.upstream_bodies().pop().unwrap();
     assert_eq!(up["reasoning"]["effort"], "medium");
     assert_eq!(up["reasoning"]["summary"], "auto");
@@ -308,7 +302,7 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
         "messages": [{"role": "user", "content": "think"},
                      {"role": "assistant", "content": v["content"].clone()},
                      {"role": "user", "content": "again"}]});
-    let r = post(&s, "/v1/messages", &follow).send().await.unwrap();
+    let r = send(&s, "/v1/messages", &follow).await;
     assert_eq!(r.status(), 200);
     let up = s.upstream_bodies().pop().unwrap();
     let rs = up["input"]
@@ -423,7 +417,7 @@ async fn messages_errors_are_in_anthropics_shape() {
             s.mock.set_behaviour("acct-0", Behaviour::error(kind));
             let mut body = hi.clone();
             body["stream"] = json!(stream);
-            let r = post(&s, "/v1/messages", &body).send().await.unwrap();
+            let r = send(&s, "/v1/messages", &body).await;
             if status == 429 {
                 assert!(r.headers().contains_key("retry-after"), "{kind:?}");
             }
@@ -812,7 +806,7 @@ async fn messages_accept_todays_fields_and_unknown_betas() {
     // Really invalid input is still refused, in Anthropic's shape.
     let mut body = base.clone();
     body["messages"] = json!([{"role": "tool", "content": "x"}]);
-    let (st, v) = error_of(post(&s, "/v1/messages", &body).send().await.unwrap()).await;
+    let (st, v) = error_of(send(&s, "/v1/messages", &body).await).await;
     assert_eq!(st, 400);
     assert_eq!(v["type"], "error");
     assert_eq!(v["error"]["type"], "invalid_request_error");

@@ -1,6 +1,6 @@
 //! `/v1/models` in both shapes, aliases, and unknown models.
 
-use integration_tests::{client, StackBuilder};
+use integration_tests::{client, http_get, StackBuilder};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -193,11 +193,7 @@ async fn one_model_by_id() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["code"], "model_not_found", "{v}");
     }
-    let r = client()
-        .get(format!("{}/v1/models/gpt-5.5", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/v1/models/gpt-5.5", s.url())).await;
     assert_eq!(r.status(), 401);
 }
 

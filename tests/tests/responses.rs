@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use benches::{Behaviour, ErrorKind};
 use futures_util::StreamExt;
 use gateway::config::PlainHttp;
-use integration_tests::{client, parse_sse, streaming_mock, Stack, StackBuilder};
+use integration_tests::{client, http_get, parse_sse, streaming_mock, Stack, StackBuilder};
 use serde_json::{json, Value};
 
 fn stack() -> Stack {
@@ -472,23 +472,11 @@ async fn http1_upstream_on_io_uring() {
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_on_both_planes() {
     let s = stack();
-    let r = client()
-        .get(format!("{}/healthz", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/healthz", s.url())).await;
     assert_eq!(r.status(), 200);
-    let r = client()
-        .get(format!("{}/healthz", s.admin_url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/healthz", s.admin_url())).await;
     assert_eq!(r.status(), 200);
-    let r = client()
-        .get(format!("{}/nope", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/nope", s.url())).await;
     assert_eq!(r.status(), 404);
     let v: Value = r.json().await.unwrap();
     assert!(v["error"]["message"].is_string());

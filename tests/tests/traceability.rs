@@ -12,9 +12,12 @@ use std::time::Duration;
 
 use benches::{Behaviour, ErrorKind};
 use futures_util::SinkExt;
-use integration_tests::ws_client::connect_responses;
 use integration_tests::{
-    admin_api::usage_csv, client, wait::wait_for, ws_client::next_json_event, Stack, StackBuilder,
+    admin_api::usage_csv,
+    client, http_get,
+    wait::wait_for,
+    ws_client::{connect_responses, next_json_event},
+    Stack, StackBuilder,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -86,11 +89,7 @@ async fn every_answer_carries_a_request_id() {
     assert_eq!(r.status(), 401);
     check(rid(&r));
     // 404.
-    let r = client()
-        .get(format!("{}/v1/nothing-here", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/v1/nothing-here", s.url())).await;
     assert_eq!(r.status(), 404);
     check(rid(&r));
     // 400, bad JSON: OpenAI's body is unchanged (OpenAI sends the id as a header only).
@@ -411,11 +410,7 @@ async fn the_access_log_has_one_line_per_request_and_no_secret() {
         .unwrap();
     assert_eq!(r.status(), 401);
     let unauthorized_id = rid(&r);
-    let r = client()
-        .get(format!("{}/nowhere", s.url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/nowhere", s.url())).await;
     assert_eq!(r.status(), 404);
     let not_found_id = rid(&r);
     let r = s

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use benches::MockConfig;
-use integration_tests::{client, tls_material, StackBuilder};
+use integration_tests::{http_get, tls_material, StackBuilder};
 use serde_json::{json, Value};
 
 /// A stack whose mock serves TLS (h2 + http/1.1 by ALPN) with a certificate from a test CA; the
@@ -117,10 +117,10 @@ async fn healthz_reports_storage_down_while_the_data_plane_serves() {
         async move {
             let deadline = Instant::now() + Duration::from_secs(15);
             loop {
-                let r = client().get(&data).send().await.unwrap();
+                let r = http_get(&data).await;
                 let a = r.status().as_u16();
                 let body: serde_json::Value = r.json().await.unwrap();
-                let b = client().get(&adm).send().await.unwrap().status().as_u16();
+                let b = http_get(&adm).await.status().as_u16();
                 if a == 200 && body["storage"] == want_storage && b == want_admin {
                     return body;
                 }
@@ -155,11 +155,7 @@ async fn healthz_reports_the_upstream_and_redis() {
     }
     .start();
     let health = || async {
-        let r = client()
-            .get(format!("{}/healthz", s.url()))
-            .send()
-            .await
-            .unwrap();
+        let r = http_get(&format!("{}/healthz", s.url())).await;
         assert_eq!(r.status(), 200);
         r.json::<serde_json::Value>().await.unwrap()
     };

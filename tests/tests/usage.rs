@@ -11,9 +11,12 @@ use benches::{Behaviour, ErrorKind};
 use codex_gateway::app::App;
 use futures_util::SinkExt;
 use gateway::config::PlainHttp;
-use integration_tests::ws_client::connect_responses;
 use integration_tests::{
-    admin_api::usage_csv, client, wait::wait_for, ws_client::next_json_event, Stack, StackBuilder,
+    admin_api::usage_csv,
+    http_get,
+    wait::wait_for,
+    ws_client::{connect_responses, next_json_event},
+    Stack, StackBuilder,
 };
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -272,11 +275,7 @@ async fn rollups_and_csv_export() {
         assert_eq!(v["error"]["type"], "invalid_request_error", "{q}: {v}");
     }
     // Admin auth.
-    let r = client()
-        .get(format!("{}/api/admin/usage/export.csv", s.admin_url()))
-        .send()
-        .await
-        .unwrap();
+    let r = http_get(&format!("{}/api/admin/usage/export.csv", s.admin_url())).await;
     assert_eq!(r.status(), 401);
 }
 
