@@ -24,6 +24,17 @@ fn post(s: &Stack, path: &str, body: &Value) -> reqwest::RequestBuilder {
         .json(body)
 }
 
+/// The smallest Messages request (`hi` to a `claude-*` model, 9 tokens at most), streamed
+/// when `stream`.
+fn hi(stream: bool) -> Value {
+    let mut v = json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
+                       "messages": [{"role": "user", "content": "hi"}]});
+    if stream {
+        v["stream"] = json!(true);
+    }
+    v
+}
+
 /// [`post`], sent: the response, body unread.
 async fn send(s: &Stack, path: &str, body: &Value) -> reqwest::Response {
     post(s, path, body).send().await.unwrap()
@@ -164,15 +175,13 @@ async fn messages_text_json_and_stream_event_order() {
     assert_eq!(up["prompt_cache_key"].as_str(), Some(pck.as_str()));
 
     // Stop sequences are applied by the gateway (the backend takes none).
-    let r = post(
+    let r = send(
         &s,
         "/v1/messages",
         &json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
         "stop_sequences": ["mock"], "messages": [{"role": "user", "content": "hi"}]}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["content"][0]["text"], "Hello from ");
     assert_eq!(v["stop_reason"], "stop_sequence");
@@ -315,15 +324,13 @@ async fn messages_thinking_blocks_and_signature_round_trip() {
     assert_eq!(rs["encrypted_content"], sig.as_str());
 
     // Without thinking the reasoning is not shown.
-    let v: Value = post(
+    let v: Value = send(
         &s,
         "/v1/messages",
         &json!({"model": "claude-sonnet-4-5", "max_tokens": 99,
         "messages": [{"role": "user", "content": "x"}]}),
     )
-    .send()
     .await
-    .unwrap()
     .json()
     .await
     .unwrap();
@@ -344,8 +351,7 @@ async fn error_of(r: reqwest::Response) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn messages_errors_are_in_anthropics_shape() {
     let s = stack(1);
-    let hi = json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
-                    "messages": [{"role": "user", "content": "hi"}]});
+    let hi = hi(false);
     // Before the body: authentication.
     let r = client()
         .post(format!("{}/v1/messages", s.url()))
@@ -367,14 +373,12 @@ async fn messages_errors_are_in_anthropics_shape() {
         .unwrap();
     assert_eq!(error_of(r).await.0, 401);
     // Malformed requests.
-    let r = post(
+    let r = send(
         &s,
         "/v1/messages",
         &json!({"model": "claude-sonnet-4-5", "messages": []}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     let (st, v) = error_of(r).await;
     assert_eq!(
         (st, v["error"]["type"].as_str()),
@@ -450,15 +454,7 @@ async fn messages_failure_after_output_is_an_error_event() {
         s
     };
     let s = failing();
-    let r = post(
-        &s,
-        "/v1/messages",
-        &json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
-        "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = send(&s, "/v1/messages", &hi(true)).await;
     assert_eq!(r.status(), 200);
     let body = r.text().await.unwrap();
     let evs = events(&body);
@@ -486,15 +482,7 @@ async fn messages_failure_after_output_is_an_error_event() {
 
     // Non-streaming: the classified failure is the answer.
     let s = failing();
-    let r = post(
-        &s,
-        "/v1/messages",
-        &json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
-        "messages": [{"role": "user", "content": "hi"}]}),
-    )
-    .send()
-    .await
-    .unwrap();
+    let r = send(&s, "/v1/messages", &hi(false)).await;
     let (st, v) = error_of(r).await;
     assert_eq!(
         (st, v["error"]["type"].as_str()),
@@ -512,18 +500,11 @@ async fn messages_failure_after_output_is_an_error_event() {
             ..Default::default()
         },
     );
-    let body = post(
-        &s,
-        "/v1/messages",
-        &json!({"model": "claude-sonnet-4-5", "max_tokens": 9,
-        "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
-    )
-    .send()
-    .await
-    .unwrap()
-    .text()
-    .await
-    .unwrap();
+    let body = send(&s, "/v1/messages", &hi(true))
+        .await
+        .text()
+        .await
+        .unwrap();
     let evs = events(&body);
     let (e, v) = evs.last().unwrap();
     assert_eq!(e, "error", "{body}");
@@ -553,14 +534,12 @@ async fn messages_count_tokens_estimates_locally() {
     .await;
     assert!(big > 400 && big < 700, "{big}");
     assert_eq!(s.mock.responses_requests(), 0, "nothing goes upstream");
-    let r = post(
+    let r = send(
         &s,
         "/v1/messages/count_tokens",
         &json!({"model": "claude-x"}),
     )
-    .send()
-    .await
-    .unwrap();
+    .await;
     let (st, v) = error_of(r).await;
     assert_eq!(
         (st, v["error"]["type"].as_str()),

@@ -1,6 +1,8 @@
 //! `/v1/models` in both shapes, aliases, and unknown models.
 
-use integration_tests::{client, http_get, StackBuilder};
+use std::time::Duration;
+
+use integration_tests::{client, http_get, wait::wait_for, StackBuilder};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -92,14 +94,10 @@ async fn models_list_shapes_aliases_and_unknown_models() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_catalog_is_fetched_from_the_upstream_and_enforced() {
     let s = StackBuilder::default().start();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while s.app.catalog.load().source != shared_state::catalog::CatalogSource::Upstream {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "catalog never fetched"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_for("the catalog fetch", Duration::from_secs(10), || async {
+        s.app.catalog.load().source == shared_state::catalog::CatalogSource::Upstream
+    })
+    .await;
     let models_req = s.mock.models_requests();
     let r = models_req.first().expect("a /models request");
     assert!(r.query.as_deref().unwrap_or("").contains("client_version="));
@@ -122,14 +120,10 @@ async fn the_catalog_is_asked_as_the_configured_client_version() {
         ..StackBuilder::default()
     }
     .start();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while s.mock.models_requests().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "catalog never fetched"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_for("the catalog fetch", Duration::from_secs(10), || async {
+        !s.mock.models_requests().is_empty()
+    })
+    .await;
     let r = s.mock.models_requests().remove(0);
     assert_eq!(
         r.query.as_deref(),

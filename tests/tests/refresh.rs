@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use benches::{Behaviour, ErrorKind, MockConfig};
-use integration_tests::{Stack, StackBuilder};
+use integration_tests::{wait::wait_for, Stack, StackBuilder};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -119,14 +119,12 @@ async fn a_refresh_is_used_while_storage_is_down_and_stored_when_it_is_back() {
     // Storage comes back: the rotation is stored, and it is the live one (the old refresh
     // token would be `refresh_token_reused`).
     pg.come_back();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while stored_refresh().await == before {
-        assert!(
-            Instant::now() < deadline,
-            "the rotated tokens never reached storage"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for(
+        "the rotated tokens in storage",
+        Duration::from_secs(60),
+        || async { stored_refresh().await != before },
+    )
+    .await;
     cli_refresh_succeeds(&s).await;
     assert_eq!(s.mock.token_calls(), 2);
 }
