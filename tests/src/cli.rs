@@ -8,6 +8,7 @@
 //! - [`run_bounded`]: runs a prepared [`Command`] to its end or to the limit: a [`Finished`].
 //! - [`tail`]: the end of a long output, for a failure message.
 //! - [`codex_config`]: a Codex CLI `config.toml` that reaches nothing but the gateway.
+//! - [`codex_command`]: a Codex CLI command in a scratch home, without the caller's settings.
 //! - [`exec_args`] / [`resume_last_args`]: the `codex exec` arguments the tests run.
 
 use std::{
@@ -161,6 +162,30 @@ remote_plugin = false
 apps = false
 {tables}"#
     )
+}
+
+/// The caller's variables that would point the Codex CLI at another provider, key or log
+/// level than its test configuration says: removed from its environment.
+pub const CODEX_ENV_CLEARED: [&str; 4] = [
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "CODEX_API_KEY",
+    "RUST_LOG",
+];
+
+/// `codex ARGS` in a scratch `root` laid out as the tests lay it out: run in `root/work`,
+/// with `HOME=root/home` and `CODEX_HOME=root/codex-home`, without [`CODEX_ENV_CLEARED`]
+/// (callers add their own variables, then [`run_bounded`] it).
+pub fn codex_command(bin: &Path, root: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .current_dir(root.join("work"))
+        .env("HOME", root.join("home"))
+        .env("CODEX_HOME", root.join("codex-home"));
+    for v in CODEX_ENV_CLEARED {
+        cmd.env_remove(v);
+    }
+    cmd
 }
 
 /// The Codex CLI's arguments for one `codex exec` turn of `prompt` outside a git repository,

@@ -21,14 +21,19 @@ pub async fn wait_for(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> b
     }
 }
 
-/// `GET {base}/v1/usage` with `key`; asserts 200.
-pub async fn usage_at(base: &str, key: &str) -> Value {
-    let r = client()
+/// `GET {base}/v1/usage` with `key`, whatever the status.
+async fn get_usage(base: &str, key: &str) -> reqwest::Response {
+    client()
         .get(format!("{base}/v1/usage"))
         .bearer_auth(key)
         .send()
         .await
-        .expect("GET /v1/usage");
+        .expect("GET /v1/usage")
+}
+
+/// `GET {base}/v1/usage` with `key`; asserts 200.
+pub async fn usage_at(base: &str, key: &str) -> Value {
+    let r = get_usage(base, key).await;
     assert_eq!(r.status(), 200);
     r.json().await.expect("usage JSON")
 }
@@ -38,12 +43,7 @@ pub async fn usage_at(base: &str, key: &str) -> Value {
 /// instance answers 401 until its snapshot has the key).
 pub async fn usage_until(base: &str, key: &str, done: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..200 {
-        let r = client()
-            .get(format!("{base}/v1/usage"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .expect("GET /v1/usage");
+        let r = get_usage(base, key).await;
         if r.status() == 200 {
             let u: Value = r.json().await.expect("usage JSON");
             if done(&u) {

@@ -3,11 +3,12 @@
 //! # Key Components
 //! - [`Ws`]: a client WebSocket to a gateway.
 //! - [`responses_request`] / [`connect_responses`]: the upgrade of `/v1/responses` with a key.
-//! - [`next_json_event`]: the next JSON text event, within a bound.
+//! - [`send_json`] / [`turn`]: a request on the socket, and the events of its turn.
+//! - [`next_json_event`] / [`read_turn`]: the next JSON text event, or all of a turn's.
 
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::{SinkExt, Stream, StreamExt};
 use serde_json::Value;
 use tokio_tungstenite::tungstenite::{
     client::IntoClientRequest, handshake::client::Request, handshake::client::Response, Error,
@@ -65,4 +66,43 @@ where
             return serde_json::from_str(&t).expect("JSON event");
         }
     }
+}
+
+/// Whether `event` ends a turn: `response.completed`, `response.failed`,
+/// `response.incomplete` or an `error` event.
+pub fn ends_turn(event: &Value) -> bool {
+    matches!(
+        event["type"].as_str(),
+        Some("response.completed" | "response.failed" | "response.incomplete" | "error")
+    )
+}
+
+/// The events of one turn on `ws`, up to and with the one that ends it ([`ends_turn`]); each
+/// read as [`next_json_event`] reads it.
+pub async fn read_turn<S>(ws: &mut S) -> Vec<Value>
+where
+    S: Stream<Item = Result<Message, Error>> + Unpin,
+{
+    let mut out = Vec::new();
+    loop {
+        let v = next_json_event(ws).await;
+        let done = ends_turn(&v);
+        out.push(v);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Sends `v` as one text frame.
+pub async fn send_json(ws: &mut Ws, v: &Value) {
+    ws.send(Message::text(v.to_string()))
+        .await
+        .expect("send a text frame");
+}
+
+/// Sends `request` and reads its turn ([`read_turn`]).
+pub async fn turn(ws: &mut Ws, request: &Value) -> Vec<Value> {
+    send_json(ws, request).await;
+    read_turn(ws).await
 }

@@ -16,7 +16,6 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
-    process::Command,
     sync::Arc,
 };
 
@@ -24,8 +23,8 @@ use base64::Engine;
 use benches::{mock::DEFAULT_TEXT, RecordedRequest};
 use integration_tests::{
     cli::{
-        codex_bin, codex_config, exec_args, exec_full_access_args, resume_last_args, run_bounded,
-        tail, RUN_TIMEOUT,
+        codex_bin, codex_command, codex_config, exec_args, exec_full_access_args, resume_last_args,
+        run_bounded, tail, RUN_TIMEOUT,
     },
     client, parse_sse, Stack, StackBuilder,
 };
@@ -520,20 +519,8 @@ impl ChatGptCli {
     /// Runs `codex ARGS`; returns (success, stdout, stderr).
     fn run(&mut self, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
         self.runs += 1;
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args)
-            .current_dir(self.root.path().join("work"))
-            .env("HOME", self.root.path().join("home"))
-            .env("CODEX_HOME", self.root.path().join("codex-home"))
-            .env("CODEX_CA_CERTIFICATE", &self.ca);
-        for v in [
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "CODEX_API_KEY",
-            "RUST_LOG",
-        ] {
-            cmd.env_remove(v);
-        }
+        let mut cmd = codex_command(&self.bin, self.root.path(), args);
+        cmd.env("CODEX_CA_CERTIFICATE", &self.ca);
         for (k, v) in env {
             cmd.env(k, v);
         }

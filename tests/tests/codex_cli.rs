@@ -15,7 +15,7 @@
 
 use std::{
     path::PathBuf,
-    process::{Command, ExitStatus},
+    process::ExitStatus,
     sync::atomic::{AtomicUsize, Ordering},
     time::Duration,
 };
@@ -23,8 +23,8 @@ use std::{
 use benches::{mock::DEFAULT_TEXT, Behaviour, RecordedRequest};
 use integration_tests::{
     cli::{
-        codex_bin, codex_config, exec_args, exec_full_access_args, resume_last_args, run_bounded,
-        tail, RUN_TIMEOUT,
+        codex_bin, codex_command, codex_config, exec_args, exec_full_access_args, resume_last_args,
+        run_bounded, tail, RUN_TIMEOUT,
     },
     Stack, StackBuilder,
 };
@@ -139,29 +139,13 @@ stream_idle_timeout_ms = 30000
         }
     }
 
-    fn work(&self) -> PathBuf {
-        self.root.path().join("work")
-    }
-
     /// Runs `codex ARGS` in the working directory; kills the process group on timeout (the
     /// panic then lists what the upstream of `s` saw).
     fn run(&self, s: &Stack, args: &[&str]) -> Run {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let what = format!("codex {}", args.join(" "));
-        let mut cmd = Command::new(&self.bin);
-        cmd.args(args)
-            .current_dir(self.work())
-            .env("HOME", self.root.path().join("home"))
-            .env("CODEX_HOME", self.root.path().join("codex-home"))
-            .env(KEY_ENV, &self.key);
-        for v in [
-            "OPENAI_API_KEY",
-            "OPENAI_BASE_URL",
-            "CODEX_API_KEY",
-            "RUST_LOG",
-        ] {
-            cmd.env_remove(v);
-        }
+        let mut cmd = codex_command(&self.bin, self.root.path(), args);
+        cmd.env(KEY_ENV, &self.key);
         // The npm wrapper (node) runs the native binary as a child, and the binary runs tool
         // commands: past the limit the whole group ends.
         let f = run_bounded(&mut cmd, self.root.path(), n, &what, RUN_TIMEOUT, || {

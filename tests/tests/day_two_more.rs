@@ -232,9 +232,7 @@ async fn a_keys_service_tier_policy_wins_over_the_global_setting() {
 /// Over a Responses WebSocket the refusal is the turn's `error` event; the socket stays open.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refusing_keys_websocket_turn_gets_an_error_event() {
-    use futures_util::{SinkExt, StreamExt};
-    use integration_tests::ws_client::connect_responses;
-    use tokio_tungstenite::tungstenite::Message;
+    use integration_tests::ws_client::{connect_responses, turn};
     let s = stack(1);
     let (_, key, _) = key_with(&s, "ws", json!({"service_tier": "refuse"})).await;
     let (mut ws, _) = connect_responses(&s, &key).await;
@@ -244,24 +242,7 @@ async fn a_refusing_keys_websocket_turn_gets_an_error_event() {
         if let Some(t) = tier {
             create["service_tier"] = json!(t);
         }
-        ws.send(Message::text(create.to_string())).await.unwrap();
-        loop {
-            let msg = tokio::time::timeout(Duration::from_secs(20), ws.next())
-                .await
-                .expect("an event in time")
-                .expect("socket open")
-                .expect("frame");
-            let Message::Text(t) = msg else { continue };
-            let v: Value = serde_json::from_str(&t).unwrap();
-            let ty = v["type"].as_str().unwrap_or_default().to_owned();
-            if matches!(
-                ty.as_str(),
-                "response.completed" | "response.failed" | "error"
-            ) {
-                finals.push(v);
-                break;
-            }
-        }
+        finals.push(turn(&mut ws, &create).await.pop().expect("a final event"));
     }
     assert_eq!(finals[0]["type"], "error", "{}", finals[0]);
     assert_eq!(finals[0]["status"], 400, "{}", finals[0]);

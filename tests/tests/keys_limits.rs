@@ -17,7 +17,6 @@ use integration_tests::{
     requests::post_at,
     streaming_mock,
     wait::{same_minute_for, usage_at, usage_until},
-    ws_client::next_json_event,
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
@@ -588,9 +587,7 @@ async fn admin_api_validates_and_round_trips_limits() {
 /// turn gets an `error` event (429 `rate_limit_exceeded`) and the socket stays open.
 #[tokio::test(flavor = "multi_thread")]
 async fn websocket_turns_count_against_rpm() {
-    use futures_util::SinkExt;
-    use integration_tests::ws_client::connect_responses;
-    use tokio_tungstenite::tungstenite::Message;
+    use integration_tests::ws_client::{connect_responses, turn};
     let s = StackBuilder::default().start();
     same_minute_for(20).await;
     let key = s.create_key("ws", json!({"rpm": 1})).await.key;
@@ -599,19 +596,7 @@ async fn websocket_turns_count_against_rpm() {
     for i in 0..2 {
         let create =
             json!({"type": "response.create", "model": "gpt-5.5", "input": format!("turn {i}")});
-        ws.send(Message::text(create.to_string())).await.unwrap();
-        last.clear();
-        loop {
-            let v = next_json_event(&mut ws).await;
-            let ty = v["type"].as_str().unwrap_or_default().to_owned();
-            last.push(v);
-            if matches!(
-                ty.as_str(),
-                "response.completed" | "response.failed" | "error"
-            ) {
-                break;
-            }
-        }
+        last = turn(&mut ws, &create).await;
         if i == 0 {
             assert_eq!(
                 last.last().unwrap()["type"],

@@ -9,17 +9,15 @@ use std::{collections::HashMap, time::Duration};
 
 use benches::{Behaviour, ErrorKind};
 use codex_gateway::app::App;
-use futures_util::SinkExt;
 use gateway::config::PlainHttp;
 use integration_tests::{
     admin_api::usage_csv,
     http_get,
     wait::wait_for,
-    ws_client::{connect_responses, next_json_event},
+    ws_client::{connect_responses, turn},
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
 
 async fn total_requests(s: &Stack) -> u64 {
     let v = s.admin_json("/api/admin/usage").await;
@@ -28,19 +26,7 @@ async fn total_requests(s: &Stack) -> u64 {
 
 async fn ws_turn(s: &Stack, body: Value) -> Vec<Value> {
     let (mut ws, _) = connect_responses(s, &s.key).await;
-    ws.send(Message::text(body.to_string())).await.unwrap();
-    let mut out = Vec::new();
-    loop {
-        let v = next_json_event(&mut ws).await;
-        let done = matches!(
-            v["type"].as_str(),
-            Some("response.completed" | "response.failed" | "error")
-        );
-        out.push(v);
-        if done {
-            return out;
-        }
-    }
+    turn(&mut ws, &body).await
 }
 
 /// One record per request with the fields filled by their owners: reasoning effort and

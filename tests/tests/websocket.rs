@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use integration_tests::{
-    ws_client::{self, connect_responses, next_json_event, responses_request, Ws},
+    ws_client::{self, connect_responses, read_turn, responses_request, send_json, Ws},
     Stack, StackBuilder,
 };
 use serde_json::{json, Value};
@@ -21,30 +21,12 @@ async fn connect(s: &Stack) -> Ws {
 }
 
 async fn send(ws: &mut Ws, v: Value) {
-    ws.send(Message::text(v.to_string())).await.unwrap();
+    send_json(ws, &v).await;
 }
 
-/// Sends `v` and reads its turn (see [`turn`]).
+/// Sends `v` and reads its turn (see [`ws_client::turn`]).
 async fn exchange(ws: &mut Ws, v: Value) -> Vec<Value> {
-    send(ws, v).await;
-    turn(ws).await
-}
-
-/// Reads events until a terminal one (`response.completed`/`failed`/`incomplete`) or an
-/// `error` event; returns all of them.
-async fn turn(ws: &mut Ws) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let v = next_json_event(ws).await;
-        let ty = v["type"].as_str().unwrap_or_default().to_owned();
-        out.push(v);
-        if matches!(
-            ty.as_str(),
-            "response.completed" | "response.failed" | "response.incomplete" | "error"
-        ) {
-            return out;
-        }
-    }
+    ws_client::turn(ws, &v).await
 }
 
 fn types(evs: &[Value]) -> Vec<&str> {
@@ -163,7 +145,7 @@ async fn unknown_previous_response_id_is_an_error_event_and_the_socket_lives_on(
     )
     .await;
     assert_eq!(
-        types(&turn(&mut ws).await).last(),
+        types(&read_turn(&mut ws).await).last(),
         Some(&"response.completed")
     );
 }
@@ -186,7 +168,7 @@ async fn a_second_create_during_a_turn_is_refused_and_nothing_is_lost() {
     let mut errors = 0;
     let mut completed = 0;
     while completed == 0 {
-        for ev in turn(&mut ws).await {
+        for ev in read_turn(&mut ws).await {
             match ev["type"].as_str() {
                 Some("error") => errors += 1,
                 Some("response.completed") => completed += 1,
@@ -259,7 +241,7 @@ async fn a_failure_after_output_ends_the_turn_not_the_socket() {
     )
     .await;
     assert_eq!(
-        types(&turn(&mut ws).await).last(),
+        types(&read_turn(&mut ws).await).last(),
         Some(&"response.completed")
     );
     // Ping/pong and a clean close.
@@ -472,7 +454,7 @@ async fn refused_upgrades_fall_back_to_http_and_open_the_breaker() {
         )
         .await;
         assert_eq!(
-            types(&turn(&mut ws).await).last(),
+            types(&read_turn(&mut ws).await).last(),
             Some(&"response.completed")
         );
     }
