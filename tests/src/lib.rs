@@ -633,6 +633,18 @@ impl Stack {
             .collect()
     }
 
+    /// The Responses requests the upstream saw, oldest first: HTTP `POST`s and the turns the
+    /// gateway sent over its upstream WebSocket (recorded as method `WS`).
+    pub fn upstream_turns(&self) -> Vec<benches::RecordedRequest> {
+        self.mock
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                matches!(r.method.as_str(), "POST" | "WS") && r.path.ends_with("/responses")
+            })
+            .collect()
+    }
+
     /// The mock answers the next `times` requests served by `account` with a call of the
     /// function `name` with `arguments` (a JSON text); later ones get its default answer.
     pub fn answer_with_tool_call(&self, account: &str, name: &str, arguments: &str, times: u32) {

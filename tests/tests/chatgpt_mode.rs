@@ -99,15 +99,6 @@ fn zstd_decode(b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The `POST /responses` (and WebSocket turns) mock-codex received.
-fn upstream(s: &Stack) -> Vec<RecordedRequest> {
-    s.mock
-        .requests()
-        .into_iter()
-        .filter(|r| matches!(r.method.as_str(), "POST" | "WS") && r.path.ends_with("/responses"))
-        .collect()
-}
-
 /// Replays the recorded request (its bearer replaced by `key`, when it had one).
 async fn replay(s: &Stack, r: &Recorded, key: Option<&str>) -> reqwest::Response {
     let url = match &r.query {
@@ -198,7 +189,7 @@ async fn recorded_sequence_replays_through_the_gateway() {
         .expect("inference in the recording");
     assert_eq!(header(posted, "content-encoding"), Some("zstd"));
     let sent: Value = serde_json::from_slice(&zstd_decode(&posted.body)).expect("json body");
-    let ups = upstream(&s);
+    let ups = s.upstream_turns();
     assert_eq!(ups.len(), 1);
     let got = ups[0].json.as_ref().expect("upstream json");
     assert_eq!(
@@ -314,7 +305,7 @@ async fn requests_without_a_valid_key_are_refused() {
             .expect("usage");
         assert_eq!(resp.status().as_u16(), 401);
     }
-    assert!(upstream(&s).is_empty());
+    assert!(s.upstream_turns().is_empty());
 }
 
 /// `/wham/usage` reports the pool: the mean use of the accounts that can serve, the soonest
@@ -564,7 +555,7 @@ fn assert_ran(what: &str, ok: bool, out: &str, err: &str, s: &Stack) {
     assert!(
         ok,
         "{what} failed; upstream saw {} request(s)\n--- stdout ---\n{out}\n--- stderr ---\n{}",
-        upstream(s).len(),
+        s.upstream_turns().len(),
         tail(err, 6000)
     );
     assert!(
@@ -607,7 +598,7 @@ fn chatgpt_exec_and_resume(legacy: bool) {
         &s,
     );
     assert!(out.contains(DEFAULT_TEXT), "the second answer\n{out}");
-    let ups = upstream(&s);
+    let ups = s.upstream_turns();
     assert_eq!(ups.len(), 2, "two turns upstream");
     for u in &ups {
         assert_eq!(
@@ -659,7 +650,7 @@ fn chatgpt_tool_round_trip(legacy: bool) {
         &s,
     );
     assert!(out.contains(DEFAULT_TEXT), "the follow-up answer\n{out}");
-    let ups = upstream(&s);
+    let ups = s.upstream_turns();
     assert_eq!(ups.len(), 2, "the call, then its output");
     let items = ups[1].json.as_ref().expect("json")["input"].to_string();
     assert!(
@@ -705,7 +696,7 @@ fn builtin_provider_with_codex_api_key() {
         tail(&err, 6000)
     );
     assert!(out.contains(DEFAULT_TEXT), "{out}");
-    assert_eq!(upstream(&s).len(), 1);
+    assert_eq!(s.upstream_turns().len(), 1);
 }
 
 /// Issues 23 and 24 with the real client: the Codex CLI in ChatGPT mode compacts remotely
@@ -746,7 +737,7 @@ fn chatgpt_mode_survives_an_account_switch_after_a_remote_compaction() {
         "the CLI compacted\n{}",
         tail(&err, 3000)
     );
-    let ups = upstream(&s);
+    let ups = s.upstream_turns();
     let last_type = |u: &RecordedRequest| -> String {
         u.json
             .as_ref()
@@ -789,7 +780,7 @@ fn chatgpt_mode_survives_an_account_switch_after_a_remote_compaction() {
     );
     assert_ran("codex exec resume (after the switch)", ok, &out, &err, &s);
     assert!(out.contains(DEFAULT_TEXT), "the third answer\n{out}");
-    let ups = upstream(&s);
+    let ups = s.upstream_turns();
     let on_1: Vec<&RecordedRequest> = ups
         .iter()
         .filter(|u| u.account_id() == Some("acct-1"))

@@ -162,18 +162,8 @@ stream_idle_timeout_ms = 30000
     }
 }
 
-/// The `POST /responses` requests mock-codex received, oldest first.
-fn upstream(s: &Stack) -> Vec<RecordedRequest> {
-    s.mock
-        .requests()
-        .into_iter()
-        // HTTP requests, and turns the gateway sent over its upstream WebSocket.
-        .filter(|r| matches!(r.method.as_str(), "POST" | "WS") && r.path.ends_with("/responses"))
-        .collect()
-}
-
 fn upstream_summary(s: &Stack) -> String {
-    let reqs = upstream(s);
+    let reqs = s.upstream_turns();
     let sizes: Vec<usize> = reqs.iter().map(|r| r.body.len()).collect();
     format!(
         "upstream saw {} /responses request(s), body sizes {sizes:?}",
@@ -246,7 +236,7 @@ fn exec_one_turn(legacy: bool, websockets: bool) {
         "the answer is printed\n--- stdout ---\n{}",
         r.stdout
     );
-    let reqs = upstream(&s);
+    let reqs = s.upstream_turns();
     assert_eq!(reqs.len(), 1, "{}", upstream_summary(&s));
     let req = &reqs[0];
     eprintln!("codex exec: upstream request body {} bytes", req.body.len());
@@ -297,7 +287,7 @@ fn exec_resume_last(legacy: bool, websockets: bool) {
         "second answer\n--- stdout ---\n{}",
         r2.stdout
     );
-    let reqs = upstream(&s);
+    let reqs = s.upstream_turns();
     assert_eq!(reqs.len(), 2, "{}", upstream_summary(&s));
     eprintln!(
         "codex exec resume: upstream request bodies {} and {} bytes",
@@ -338,7 +328,7 @@ fn exec_tool_round_trip(legacy: bool, websockets: bool) {
         "the follow-up answer is printed\n--- stdout ---\n{}",
         r.stdout
     );
-    let reqs = upstream(&s);
+    let reqs = s.upstream_turns();
     assert_eq!(reqs.len(), 2, "{}", upstream_summary(&s));
     eprintln!(
         "codex exec tool round trip: upstream request bodies {} and {} bytes",
@@ -506,7 +496,7 @@ fn exec_survives_account_switch(legacy: bool, websockets: bool) {
     let cli = Cli::new(bin, &s, websockets);
     let r1 = cli.run(&s, &exec_args("say hi"));
     r1.assert_ok(&s);
-    let first = upstream(&s);
+    let first = s.upstream_turns();
     assert!(
         first.iter().all(|r| r.account_id() == Some("acct-0")),
         "the first turn is acct-0's: {}",
@@ -530,7 +520,7 @@ fn exec_survives_account_switch(legacy: bool, websockets: bool) {
         r2.stdout,
         tail(&r2.stderr, 4000)
     );
-    let reqs = upstream(&s);
+    let reqs = s.upstream_turns();
     let on_1: Vec<&RecordedRequest> = reqs
         .iter()
         .filter(|r| r.account_id() == Some("acct-1"))

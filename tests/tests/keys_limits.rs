@@ -22,14 +22,13 @@ use integration_tests::{
 use serde_json::{json, Value};
 
 async fn patch_key(s: &Stack, id: i64, limits: Value) -> Value {
-    let r = s
-        .admin_patch(&format!("/api/admin/keys/{id}"))
-        .json(&limits)
-        .send()
-        .await
-        .unwrap();
-    let st = r.status();
-    let v: Value = r.json().await.unwrap();
+    let (st, v) = s
+        .admin_call(
+            reqwest::Method::PATCH,
+            &format!("/api/admin/keys/{id}"),
+            limits,
+        )
+        .await;
     assert_eq!(st, 200, "{v}");
     v
 }

@@ -47,14 +47,13 @@ async fn account_id(s: &Stack, chatgpt_account_id: &str) -> i64 {
 
 /// Creates a proxy and assigns `account` to it; returns the proxy's id.
 async fn proxy_for(s: &Stack, name: &str, url: &str, account: &str) -> i64 {
-    let r = s
-        .admin_post("/api/admin/proxies")
-        .json(&json!({"name": name, "url": url}))
-        .send()
-        .await
-        .unwrap();
-    let st = r.status();
-    let v: Value = r.json().await.unwrap();
+    let (st, v) = s
+        .admin_call(
+            Method::POST,
+            "/api/admin/proxies",
+            json!({"name": name, "url": url}),
+        )
+        .await;
     assert_eq!(st, 200, "{v}");
     let id = v["id"].as_i64().unwrap();
     let acc = account_id(s, account).await;

@@ -19,15 +19,7 @@ fn stack(accounts: usize) -> Stack {
 
 /// `PUT /api/admin/settings {"strategy": name}`, then waits until the data plane has it.
 async fn set_strategy(s: &Stack, name: &str) {
-    let r = s
-        .admin_put("/api/admin/settings")
-        .json(&json!({ "strategy": name }))
-        .send()
-        .await
-        .unwrap();
-    let st = r.status();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(st, 200, "{v}");
+    let v = s.put_settings(json!({ "strategy": name })).await;
     assert_eq!(v["strategy"], name, "{v}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while s.app.snapshot.load().settings.strategy.as_str() != name {
