@@ -210,6 +210,19 @@ fn slowloris_connections_are_closed_and_do_not_starve_others() {
     assert_eq!(ok_request(&s), 200);
 }
 
+/// Makes every answer of the stack's first account `tokens` tokens long; its account id.
+fn long_answers(s: &Stack, tokens: u64) -> String {
+    let acct = s.accounts[0].account_id.clone();
+    s.mock.set_behaviour(
+        &acct,
+        benches::Behaviour {
+            tokens: Some(tokens),
+            ..Default::default()
+        },
+    );
+    acct
+}
+
 /// One worker on `legacy` or io_uring, a 1 s write deadline, and an account whose answers
 /// are 5 million tokens long (a stream that outlasts any test).
 fn endless_answer_stack(legacy: bool) -> (Stack, String) {
@@ -222,14 +235,7 @@ fn endless_answer_stack(legacy: bool) -> (Stack, String) {
         ..Default::default()
     }
     .start();
-    let acct = s.accounts[0].account_id.clone();
-    s.mock.set_behaviour(
-        &acct,
-        benches::Behaviour {
-            tokens: Some(5_000_000),
-            ..Default::default()
-        },
-    );
+    let acct = long_answers(&s, 5_000_000);
     (s, acct)
 }
 
@@ -318,14 +324,7 @@ fn the_stream_output_cap_ends_a_runaway_stream() {
         ..Default::default()
     }
     .start();
-    let acct = s.accounts[0].account_id.clone();
-    s.mock.set_behaviour(
-        &acct,
-        benches::Behaviour {
-            tokens: Some(100_000),
-            ..Default::default()
-        },
-    );
+    let acct = long_answers(&s, 100_000);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let r = s

@@ -126,19 +126,25 @@ async fn unknown_foreign_blobs_are_stripped_and_retried_once_on_the_same_account
     assert_eq!(s.metric("codex_gateway_failovers_total").await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried() {
-    let s = one_account();
-    // A plain invalid_request_error: returned as is, one upstream request.
+/// A streamed request without blobs that the upstream refuses with `error`: answered 400
+/// after one upstream request (nothing to strip, no retry).
+async fn refused_without_retry(s: &Stack, error: &str) {
     let r = s
         .post_json(
             "/v1/responses",
             &json!({"model": "gpt-5.5", "input": "x", "stream": true,
-            "client_metadata": {"x-mock-error": "context_length_exceeded"}}),
+            "client_metadata": {"x-mock-error": error}}),
         )
         .await;
     assert_eq!(r.status(), 400);
     assert_eq!(upstream(&s.mock).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried() {
+    let s = one_account();
+    // A plain invalid_request_error: returned as is, one upstream request.
+    refused_without_retry(&s, "context_length_exceeded").await;
     s.mock.clear_requests();
 
     // An upstream that refuses even the stripped body (forced): one retry, then the error.
@@ -159,15 +165,7 @@ async fn the_stripped_retry_never_loops_and_plain_request_errors_are_not_retried
     s.mock.clear_requests();
 
     // A refusal of a body without blobs has nothing to strip: no retry.
-    let r = s
-        .post_json(
-            "/v1/responses",
-            &json!({"model": "gpt-5.5", "input": "x", "stream": true,
-            "client_metadata": {"x-mock-error": "invalid_encrypted_content"}}),
-        )
-        .await;
-    assert_eq!(r.status(), 400);
-    assert_eq!(upstream(&s.mock).len(), 1);
+    refused_without_retry(&s, "invalid_encrypted_content").await;
     assert_eq!(s.account("acct-0").status, "active");
     assert_eq!(s.account("acct-0").cooling_ms, 0);
 }
