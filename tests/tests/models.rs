@@ -206,17 +206,10 @@ async fn a_restricted_key_sees_only_its_models() {
         ..StackBuilder::default()
     }
     .start();
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&json!({"name": "restricted", "allowed_models": ["gpt-5.5"]}))
-        .send()
+    let key = s
+        .create_key("restricted", json!({"allowed_models": ["gpt-5.5"]}))
         .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let key = r.json::<Value>().await.unwrap()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .key;
     let get = |path: &str, key: &str| {
         client()
             .get(format!("{}{path}", s.url()))
@@ -291,16 +284,10 @@ async fn wham_usage_reports_the_keys_group() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&json!({"name": "team", "account_group": "team-a"}))
-        .send()
+    let team = s
+        .create_key("team", json!({"account_group": "team-a"}))
         .await
-        .unwrap();
-    let team = r.json::<Value>().await.unwrap()["key"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        .key;
     s.mock.set_quota("acct-0", 90.0, 80.0);
     s.mock.set_quota("acct-1", 20.0, 10.0);
     s.mock.set_quota("acct-2", 40.0, 30.0);

@@ -256,23 +256,10 @@ async fn chat_cache_key(s: &Stack, key: &str, messages: Value) -> Option<String>
     body["prompt_cache_key"].as_str().map(str::to_owned)
 }
 
-async fn new_key(s: &Stack, name: &str) -> String {
-    let v: Value = s
-        .admin_post("/api/admin/keys")
-        .json(&json!({"name": name}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["key"].as_str().expect("plain key").to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_requests_get_a_stable_conversation_cache_key() {
     let s = stack(1);
-    let other_key = new_key(&s, "other").await;
+    let other_key = s.create_key("other", json!({})).await.key;
     let sys = json!({"role":"system","content":"You are terse."});
     let u1 = json!({"role":"user","content":"What is 2+2?"});
     let a1 = json!({"role":"assistant","content":"4"});
@@ -349,7 +336,7 @@ async fn served_for(s: &Stack, key: &str, headers: &[(&str, &str)], body: Value)
 #[tokio::test(flavor = "multi_thread")]
 async fn affinity_is_scoped_per_client_key() {
     let s = sticky_stack();
-    let other_key = new_key(&s, "other").await;
+    let other_key = s.create_key("other", json!({})).await.key;
     let mut differ = 0;
     for i in 0..8 {
         let body = json!({"model":"gpt-5.5","input":"x","prompt_cache_key": format!("pck-{i}")});

@@ -64,14 +64,7 @@ impl Fleet {
     /// Waits until each instance hears the other's invalidations (the subscriptions are made
     /// after start-up returns): a key created on A shows on B, its revocation on B leaves A.
     async fn connected(self) -> Self {
-        let r = self
-            .a
-            .admin_post("/api/admin/keys")
-            .json(&json!({"name": "warm-up"}))
-            .send()
-            .await
-            .unwrap();
-        let id = r.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+        let id = self.a.create_key("warm-up", json!({})).await.id;
         let has = |h: &AppHandle| h.snapshot.load().keys.values().any(|k| k.id == id);
         within("B hears A", Duration::from_secs(20), || has(self.b())).await;
         let r = self
@@ -352,16 +345,8 @@ async fn a_key_created_on_one_instance_works_on_the_other_within_1s() {
         .connected()
         .await;
     let s = &f.a;
-    let r = s
-        .admin_post("/api/admin/keys")
-        .json(&json!({"name": "fleet"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
-    let key = v["key"].as_str().unwrap().to_owned();
-    let id = v["id"].as_i64().unwrap();
+    let created = s.create_key("fleet", json!({})).await;
+    let (key, id) = (created.key, created.id);
     let (st, _) = ask(&f.b_url(), "sk-not-a-key").await;
     assert_eq!(st, 401, "control: an unknown key is refused");
     // Measured on B's published snapshot (a request's own time is not the propagation's).
