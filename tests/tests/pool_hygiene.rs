@@ -281,7 +281,13 @@ async fn auth_dir_imports_disables_and_writes_back() {
         async || stored_status(&s, "acct-file").await.as_deref() == Some("disabled"),
     )
     .await;
-    assert_eq!(s.account("acct-file").status, "disabled");
+    // The data plane follows once the change is published (just after it is stored).
+    wait_for(
+        "the disable published to the data plane",
+        Duration::from_secs(10),
+        async || s.account("acct-file").status == "disabled",
+    )
+    .await;
     std::fs::write(&file, auth_json(&t)).unwrap();
     wait_for(
         "enabled when its file is back",
