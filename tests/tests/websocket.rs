@@ -415,6 +415,12 @@ async fn a_dead_upstream_socket_means_a_replay_on_a_fresh_one() {
     .await;
     let id = t1[0]["response"]["id"].as_str().unwrap().to_owned();
     assert_eq!(s.mock.ws_kill_all(), 1);
+    integration_tests::wait::wait_for(
+        "the upstream socket gone",
+        std::time::Duration::from_secs(10),
+        async || s.mock.ws_open() == 0,
+    )
+    .await;
     let t2 = exchange(&mut ws, json!({"type":"response.create","model":"gpt-5.5","previous_response_id":id,"input":"second question"})).await;
     assert_eq!(
         types(&t2).last(),

@@ -314,6 +314,10 @@ impl Conn {
         let mut active: Option<Active> = None;
         loop {
             let step = tokio::select! {
+                // A command first: a socket told to die is dead, whatever the client sent
+                // since (an unbiased select could still answer a frame that arrived after the
+                // kill, which no dead connection does).
+                biased;
                 cmd = control.recv() => match cmd {
                     Ok(c) => Step::Command(c),
                     Err(broadcast::error::RecvError::Lagged(_)) => continue,
