@@ -72,9 +72,15 @@ pub(crate) struct Store {
 // === impl Store ===
 
 impl Store {
-    /// Republishes if storage changed; logs (does not return) storage errors.
+    /// Republishes if storage changed and announces the change to the fleet (the reload
+    /// after an operator's write): [`Publisher::reload`] over this storage.
+    pub async fn reload(&self) -> Result<Option<u64>, crate::error::StorageError> {
+        self.publisher.reload(self.storage.as_ref(), false).await
+    }
+
+    /// [`Store::reload`] that logs (does not return) storage errors.
     pub async fn republish(&self) -> Option<u64> {
-        match self.publisher.reload(self.storage.as_ref(), false).await {
+        match self.reload().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "snapshot reload failed");

@@ -308,11 +308,7 @@ async fn set_status(accounts: &Accounts, id: i64, status: AccountStatus) -> ApiR
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     // Leaving `active` evicts the account's pooled sockets: the publisher does it.
-    accounts
-        .store
-        .publisher
-        .reload(accounts.store.storage.as_ref(), false)
-        .await?;
+    accounts.store.reload().await?;
     view_of(accounts, id).await
 }
 
@@ -386,11 +382,7 @@ async fn patch_account(
             return Err(ApiError::not_found(format!("no account with id {id}")));
         }
     }
-    accounts
-        .store
-        .publisher
-        .reload(accounts.store.storage.as_ref(), false)
-        .await?;
+    accounts.store.reload().await?;
     view_of(&accounts, id).await
 }
 
@@ -403,11 +395,7 @@ async fn delete_account(
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
     // The publisher evicts the deleted account's pooled sockets.
-    accounts
-        .store
-        .publisher
-        .reload(accounts.store.storage.as_ref(), false)
-        .await?;
+    accounts.store.reload().await?;
     Ok(Json(Deleted {
         id,
         object: "account",
@@ -485,11 +473,7 @@ async fn reset_health(
     if !reset_health_of(&accounts, id).await? {
         return Err(ApiError::not_found(format!("no account with id {id}")));
     }
-    accounts
-        .store
-        .publisher
-        .reload(accounts.store.storage.as_ref(), false)
-        .await?;
+    accounts.store.reload().await?;
     view_of(&accounts, id).await
 }
 
@@ -874,11 +858,7 @@ async fn oauth_finish(
         &mut sum,
     )
     .await;
-    accounts
-        .store
-        .publisher
-        .reload(accounts.store.storage.as_ref(), false)
-        .await?;
+    accounts.store.reload().await?;
     let affected = Affected::of("account", sum.ids.iter().copied());
     Ok(affected.with(sum.into()))
 }

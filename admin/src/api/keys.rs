@@ -331,10 +331,7 @@ async fn create_key(State(store): State<Store>, body: Bytes) -> ApiResult<KeyVie
         store.storage.update_key_limits(row.id, &limits).await?;
         row.limits = limits;
     }
-    store
-        .publisher
-        .reload(store.storage.as_ref(), false)
-        .await?;
+    store.reload().await?;
     let mut out = KeyView::of(&store, &row);
     out.key = Some(plain);
     Ok(Json(out))
@@ -360,10 +357,7 @@ async fn patch_key(
     if !store.storage.update_key_limits(id, &row.limits).await? {
         return Err(ApiError::not_found(format!("no active key with id {id}")));
     }
-    store
-        .publisher
-        .reload(store.storage.as_ref(), false)
-        .await?;
+    store.reload().await?;
     Ok(Json(KeyView::of(&store, &row)))
 }
 
@@ -372,10 +366,7 @@ async fn revoke_key(State(store): State<Store>, Path(id): Path<String>) -> ApiRe
     if !store.storage.revoke_key(id).await? {
         return Err(ApiError::not_found(format!("no active key with id {id}")));
     }
-    store
-        .publisher
-        .reload(store.storage.as_ref(), false)
-        .await?;
+    store.reload().await?;
     Ok(Json(Deleted {
         id,
         object: "api_key",

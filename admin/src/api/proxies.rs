@@ -196,11 +196,7 @@ async fn create(State(proxies): State<Arc<Proxies>>, body: Bytes) -> ApiResult<P
             enabled: req.enabled.unwrap_or(true),
         })
         .await?;
-    proxies
-        .store
-        .publisher
-        .reload(proxies.store.storage.as_ref(), false)
-        .await?;
+    proxies.store.reload().await?;
     Ok(Json(one(&proxies, id).await?))
 }
 
@@ -291,11 +287,7 @@ async fn update(
             },
         )
         .await?;
-    proxies
-        .store
-        .publisher
-        .reload(proxies.store.storage.as_ref(), false)
-        .await?;
+    proxies.store.reload().await?;
     Ok(Json(one(&proxies, id).await?))
 }
 
@@ -318,11 +310,7 @@ async fn remove(State(proxies): State<Arc<Proxies>>, Path(id): Path<String>) -> 
     if !store.delete_proxy(id).await? {
         return Err(ApiError::not_found(format!("no proxy with id {id}")));
     }
-    proxies
-        .store
-        .publisher
-        .reload(proxies.store.storage.as_ref(), false)
-        .await?;
+    proxies.store.reload().await?;
     Ok(Json(Deleted {
         id,
         object: "proxy",
@@ -488,11 +476,7 @@ async fn assign_one(
         .proxies()
         .set_account_proxy(id, &a)
         .await?;
-    proxies
-        .store
-        .publisher
-        .reload(proxies.store.storage.as_ref(), false)
-        .await?;
+    proxies.store.reload().await?;
     let (proxy_id, pool) = match a {
         ProxyAssignment::Direct => (None, None),
         ProxyAssignment::Proxy(p) => (Some(p), None),
@@ -532,11 +516,7 @@ async fn assign_many(
             .set_account_proxy(*acc, &a)
             .await?;
     }
-    proxies
-        .store
-        .publisher
-        .reload(proxies.store.storage.as_ref(), false)
-        .await?;
+    proxies.store.reload().await?;
     // One audit entry (the proxy's) listing the accounts assigned.
     let affected = crate::audit::Affected::of("account", req.account_ids.iter().copied());
     Ok(affected.with(one(&proxies, id).await?))

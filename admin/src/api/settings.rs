@@ -89,10 +89,7 @@ async fn put_settings(State(store): State<Store>, body: Bytes) -> ApiResult<Map<
         )));
     }
     store.storage.write_settings(&changes).await?;
-    store
-        .publisher
-        .reload(store.storage.as_ref(), false)
-        .await?;
+    store.reload().await?;
     tracing::info!(keys = ?changes.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), "settings changed through the admin API");
     Ok(Json(settings_view(&store).await?))
 }
