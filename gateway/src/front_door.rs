@@ -21,8 +21,8 @@
 //!   `ErrorKind::FrontDoor`) renders it in the route's dialect: 429 with `Retry-After` for
 //!   the rates (OpenAI's `{"error":{...}}`, Anthropic's `rate_limit_error` on the messages
 //!   routes), 403 for an address not on the allow-list.
-//! - [`exempt`]: `/healthz` and `/metrics` are never limited (probes and scrapers must see a
-//!   refusing instance; `/metrics` has its own token, `metrics_token`).
+//! - `/healthz` and `/metrics` are never limited (the route table says which:
+//!   `crate::api::Route::front_door_exempt`).
 //!
 //! Where the checks run (`crate::worker`): the allow-list at accept (an address not on it
 //! takes no connection place: its one request is answered 403 and the connection closed,
@@ -147,11 +147,6 @@ fn ip_key(ip: IpAddr) -> IpAddr {
         IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
         v4 => v4,
     }
-}
-
-/// Paths never limited by the front door.
-pub fn exempt(path: &str) -> bool {
-    matches!(path.trim_end_matches('/'), "/healthz" | "/metrics")
 }
 
 /// The front door of one instance: its global and per-IP cells, shared by its workers.
@@ -402,6 +397,5 @@ mod tests {
             admit(&door, &s, b).unwrap();
         }
         assert_eq!(Refusal::NotAllowed.reason(), "not_allowed");
-        assert!(exempt("/healthz") && exempt("/metrics/") && !exempt("/v1/responses"));
     }
 }

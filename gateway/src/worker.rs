@@ -452,7 +452,7 @@ async fn refuse_unlisted(ctx: Rc<WorkerCtx>, stream: TcpStream, bound: usize) {
         return;
     };
     let _guard = ctx.request_started();
-    if crate::front_door::exempt(&req.path) && !api::ws::wants_upgrade(&req) {
+    if api::Route::of_path(&req.path).front_door_exempt() && !api::ws::wants_upgrade(&req) {
         req.keep_alive = false;
         let _ = api::handle(&ctx, &mut conn, req).await;
         return;
@@ -488,7 +488,7 @@ async fn serve_connection(
         }
         // The front door, before the upgrade and before routing (`crate::front_door`).
         let refused = match &req {
-            Ok(r) if !crate::front_door::exempt(&r.path) => {
+            Ok(r) if !api::Route::of_path(&r.path).front_door_exempt() => {
                 door.admit(&ctx.snapshot.load().settings, peer).err()
             }
             _ => None,

@@ -178,6 +178,12 @@ impl Route {
         }
     }
 
+    /// Whether the front door (`crate::front_door`) never limits it: probes and scrapers must
+    /// see a refusing instance (`/metrics` has its own token, `metrics_token`).
+    pub const fn front_door_exempt(self) -> bool {
+        matches!(self, Self::Healthz | Self::Metrics)
+    }
+
     /// The `route` label of metrics, usage and access records (the values dashboards know).
     pub const fn label(self) -> &'static str {
         self.spec().label
@@ -265,6 +271,12 @@ pub enum Front {
 mod tests {
     use super::{Action, Route};
     use crate::error::Dialect;
+
+    #[test]
+    fn health_and_metrics_are_exempt_from_the_front_door() {
+        let exempt = |p| Route::of_path(p).front_door_exempt();
+        assert!(exempt("/healthz") && exempt("/metrics/") && !exempt("/v1/responses"));
+    }
 
     /// Every path the gateway names, with each method, gives its route and action.
     #[test]
