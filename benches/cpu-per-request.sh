@@ -38,6 +38,9 @@ MODEL=${MODEL:-gpt-5.5}
 # database on it instead of SQLite (dropped at the end). Callgrind then counts the gateway's
 # side of the usage path only (the server is another process).
 PG=${PG:-}
+# 1: also run nginx (the baseline of benches/run.sh) under callgrind with the same load.
+NGINX_CG=${NGINX_CG:-0}
+NGINX=${NGINX:-nginx}
 
 mkdir -p "$OUT"
 NAME=cpu-per-request
@@ -108,7 +111,14 @@ load() {
   [[ $STREAM == 0 ]] && stream=--no-stream
   local input=()
   [[ -n $INPUT_CHARS ]] && input=(--input "$(head -c "$INPUT_CHARS" /dev/zero | tr '\0' 'x')")
-  "$BIN/loadgen" --url "$GW_URL/v1/responses" --key "$(cat "$WORK/$name.key")" \
+  local via
+  if [[ $name == nginx ]]; then
+    # nginx proxies to the mock as is: the mock's path, and the account header the gateway adds.
+    via=(--url "$GW_URL/backend-api/codex/responses" --key mock-token -H chatgpt-account-id:acct-cpu-1)
+  else
+    via=(--url "$GW_URL/v1/responses" --key "$(cat "$WORK/$name.key")")
+  fi
+  "$BIN/loadgen" "${via[@]}" \
     --target-pid "$GW_PID" --model "$MODEL" $stream --concurrency "$CONCURRENCY" \
     --requests "$n" --client-metadata x-mock-deltas=4 --label "$name" "${input[@]}" ${json:+--json}
 }
@@ -189,6 +199,38 @@ if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
     ir=$(grep -h '^summary:\|^totals:' "$f" 2>/dev/null | head -1 | awk '{print $2}')
     echo "| $name | $(awk -v i="${ir:-0}" -v n="$CG_REQUESTS" 'BEGIN { printf "%.0f", i / n }') |" >>"$OUT/summary.txt"
   done
+fi
+# nginx under callgrind, the same load (the issue-25 baseline's user-space instructions): one
+# worker, no master (master_process off), proxying to the same mock over HTTP/1.1 keep-alive.
+if [[ $NGINX_CG == 1 && $CALLGRIND == 1 ]] && command -v valgrind >/dev/null && command -v "$NGINX" >/dev/null; then
+  prefix=$WORK/nginx
+  port=$(free_port)
+  mkdir -p "$prefix"
+  sed -e "s|@PREFIX@|$prefix|g" -e "s|@WORKERS@|1|g" \
+    -e "s|@UPSTREAM@|${MOCK#http://}|g" -e "s|@LISTEN@|127.0.0.1:$port|g" \
+    "$ROOT/benches/nginx.conf.template" >"$prefix/nginx.conf"
+  sed -i 's/^daemon off;/daemon off;\nmaster_process off;/' "$prefix/nginx.conf"
+  valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind-nginx.%p" \
+    "$NGINX" -p "$prefix" -c "$prefix/nginx.conf" >"$OUT/nginx.log" 2>&1 &
+  GW_PID=$!
+  PIDS+=("$GW_PID")
+  GW_URL=http://127.0.0.1:$port
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null "$GW_URL/healthz" && break
+    sleep 0.2
+  done
+  load nginx "$CG_WARMUP" "" >/dev/null
+  sleep 2
+  callgrind_control -z "$GW_PID" >/dev/null
+  load nginx "$CG_REQUESTS" 1 >"$OUT/nginx-callgrind.json"
+  sleep 1
+  callgrind_control -d "$GW_PID" >/dev/null
+  sleep 2
+  kill -QUIT "$GW_PID" 2>/dev/null || true
+  wait "$GW_PID" 2>/dev/null || true
+  f=$(ls -t "$OUT"/callgrind-nginx.*.1 2>/dev/null | head -1 || true)
+  ir=$(grep -h '^summary:\|^totals:' "$f" 2>/dev/null | head -1 | awk '{print $2}')
+  echo "| nginx (HTTP/1.1 upstream, 1 worker) | $(awk -v i="${ir:-0}" -v n="$CG_REQUESTS" 'BEGIN { printf "%.0f", i / n }') |" >>"$OUT/summary.txt"
 fi
 for d in "${PG_DBS[@]}"; do
   psql -q "$PG/postgres" -c "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true

@@ -186,6 +186,10 @@ pub struct TargetReport {
     pub cpu_us_per_event: f64,
     /// CPU µs per request completed in the window.
     pub cpu_us_per_request: f64,
+    /// The kernel's (system time's) part of `cpu_us_per_request`: syscalls, and the TCP
+    /// receive work of loopback peers that runs in this process's context.
+    #[serde(default)]
+    pub cpu_sys_us_per_request: f64,
     /// RSS before the first connection, KiB.
     pub rss_start_kib: u64,
     /// Largest RSS seen, KiB.
@@ -522,6 +526,7 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
     let completed_window = win_b.completed.saturating_sub(win_a.completed);
     let target = (!pids.is_empty()).then(|| {
         let cpu_window = win_b.proc.cpu.saturating_sub(win_a.proc.cpu).as_secs_f64();
+        let sys_window = win_b.proc.sys.saturating_sub(win_a.proc.sys).as_secs_f64();
         let threads_cpu_secs_window = win_b
             .threads
             .iter()
@@ -544,6 +549,11 @@ pub async fn run(cfg: LoadConfig) -> anyhow::Result<Report> {
             cpu_cores_window: cpu_window / window_secs,
             cpu_us_per_event: per(events_window),
             cpu_us_per_request: per(completed_window),
+            cpu_sys_us_per_request: if completed_window == 0 {
+                0.0
+            } else {
+                sys_window * 1e6 / completed_window as f64
+            },
             rss_start_kib: first.rss_kib,
             rss_peak_kib: rss_peak.max(last.rss_kib),
             rss_at_peak_open_kib: rss_at_peak_open,

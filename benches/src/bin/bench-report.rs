@@ -1,5 +1,5 @@
 //! `bench-report DIR`: reads the loadgen JSON reports `benches/run.sh` wrote to `DIR`
-//! (`{direct,gateway,nginx}-{json,sse,slow,ws,ws-idle-N}.json`) and prints, as Markdown, the
+//! (`{direct,gateway,nginx}-{json,short,codex,sse,slow,ws,ws-idle-N}.json`) and prints, as Markdown, the
 //! results table, the ratios (gateway vs nginx CPU per event, added TTFB vs direct, RSS per
 //! open stream, most streams held without error), whether each target is met, and the
 //! WebSocket results (RSS per idle session and CPU per forwarded WebSocket event, gateway vs
@@ -8,10 +8,10 @@
 
 use std::{collections::BTreeMap, fmt::Write as _, path::Path, process::ExitCode};
 
-use benches::loadgen::Report;
+use benches::loadgen::{Report, TargetReport};
 
 const TARGETS: [&str; 3] = ["direct", "gateway", "nginx"];
-const WORKLOADS: [&str; 4] = ["json", "short", "sse", "slow"];
+const WORKLOADS: [&str; 5] = ["json", "short", "codex", "sse", "slow"];
 /// The WebSocket streaming workload; the idle ones are `ws-idle-<sessions>`.
 const WS: &str = "ws";
 const WS_IDLE: &str = "ws-idle-";
@@ -84,16 +84,16 @@ fn table(r: &Reports) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "| workload | via | clients | ok | cut | errors | peak open | req/s | events/s | TTFB p50 ms | TTFB p99 ms | latency p50 ms | latency p99 ms | gap p99 ms | CPU µs/event | CPU µs/req | cores | RSS KiB/stream | RSS peak MiB | loadgen CPU s |"
+        "| workload | via | clients | ok | cut | errors | peak open | req/s | events/s | TTFB p50 ms | TTFB p99 ms | latency p50 ms | latency p99 ms | gap p99 ms | CPU µs/event | CPU µs/req | of which kernel | cores | RSS KiB/stream | RSS peak MiB | loadgen CPU s |"
     );
-    let _ = writeln!(o, "|{}", "---|".repeat(20));
+    let _ = writeln!(o, "|{}", "---|".repeat(21));
     for w in WORKLOADS.into_iter().chain([WS]) {
         for t in TARGETS {
             let Some(x) = get(r, t, w) else { continue };
             let tg = x.target.clone().unwrap_or_default();
             let _ = writeln!(
                 o,
-                "| {w} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {w} | {t} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 x.concurrency,
                 x.requests_ok,
                 x.requests_cut,
@@ -108,6 +108,7 @@ fn table(r: &Reports) -> String {
                 f(x.gap_ms.p99, 1),
                 f(tg.cpu_us_per_event, 2),
                 f(tg.cpu_us_per_request, 1),
+                f(tg.cpu_sys_us_per_request, 1),
                 f(tg.cpu_cores_window, 2),
                 f(tg.rss_kib_per_open_stream, 2),
                 f(tg.rss_peak_kib as f64 / 1024.0, 1),
@@ -184,13 +185,21 @@ fn ratios(r: &Reports) -> String {
             _ => {}
         }
     }
-    for w in ["json", "short"] {
+    for w in ["json", "short", "codex"] {
         if let Some((a, b)) = request_cpu(r, w) {
             let _ = writeln!(
                 o,
                 "- CPU per request ({w}): gateway {a:.1} µs, nginx {b:.1} µs: **{:.2}× nginx**",
                 a / b
             );
+            if let Some(((ua, ka), (ub, kb))) = request_cpu_split(r, w) {
+                let _ = writeln!(
+                    o,
+                    "  - user / kernel ({w}): gateway {ua:.1} / {ka:.1} µs, nginx {ub:.1} / {kb:.1} µs: user {:.2}×, kernel {:.2}×",
+                    ua / ub.max(1e-9),
+                    ka / kb.max(1e-9)
+                );
+            }
         }
     }
     for w in WORKLOADS {
@@ -257,6 +266,20 @@ fn request_cpu(r: &Reports, w: &str) -> Option<(f64, f64)> {
     (b > 0.0).then_some((a, b))
 }
 
+/// Gateway and nginx CPU per completed request of workload `w`, split as (user, kernel) µs;
+/// `None` when a report has no kernel figure (older loadgen).
+fn request_cpu_split(r: &Reports, w: &str) -> Option<((f64, f64), (f64, f64))> {
+    let a = get(r, "gateway", w)?.target.as_ref()?;
+    let b = get(r, "nginx", w)?.target.as_ref()?;
+    let split = |t: &TargetReport| {
+        (
+            t.cpu_us_per_request - t.cpu_sys_us_per_request,
+            t.cpu_sys_us_per_request,
+        )
+    };
+    (a.cpu_sys_us_per_request > 0.0 && b.cpu_sys_us_per_request > 0.0).then(|| (split(a), split(b)))
+}
+
 fn verdict(ok: Option<bool>) -> &'static str {
     match ok {
         Some(true) => "met",
@@ -293,6 +316,7 @@ fn targets(r: &Reports) -> String {
     for (w, what) in [
         ("json", "short non-stream request"),
         ("short", "short streamed request at full rate"),
+        ("codex", "the Codex CLI's real request, streamed"),
     ] {
         let c = request_cpu(r, w);
         let _ = writeln!(

@@ -17,6 +17,8 @@ use std::{collections::BTreeMap, time::Duration};
 pub struct ProcSample {
     /// User + system CPU time.
     pub cpu: Duration,
+    /// System (kernel) CPU time alone, part of `cpu`.
+    pub sys: Duration,
     /// Resident set size, KiB.
     pub rss_kib: u64,
     /// Processes that could not be read.
@@ -35,21 +37,28 @@ fn clock_ticks() -> u64 {
     }
 }
 
-/// `utime + stime` of `/proc/<pid>/stat` (`pid` may be `self`, or `PID/task/TID`).
-fn cpu_of(pid: &str, ticks: u64) -> Option<Duration> {
+/// `(utime + stime, stime)` of `/proc/<pid>/stat` (`pid` may be `self`, or `PID/task/TID`).
+fn cpu_of(pid: &str, ticks: u64) -> Option<(Duration, Duration)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_cpu(&stat, ticks)
+    stat_times(&stat, ticks)
 }
 
 fn stat_cpu(stat: &str, ticks: u64) -> Option<Duration> {
+    stat_times(stat, ticks).map(|(cpu, _)| cpu)
+}
+
+/// `(utime + stime, stime)` of one `stat` line.
+fn stat_times(stat: &str, ticks: u64) -> Option<(Duration, Duration)> {
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut f = rest.split_ascii_whitespace();
     // rest: state(3) ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime(14)
     let utime: u64 = f.nth(11)?.parse().ok()?;
     let stime: u64 = f.next()?.parse().ok()?;
-    let t = utime + stime;
-    Some(Duration::from_secs(t / ticks) + Duration::from_nanos((t % ticks) * 1_000_000_000 / ticks))
+    let of = |t: u64| {
+        Duration::from_secs(t / ticks) + Duration::from_nanos((t % ticks) * 1_000_000_000 / ticks)
+    };
+    Some((of(utime + stime), of(stime)))
 }
 
 fn rss_of(pid: &str) -> Option<u64> {
@@ -73,8 +82,9 @@ impl ProcSample {
         for pid in pids {
             let p = pid.to_string();
             match (cpu_of(&p, ticks), rss_of(&p)) {
-                (Some(c), Some(r)) => {
+                (Some((c, sys)), Some(r)) => {
                     s.cpu += c;
+                    s.sys += sys;
                     s.rss_kib += r;
                 }
                 _ => s.missing += 1,
@@ -85,7 +95,9 @@ impl ProcSample {
 
     /// CPU time of the calling process.
     pub fn own_cpu() -> Duration {
-        cpu_of("self", clock_ticks()).unwrap_or_default()
+        cpu_of("self", clock_ticks())
+            .map(|(c, _)| c)
+            .unwrap_or_default()
     }
 }
 
