@@ -33,6 +33,10 @@ WORKERS=${WORKERS:-2}
 # Characters of the request's input text (empty: loadgen's default, a body of about 190 B;
 # 40000: a Codex-sized body of 3 h2 DATA frames).
 INPUT_CHARS=${INPUT_CHARS:-}
+# 1: the Codex CLI's recorded request (38 KB, the `codex` workload of run.sh) instead.
+CODEX_BODY=${CODEX_BODY:-0}
+# 1: measure BASE only (one binary's profile; NEW is not run).
+SKIP_NEW=${SKIP_NEW:-0}
 MODEL=${MODEL:-gpt-5.5}
 # PostgreSQL server URL (e.g. postgres://postgres@127.0.0.1:5432): each binary gets a fresh
 # database on it instead of SQLite (dropped at the end). Callgrind then counts the gateway's
@@ -108,9 +112,12 @@ stop() {
 load() {
   local name=$1 n=$2 json=$3
   local stream=--stream
-  [[ $STREAM == 0 ]] && stream=--no-stream
+  # nginx cannot aggregate: with STREAM=0 it reads the whole SSE answer the gateway turns into
+  # one JSON body (as run.sh's `json` workload).
+  [[ $STREAM == 0 && $name != nginx ]] && stream=--no-stream
   local input=()
   [[ -n $INPUT_CHARS ]] && input=(--input "$(head -c "$INPUT_CHARS" /dev/zero | tr '\0' 'x')")
+  [[ $CODEX_BODY == 1 ]] && input=(--body "@$WORK/codex-body.json")
   local via
   if [[ $name == nginx ]]; then
     # nginx proxies to the mock as is: the mock's path, and the account header the gateway adds.
@@ -123,11 +130,20 @@ load() {
     --requests "$n" --client-metadata x-mock-deltas=4 --label "$name" "${input[@]}" ${json:+--json}
 }
 
+if [[ $CODEX_BODY == 1 ]]; then
+  # As run.sh's `codex` workload: the corpus file's first byte is the fuzz target's mode; the
+  # CLI sends no `instructions` and the gateway adds an empty one, which the mock requires.
+  tail -c +2 "$ROOT/tests/fuzz/corpus/normalize/seed-codex-cli-0.171.0-recorded" |
+    python3 -c 'import json, sys; b = json.load(sys.stdin); b.setdefault("instructions", ""); print(json.dumps(b, separators=(",", ":")))' \
+      >"$WORK/codex-body.json"
+fi
+NAMES=(base new)
+[[ $SKIP_NEW == 1 ]] && NAMES=(base)
 setup base "$BASE"
-setup new "$NEW"
+[[ $SKIP_NEW == 1 ]] || setup new "$NEW"
 {
   echo "date: $(date -u +%FT%TZ); host: $(uname -srm); $(nproc) CPUs; loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "workload: $REQUESTS requests, $CONCURRENCY clients, stream=$STREAM, input chars=${INPUT_CHARS:-default}, gateway workers=$WORKERS, storage=$([[ -n $PG ]] && echo PostgreSQL || echo SQLite)"
+  echo "workload: $REQUESTS requests, $CONCURRENCY clients, stream=$STREAM, input chars=${INPUT_CHARS:-default}, codex body=$CODEX_BODY, gateway workers=$WORKERS, storage=$([[ -n $PG ]] && echo PostgreSQL || echo SQLite)"
   echo "base: $BASE"
   echo "new:  $NEW"
   echo
@@ -136,7 +152,7 @@ setup new "$NEW"
 } >"$OUT/summary.txt"
 
 for r in $(seq 1 "$ROUNDS"); do
-  for name in base new; do
+  for name in "${NAMES[@]}"; do
     bin=$BASE
     [[ $name == new ]] && bin=$NEW
     serve "$name" "$bin"
@@ -180,7 +196,7 @@ if [[ $CALLGRIND == 1 ]] && command -v valgrind >/dev/null; then
   echo >>"$OUT/summary.txt"
   echo "| binary | user-space instructions per request (callgrind, legacy driver, $CG_REQUESTS requests after $CG_WARMUP) |" >>"$OUT/summary.txt"
   echo "|---|---|" >>"$OUT/summary.txt"
-  for name in base new; do
+  for name in "${NAMES[@]}"; do
     bin=$BASE
     [[ $name == new ]] && bin=$NEW
     # io_uring submissions are invisible to valgrind (the workers would wait forever): the
