@@ -154,7 +154,10 @@ start_mock() {
 
 # --- codex-gateway ---------------------------------------------------------------------------
 start_gateway() {
-  local data=$WORK/gateway
+  local data=$WORK/gateway n
+  MAX_CONNECTIONS=$((SLOW_STREAMS > SSE_STREAMS ? SLOW_STREAMS : SSE_STREAMS))
+  for n in $WS_IDLE_SESSIONS $WS_SESSIONS; do ((n > MAX_CONNECTIONS)) && MAX_CONNECTIONS=$n; done
+  MAX_CONNECTIONS=$((MAX_CONNECTIONS + 500))
   mkdir -p "$data"
   cat >"$WORK/gateway.toml" <<EOF
 listen = "127.0.0.1:0"
@@ -163,6 +166,10 @@ data_dir = "$data"
 workers = $GATEWAY_WORKERS
 # The idle-WebSocket workload holds thousands of sessions of one key.
 max_ws_sessions_per_key = 0
+# The automatic bound is (open-file limit - 1,024) / 2, a descriptor in reserve per client
+# connection for an HTTP/1.1 upstream (9,488 with a 20,000 limit: below the slow workload's
+# 10,000); this h2c set-up needs a handful of upstream descriptors.
+max_connections = $MAX_CONNECTIONS
 
 [upstream]
 base_url = "$MOCK_ORIGIN/backend-api/codex"
