@@ -184,7 +184,23 @@ impl UsageRecord {
 
     /// The id as stored: 32 lower-case hex digits.
     pub fn id_hex(&self) -> String {
-        format!("{:032x}", self.id)
+        let hex = Self::hex_id(self.id);
+        // Hex digits are ASCII: never the empty fallback.
+        std::str::from_utf8(&hex).unwrap_or_default().to_owned()
+    }
+
+    /// `id` as stored ([`UsageRecord::id_hex`]) without allocating: 32 lower-case hex digits,
+    /// the same as `format!("{id:032x}")`. Twice per record on the usage path (spool line,
+    /// INSERT): about 170 instructions a call, `format!` about 740.
+    pub fn hex_id(id: u128) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; 32];
+        for (half, word) in [(id >> 64) as u64, id as u64].into_iter().enumerate() {
+            for (i, c) in out[half * 16..half * 16 + 16].iter_mut().enumerate() {
+                *c = DIGITS[((word >> (60 - 4 * i)) & 0xf) as usize];
+            }
+        }
+        out
     }
 }
 
@@ -539,6 +555,29 @@ mod tests {
         assert_eq!(usage_route("responses_compact"), "responses_compact");
         assert_eq!(usage_route("no-such-route"), "other");
         assert_eq!(ROUTE_LABELS.last(), Some(&"other"));
+    }
+
+    #[test]
+    fn hex_id_is_format_032x() {
+        let mut ids = vec![0, 1, u128::MAX, 1 << 64, (1 << 64) - 1, 0xabc << 60];
+        let mut x = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835_u128;
+        for _ in 0..200 {
+            x = x
+                .wrapping_mul(0x2545_f491_4f6c_dd1d)
+                .wrapping_add(0x1234_5678_9abc);
+            ids.push(x);
+            ids.push(x >> (x % 128));
+        }
+        ids.push(UsageRecord::new_id());
+        for id in ids {
+            let want = format!("{id:032x}");
+            assert_eq!(&UsageRecord::hex_id(id), want.as_bytes());
+            let r = UsageRecord {
+                id,
+                ..Default::default()
+            };
+            assert_eq!(r.id_hex(), want);
+        }
     }
 
     #[test]
