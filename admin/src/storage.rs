@@ -467,12 +467,12 @@ pub(crate) fn rollup_key(
     key_id: i64,
     account_id: Option<i64>,
     model: &str,
-) -> (i64, i64, i64, String) {
+) -> (i64, i64, i64, &str) {
     (
         started_at_ms.div_euclid(HOUR_MS) * HOUR_MS,
         key_id,
         account_id.unwrap_or(0),
-        model.to_owned(),
+        model,
     )
 }
 
@@ -483,9 +483,9 @@ pub(crate) type RollupSums = [i64; 9];
 /// Adds one stored record to the rollups of its batch (keyed by [`rollup_key`]). One record
 /// adds at most 2^40 per column (raw rows keep the exact value): absurd values cannot
 /// overflow an hour's sums.
-pub(crate) fn add_to_rollup(
-    rollup: &mut std::collections::BTreeMap<(i64, i64, i64, String), RollupSums>,
-    r: &shared_state::UsageRecord,
+pub(crate) fn add_to_rollup<'a>(
+    rollup: &mut std::collections::BTreeMap<(i64, i64, i64, &'a str), RollupSums>,
+    r: &'a shared_state::UsageRecord,
 ) {
     let v = |x: u64| to_i64(x).clamp(0, 1 << 40);
     let add: RollupSums = [

@@ -460,9 +460,11 @@ impl Usage {
             return;
         }
         loop {
-            let (records, batch) = match &mut self.spool {
+            // The records are inserted from where they are (the spool's batch, the memory
+            // queue): no copy per record.
+            let batch = match &mut self.spool {
                 Some(s) => match s.next_batch(USAGE_BATCH) {
-                    Ok(Some(b)) => (b.records.clone(), Some(b)),
+                    Ok(Some(b)) => Some(b),
                     Ok(None) => break,
                     Err(e) => {
                         tracing::error!(error = %e, "cannot read the usage spool");
@@ -474,15 +476,21 @@ impl Usage {
                     if self.mem.is_empty() {
                         break;
                     }
+                    None
+                }
+            };
+            let records: &[UsageRecord] = match &batch {
+                Some(b) => &b.records,
+                None => {
                     let n = self.mem.len().min(USAGE_BATCH);
-                    (self.mem.iter().take(n).cloned().collect(), None)
+                    &self.mem.make_contiguous()[..n]
                 }
             };
             let n = records.len();
             let res = if n == 0 {
                 Ok(0)
             } else {
-                store.storage.insert_usage(&records).await
+                store.storage.insert_usage(records).await
             };
             match res {
                 Ok(inserted) => {

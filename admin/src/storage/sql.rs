@@ -76,10 +76,15 @@ pub(super) const USAGE_INSERT_HEAD: &str = "INSERT INTO usage_records (key_id, a
      transport, ttft_ms, failovers, error_class, request_id) ";
 
 /// What follows the values of a usage INSERT: a record already stored (spool replay) is
-/// skipped, and the ids of the inserted rows come back (the rollups are added from the
-/// records in memory: decoding one column per row instead of thirteen).
-pub(super) const USAGE_INSERT_TAIL: &str = " ON CONFLICT (record_id) DO NOTHING \
-     RETURNING record_id";
+/// skipped.
+pub(super) const USAGE_INSERT_TAIL: &str = " ON CONFLICT (record_id) DO NOTHING";
+
+/// What the INSERT of a batch that holds a stored record adds to [`USAGE_INSERT_TAIL`]: the
+/// ids of the inserted rows come back, so only those go into the rollups (added from the
+/// records in memory: decoding one column per row instead of thirteen). Only then: SQLite
+/// collects `RETURNING` rows in a temporary table (about 7,500 instructions a record) and
+/// sqlx decodes each one (about 3,000 more; callgrind, issue 25).
+pub(super) const USAGE_INSERT_RETURNING: &str = " RETURNING record_id";
 
 /// Adds one group of inserted records to its hourly rollup row.
 pub(super) const ROLLUP_UPSERT: &str = "INSERT INTO usage_hourly (hour_ms, key_id, account_id, \
@@ -132,28 +137,33 @@ pub(super) const USAGE_ROLLUPS: &str = "SELECT hour_ms, key_id, account_id, mode
 pub(super) const USAGE_CHUNKS: [usize; 8] = [128, 64, 32, 16, 8, 4, 2, 1];
 
 /// Bind parameters per usage row ([`USAGE_INSERT_HEAD`]'s columns).
-const USAGE_COLS: usize = 23;
+pub(super) const USAGE_COLS: usize = 23;
+
+/// Bytes a usage row's bind values take encoded for PostgreSQL, about (a length prefix and
+/// the value each): what [`USAGE_COLS`] values reserve at once.
+pub(super) const USAGE_ROW_BYTES: usize = 384;
 
 /// The chunks a batch of `n` records is inserted in, as (rows, INSERT statement): as many
 /// 128s as fit, then at most one of each smaller power of two. `numbered`: `$N` placeholders
 /// (PostgreSQL); otherwise `?` (SQLite, where a `$N` is a *named* parameter: its parser and
 /// `sqlite3_bind_parameter_name` look names up in a list, quadratic in the binds of a
-/// 128-row INSERT).
+/// 128-row INSERT). `returning`: with [`USAGE_INSERT_RETURNING`].
 pub(super) fn usage_chunks(
     mut n: usize,
     numbered: bool,
+    returning: bool,
 ) -> impl Iterator<Item = (usize, &'static str)> {
     std::iter::from_fn(move || {
         let i = USAGE_CHUNKS.iter().position(|&s| s <= n)?;
         n -= USAGE_CHUNKS[i];
-        Some((USAGE_CHUNKS[i], usage_insert_sql(i, numbered)))
+        Some((USAGE_CHUNKS[i], usage_insert_sql(i, numbered, returning)))
     })
 }
 
-/// The multi-row usage INSERT of `USAGE_CHUNKS[i]` rows, built once per placeholder style.
-fn usage_insert_sql(i: usize, numbered: bool) -> &'static str {
-    static NUMBERED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    static PLAIN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+/// The multi-row usage INSERT of `USAGE_CHUNKS[i]` rows, built once per placeholder style
+/// and tail.
+fn usage_insert_sql(i: usize, numbered: bool, returning: bool) -> &'static str {
+    static SETS: [std::sync::OnceLock<Vec<String>>; 4] = [const { std::sync::OnceLock::new() }; 4];
     let build = || {
         USAGE_CHUNKS
             .iter()
@@ -177,16 +187,20 @@ fn usage_insert_sql(i: usize, numbered: bool) -> &'static str {
                     q.push(')');
                 }
                 q.push_str(USAGE_INSERT_TAIL);
+                if returning {
+                    q.push_str(USAGE_INSERT_RETURNING);
+                }
                 q
             })
             .collect::<Vec<_>>()
     };
-    let all = if numbered {
-        NUMBERED.get_or_init(build)
-    } else {
-        PLAIN.get_or_init(build)
-    };
-    &all[i]
+    &SETS[usize::from(numbered) * 2 + usize::from(returning)].get_or_init(build)[i]
+}
+
+/// A record id as stored ([`shared_state::UsageRecord::hex_id`]) as text.
+pub(super) fn id_str(id: &[u8; 32]) -> &str {
+    // Hex digits are ASCII: never the empty fallback.
+    std::str::from_utf8(id).unwrap_or_default()
 }
 
 /// Usage totals grouped by `(key_id, account_id)`. `SUM` of a `BIGINT` is `NUMERIC` on
@@ -236,6 +250,52 @@ macro_rules! impl_storage {
         // === impl $ty (shared SQL) ===
 
         impl $ty {
+            /// The bind values of a usage INSERT of `chunk` (ids as stored: `ids`, one per
+            /// record), with room for all of them reserved at once (2,944 for 128 rows:
+            /// `Query::bind` one by one moved the query and regrew the values each time).
+            fn usage_args<'q>(
+                chunk: &'q [shared_state::UsageRecord],
+                ids: &'q [[u8; 32]],
+            ) -> Result<<$db as sqlx::Database>::Arguments<'q>, sqlx::Error> {
+                use sqlx::Arguments as _;
+                use $crate::storage::to_i64;
+                let mut a: <$db as sqlx::Database>::Arguments<'q> = Default::default();
+                a.reserve(
+                    chunk.len() * $crate::storage::sql::USAGE_COLS,
+                    chunk.len() * $crate::storage::sql::USAGE_ROW_BYTES,
+                );
+                let mut add = || -> Result<(), sqlx::error::BoxDynError> {
+                    for (r, id) in chunk.iter().zip(ids) {
+                        a.add(r.key_id)?;
+                        a.add(r.account_id)?;
+                        a.add(r.route)?;
+                        a.add(r.model.as_str())?;
+                        a.add(i64::from(r.status))?;
+                        a.add(r.stream)?;
+                        a.add(to_i64(r.input_tokens))?;
+                        a.add(to_i64(r.cached_tokens))?;
+                        a.add(to_i64(r.output_tokens))?;
+                        a.add(to_i64(r.reasoning_tokens))?;
+                        a.add(r.ttfb_ms.map(to_i64))?;
+                        a.add(to_i64(r.latency_ms))?;
+                        a.add(r.error_code.as_deref())?;
+                        a.add(to_i64(r.started_at_ms))?;
+                        a.add(to_i64(r.cost_micros))?;
+                        a.add($crate::storage::sql::id_str(id))?;
+                        a.add(r.reasoning_effort.as_deref())?;
+                        a.add(r.service_tier.as_deref())?;
+                        a.add(r.transport.as_str())?;
+                        a.add(r.ttft_ms.map(to_i64))?;
+                        a.add(i64::from(r.failovers))?;
+                        a.add(r.error_class.as_deref())?;
+                        a.add(Some(r.request_id.as_str()).filter(|id| !id.is_empty()))?;
+                    }
+                    Ok(())
+                };
+                add().map_err(sqlx::Error::Encode)?;
+                Ok(a)
+            }
+
             fn usage_row(
                 r: &<$db as sqlx::Database>::Row,
             ) -> Result<$crate::storage::UsageRow, $crate::error::StorageError> {
@@ -969,90 +1029,95 @@ macro_rules! impl_storage {
             ) -> $crate::storage::StorageFuture<'a, usize> {
                 Box::pin(async move {
                     use sqlx::Row;
+                    use $crate::storage::sql::{id_str, usage_chunks};
                     if records.is_empty() {
                         return Ok(0);
                     }
-                    // (hour, key, account or 0, model) -> [requests, errors, in, cached, out,
-                    // reasoning, failovers, latency, cost]
-                    let mut rollup: std::collections::BTreeMap<(i64, i64, i64, String), [i64; 9]> =
-                        std::collections::BTreeMap::new();
-                    let mut inserted = 0usize;
-                    let mut tx = self.pool.begin().await?;
-                    let mut rest = records;
                     // `$N` placeholders on PostgreSQL, `?` on SQLite.
                     let numbered = <$db as sqlx::Database>::NAME == "PostgreSQL";
-                    for (size, sql) in $crate::storage::sql::usage_chunks(records.len(), numbered) {
-                        let (chunk, tail) = rest.split_at(size);
-                        rest = tail;
-                        let ids: Vec<String> = chunk
-                            .iter()
-                            .map(|r| {
-                                let id = if r.id == 0 {
-                                    shared_state::UsageRecord::new_id()
-                                } else {
-                                    r.id
-                                };
-                                format!("{id:032x}")
-                            })
-                            .collect();
-                        // One of a few fixed statements (prepared once per connection).
-                        let mut q = sqlx::query::<$db>(sql);
-                        for (r, id) in chunk.iter().zip(&ids) {
-                            use $crate::storage::to_i64;
-                            q = q
-                                .bind(r.key_id)
-                                .bind(r.account_id)
-                                .bind(r.route)
-                                .bind(r.model.as_str())
-                                .bind(i64::from(r.status))
-                                .bind(r.stream)
-                                .bind(to_i64(r.input_tokens))
-                                .bind(to_i64(r.cached_tokens))
-                                .bind(to_i64(r.output_tokens))
-                                .bind(to_i64(r.reasoning_tokens))
-                                .bind(r.ttfb_ms.map(to_i64))
-                                .bind(to_i64(r.latency_ms))
-                                .bind(r.error_code.as_deref())
-                                .bind(to_i64(r.started_at_ms))
-                                .bind(to_i64(r.cost_micros))
-                                .bind(id.as_str())
-                                .bind(r.reasoning_effort.as_deref())
-                                .bind(r.service_tier.as_deref())
-                                .bind(r.transport.as_str())
-                                .bind(r.ttft_ms.map(to_i64))
-                                .bind(i64::from(r.failovers))
-                                .bind(r.error_class.as_deref())
-                                .bind(Some(r.request_id.as_str()).filter(|id| !id.is_empty()));
-                        }
-                        let rows = q.fetch_all(&mut *tx).await?;
-                        inserted += rows.len();
-                        // Every row inserted (no replayed duplicate): the whole chunk goes
-                        // into the rollups; otherwise only the records whose ids came back.
-                        let mut fresh: Option<std::collections::HashSet<String>> =
-                            if rows.len() == chunk.len() {
-                                None
+                    // Each record's id as stored (a record without one gets one here).
+                    let ids: Vec<[u8; 32]> = records
+                        .iter()
+                        .map(|r| {
+                            shared_state::UsageRecord::hex_id(if r.id == 0 {
+                                shared_state::UsageRecord::new_id()
                             } else {
-                                let mut set = std::collections::HashSet::with_capacity(rows.len());
-                                for row in &rows {
-                                    set.insert(row.try_get::<String, _>(0)?);
-                                }
-                                Some(set)
-                            };
-                        for (r, id) in chunk.iter().zip(&ids) {
-                            // Each returned id counts once (a record twice in one batch
-                            // is stored once).
-                            if fresh.as_mut().is_some_and(|f| !f.remove(id)) {
-                                continue;
-                            }
-                            $crate::storage::add_to_rollup(&mut rollup, r);
+                                r.id
+                            })
+                        })
+                        .collect();
+                    // (hour, key, account or 0, model) -> [requests, errors, in, cached, out,
+                    // reasoning, failovers, latency, cost]
+                    let mut rollup: std::collections::BTreeMap<(i64, i64, i64, &str), [i64; 9]> =
+                        std::collections::BTreeMap::new();
+                    // Every record is new, but for a replay of the spool after a crash between
+                    // the commit and the spool's truncation: insert without RETURNING and
+                    // check the counts.
+                    let mut tx = self.pool.begin().await?;
+                    let mut all_new = true;
+                    let mut at = 0;
+                    for (size, sql) in usage_chunks(records.len(), numbered, false) {
+                        let (chunk, chunk_ids) = (&records[at..at + size], &ids[at..at + size]);
+                        at += size;
+                        // One of a few fixed statements (prepared once per connection).
+                        let args = Self::usage_args(chunk, chunk_ids)?;
+                        let q = sqlx::query_with::<$db, _>(sql, args);
+                        if q.execute(&mut *tx).await?.rows_affected() != size as u64 {
+                            all_new = false;
+                            break;
                         }
                     }
+                    let inserted = if all_new {
+                        for r in records {
+                            $crate::storage::add_to_rollup(&mut rollup, r);
+                        }
+                        records.len()
+                    } else {
+                        // A record was stored already (or is twice in the batch): again from
+                        // the start, learning from the returned ids which records are new.
+                        tx.rollback().await?;
+                        tx = self.pool.begin().await?;
+                        let mut inserted = 0usize;
+                        let mut at = 0;
+                        for (size, sql) in usage_chunks(records.len(), numbered, true) {
+                            let (chunk, chunk_ids) =
+                                (&records[at..at + size], &ids[at..at + size]);
+                            at += size;
+                            let args = Self::usage_args(chunk, chunk_ids)?;
+                            let rows = sqlx::query_with::<$db, _>(sql, args)
+                                .fetch_all(&mut *tx)
+                                .await?;
+                            inserted += rows.len();
+                            // Every row inserted: the whole chunk goes into the rollups;
+                            // otherwise only the records whose ids came back.
+                            let mut fresh: Option<std::collections::HashSet<String>> =
+                                if rows.len() == chunk.len() {
+                                    None
+                                } else {
+                                    let mut set =
+                                        std::collections::HashSet::with_capacity(rows.len());
+                                    for row in &rows {
+                                        set.insert(row.try_get::<String, _>(0)?);
+                                    }
+                                    Some(set)
+                                };
+                            for (r, id) in chunk.iter().zip(chunk_ids) {
+                                // Each returned id counts once (a record twice in one batch
+                                // is stored once).
+                                if fresh.as_mut().is_some_and(|f| !f.remove(id_str(id))) {
+                                    continue;
+                                }
+                                $crate::storage::add_to_rollup(&mut rollup, r);
+                            }
+                        }
+                        inserted
+                    };
                     for ((hour, key, account, model), v) in &rollup {
                         let mut q = sqlx::query($crate::storage::sql::ROLLUP_UPSERT)
                             .bind(*hour)
                             .bind(*key)
                             .bind(*account)
-                            .bind(model.as_str());
+                            .bind(*model);
                         for x in v {
                             q = q.bind(*x);
                         }
@@ -1525,7 +1590,7 @@ mod usage_chunk_tests {
     #[test]
     fn batches_are_cut_into_the_fixed_sizes_only() {
         for n in 0..=1_000 {
-            let sizes: Vec<usize> = usage_chunks(n, true).map(|(s, _)| s).collect();
+            let sizes: Vec<usize> = usage_chunks(n, true, false).map(|(s, _)| s).collect();
             assert_eq!(sizes.iter().sum::<usize>(), n, "n = {n}");
             assert!(sizes.iter().all(|s| USAGE_CHUNKS.contains(s)), "n = {n}");
             // Largest first, and below 128 at most one chunk of each size.
@@ -1535,7 +1600,7 @@ mod usage_chunk_tests {
             dedup.dedup();
             assert_eq!(small, dedup, "n = {n}");
         }
-        let sizes: Vec<usize> = usage_chunks(200, false).map(|(s, _)| s).collect();
+        let sizes: Vec<usize> = usage_chunks(200, false, true).map(|(s, _)| s).collect();
         assert_eq!(sizes, [128, 64, 8]);
     }
 
@@ -1543,21 +1608,32 @@ mod usage_chunk_tests {
     fn each_fixed_statement_has_a_placeholder_per_bind() {
         for (i, &rows) in USAGE_CHUNKS.iter().enumerate() {
             let binds = rows * USAGE_COLS;
-            let pg = usage_insert_sql(i, true);
-            assert!(pg.contains(&format!("${binds})")), "{rows} rows");
-            assert!(!pg.contains(&format!("${}", binds + 1)), "{rows} rows");
-            assert!(!pg.contains('?'));
-            let lite = usage_insert_sql(i, false);
-            assert_eq!(lite.matches('?').count(), binds, "{rows} rows");
-            assert!(!lite.contains('$'));
-            for sql in [pg, lite] {
-                // + the column list and ON CONFLICT (record_id)
-                assert_eq!(sql.matches('(').count(), rows + 2, "{rows} rows");
-                assert!(sql.ends_with(USAGE_INSERT_TAIL));
+            for returning in [false, true] {
+                let pg = usage_insert_sql(i, true, returning);
+                assert!(pg.contains(&format!("${binds})")), "{rows} rows");
+                assert!(!pg.contains(&format!("${}", binds + 1)), "{rows} rows");
+                assert!(!pg.contains('?'));
+                let lite = usage_insert_sql(i, false, returning);
+                assert_eq!(lite.matches('?').count(), binds, "{rows} rows");
+                assert!(!lite.contains('$'));
+                for sql in [pg, lite] {
+                    // + the column list and ON CONFLICT (record_id)
+                    assert_eq!(sql.matches('(').count(), rows + 2, "{rows} rows");
+                    let tail = sql.strip_suffix(USAGE_INSERT_RETURNING);
+                    assert_eq!(tail.is_some(), returning, "{rows} rows");
+                    assert!(tail.unwrap_or(sql).ends_with(USAGE_INSERT_TAIL));
+                }
+                // The same text every time (the statement cache's key).
+                assert!(std::ptr::eq(pg, usage_insert_sql(i, true, returning)));
+                assert_eq!(
+                    usage_chunks(rows, false, returning).next(),
+                    Some((rows, lite))
+                );
             }
-            // The same text every time (the statement cache's key).
-            assert!(std::ptr::eq(pg, usage_insert_sql(i, true)));
-            assert_eq!(usage_chunks(rows, false).next(), Some((rows, lite)));
+            assert_ne!(
+                usage_insert_sql(i, false, false),
+                usage_insert_sql(i, false, true)
+            );
         }
     }
 }
