@@ -133,3 +133,105 @@ fn private_db_file(path: &Path) -> Result<(), StorageError> {
 impl_storage!(SqliteStorage, Sqlite, Backend::Sqlite);
 super::proxies::impl_proxy_store!(SqliteStorage, Sqlite);
 super::audit::impl_audit_store!(SqliteStorage, Sqlite);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::sql;
+
+    /// What SQLite does for each usage query (EXPLAIN QUERY PLAN, one line per step).
+    async fn plan(s: &SqliteStorage, q: &str) -> Vec<String> {
+        use sqlx::Row;
+        sqlx::query(&format!("EXPLAIN QUERY PLAN {q}"))
+            .fetch_all(s.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect()
+    }
+
+    /// Every usage query searches an index or scans the table once; none walks a whole index
+    /// for its order with a table lookup per row. usage_records has exactly the indexes
+    /// these plans use (each one is a b-tree insert per request: migration 0023).
+    #[tokio::test]
+    async fn usage_query_plans() {
+        let s = SqliteStorage::open_url("sqlite::memory:", Cipher::new(&[7; 32]))
+            .await
+            .unwrap();
+        let search =
+            |index: &str, cond: &str| format!("SEARCH usage_records USING {index} ({cond})");
+        let cases: [(&str, &str, Option<String>); 8] = [
+            (
+                "key spend",
+                sql::KEY_SPEND,
+                Some(search("INDEX usage_records_started", "started_at_ms>?")),
+            ),
+            (
+                "prune",
+                "DELETE FROM usage_records WHERE started_at_ms < $1",
+                Some(search("INDEX usage_records_started", "started_at_ms<?")),
+            ),
+            (
+                "by request id",
+                sql::USAGE_BY_REQUEST_ID,
+                Some(search("INDEX usage_records_request_id", "request_id=?")),
+            ),
+            (
+                "rows page",
+                sql::USAGE_ROWS,
+                Some(search("INTEGER PRIMARY KEY", "rowid>?")),
+            ),
+            (
+                "recent failures",
+                sql::RECENT_FAILURES,
+                Some("SCAN usage_records USING INDEX usage_records_failed".into()),
+            ),
+            (
+                "duplicate check",
+                "SELECT 1 FROM usage_records WHERE record_id = $1",
+                Some(search(
+                    "COVERING INDEX usage_records_record_id",
+                    "record_id=?",
+                )),
+            ),
+            ("summary", sql::USAGE_GROUPS, None),
+            ("buckets", sql::USAGE_BUCKETS, None),
+        ];
+        for (name, q, want) in cases {
+            let got = plan(&s, q).await;
+            match want {
+                Some(w) => assert!(got.contains(&w), "{name}: {got:?}"),
+                // Filters of the form `$3 IS NULL OR ...`: one pass over the table.
+                None => assert!(
+                    got.contains(&"SCAN usage_records".to_owned()),
+                    "{name}: {got:?}"
+                ),
+            }
+            assert!(
+                !got.iter()
+                    .any(|l| l.starts_with("SCAN usage_records USING INDEX")
+                        && !l.ends_with("usage_records_failed")),
+                "{name}: a whole index walked for its order: {got:?}"
+            );
+        }
+        let mut indexes: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'usage_records' \
+             AND name NOT LIKE 'sqlite_autoindex%'",
+        )
+        .fetch_all(s.pool())
+        .await
+        .unwrap();
+        indexes.sort();
+        assert_eq!(
+            indexes,
+            [
+                "usage_records_failed",
+                "usage_records_record_id",
+                "usage_records_request_id",
+                "usage_records_started",
+            ],
+            "each index of usage_records is a b-tree insert per request"
+        );
+    }
+}
