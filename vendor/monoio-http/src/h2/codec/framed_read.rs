@@ -1,11 +1,6 @@
 use std::io;
 
-use bytes::BytesMut;
-use monoio::io::{stream::Stream, AsyncReadRent};
-use monoio_codec::{
-    length_delimited::{LengthDelimitedCodec, LengthDelimitedCodecError},
-    FramedRead as InnerFramedRead,
-};
+use bytes::{Buf, BytesMut};
 
 use crate::h2::{
     frame::{
@@ -19,9 +14,34 @@ use crate::h2::{
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
 
+/// Read buffer: the capacity it starts with, and the least free room a read is given (as
+/// `monoio_codec`'s `FramedRead`, which this replaces).
+const INITIAL_CAPACITY: usize = 8 * 1024;
+const RESERVE: usize = 4096;
+
+/// Bytes of a frame head that carry the payload length.
+const LENGTH_LEN: usize = 3;
+
+/// codex-gateway patch (vendor/README.md, change 7): the frame reader. The published crate
+/// read frames through `monoio_codec`'s `FramedRead` with a `LengthDelimitedCodec` and an
+/// `async fn next` that the connection re-armed in a boxed future for every frame; each frame
+/// was split off the read buffer, its head split off again, and its HPACK block split once
+/// per field. Frames are now decoded straight from the read buffer (`decode_buffered`) and a
+/// future exists only while bytes are awaited (`Codec::poll_next`); a DATA or header-block
+/// payload is split off once, every other frame is parsed in place. Errors and end of
+/// stream are as before: a length over `max_frame_size` is a FRAME_SIZE_ERROR, bytes left
+/// at the end of the stream are an I/O error ("bytes remaining on stream").
 #[derive(Debug)]
 pub struct FramedRead<T> {
-    inner: InnerFramedRead<T, LengthDelimitedCodec>,
+    io: T,
+
+    /// Bytes read and not decoded yet; frames are taken off its front.
+    buf: BytesMut,
+
+    state: ReadState,
+
+    /// Largest payload accepted (our SETTINGS_MAX_FRAME_SIZE).
+    max_frame_size: usize,
 
     // hpack decoder state
     hpack: hpack::Decoder,
@@ -29,6 +49,25 @@ pub struct FramedRead<T> {
     max_header_list_size: usize,
 
     partial: Option<Partial>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadState {
+    Open,
+    /// The peer closed its side: what is buffered is all there is.
+    Eof,
+    /// Ended (end of stream, or a framing or I/O error returned): nothing more.
+    Done,
+}
+
+/// What [`FramedRead::decode_buffered`] found.
+pub(super) enum Decoded {
+    Frame(Frame),
+    Err(Error),
+    /// The end of the frames.
+    End,
+    /// A read is needed: the next frame is this many bytes long in all (as far as known).
+    NeedMore(usize),
 }
 
 /// Partially loaded headers frame
@@ -48,9 +87,12 @@ enum Continuable {
 }
 
 impl<T> FramedRead<T> {
-    pub fn new(inner: InnerFramedRead<T, LengthDelimitedCodec>) -> FramedRead<T> {
+    pub fn new(io: T) -> FramedRead<T> {
         FramedRead {
-            inner,
+            io,
+            buf: BytesMut::with_capacity(INITIAL_CAPACITY),
+            state: ReadState::Open,
+            max_frame_size: DEFAULT_MAX_FRAME_SIZE as usize,
             hpack: hpack::Decoder::new(DEFAULT_SETTINGS_HEADER_TABLE_SIZE),
             max_header_list_size: DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE,
             partial: None,
@@ -59,19 +101,19 @@ impl<T> FramedRead<T> {
 
     #[inline]
     pub fn get_ref(&self) -> &T {
-        self.inner.get_ref()
+        &self.io
     }
 
     #[inline]
     pub fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
+        &mut self.io
     }
 
     /// Returns the current max frame size setting
     #[cfg(feature = "unstable")]
     #[inline]
     pub fn max_frame_size(&self) -> usize {
-        self.inner.decoder().max_frame_length()
+        self.max_frame_size
     }
 
     /// Updates the max frame size setting.
@@ -80,7 +122,7 @@ impl<T> FramedRead<T> {
     #[inline]
     pub fn set_max_frame_size(&mut self, val: usize) {
         assert!(DEFAULT_MAX_FRAME_SIZE as usize <= val && val <= MAX_MAX_FRAME_SIZE as usize);
-        self.inner.decoder_mut().set_max_frame_length(val)
+        self.max_frame_size = val;
     }
 
     /// Update the max header list size setting.
@@ -88,28 +130,117 @@ impl<T> FramedRead<T> {
     pub fn set_max_header_list_size(&mut self, val: usize) {
         self.max_header_list_size = val;
     }
+
+    /// The next frame in the bytes read so far, without reading.
+    pub(super) fn decode_buffered(&mut self) -> Decoded {
+        loop {
+            if self.state == ReadState::Done {
+                return Decoded::End;
+            }
+            let want = if self.buf.len() < LENGTH_LEN {
+                LENGTH_LEN
+            } else {
+                let len = (self.buf[0] as usize) << 16
+                    | (self.buf[1] as usize) << 8
+                    | self.buf[2] as usize;
+                if len > self.max_frame_size {
+                    self.state = ReadState::Done;
+                    return Decoded::Err(Error::library_go_away(Reason::FRAME_SIZE_ERROR));
+                }
+                let total = frame::HEADER_LEN + len;
+                if self.buf.len() >= total {
+                    let Self {
+                        ref mut hpack,
+                        max_header_list_size,
+                        ref mut partial,
+                        ref mut buf,
+                        ..
+                    } = *self;
+                    match decode_frame(hpack, max_header_list_size, partial, buf, len) {
+                        Ok(Some(frame)) => {
+                            tracing::debug!(?frame, "received");
+                            return Decoded::Frame(frame);
+                        }
+                        // A frame that yields none (unknown kind, a header block to be
+                        // continued): the next one.
+                        Ok(None) => continue,
+                        Err(e) => return Decoded::Err(e),
+                    }
+                }
+                total
+            };
+            if self.state == ReadState::Eof {
+                self.state = ReadState::Done;
+                if self.buf.is_empty() {
+                    return Decoded::End;
+                }
+                return Decoded::Err(
+                    io::Error::new(io::ErrorKind::Other, "bytes remaining on stream").into(),
+                );
+            }
+            return Decoded::NeedMore(want);
+        }
+    }
+
+    /// The read buffer, with room for the rest of a frame of `want` bytes (and at least
+    /// `RESERVE`), handed to a read; give it back with [`FramedRead::read_done`].
+    pub(super) fn take_read_buf(&mut self, want: usize) -> BytesMut {
+        let room = want.saturating_sub(self.buf.len()).max(RESERVE);
+        self.buf.reserve(room);
+        std::mem::take(&mut self.buf)
+    }
+
+    /// The buffer back from a read, and what the read gave.
+    pub(super) fn read_done(&mut self, buf: BytesMut, res: io::Result<usize>) -> Option<Error> {
+        self.buf = buf;
+        match res {
+            Ok(0) => {
+                self.state = ReadState::Eof;
+                None
+            }
+            Ok(_) => None,
+            Err(e) => {
+                self.state = ReadState::Done;
+                Some(e.into())
+            }
+        }
+    }
 }
 
 /// Decodes a frame.
 ///
 /// This method is intentionally de-generified and outlined because it is very large.
+///
+/// codex-gateway patch (vendor/README.md, change 7): the frame (head and `len` bytes of
+/// payload) is at the front of `buf`, and is taken off it whatever the outcome: a DATA or
+/// header-block payload is split off (it outlives the buffer), any other frame is parsed in
+/// place and skipped. The published code was handed the frame already split off.
 fn decode_frame(
     hpack: &mut hpack::Decoder,
     max_header_list_size: usize,
     partial_inout: &mut Option<Partial>,
-    mut bytes: BytesMut,
+    buf: &mut BytesMut,
+    len: usize,
 ) -> Result<Option<Frame>, Error> {
-    let span = tracing::trace_span!("FramedRead::decode_frame", offset = bytes.len());
-    let _e = span.enter();
-
-    tracing::trace!("decoding frame from {}B", bytes.len());
+    tracing::trace!("decoding frame from {}B", frame::HEADER_LEN + len);
 
     // Parse the head
-    let head = frame::Head::parse(&bytes);
+    let head = frame::Head::parse(&buf[..frame::HEADER_LEN]);
 
     if partial_inout.is_some() && head.kind() != Kind::Continuation {
+        buf.advance(frame::HEADER_LEN + len);
         proto_err!(conn: "expected CONTINUATION, got {:?}", head.kind());
         return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
+    }
+
+    // The payload of a frame parsed in place; the frame is skipped first.
+    macro_rules! in_place {
+        (|$payload:ident| $load:expr) => {{
+            let $payload = &buf[frame::HEADER_LEN..frame::HEADER_LEN + len];
+            let res = $load;
+            buf.advance(frame::HEADER_LEN + len);
+            res
+        }};
     }
 
     let kind = head.kind();
@@ -117,13 +248,13 @@ fn decode_frame(
     tracing::trace!(frame.kind = ?kind);
 
     macro_rules! header_block {
-        ($frame:ident, $head:ident, $bytes:ident) => ({
-            // Drop the frame header
-            // TODO: Change to drain: carllerche/bytes#130
-            let _ = $bytes.split_to(frame::HEADER_LEN);
+        ($frame:ident, $head:ident) => ({
+            // Drop the frame header; the payload is the block's own.
+            buf.advance(frame::HEADER_LEN);
+            let bytes = buf.split_to(len);
 
             // Parse the header frame w/o parsing the payload
-            let (mut frame, mut payload) = match frame::$frame::load($head, $bytes) {
+            let (mut frame, mut payload) = match frame::$frame::load($head, bytes) {
                 Ok(res) => res,
                 Err(frame::Error::InvalidDependencyId) => {
                     proto_err!(stream: "invalid HEADERS dependency ID");
@@ -172,7 +303,7 @@ fn decode_frame(
 
     let frame = match kind {
         Kind::Settings => {
-            let res = frame::Settings::load(head, &bytes[frame::HEADER_LEN..]);
+            let res = in_place!(|payload| frame::Settings::load(head, payload));
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load SETTINGS frame; err={:?}", e);
@@ -181,7 +312,7 @@ fn decode_frame(
             .into()
         }
         Kind::Ping => {
-            let res = frame::Ping::load(head, &bytes[frame::HEADER_LEN..]);
+            let res = in_place!(|payload| frame::Ping::load(head, payload));
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load PING frame; err={:?}", e);
@@ -190,7 +321,7 @@ fn decode_frame(
             .into()
         }
         Kind::WindowUpdate => {
-            let res = frame::WindowUpdate::load(head, &bytes[frame::HEADER_LEN..]);
+            let res = in_place!(|payload| frame::WindowUpdate::load(head, payload));
 
             res.map_err(|e| {
                 proto_err!(conn: "failed to load WINDOW_UPDATE frame; err={:?}", e);
@@ -199,8 +330,8 @@ fn decode_frame(
             .into()
         }
         Kind::Data => {
-            let _ = bytes.split_to(frame::HEADER_LEN);
-            let res = frame::Data::load(head, bytes.freeze());
+            buf.advance(frame::HEADER_LEN);
+            let res = frame::Data::load(head, buf.split_to(len).freeze());
 
             // TODO: Should this always be connection level? Probably not...
             res.map_err(|e| {
@@ -209,9 +340,9 @@ fn decode_frame(
             })?
             .into()
         }
-        Kind::Headers => header_block!(Headers, head, bytes),
+        Kind::Headers => header_block!(Headers, head),
         Kind::Reset => {
-            let res = frame::Reset::load(head, &bytes[frame::HEADER_LEN..]);
+            let res = in_place!(|payload| frame::Reset::load(head, payload));
             res.map_err(|e| {
                 proto_err!(conn: "failed to load RESET frame; err={:?}", e);
                 Error::library_go_away(Reason::PROTOCOL_ERROR)
@@ -219,22 +350,23 @@ fn decode_frame(
             .into()
         }
         Kind::GoAway => {
-            let res = frame::GoAway::load(&bytes[frame::HEADER_LEN..]);
+            let res = in_place!(|payload| frame::GoAway::load(payload));
             res.map_err(|e| {
                 proto_err!(conn: "failed to load GO_AWAY frame; err={:?}", e);
                 Error::library_go_away(Reason::PROTOCOL_ERROR)
             })?
             .into()
         }
-        Kind::PushPromise => header_block!(PushPromise, head, bytes),
+        Kind::PushPromise => header_block!(PushPromise, head),
         Kind::Priority => {
             if head.stream_id() == 0 {
+                buf.advance(frame::HEADER_LEN + len);
                 // Invalid stream identifier
                 proto_err!(conn: "invalid stream ID 0");
                 return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
             }
 
-            match frame::Priority::load(head, &bytes[frame::HEADER_LEN..]) {
+            match in_place!(|payload| frame::Priority::load(head, payload)) {
                 Ok(frame) => frame.into(),
                 Err(frame::Error::InvalidDependencyId) => {
                     // A stream cannot depend on itself. An endpoint MUST
@@ -252,6 +384,8 @@ fn decode_frame(
         }
         Kind::Continuation => {
             let is_end_headers = (head.flag() & 0x4) == 0x4;
+            buf.advance(frame::HEADER_LEN);
+            let bytes = buf.split_to(len);
 
             let mut partial = match partial_inout.take() {
                 Some(partial) => partial,
@@ -269,7 +403,7 @@ fn decode_frame(
 
             // Extend the buf
             if partial.buf.is_empty() {
-                partial.buf = bytes.split_off(frame::HEADER_LEN);
+                partial.buf = bytes;
             } else {
                 if partial.frame.is_over_size() {
                     // If there was left over bytes previously, they may be
@@ -285,12 +419,13 @@ fn decode_frame(
                     // Instead, we use a simple heuristic to determine if
                     // we should continue to ignore decoding, or to tell
                     // the attacker to go away.
-                    if partial.buf.len() + bytes.len() > max_header_list_size {
+                    // (The frame's length counts its head, as the published code's did.)
+                    if partial.buf.len() + frame::HEADER_LEN + bytes.len() > max_header_list_size {
                         proto_err!(conn: "CONTINUATION frame header block size over ignorable limit");
                         return Err(Error::library_go_away(Reason::COMPRESSION_ERROR));
                     }
                 }
-                partial.buf.extend_from_slice(&bytes[frame::HEADER_LEN..]);
+                partial.buf.extend_from_slice(&bytes);
             }
 
             match partial
@@ -318,70 +453,13 @@ fn decode_frame(
             }
         }
         Kind::Unknown => {
+            buf.advance(frame::HEADER_LEN + len);
             // Unknown frames are ignored
             return Ok(None);
         }
     };
 
     Ok(Some(frame))
-}
-
-impl<T> Stream for FramedRead<T>
-where
-    T: AsyncReadRent,
-{
-    type Item = Result<Frame, Error>;
-
-    // Required method
-    async fn next(&mut self) -> Option<Self::Item> {
-        let span = tracing::trace_span!("FramedRead::poll_next");
-        let _e = span.enter();
-        loop {
-            tracing::trace!("poll");
-
-            // Get LengthLimitedCodec decoded byte frames from Monoio's FrameRead implementatio,
-            // and decode the HTTP frames.
-            let bytes = match self.inner.next().await {
-                Some(Ok(bytes)) => bytes,
-                Some(Err(e)) => return Some(Err(map_err(e))),
-                None => return None,
-            };
-
-            tracing::trace!(read.bytes = bytes.len());
-            let Self {
-                ref mut hpack,
-                max_header_list_size,
-                ref mut partial,
-                ..
-            } = *self;
-
-            match decode_frame(hpack, max_header_list_size, partial, bytes) {
-                Ok(frame) => {
-                    if let Some(frame) = frame {
-                        tracing::debug!(?frame, "received");
-                        return Some(Ok(frame));
-                    }
-                }
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        // Return default value
-        (0, None)
-    }
-}
-
-fn map_err(err: io::Error) -> Error {
-    if let io::ErrorKind::InvalidData = err.kind() {
-        if let Some(custom) = err.get_ref() {
-            if custom.is::<LengthDelimitedCodecError>() {
-                return Error::library_go_away(Reason::FRAME_SIZE_ERROR);
-            }
-        }
-    }
-    err.into()
 }
 
 // ===== impl Continuable =====

@@ -4,7 +4,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use monoio::{
     buf::{IoBufMut, IoVecBufMut},
     io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt},
@@ -29,7 +29,7 @@ macro_rules! limited_write_buf {
 #[derive(Debug)]
 pub struct FramedWrite<T, B> {
     encoder: Encoder<B>,
-    write_fut: MaybeArmedBoxFuture<BufResult<usize, Bytes>>,
+    write_fut: MaybeArmedBoxFuture<BufResult<usize, BytesMut>>,
     flush_fut: MaybeArmedBoxFuture<io::Result<()>>,
     shut_fut: MaybeArmedBoxFuture<io::Result<()>>,
     /// Upstream `AsyncWriteRent`
@@ -52,6 +52,13 @@ struct Encoder<B> {
 
     /// Last data frame
     last_data_frame: Option<frame::Data<B>>,
+
+    /// codex-gateway patch (vendor/README.md, change 10): the buffer of the last write,
+    /// back from it and cleared, for the next one. The published code replaced the write
+    /// buffer with an empty one on every flush, so every flush's first frame allocated a
+    /// new buffer and grew it. Only one of at most `DEFAULT_BUFFER_CAPACITY` is kept (one
+    /// that grew for a large body is dropped), so an idle connection holds 16 KiB.
+    spare: Option<BytesMut>,
 
     /// Max frame size, this is specified by the peer
     max_frame_size: FrameSize,
@@ -95,6 +102,7 @@ where
                 buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
                 next: None,
                 last_data_frame: None,
+                spare: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
                 // is_write_vectored,
             },
@@ -131,11 +139,9 @@ where
 
     /// Flush buffered data to the wire
     pub fn flush(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
-        let span = tracing::trace_span!("FramedWrite::flush");
-        let _e = span.enter();
-
         if self.write_fut.armed() {
-            let (result, _) = ready!(self.write_fut.poll(cx));
+            let (result, buf) = ready!(self.write_fut.poll(cx));
+            self.encoder.recycle(buf);
             tracing::trace!("Framed write bytes written = {}", result?);
         }
 
@@ -148,9 +154,9 @@ where
                         tracing::trace!(queued_data_frame = true);
 
                         // Take ownership of the encoder's buffer
-                        let encoder_buf = self.encoder.buf.get_mut();
-                        let owned_encoder_buf = std::mem::replace(encoder_buf, BytesMut::new());
-                        let encoder_buf_bytes = owned_encoder_buf.freeze();
+                        let next = self.encoder.spare.take().unwrap_or_default();
+                        let encoder_buf_bytes =
+                            std::mem::replace(self.encoder.buf.get_mut(), next);
 
                         // Not a deep copy, just creates a new Bytes instance
                         let frame_payload = frame.payload_mut();
@@ -169,25 +175,23 @@ where
                             let res1 = io.write_all(encoder_buf_bytes).await;
                             let res2 = io.write_all(frame_payload_bytes).await;
 
+                            let ((res1, buf1), (res2, _)) = (res1, res2);
                             match (res1, res2) {
-                                ((Ok(w1), buf1), (Ok(w2), _buf2)) => (Ok(w1 + w2), buf1),
-                                ((Err(err), buf), (_, _)) | ((_, _), (Err(err), buf)) => {
-                                    (Err(err), buf)
-                                }
+                                (Ok(w1), Ok(w2)) => (Ok(w1 + w2), buf1),
+                                (Err(err), _) | (_, Err(err)) => (Err(err), buf1),
                             }
                         };
 
                         self.write_fut.arm_future(write_fut);
 
-                        let (result, _) = ready!(self.write_fut.poll(cx));
+                        let (result, buf) = ready!(self.write_fut.poll(cx));
+                        self.encoder.recycle(buf);
                         result?;
                     }
                     _ => {
                         tracing::trace!(queued_data_frame = false);
 
-                        let encoder_buf = self.encoder.buf.get_mut();
-                        let owned_encoder_buf = std::mem::replace(encoder_buf, BytesMut::new());
-                        let encoder_buf_bytes = owned_encoder_buf.freeze();
+                        let encoder_buf_bytes = self.encoder.take_buf();
 
                         tracing::trace!(
                             "Total bytes to be written for non data frame:: {}",
@@ -197,7 +201,8 @@ where
                         let io = unsafe { &mut *(self.inner.get()) };
                         self.write_fut.arm_future(io.write_all(encoder_buf_bytes));
 
-                        let (result, _) = ready!(self.write_fut.poll(cx));
+                        let (result, buf) = ready!(self.write_fut.poll(cx));
+                        self.encoder.recycle(buf);
                         result?;
                     }
                 }
@@ -273,9 +278,6 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
-        let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
-        let _e = span.enter();
-
         tracing::debug!(frame = ?item, "send");
 
         match item {
@@ -312,13 +314,13 @@ where
             }
             Frame::Headers(v) => {
                 let mut buf = limited_write_buf!(self);
-                if let Some(continuation) = v.encode(&mut self.hpack, &mut buf) {
+                if let Some(continuation) = (*v).encode(&mut self.hpack, &mut buf) {
                     self.next = Some(Next::Continuation(continuation));
                 }
             }
             Frame::PushPromise(v) => {
                 let mut buf = limited_write_buf!(self);
-                if let Some(continuation) = v.encode(&mut self.hpack, &mut buf) {
+                if let Some(continuation) = (*v).encode(&mut self.hpack, &mut buf) {
                     self.next = Some(Next::Continuation(continuation));
                 }
             }
@@ -370,6 +372,20 @@ where
 impl<B> Encoder<B> {
     fn max_frame_size(&self) -> usize {
         self.max_frame_size as usize
+    }
+
+    /// The buffered bytes, for a write; the buffer is replaced by the spare, if any.
+    fn take_buf(&mut self) -> BytesMut {
+        let next = self.spare.take().unwrap_or_default();
+        std::mem::replace(self.buf.get_mut(), next)
+    }
+
+    /// A buffer back from a write: kept, cleared, for a later one (see `spare`).
+    fn recycle(&mut self, mut buf: BytesMut) {
+        if self.spare.is_none() && buf.capacity() <= DEFAULT_BUFFER_CAPACITY {
+            buf.clear();
+            self.spare = Some(buf);
+        }
     }
 }
 

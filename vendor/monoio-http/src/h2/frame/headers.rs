@@ -278,9 +278,7 @@ impl Headers {
         // Get the HEADERS frame head
         let head = self.head();
 
-        self.header_block
-            .into_encoding(encoder)
-            .encode(&head, dst, |_| {})
+        self.header_block.encode(encoder, &head, dst, |_| {})
     }
 
     fn head(&self) -> Head {
@@ -290,7 +288,7 @@ impl Headers {
 
 impl<T> From<Headers> for Frame<T> {
     fn from(src: Headers) -> Self {
-        Frame::Headers(src)
+        Frame::Headers(Box::new(src))
     }
 }
 
@@ -497,11 +495,9 @@ impl PushPromise {
         let head = self.head();
         let promised_id = self.promised_id;
 
-        self.header_block
-            .into_encoding(encoder)
-            .encode(&head, dst, |dst| {
-                dst.put_u32(promised_id.into());
-            })
+        self.header_block.encode(encoder, &head, dst, |dst| {
+            dst.put_u32(promised_id.into());
+        })
     }
 
     fn head(&self) -> Head {
@@ -516,7 +512,7 @@ impl PushPromise {
 
 impl<T> From<PushPromise> for Frame<T> {
     fn from(src: PushPromise) -> Self {
-        Frame::PushPromise(src)
+        Frame::PushPromise(Box::new(src))
     }
 }
 
@@ -663,23 +659,28 @@ impl EncodingHeaderBlock {
             None
         };
 
-        // Compute the header block length
-        let payload_len = (dst.get_ref().len() - payload_pos) as u64;
-
-        // Write the frame length
-        let payload_len_be = payload_len.to_be_bytes();
-        assert!(payload_len_be[0..5].iter().all(|b| *b == 0));
-        (dst.get_mut()[head_pos..head_pos + 3]).copy_from_slice(&payload_len_be[5..]);
-
-        if continuation.is_some() {
-            // There will be continuation frames, so the `is_end_headers` flag
-            // must be unset
-            debug_assert!(dst.get_ref()[head_pos + 4] & END_HEADERS == END_HEADERS);
-
-            dst.get_mut()[head_pos + 4] -= END_HEADERS;
-        }
-
+        finish_frame(dst, head_pos, payload_pos, continuation.is_some());
         continuation
+    }
+}
+
+/// Writes a header-block frame's length (its head is at `head_pos`, its payload from
+/// `payload_pos` to the end of `dst`), and unsets END_HEADERS when a continuation follows.
+fn finish_frame(dst: &mut EncodeBuf<'_>, head_pos: usize, payload_pos: usize, continued: bool) {
+    // Compute the header block length
+    let payload_len = (dst.get_ref().len() - payload_pos) as u64;
+
+    // Write the frame length
+    let payload_len_be = payload_len.to_be_bytes();
+    assert!(payload_len_be[0..5].iter().all(|b| *b == 0));
+    (dst.get_mut()[head_pos..head_pos + 3]).copy_from_slice(&payload_len_be[5..]);
+
+    if continued {
+        // There will be continuation frames, so the `is_end_headers` flag
+        // must be unset
+        debug_assert!(dst.get_ref()[head_pos + 4] & END_HEADERS == END_HEADERS);
+
+        dst.get_mut()[head_pos + 4] -= END_HEADERS;
     }
 }
 
@@ -940,19 +941,58 @@ impl HeaderBlock {
         Ok(())
     }
 
-    fn into_encoding(self, encoder: &mut hpack::Encoder) -> EncodingHeaderBlock {
-        let mut hpack = BytesMut::new();
+    /// Encodes the block as a frame (head `head`, then what `f` writes, then the block) into
+    /// `dst`, up to its limit; the rest of the block is returned as a continuation.
+    ///
+    /// codex-gateway patch (vendor/README.md, change 10): the block is encoded straight
+    /// into the write buffer after the frame head. The published code encoded it into a new
+    /// buffer grown from empty and then copied it in; a block longer than the frame allows
+    /// (more than `SETTINGS_MAX_FRAME_SIZE`, 16 KiB at least) has its tail moved out into
+    /// the continuation, which the published code split off the same way. Same bytes.
+    fn encode<F>(
+        self,
+        encoder: &mut hpack::Encoder,
+        head: &Head,
+        dst: &mut EncodeBuf<'_>,
+        f: F,
+    ) -> Option<Continuation>
+    where
+        F: FnOnce(&mut EncodeBuf<'_>),
+    {
+        let head_pos = dst.get_ref().len();
+
+        // At this point, we don't know how big the h2 frame will be.
+        // So, we write the head with length 0, then write the body, and
+        // finally write the length once we know the size.
+        head.encode(0, dst);
+
+        let payload_pos = dst.get_ref().len();
+
+        f(dst);
+
+        // The end of the room this frame has (the limit is not consulted again: the block
+        // is written past it, then cut).
+        let end = dst.get_ref().len() + dst.remaining_mut();
         let headers = Iter {
             pseudo: Some(self.pseudo),
             fields: self.fields.into_iter(),
             next_nameless: false,
         };
+        encoder.encode(headers, dst.get_mut());
 
-        encoder.encode(headers, &mut hpack);
+        let continuation = if dst.get_ref().len() > end {
+            let rest = Bytes::copy_from_slice(&dst.get_ref()[end..]);
+            dst.get_mut().truncate(end);
+            Some(Continuation {
+                stream_id: head.stream_id(),
+                header_block: EncodingHeaderBlock { hpack: rest },
+            })
+        } else {
+            None
+        };
 
-        EncodingHeaderBlock {
-            hpack: hpack.freeze(),
-        }
+        finish_frame(dst, head_pos, payload_pos, continuation.is_some());
+        continuation
     }
 
     /// Calculates the size of the currently decoded header list.

@@ -75,9 +75,13 @@ pub const HEADER_LEN: usize = 9;
 #[derive(Eq, PartialEq)]
 pub enum Frame<T = Bytes> {
     Data(Data<T>),
-    Headers(Headers),
+    /// Boxed (codex-gateway patch, vendor/README.md, change 13), as `PushPromise`: a header
+    /// block frame is over 200 bytes, and every frame, a dozen DATA frames a response, is
+    /// moved as large as the largest variant through the codec, the connection and the
+    /// send queue.
+    Headers(Box<Headers>),
     Priority(Priority),
-    PushPromise(PushPromise),
+    PushPromise(Box<PushPromise>),
     Settings(Settings),
     Ping(Ping),
     GoAway(GoAway),
@@ -94,9 +98,9 @@ impl<T> Frame<T> {
 
         match self {
             Data(frame) => frame.map(f).into(),
-            Headers(frame) => frame.into(),
+            Headers(frame) => Headers(frame),
             Priority(frame) => frame.into(),
-            PushPromise(frame) => frame.into(),
+            PushPromise(frame) => PushPromise(frame),
             Settings(frame) => frame.into(),
             Ping(frame) => frame.into(),
             GoAway(frame) => frame.into(),

@@ -172,9 +172,35 @@ impl Decoder {
     }
 
     /// Decodes the headers found in the given buffer.
+    ///
+    /// codex-gateway patch (vendor/README.md, change 8): what was decoded is dropped from
+    /// `src` once, when decoding stops (at its end, or at a field that needs more bytes),
+    /// instead of splitting the buffer after every field. A resumed decode (a block
+    /// continued in CONTINUATION frames) starts at the first field not decoded, as before.
     pub fn decode<F>(
         &mut self,
         src: &mut Cursor<&mut BytesMut>,
+        f: F,
+    ) -> Result<(), DecoderError>
+    where
+        F: FnMut(Header),
+    {
+        let mut decoded = 0;
+        let res = self.decode_fields(src, &mut decoded, f);
+        // `decoded` counts from the buffer's current start: a raw string splits the buffer
+        // (the cursor restarts at 0) only once its field is whole, and no field fails for
+        // want of bytes after that. (The bound is for a field that fails otherwise after
+        // such a split: the connection is then closed with a COMPRESSION_ERROR anyway.)
+        let decoded = cmp::min(decoded, src.get_ref().len());
+        src.get_mut().advance(decoded);
+        src.set_position(0);
+        res
+    }
+
+    fn decode_fields<F>(
+        &mut self,
+        src: &mut Cursor<&mut BytesMut>,
+        decoded: &mut usize,
         mut f: F,
     ) -> Result<(), DecoderError>
     where
@@ -188,9 +214,6 @@ impl Decoder {
             self.last_max_update = size;
         }
 
-        let span = tracing::trace_span!("hpack::decode");
-        let _e = span.enter();
-
         tracing::trace!("decode");
 
         while let Some(ty) = peek_u8(src) {
@@ -202,7 +225,7 @@ impl Decoder {
                     tracing::trace!(rem = src.remaining(), kind = %"Indexed");
                     can_resize = false;
                     let entry = self.decode_indexed(src)?;
-                    consume(src);
+                    *decoded = src.position() as usize;
                     f(entry);
                 }
                 LiteralWithIndexing => {
@@ -212,7 +235,7 @@ impl Decoder {
 
                     // Insert the header into the table
                     self.table.insert(entry.clone());
-                    consume(src);
+                    *decoded = src.position() as usize;
 
                     f(entry);
                 }
@@ -220,14 +243,14 @@ impl Decoder {
                     tracing::trace!(rem = src.remaining(), kind = %"LiteralWithoutIndexing");
                     can_resize = false;
                     let entry = self.decode_literal(src, false)?;
-                    consume(src);
+                    *decoded = src.position() as usize;
                     f(entry);
                 }
                 LiteralNeverIndexed => {
                     tracing::trace!(rem = src.remaining(), kind = %"LiteralNeverIndexed");
                     can_resize = false;
                     let entry = self.decode_literal(src, false)?;
-                    consume(src);
+                    *decoded = src.position() as usize;
 
                     // TODO: Track that this should never be indexed
 
@@ -241,7 +264,7 @@ impl Decoder {
 
                     // Handle the dynamic table size update
                     self.process_size_update(src)?;
-                    consume(src);
+                    *decoded = src.position() as usize;
                 }
             }
         }
@@ -475,12 +498,6 @@ impl StringMarker {
     }
 }
 
-fn consume(buf: &mut Cursor<&mut BytesMut>) {
-    // remove bytes from the internal BytesMut when they have been successfully
-    // decoded. This is a more permanent cursor position, which will be
-    // used to resume if decoding was only partial.
-    take(buf, 0);
-}
 
 // ===== impl Table =====
 
@@ -881,6 +898,80 @@ mod test {
                 assert_eq!(value, "bar");
             }
             _ => panic!(),
+        }
+    }
+
+    /// codex-gateway patch (vendor/README.md, change 8): a block cut anywhere decodes to
+    /// the same fields once the rest arrives (as a block continued in CONTINUATION frames).
+    #[test]
+    fn a_block_resumed_at_every_byte_decodes_the_same() {
+        use http::header::{HeaderName, HeaderValue};
+
+        let fields = || {
+            let mut sensitive = HeaderValue::from_str(&"t".repeat(400)).unwrap();
+            sensitive.set_sensitive(true);
+            vec![
+                Header::Status(StatusCode::OK),
+                Header::Field {
+                    name: Some(header::CONTENT_TYPE),
+                    value: HeaderValue::from_static("text/event-stream"),
+                },
+                Header::Field {
+                    name: Some(HeaderName::from_static("x-request-id")),
+                    value: HeaderValue::from_static("req-0123456789abcdef"),
+                },
+                Header::Field {
+                    name: Some(HeaderName::from_static("x-long")),
+                    value: HeaderValue::from_str(&"v".repeat(300)).unwrap(),
+                },
+                Header::Field {
+                    name: Some(header::AUTHORIZATION),
+                    value: sensitive,
+                },
+                Header::Field {
+                    name: Some(header::CONTENT_LENGTH),
+                    value: HeaderValue::from_static("12"),
+                },
+            ]
+        };
+        let mut encoder = super::super::Encoder::default();
+        let mut block = BytesMut::new();
+        // Twice: the second block refers to the first one's dynamic table entries.
+        encoder.encode(fields(), &mut block);
+        let first = block.len();
+        encoder.encode(fields(), &mut block);
+
+        let decode_all = |chunks: &[&[u8]]| {
+            let mut de = Decoder::new(4096);
+            let mut out = vec![];
+            let mut buf = BytesMut::new();
+            for (i, chunk) in chunks.iter().enumerate() {
+                buf.extend_from_slice(chunk);
+                match de.decode(&mut Cursor::new(&mut buf), |h| out.push(h)) {
+                    Ok(()) => assert!(buf.is_empty()),
+                    Err(DecoderError::NeedMore(_)) if i + 1 < chunks.len() => {}
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+            out
+        };
+        let whole = decode_all(&[&block[..first], &block[first..]]);
+        assert_eq!(whole.len(), 12);
+        for k in 1..block.len() {
+            if k == first {
+                continue;
+            }
+            let (a, b) = if k < first {
+                (&block[..k], &block[k..first])
+            } else {
+                (&block[first..k], &block[k..])
+            };
+            let chunks: Vec<&[u8]> = if k < first {
+                vec![a, b, &block[first..]]
+            } else {
+                vec![&block[..first], a, b]
+            };
+            assert_eq!(decode_all(&chunks), whole, "cut at {k}");
         }
     }
 

@@ -1,4 +1,4 @@
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue};
 
 use super::{
@@ -20,6 +20,15 @@ pub struct Encoder {
     memo: Vec<Memo>,
     /// Where the next lookup in `memo` starts (fields repeat in the same order).
     memo_next: usize,
+    /// codex-gateway patch (vendor/README.md, change 11): the `:authority` of the last
+    /// request, with its dynamic table entry id (as `memo`: sent as that index while the
+    /// entry is live).
+    authority: Option<(Bytes, usize)>,
+    /// codex-gateway patch (change 11): the `:path` of the last request and its encoded
+    /// representation. HPACK never indexes a path (a literal with the static name index
+    /// and the Huffman-coded value), so its bytes depend on the value alone; a client sends
+    /// the same path on every request of a connection.
+    path: Option<(Bytes, Vec<u8>)>,
 }
 
 #[derive(Debug)]
@@ -31,6 +40,9 @@ struct Memo {
 
 /// At most this many remembered fields (a request head's worth); a full memo starts over.
 const MEMO_MAX: usize = 32;
+
+/// `:path` in the static table (RFC 7541, appendix A).
+const PATH_INDEX: usize = 4;
 
 #[derive(Debug, Copy, Clone, Eq, PartialEq)]
 enum SizeUpdate {
@@ -45,6 +57,8 @@ impl Encoder {
             size_update: None,
             memo: Vec::new(),
             memo_next: 0,
+            authority: None,
+            path: None,
         }
     }
 
@@ -86,9 +100,6 @@ impl Encoder {
     where
         I: IntoIterator<Item = Header<Option<HeaderName>>>,
     {
-        let span = tracing::trace_span!("hpack::encode");
-        let _e = span.enter();
-
         self.encode_size_updates(dst);
 
         let mut last_index = None;
@@ -103,9 +114,22 @@ impl Encoder {
                         last_index = Some(Index::Indexed(idx, header));
                         continue;
                     }
+                    if let Header::Path(ref v) = header {
+                        if let Some((ref path, ref encoded)) = self.path {
+                            if path[..] == *v.as_ref() {
+                                dst.extend_from_slice(encoded);
+                                last_index = Some(Index::Name(PATH_INDEX, header));
+                                continue;
+                            }
+                        }
+                    }
                     let index = self.table.index(header);
                     self.memo_record(&index);
+                    let start = dst.len();
                     self.encode_header(&index, dst);
+                    if let Index::Name(PATH_INDEX, Header::Path(ref v)) = index {
+                        self.path = Some((v.clone().into_inner(), dst[start..].to_vec()));
+                    }
 
                     last_index = Some(index);
                 }
@@ -129,10 +153,23 @@ impl Encoder {
         }
     }
 
-    /// The live dynamic-table index of a regular field remembered in `memo`.
+    /// The live dynamic-table index of a regular field remembered in `memo` (or of the
+    /// `:authority` remembered in `authority`).
     fn memo_hit(&mut self, header: &Header) -> Option<usize> {
-        let Header::Field { name, value } = header else {
-            return None;
+        let (name, value) = match header {
+            Header::Field { name, value } => (name, value),
+            Header::Authority(v) => {
+                let (ref authority, id) = *self.authority.as_ref()?;
+                if !same_bytes(authority, v.as_ref()) {
+                    return None;
+                }
+                let idx = self.table.live_index(id);
+                if idx.is_none() {
+                    self.authority = None;
+                }
+                return idx;
+            }
+            _ => return None,
         };
         if value.is_sensitive() || self.memo.is_empty() {
             return None;
@@ -167,8 +204,13 @@ impl Encoder {
             Index::Inserted(real_idx) | Index::InsertedValue(_, real_idx) => real_idx,
             _ => return,
         };
-        let Header::Field { name, value } = self.table.resolve(index) else {
-            return;
+        let (name, value) = match self.table.resolve(index) {
+            Header::Field { name, value } => (name, value),
+            Header::Authority(v) => {
+                self.authority = Some((v.clone().into_inner(), self.table.id_at(real_idx)));
+                return;
+            }
+            _ => return,
         };
         if value.is_sensitive() {
             return;
@@ -846,6 +888,74 @@ mod test {
         assert_eq!(after[0], 0x3f, "size update first");
         let again = check(&mut encoder, constant_fields());
         assert_eq!(&again[..], &[0x80 | 64, 0x80 | 63, 0x80 | 62]);
+    }
+
+    /// codex-gateway patch (change 11): a request's pseudo-header fields, the path and
+    /// authority remembered per connection.
+    fn request(authority: &str, path: &str) -> Vec<Header<Option<HeaderName>>> {
+        use super::super::BytesStr;
+
+        vec![
+            method("POST"),
+            Header::Scheme(BytesStr::from_static("https")),
+            Header::Authority(BytesStr::from(authority)),
+            Header::Path(BytesStr::from(path)),
+            header("content-type", "application/json"),
+        ]
+    }
+
+    #[test]
+    fn a_repeated_path_and_authority_encode_as_the_table_would() {
+        let mut encoder = Encoder::default();
+        let mut decoder = super::super::Decoder::new(4096);
+        let mut check = |encoder: &mut Encoder, hdrs: Vec<Header<Option<HeaderName>>>| {
+            let sent: Vec<Header> = hdrs.iter().map(|h| h.clone().reify().unwrap()).collect();
+            let mut dst = encode(encoder, hdrs);
+            let sent_bytes = dst.clone();
+            let mut got = Vec::new();
+            decoder
+                .decode(&mut std::io::Cursor::new(&mut dst), |h| got.push(h))
+                .unwrap();
+            assert_eq!(sent, got);
+            sent_bytes
+        };
+        let path = "/backend-api/codex/responses";
+        // The path's representation: a literal without indexing, name index 4, the value
+        // Huffman-coded (the table lookup's choice, every time).
+        let mut path_bytes = BytesMut::new();
+        encode_not_indexed(4, path.as_bytes(), false, &mut path_bytes);
+
+        let first = check(&mut encoder, request("chatgpt.com", path));
+        // :method POST (3), :scheme https (7), then :authority inserted (name index 1).
+        assert_eq!(&first[..3], &[0x80 | 3, 0x80 | 7, 0b0100_0000 | 1]);
+        let again = check(&mut encoder, request("chatgpt.com", path));
+        let mut expected = vec![0x80 | 3, 0x80 | 7, 0x80 | 63];
+        expected.extend_from_slice(&path_bytes);
+        expected.push(0x80 | 62);
+        assert_eq!(&again[..], &expected[..]);
+        // Another path, then the first one again: each as the table lookup encodes it.
+        let other = check(&mut encoder, request("chatgpt.com", "/backend-api/other"));
+        let mut other_path = BytesMut::new();
+        encode_not_indexed(4, b"/backend-api/other", false, &mut other_path);
+        assert_eq!(&other[3..3 + other_path.len()], &other_path[..]);
+        assert_eq!(check(&mut encoder, request("chatgpt.com", path)), again);
+        // The root path is in the static table.
+        let root = check(&mut encoder, request("chatgpt.com", "/"));
+        assert_eq!(&root[..5], &[0x80 | 3, 0x80 | 7, 0x80 | 63, 0x80 | 4, 0x80 | 62]);
+        // Another authority is inserted; the first one keeps its (moved) entry.
+        let b = check(&mut encoder, request("example.com", path));
+        assert_eq!(b[2], 0b0100_0000 | 1);
+        let a = check(&mut encoder, request("chatgpt.com", path));
+        assert_eq!(a[2], 0x80 | 64);
+        // Evicted (table size 0, then back): inserted again, never a stale index.
+        encoder.update_max_size(0);
+        let none = check(&mut encoder, request("chatgpt.com", path));
+        assert_eq!(&none[..4], &[0x20, 0x80 | 3, 0x80 | 7, 0x01]);
+        encoder.update_max_size(4096);
+        let back = check(&mut encoder, request("chatgpt.com", path));
+        assert_eq!(&back[..4], &[0x3f, 0xe1, 0x1f, 0x80 | 3]);
+        assert_eq!(back[5], 0b0100_0000 | 1, "inserted again");
+        assert_eq!(check(&mut encoder, request("chatgpt.com", path)), again);
     }
 
     #[test]

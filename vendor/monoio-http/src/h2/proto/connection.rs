@@ -181,9 +181,6 @@ where
     /// Returns `Error` as this may raise errors that are caused by delayed
     /// processing of received frames.
     fn poll_ready(&mut self, cx: &mut Context) -> Poll<Result<(), Error>> {
-        let _e = self.inner.span.enter();
-        let span = tracing::trace_span!("poll_ready");
-        let _e = span.enter();
         // The order of these calls don't really matter too much
         ready!(self.inner.ping_pong.send_pending_pong(cx, &mut self.codec))?;
         ready!(self.inner.ping_pong.send_pending_ping(cx, &mut self.codec))?;
@@ -250,8 +247,6 @@ where
         // `poll2`, which means that we can't borrow `self.span` to enter it.
         // The clone is just an atomic ref bump.
         let span = self.inner.span.clone();
-        let _e = span.enter();
-        let span = tracing::trace_span!("poll");
         let _e = span.enter();
 
         loop {
@@ -466,7 +461,7 @@ where
         match frame {
             Some(Headers(frame)) => {
                 tracing::trace!(?frame, "recv HEADERS");
-                self.streams.recv_headers(frame)?;
+                self.streams.recv_headers(*frame)?;
             }
             Some(Data(frame)) => {
                 tracing::trace!(?frame, "recv DATA");
@@ -478,7 +473,7 @@ where
             }
             Some(PushPromise(frame)) => {
                 tracing::trace!(?frame, "recv PUSH_PROMISE");
-                self.streams.recv_push_promise(frame)?;
+                self.streams.recv_push_promise(*frame)?;
             }
             Some(Settings(frame)) => {
                 tracing::trace!(?frame, "recv SETTINGS");

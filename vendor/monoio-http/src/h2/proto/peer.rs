@@ -44,7 +44,10 @@ pub(crate) enum Dyn {
 #[derive(Debug)]
 pub enum PollMessage {
     Client(ResponseHead),
-    Server(Request<()>),
+    /// Boxed (codex-gateway patch, vendor/README.md, change 9): a request head is over 200
+    /// bytes, and every received DATA frame is moved through the receive queue as an
+    /// `Event` as large as its largest variant.
+    Server(Box<Request<()>>),
 }
 
 // ===== impl Dyn =====
@@ -67,7 +70,7 @@ impl Dyn {
     ) -> Result<PollMessage, Error> {
         if self.is_server() {
             crate::h2::server::Peer::convert_poll_message(pseudo, fields, stream_id)
-                .map(PollMessage::Server)
+                .map(|req| PollMessage::Server(Box::new(req)))
         } else {
             crate::h2::client::Peer::convert_poll_message(pseudo, fields, stream_id)
                 .map(PollMessage::Client)

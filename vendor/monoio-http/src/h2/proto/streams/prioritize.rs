@@ -114,8 +114,6 @@ impl Prioritize {
         stream: &mut store::Ptr,
         task: &mut Option<Waker>,
     ) {
-        let span = tracing::trace_span!("Prioritize::queue_frame", ?stream.id);
-        let _e = span.enter();
         // Queue the frame in the buffer
         stream.pending_send.push_back(buffer, frame);
         self.schedule_send(stream, task);
@@ -170,10 +168,12 @@ impl Prioritize {
         // Update the buffered data counter
         stream.buffered_send_data += sz as usize;
 
-        let span =
-            tracing::trace_span!("send_data", sz, requested = stream.requested_send_capacity);
-        let _e = span.enter();
-        tracing::trace!(buffered = stream.buffered_send_data);
+        tracing::trace!(
+            sz,
+            requested = stream.requested_send_capacity,
+            buffered = stream.buffered_send_data,
+            "send_data"
+        );
 
         // Implicitly request more send capacity if not enough has been
         // requested yet.
@@ -404,9 +404,8 @@ impl Prioritize {
             // Can't assign more than what is available
             stream.send_flow.window_size() - stream.send_flow.available().as_size(),
         );
-        let span = tracing::trace_span!("try_assign_capacity", ?stream.id);
-        let _e = span.enter();
         tracing::trace!(
+            stream.id = ?stream.id,
             requested = total_requested,
             additional,
             buffered = stream.buffered_send_data,
@@ -681,14 +680,10 @@ impl Prioritize {
     where
         B: Buf,
     {
-        let span = tracing::trace_span!("pop_frame");
-        let _e = span.enter();
-
         loop {
             match self.pending_send.pop(store) {
                 Some(mut stream) => {
-                    let span = tracing::trace_span!("popped", ?stream.id, ?stream.state);
-                    let _e = span.enter();
+                    tracing::trace!(?stream.id, ?stream.state, "popped");
 
                     // It's possible that this stream, besides having data to send,
                     // is also queued to send a reset, and thus is already in the queue
@@ -758,30 +753,24 @@ impl Prioritize {
                             tracing::trace!(len, "sending data frame");
 
                             // Update the flow control
-                            tracing::trace_span!("updating stream flow").in_scope(|| {
-                                stream.send_data(len, self.max_buffer_size);
+                            stream.send_data(len, self.max_buffer_size);
 
-                                // Assign the capacity back to the connection that
-                                // was just consumed from the stream in the previous
-                                // line.
-                                self.flow.assign_capacity(len);
-                            });
+                            // Assign the capacity back to the connection that
+                            // was just consumed from the stream in the previous
+                            // line.
+                            self.flow.assign_capacity(len);
 
-                            let (eos, len) = tracing::trace_span!("updating connection flow")
-                                .in_scope(|| {
-                                    self.flow.send_data(len);
+                            self.flow.send_data(len);
 
-                                    // Wrap the frame's data payload to ensure that the
-                                    // correct amount of data gets written.
+                            // Wrap the frame's data payload to ensure that the
+                            // correct amount of data gets written.
 
-                                    let eos = frame.is_end_stream();
-                                    let len = len as usize;
+                            let eos = frame.is_end_stream();
+                            let len = len as usize;
 
-                                    if frame.payload().remaining() > len {
-                                        frame.set_end_stream(false);
-                                    }
-                                    (eos, len)
-                                });
+                            if frame.payload().remaining() > len {
+                                frame.set_end_stream(false);
+                            }
 
                             Frame::Data(frame.map(|buf| Prioritized {
                                 inner: buf.take(len),

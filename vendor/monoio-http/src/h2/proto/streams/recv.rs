@@ -70,7 +70,8 @@ pub(super) struct Recv {
 pub(super) enum Event {
     Headers(peer::PollMessage),
     Data(Bytes),
-    Trailers(HeaderMap),
+    /// Boxed as `PollMessage::Server` is (a 96-byte map in every queued DATA frame's slot).
+    Trailers(Box<HeaderMap>),
 }
 
 #[derive(Debug)]
@@ -263,7 +264,7 @@ impl Recv {
         use super::peer::PollMessage::*;
 
         match stream.pending_recv.pop_front(&mut self.buffer) {
-            Some(Event::Headers(Server(request))) => request,
+            Some(Event::Headers(Server(request))) => *request,
             _ => panic!(),
         }
     }
@@ -279,7 +280,7 @@ impl Recv {
         let mut ppp = stream.pending_push_promises.take();
         let pushed = ppp.pop(stream.store_mut()).map(|mut pushed| {
             match pushed.pending_recv.pop_front(&mut self.buffer) {
-                Some(Event::Headers(Server(headers))) => (headers, pushed.key()),
+                Some(Event::Headers(Server(headers))) => (*headers, pushed.key()),
                 // When frames are pushed into the queue, it is verified that
                 // the first frame is a HEADERS frame.
                 _ => panic!("Headers not set on pushed stream"),
@@ -341,7 +342,7 @@ impl Recv {
         // Push the frame onto the stream's recv buffer
         stream
             .pending_recv
-            .push_back(&mut self.buffer, Event::Trailers(trailers));
+            .push_back(&mut self.buffer, Event::Trailers(Box::new(trailers)));
         stream.notify_recv();
 
         Ok(())
@@ -535,6 +536,10 @@ impl Recv {
     }
 
     pub fn recv_data(&mut self, frame: frame::Data, stream: &mut store::Ptr) -> Result<(), Error> {
+        // codex-gateway patch (vendor/README.md, change 9): the stream is resolved in the
+        // store once, not on each of the dozen field accesses below (every `Ptr` deref is a
+        // slab lookup and a stream-id check).
+        let stream: &mut Stream = stream;
         let sz = frame.payload().len();
 
         // This should have been enforced at the codec::FramedRead layer, so
@@ -725,7 +730,7 @@ impl Recv {
         use super::peer::PollMessage::*;
         stream
             .pending_recv
-            .push_back(&mut self.buffer, Event::Headers(Server(req)));
+            .push_back(&mut self.buffer, Event::Headers(Server(Box::new(req))));
         stream.notify_recv();
         Ok(())
     }
@@ -1069,7 +1074,7 @@ impl Recv {
         stream: &mut Stream,
     ) -> Poll<Option<Result<HeaderMap, proto::Error>>> {
         match stream.pending_recv.pop_front(&mut self.buffer) {
-            Some(Event::Trailers(trailers)) => Poll::Ready(Some(Ok(trailers))),
+            Some(Event::Trailers(trailers)) => Poll::Ready(Some(Ok(*trailers))),
             Some(event) => {
                 // Frame is not trailers.. not ready to poll trailers yet.
                 stream.pending_recv.push_front(&mut self.buffer, event);

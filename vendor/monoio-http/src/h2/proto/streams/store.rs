@@ -14,6 +14,11 @@ pub(super) struct Store {
     /// increasing order, and at most the concurrency limit are live, so a peer cannot fill
     /// the map with chosen colliding keys: a keyed hash buys nothing here.
     ids: IndexMap<StreamId, SlabIndex, FnvBuildHasher>,
+    /// codex-gateway patch (vendor/README.md, change 12): the last stream `find_mut` found
+    /// in `ids`. A response's DATA frames come one after another on one stream, so most
+    /// frames are for the stream the previous one was for. Forgotten when that id leaves
+    /// `ids` (`Ptr::unlink`, the only removal; an id in `ids` keeps its slab index).
+    last_found: Option<(StreamId, SlabIndex)>,
 }
 
 /// "Pointer" to an entry in the store
@@ -86,13 +91,18 @@ impl Store {
         Store {
             slab: slab::Slab::new(),
             ids: IndexMap::default(),
+            last_found: None,
         }
     }
 
     pub fn find_mut(&mut self, id: &StreamId) -> Option<Ptr> {
-        let index = match self.ids.get(id) {
-            Some(key) => *key,
-            None => return None,
+        let index = match self.last_found {
+            Some((last, index)) if last == *id => index,
+            _ => {
+                let index = *self.ids.get(id)?;
+                self.last_found = Some((*id, index));
+                index
+            }
         };
 
         Some(Ptr {
@@ -363,6 +373,9 @@ impl<'a> Ptr<'a> {
     pub fn unlink(&mut self) {
         let id = self.key.stream_id;
         self.store.ids.swap_remove(&id);
+        if matches!(self.store.last_found, Some((last, _)) if last == id) {
+            self.store.last_found = None;
+        }
     }
 }
 
@@ -417,5 +430,46 @@ impl<'a> VacantEntry<'a> {
         self.ids.insert(index);
 
         Key { index, stream_id }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(id: u32) -> Stream {
+        Stream::new(StreamId::from(id), 65_535, 65_535)
+    }
+
+    /// codex-gateway patch (change 12): the remembered last stream never outlives its id in
+    /// the index, and a slab slot reused by another stream is never found by the old id.
+    #[test]
+    fn the_last_found_stream_is_forgotten_when_unlinked() {
+        let mut store = Store::new();
+        store.insert(StreamId::from(1), stream(1));
+        store.insert(StreamId::from(3), stream(3));
+        for _ in 0..2 {
+            assert_eq!(store.find_mut(&StreamId::from(1)).unwrap().id, StreamId::from(1));
+        }
+        assert_eq!(store.find_mut(&StreamId::from(3)).unwrap().id, StreamId::from(3));
+        assert_eq!(store.find_mut(&StreamId::from(1)).unwrap().id, StreamId::from(1));
+        // Unlinked (still in the slab, as a stream awaiting its reset expiry is): not found.
+        let mut one = store.find_mut(&StreamId::from(1)).unwrap();
+        one.unlink();
+        assert!(store.find_mut(&StreamId::from(1)).is_none());
+        // Removed, and its slab slot taken by a new stream: the old id is still not found.
+        let key = Key {
+            index: SlabIndex(0),
+            stream_id: StreamId::from(1),
+        };
+        store.resolve(key).remove();
+        store.insert(StreamId::from(5), stream(5));
+        assert!(store.find_mut(&StreamId::from(1)).is_none());
+        assert_eq!(store.find_mut(&StreamId::from(5)).unwrap().id, StreamId::from(5));
+        assert_eq!(store.find_mut(&StreamId::from(3)).unwrap().id, StreamId::from(3));
+        // Unlinking another stream keeps the remembered one.
+        store.find_mut(&StreamId::from(3)).unwrap().unlink();
+        assert_eq!(store.find_mut(&StreamId::from(5)).unwrap().id, StreamId::from(5));
+        assert!(store.find_mut(&StreamId::from(3)).is_none());
     }
 }
