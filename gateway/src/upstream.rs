@@ -190,7 +190,7 @@ impl UpstreamBody {
             return Waited::Chunk(r);
         };
         let polled = std::future::poll_fn(|cx| {
-            if let std::task::Poll::Ready(r) = rs.poll_data(cx) {
+            if let std::task::Poll::Ready(r) = rs.poll_data_released(cx) {
                 return std::task::Poll::Ready(Ok(r));
             }
             idle.poll_expired(cx).map(Err)
@@ -203,7 +203,7 @@ impl UpstreamBody {
                 if matches!(r, Some(Ok(_))) {
                     idle.touch();
                 }
-                h2_data(rs, r)
+                h2_chunk(r)
             }
         })
     }
@@ -215,9 +215,9 @@ impl UpstreamBody {
             Self::H2(rs, _) => {
                 // A no-op waker: the caller always polls again with its own before waiting.
                 let cx = std::task::Context::from_waker(std::task::Waker::noop());
-                match rs.poll_data(&cx) {
+                match rs.poll_data_released(&cx) {
                     std::task::Poll::Pending => None,
-                    std::task::Poll::Ready(r) => Some(h2_data(rs, r)),
+                    std::task::Poll::Ready(r) => Some(h2_chunk(r)),
                 }
             }
             Self::H1(b) => b.try_chunk(),
@@ -247,12 +247,21 @@ fn h2_data(
     rs: &mut monoio_http::h2::RecvStream,
     r: Option<Result<Bytes, monoio_http::h2::Error>>,
 ) -> Result<Option<Bytes>, UpstreamError> {
+    if let Some(Ok(b)) = &r {
+        let _ = rs.flow_control().release_capacity(b.len());
+    }
+    h2_chunk(r)
+}
+
+/// A chunk whose capacity is released already (`RecvStream::poll_data_released`, which
+/// does in one stream lookup what `poll_data` and `release_capacity` do in two), as
+/// [`h2_data`] gives it.
+fn h2_chunk(
+    r: Option<Result<Bytes, monoio_http::h2::Error>>,
+) -> Result<Option<Bytes>, UpstreamError> {
     match r {
         None => Ok(None),
-        Some(Ok(b)) => {
-            let _ = rs.flow_control().release_capacity(b.len());
-            Ok(Some(b))
-        }
+        Some(Ok(b)) => Ok(Some(b)),
         Some(Err(e)) => Err(UpstreamError::Protocol {
             sent: true,
             message: format!("h2 stream error: {e}"),

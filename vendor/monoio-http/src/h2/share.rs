@@ -433,6 +433,18 @@ impl RecvStream {
         self.inner.inner.poll_data(cx).map_err(Into::into)
     }
 
+    /// `poll_data`, and for a chunk, its flow-control capacity released at once, as
+    /// `flow_control().release_capacity(chunk.len())` would (for a caller that takes each
+    /// chunk as its own as it comes): one stream lookup instead of two.
+    ///
+    /// codex-gateway patch (vendor/README.md, change 17).
+    pub fn poll_data_released(
+        &mut self,
+        cx: &Context<'_>,
+    ) -> Poll<Option<Result<Bytes, crate::h2::Error>>> {
+        self.inner.inner.poll_data_released(cx).map_err(Into::into)
+    }
+
     #[doc(hidden)]
     pub fn poll_trailers(
         &mut self,
@@ -631,5 +643,94 @@ impl fmt::Debug for Ping {
 impl fmt::Debug for Pong {
     fn fmt(&self, fmt: &mut fmt::Formatter) -> fmt::Result {
         fmt.debug_struct("Pong").finish()
+    }
+}
+
+// ===== codex-gateway patch: a client and a server of this crate over TCP =====
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use crate::h2::{client, server, Fields};
+
+    /// A server that answers every request with `body` (in 16 KiB DATA frames) on one
+    /// connection; the client's connection task runs too. Returns the client.
+    async fn serve(body: Bytes) -> client::SendRequest<Bytes> {
+        let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        monoio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = server::handshake(tcp).await.unwrap();
+            while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                let mut send = respond
+                    .send_response(http::Response::new(()), false)
+                    .unwrap();
+                for chunk in body.chunks(16_384) {
+                    send.send_data(Bytes::copy_from_slice(chunk), false).unwrap();
+                }
+                send.send_data(Bytes::new(), true).unwrap();
+            }
+        });
+        let tcp = monoio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = client::handshake(tcp).await.unwrap();
+        monoio::spawn(async move {
+            let _ = conn.await;
+        });
+        send
+    }
+
+    async fn get(send: &client::SendRequest<Bytes>) -> super::RecvStream {
+        let mut ready = send.clone().ready().await.unwrap();
+        let uri: http::Uri = "http://example.test/".parse().unwrap();
+        let (resp, _) = ready
+            .send_request_fields(http::Method::GET, uri, Fields::new(), true)
+            .unwrap();
+        let (head, body) = resp.await.unwrap();
+        assert_eq!(head.status, http::StatusCode::OK);
+        body
+    }
+
+    /// codex-gateway patch (vendor/README.md, change 17): a body four times the default
+    /// windows (65,535 bytes, stream and connection) comes whole, twice on one connection,
+    /// to a client that reads it with `poll_data_released`: each chunk's capacity went back
+    /// (WINDOW_UPDATEs). Without the release, the server stops at the window (checked
+    /// last, with `poll_data`).
+    #[monoio::test(timer_enabled = true)]
+    async fn a_body_past_the_windows_comes_whole_when_each_chunk_is_released() {
+        let body: Bytes = (0..262_144u32)
+            .map(|i| (i % 251) as u8)
+            .collect::<Vec<_>>()
+            .into();
+        let send = serve(body.clone()).await;
+        for _ in 0..2 {
+            let mut rs = get(&send).await;
+            let read = async {
+                let mut got = Vec::new();
+                while let Some(chunk) = std::future::poll_fn(|cx| rs.poll_data_released(cx)).await
+                {
+                    got.extend_from_slice(&chunk.unwrap());
+                }
+                got
+            };
+            let got = monoio::time::timeout(Duration::from_secs(10), read)
+                .await
+                .expect("the body stalled");
+            assert_eq!(got, body);
+        }
+        // The control: nothing released, the body stops at the stream window.
+        let mut rs = get(&send).await;
+        let mut got = 0;
+        let read = async {
+            while let Some(chunk) = std::future::poll_fn(|cx| rs.poll_data(cx)).await {
+                got += chunk.unwrap().len();
+            }
+        };
+        assert!(monoio::time::timeout(Duration::from_millis(300), read)
+            .await
+            .is_err());
+        assert_eq!(got, 65_535);
     }
 }

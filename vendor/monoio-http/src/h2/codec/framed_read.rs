@@ -149,6 +149,25 @@ impl<T> FramedRead<T> {
                 }
                 let total = frame::HEADER_LEN + len;
                 if self.buf.len() >= total {
+                    // A DATA frame (a response is a dozen of them for one head), outside a
+                    // header block: taken off whole, its head skipped in the frozen bytes
+                    // (the same frame as `decode_frame` makes).
+                    if self.buf[3] == Kind::Data as u8 && self.partial.is_none() {
+                        let head = frame::Head::parse(&self.buf[..frame::HEADER_LEN]);
+                        let mut payload = self.buf.split_to(total).freeze();
+                        payload.advance(frame::HEADER_LEN);
+                        return match frame::Data::load(head, payload) {
+                            Ok(data) => {
+                                let frame = Frame::Data(data);
+                                tracing::debug!(?frame, "received");
+                                Decoded::Frame(frame)
+                            }
+                            Err(e) => {
+                                proto_err!(conn: "failed to load DATA frame; err={:?}", e);
+                                Decoded::Err(Error::library_go_away(Reason::PROTOCOL_ERROR))
+                            }
+                        };
+                    }
                     let Self {
                         ref mut hpack,
                         max_header_list_size,

@@ -565,6 +565,32 @@ mod tests {
     }
 
     #[test]
+    fn bad_data_frames_are_connection_errors() {
+        // DATA on stream 0; padding longer than the payload; DATA inside a header block.
+        let mut zero = Vec::new();
+        head(&mut zero, 2, 0, 0, 0);
+        zero.extend_from_slice(b"hi");
+        let mut padded = Vec::new();
+        head(&mut padded, 3, 0, 0x8, 1);
+        padded.extend_from_slice(&[5, b'h', b'i']);
+        let mut inside = Vec::new();
+        head(&mut inside, 1, 1, 0, 1); // HEADERS without END_HEADERS: `:status: 200`
+        inside.push(0x88);
+        head(&mut inside, 2, 0, 0, 1);
+        inside.extend_from_slice(b"hi");
+        for bytes in [zero, padded, inside] {
+            for k in 1..bytes.len() {
+                let (frames, err) = read_frames(vec![bytes[..k].to_vec(), bytes[k..].to_vec()]);
+                assert!(frames.is_empty());
+                match err {
+                    Some(Error::GoAway(_, Reason::PROTOCOL_ERROR, _)) => {}
+                    e => panic!("split at {k}: {e:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_read_error_ends_the_frames() {
         struct Broken;
         impl AsyncReadRent for Broken {

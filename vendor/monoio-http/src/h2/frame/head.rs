@@ -63,6 +63,17 @@ impl Head {
         super::HEADER_LEN
     }
 
+    /// The head's 9 bytes (codex-gateway patch, vendor/README.md, change 19: written with
+    /// one copy where `encode` puts its fields one at a time through a generic `BufMut`).
+    pub fn to_bytes(&self, payload_len: usize) -> [u8; super::HEADER_LEN] {
+        debug_assert!(payload_len < 1 << 24);
+        let len = (payload_len as u32).to_be_bytes();
+        let id = u32::from(self.stream_id).to_be_bytes();
+        [
+            len[1], len[2], len[3], self.kind as u8, self.flag, id[0], id[1], id[2], id[3],
+        ]
+    }
+
     pub fn encode<T: BufMut>(&self, payload_len: usize, dst: &mut T) {
         debug_assert!(self.encode_len() <= dst.remaining_mut());
 

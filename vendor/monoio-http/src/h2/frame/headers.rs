@@ -892,16 +892,24 @@ impl HeaderBlock {
                 Field { name, value } => {
                     // Connection level header fields are not supported and must
                     // result in a protocol error.
-
-                    if name == header::CONNECTION
-                        || name == header::TRANSFER_ENCODING
-                        || name == header::UPGRADE
-                        || name == "keep-alive"
-                        || name == "proxy-connection"
-                    {
+                    //
+                    // codex-gateway patch (vendor/README.md, change 15): one match on the
+                    // name's text (decoded names are lower-case, and the `http` crate keeps
+                    // every standard name in its standard form), instead of six `HeaderName`
+                    // comparisons, two of them case-insensitive against a `&str`.
+                    let text = name.as_str();
+                    let connection_level = matches!(
+                        text,
+                        "connection"
+                            | "transfer-encoding"
+                            | "upgrade"
+                            | "keep-alive"
+                            | "proxy-connection"
+                    );
+                    if connection_level {
                         tracing::trace!("load_hpack; connection level header");
                         malformed = true;
-                    } else if name == header::TE && value != "trailers" {
+                    } else if text == "te" && value != "trailers" {
                         tracing::trace!(
                             "load_hpack; TE header not set to trailers; val={:?}",
                             value
@@ -910,7 +918,7 @@ impl HeaderBlock {
                     } else {
                         reg = true;
 
-                        headers_size += decoded_header_size(name.as_str().len(), value.len());
+                        headers_size += decoded_header_size(text.len(), value.len());
                         if headers_size < max_header_list_size {
                             self.fields.push(name, value);
                         } else if !self.is_over_size {
@@ -960,25 +968,27 @@ impl HeaderBlock {
         F: FnOnce(&mut EncodeBuf<'_>),
     {
         let head_pos = dst.get_ref().len();
+        // The end of the room this frame has, head included (the limit is not consulted
+        // again: the head and the block are written into the buffer itself, the block past
+        // the end, then cut).
+        let end = head_pos + dst.remaining_mut();
+        assert!(end >= head_pos + super::HEADER_LEN);
 
         // At this point, we don't know how big the h2 frame will be.
         // So, we write the head with length 0, then write the body, and
         // finally write the length once we know the size.
-        head.encode(0, dst);
+        dst.get_mut().extend_from_slice(&head.to_bytes(0));
 
         let payload_pos = dst.get_ref().len();
 
         f(dst);
 
-        // The end of the room this frame has (the limit is not consulted again: the block
-        // is written past it, then cut).
-        let end = dst.get_ref().len() + dst.remaining_mut();
-        let headers = Iter {
+        let pseudo = Iter {
             pseudo: Some(self.pseudo),
-            fields: self.fields.into_iter(),
+            fields: Vec::new().into_iter(),
             next_nameless: false,
         };
-        encoder.encode(headers, dst.get_mut());
+        encoder.encode_fields(pseudo, self.fields.iter().as_slice(), dst.get_mut());
 
         let continuation = if dst.get_ref().len() > end {
             let rest = Bytes::copy_from_slice(&dst.get_ref()[end..]);
@@ -1284,6 +1294,67 @@ mod test {
         let map = got.into_header_map();
         assert_eq!(map.get_all(header::SET_COOKIE).iter().count(), 3);
         assert_eq!(Fields::from_header_map(map).len(), 4);
+    }
+
+    /// codex-gateway patch (change 15): the connection-specific fields make a head
+    /// malformed (a stream error), `te` only with a value other than `trailers`; the block
+    /// is still decoded whole (the HPACK state is the connection's).
+    #[test]
+    fn connection_level_fields_make_a_head_malformed() {
+        let cases: [(&str, &str, bool); 9] = [
+            ("connection", "close", true),
+            ("transfer-encoding", "chunked", true),
+            ("upgrade", "h2c", true),
+            ("keep-alive", "timeout=5", true),
+            ("proxy-connection", "keep-alive", true),
+            ("te", "gzip", true),
+            ("te", "trailers", false),
+            ("tea", "green", false),
+            ("x-connection", "close", false),
+        ];
+        let mut encoder = Encoder::default();
+        let mut decoder = hpack::Decoder::new(4096);
+        for (name, value, malformed) in cases {
+            let mut f = Fields::new();
+            f.push(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            f.push(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+            f.push(HeaderName::from_static("x-after"), HeaderValue::from_static("1"));
+            let mut dst = BytesMut::new();
+            let headers = Headers::new(
+                StreamId::from(1),
+                Pseudo::response(StatusCode::OK),
+                f.clone(),
+            );
+            assert!(headers
+                .encode(&mut encoder, &mut (&mut dst).limit(1 << 20))
+                .is_none());
+            let head = Head::parse(&dst);
+            let payload = dst.split_off(frame::HEADER_LEN);
+            let (mut headers, mut rest) = Headers::load(head, payload).unwrap();
+            let res = headers.load_hpack(&mut rest, 1 << 20, &mut decoder);
+            assert!(rest.is_empty(), "{name}: the block is decoded whole");
+            if malformed {
+                assert_eq!(res, Err(Error::MalformedMessage), "{name}: {value}");
+            } else {
+                assert_eq!(res, Ok(()), "{name}: {value}");
+                assert_eq!(headers.into_parts().1, f);
+            }
+        }
+        // The decoder is still in step with the encoder.
+        let mut f = Fields::new();
+        f.push(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let (_, got) = {
+            let mut dst = BytesMut::new();
+            let headers = Headers::new(StreamId::from(3), Pseudo::response(StatusCode::OK), f.clone());
+            assert!(headers
+                .encode(&mut encoder, &mut (&mut dst).limit(1 << 20))
+                .is_none());
+            decode_block(&mut decoder, dst)
+        };
+        assert_eq!(got, f);
     }
 
     fn huff_decode(src: &[u8]) -> BytesMut {

@@ -31,6 +31,15 @@ pub struct Encoder {
     path: Option<(Bytes, Vec<u8>)>,
 }
 
+/// How a field's name was sent (`Encoder::encode_fields`).
+#[derive(Clone, Copy)]
+enum PrevName {
+    /// As (part of) this table index.
+    Index(usize),
+    /// As a literal.
+    Literal,
+}
+
 #[derive(Debug)]
 struct Memo {
     name: HeaderName,
@@ -153,11 +162,61 @@ impl Encoder {
         }
     }
 
+    /// Encodes `pseudo` (pseudo-header fields: each has a name) and then `fields` into
+    /// `dst`: the bytes `encode` gives for the same fields, a name equal to the previous
+    /// field's yielded as `None`.
+    ///
+    /// codex-gateway patch (vendor/README.md, change 16): the regular fields are read in
+    /// place. `encode` takes each field as an owned `Header` (moved out of the list, moved
+    /// again to be reified, dropped after), although a field sent as its remembered index
+    /// (every constant field of a request after the first) needs no more than a look.
+    pub fn encode_fields<I>(&mut self, pseudo: I, fields: &[(HeaderName, HeaderValue)], dst: &mut BytesMut)
+    where
+        I: IntoIterator<Item = Header<Option<HeaderName>>>,
+    {
+        // Pseudo-header fields first (with any table size update), as `encode` does.
+        self.encode(pseudo, dst);
+
+        // How the previous field's name was sent, for a field of the same name.
+        let mut prev: Option<PrevName> = None;
+        for (i, (name, value)) in fields.iter().enumerate() {
+            if i > 0 && fields[i - 1].0 == *name {
+                match prev {
+                    Some(PrevName::Index(idx)) => {
+                        encode_not_indexed(idx, value.as_ref(), value.is_sensitive(), dst)
+                    }
+                    _ => encode_not_indexed2(
+                        name.as_str().as_bytes(),
+                        value.as_ref(),
+                        value.is_sensitive(),
+                        dst,
+                    ),
+                }
+                continue;
+            }
+            if let Some(idx) = self.memo_hit_field(name, value) {
+                encode_int(idx, 7, 0x80, dst);
+                prev = Some(PrevName::Index(idx));
+                continue;
+            }
+            let index = self.table.index(Header::Field {
+                name: name.clone(),
+                value: value.clone(),
+            });
+            self.memo_record(&index);
+            self.encode_header(&index, dst);
+            prev = Some(match index {
+                Index::NotIndexed(_) => PrevName::Literal,
+                ref index => PrevName::Index(self.table.resolve_idx(index)),
+            });
+        }
+    }
+
     /// The live dynamic-table index of a regular field remembered in `memo` (or of the
     /// `:authority` remembered in `authority`).
     fn memo_hit(&mut self, header: &Header) -> Option<usize> {
-        let (name, value) = match header {
-            Header::Field { name, value } => (name, value),
+        match header {
+            Header::Field { name, value } => self.memo_hit_field(name, value),
             Header::Authority(v) => {
                 let (ref authority, id) = *self.authority.as_ref()?;
                 if !same_bytes(authority, v.as_ref()) {
@@ -167,19 +226,28 @@ impl Encoder {
                 if idx.is_none() {
                     self.authority = None;
                 }
-                return idx;
+                idx
             }
-            _ => return None,
-        };
+            _ => None,
+        }
+    }
+
+    /// The live dynamic-table index of a regular field remembered in `memo`.
+    fn memo_hit_field(&mut self, name: &HeaderName, value: &HeaderValue) -> Option<usize> {
         if value.is_sensitive() || self.memo.is_empty() {
             return None;
         }
         let n = self.memo.len();
-        let start = self.memo_next.min(n - 1);
-        for k in 0..n {
-            let j = (start + k) % n;
+        let mut j = self.memo_next.min(n - 1);
+        for _ in 0..n {
             let m = &self.memo[j];
-            if m.name != *name || !same_bytes(m.value.as_bytes(), value.as_bytes()) {
+            // The value first: a field remembered shares its bytes (a pointer compare), and
+            // a field that is never remembered (a content length) differs in length.
+            if !same_bytes(m.value.as_bytes(), value.as_bytes()) || !same_name(&m.name, name) {
+                j += 1;
+                if j == n {
+                    j = 0;
+                }
                 continue;
             }
             return match self.table.live_index(m.id) {
@@ -322,6 +390,12 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
+/// Equal names; the same standard name or the same static custom one has the same text
+/// (no compare).
+fn same_name(a: &HeaderName, b: &HeaderName) -> bool {
+    same_bytes(a.as_str().as_bytes(), b.as_str().as_bytes())
+}
+
 fn encode_size_update(val: usize, dst: &mut BytesMut) {
     encode_int(val, 5, 0b0010_0000, dst)
 }
@@ -410,7 +484,7 @@ fn encode_int_one_byte(value: usize, prefix_bits: usize) -> bool {
 mod test {
     use http::*;
 
-    use super::*;
+    use super::{super::BytesStr, *};
 
     #[test]
     fn test_encode_method_get() {
@@ -893,7 +967,6 @@ mod test {
     /// codex-gateway patch (change 11): a request's pseudo-header fields, the path and
     /// authority remembered per connection.
     fn request(authority: &str, path: &str) -> Vec<Header<Option<HeaderName>>> {
-        use super::super::BytesStr;
 
         vec![
             method("POST"),
@@ -956,6 +1029,72 @@ mod test {
         assert_eq!(&back[..4], &[0x3f, 0xe1, 0x1f, 0x80 | 3]);
         assert_eq!(back[5], 0b0100_0000 | 1, "inserted again");
         assert_eq!(check(&mut encoder, request("chatgpt.com", path)), again);
+    }
+
+    /// codex-gateway patch (change 16): `encode_fields` writes what `encode` writes for the
+    /// same fields (a repeated name nameless), request after request on one connection:
+    /// memo hits, insertions, evictions, sensitive values, table size updates.
+    #[test]
+    fn fields_read_in_place_encode_as_owned_headers_do() {
+        let mut by_header = Encoder::default();
+        let mut in_place = Encoder::default();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let names = [
+            "user-agent",
+            "originator",
+            "chatgpt-account-id",
+            "set-cookie",
+            "content-length",
+            "authorization",
+            "x-session",
+            "accept",
+        ];
+        for round in 0..400 {
+            if round % 97 == 96 {
+                let size = [0, 256, 4096][(next() % 3) as usize];
+                by_header.update_max_size(size);
+                in_place.update_max_size(size);
+            }
+            let mut fields: Vec<(HeaderName, HeaderValue)> = Vec::new();
+            for _ in 0..(next() % 10) {
+                let name = HeaderName::from_static(names[(next() % names.len() as u64) as usize]);
+                let value = match next() % 4 {
+                    0 => format!("v{}", next() % 3),
+                    1 => format!("v{}", next() % 1000),
+                    2 => "x".repeat((next() % 300) as usize),
+                    _ => "constant".to_string(),
+                };
+                let mut value = HeaderValue::from_str(&value).unwrap();
+                if name == http::header::AUTHORIZATION || next() % 13 == 0 {
+                    value.set_sensitive(true);
+                }
+                fields.push((name, value));
+                // Now and then the same name again, at once.
+                if next() % 4 == 0 {
+                    let (n, v) = fields.last().unwrap().clone();
+                    fields.push((n, v));
+                }
+            }
+            let pseudo = || vec![method("POST"), Header::Path(BytesStr::from("/p"))];
+            let owned: Vec<Header<Option<HeaderName>>> = pseudo()
+                .into_iter()
+                .chain(fields.iter().enumerate().map(|(i, (n, v))| Header::Field {
+                    name: (i == 0 || fields[i - 1].0 != *n).then(|| n.clone()),
+                    value: v.clone(),
+                }))
+                .collect();
+            let mut a = BytesMut::new();
+            by_header.encode(owned, &mut a);
+            let mut b = BytesMut::new();
+            in_place.encode_fields(pseudo(), &fields, &mut b);
+            assert_eq!(a, b, "round {round}");
+        }
     }
 
     #[test]

@@ -1,15 +1,9 @@
 mod table;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use self::table::{DECODE_TABLE, ENCODE_TABLE};
 use crate::h2::hpack::DecoderError;
-
-// Constructed in the generated `table.rs` file
-struct Decoder {
-    state: usize,
-    maybe_eos: bool,
-}
 
 // These flags must match the ones in genhuff.rs
 
@@ -18,25 +12,42 @@ const DECODED: u8 = 2;
 const ERROR: u8 = 4;
 
 pub fn decode(src: &[u8], buf: &mut BytesMut) -> Result<BytesMut, DecoderError> {
-    let mut decoder = Decoder::new();
-
+    // codex-gateway patch (vendor/README.md, change 15): the symbols are written straight
+    // into the reserved room (at most one per 4-bit step, so two per input byte), and the
+    // state machine stays in locals; the published code called `put_u8` (a capacity check
+    // and a length update) per symbol through an `Option`-returning step. Same table, same
+    // errors, same output.
+    //
     // Max compression ratio is >= 0.5
     buf.reserve(src.len() << 1);
+    let out = &mut buf.spare_capacity_mut()[..src.len() << 1];
+    let mut n = 0;
+    let mut state = 0;
+    let mut maybe_eos = false;
 
-    for b in src {
-        if let Some(b) = decoder.decode4(b >> 4)? {
-            buf.put_u8(b);
-        }
-
-        if let Some(b) = decoder.decode4(b & 0xf)? {
-            buf.put_u8(b);
+    for &b in src {
+        for nibble in [b >> 4, b & 0xf] {
+            // (next-state, byte, flags)
+            let (next, byte, flags) = DECODE_TABLE[state][nibble as usize];
+            if flags & ERROR == ERROR {
+                // Data followed the EOS marker
+                return Err(DecoderError::InvalidHuffmanCode);
+            }
+            if flags & DECODED == DECODED {
+                out[n].write(byte);
+                n += 1;
+            }
+            state = next;
+            maybe_eos = flags & MAYBE_EOS == MAYBE_EOS;
         }
     }
 
-    if !decoder.is_final() {
+    if !(state == 0 || maybe_eos) {
         return Err(DecoderError::InvalidHuffmanCode);
     }
 
+    // SAFETY: the first `n` bytes of the spare room were written just above.
+    unsafe { buf.set_len(buf.len() + n) };
     Ok(buf.split())
 }
 
@@ -69,41 +80,6 @@ pub fn encode(src: &[u8], dst: &mut BytesMut) {
     }
 }
 
-impl Decoder {
-    fn new() -> Decoder {
-        Decoder {
-            state: 0,
-            maybe_eos: false,
-        }
-    }
-
-    // Decodes 4 bits
-    fn decode4(&mut self, input: u8) -> Result<Option<u8>, DecoderError> {
-        // (next-state, byte, flags)
-        let (next, byte, flags) = DECODE_TABLE[self.state][input as usize];
-
-        if flags & ERROR == ERROR {
-            // Data followed the EOS marker
-            return Err(DecoderError::InvalidHuffmanCode);
-        }
-
-        let mut ret = None;
-
-        if flags & DECODED == DECODED {
-            ret = Some(byte);
-        }
-
-        self.state = next;
-        self.maybe_eos = flags & MAYBE_EOS == MAYBE_EOS;
-
-        Ok(ret)
-    }
-
-    fn is_final(&self) -> bool {
-        self.state == 0 || self.maybe_eos
-    }
-}
-
 #[cfg(test)]
 mod test {
     use super::*;
@@ -111,6 +87,65 @@ mod test {
     fn decode(src: &[u8]) -> Result<BytesMut, DecoderError> {
         let mut buf = BytesMut::new();
         super::decode(src, &mut buf)
+    }
+
+    /// The published decoder (one `put_u8` per symbol), as the reference for change 15.
+    fn reference_decode(src: &[u8]) -> Result<Vec<u8>, DecoderError> {
+        let (mut state, mut maybe_eos, mut out) = (0, false, Vec::new());
+        for b in src {
+            for nibble in [b >> 4, b & 0xf] {
+                let (next, byte, flags) = DECODE_TABLE[state][nibble as usize];
+                if flags & ERROR == ERROR {
+                    return Err(DecoderError::InvalidHuffmanCode);
+                }
+                if flags & DECODED == DECODED {
+                    out.push(byte);
+                }
+                state = next;
+                maybe_eos = flags & MAYBE_EOS == MAYBE_EOS;
+            }
+        }
+        if state == 0 || maybe_eos {
+            Ok(out)
+        } else {
+            Err(DecoderError::InvalidHuffmanCode)
+        }
+    }
+
+    #[test]
+    fn decode_matches_the_published_decoder_on_valid_and_invalid_input() {
+        // EOS inside the data, and padding that is not a prefix of EOS.
+        assert_eq!(
+            decode(&[0xff, 0xff, 0xff, 0xff]),
+            Err(DecoderError::InvalidHuffmanCode)
+        );
+        assert_eq!(decode(&[0x00]), Err(DecoderError::InvalidHuffmanCode));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        // One decoder buffer for all, as the HPACK decoder has.
+        let mut buf = BytesMut::new();
+        for i in 0..20_000 {
+            let len = (next() % 64) as usize;
+            let raw: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let src = if i % 2 == 0 {
+                let mut enc = BytesMut::new();
+                encode(&raw, &mut enc);
+                enc.to_vec()
+            } else {
+                raw.clone()
+            };
+            let got = super::decode(&src, &mut buf).map(|b| b.to_vec());
+            let want = reference_decode(&src);
+            assert_eq!(got, want, "{src:?}");
+            if i % 2 == 0 {
+                assert_eq!(got.unwrap(), raw);
+            }
+        }
     }
 
     #[test]

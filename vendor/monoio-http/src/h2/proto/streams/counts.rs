@@ -124,7 +124,12 @@ impl Counts {
         // Run the action
         let ret = f(self, &mut stream);
 
-        self.transition_after(stream, is_pending_reset);
+        // codex-gateway patch (vendor/README.md, change 18): `transition_after` acts only on
+        // a closed stream (a released one is closed too), and most frames, every DATA frame
+        // but a response's last, leave their stream open: checked here, without the call.
+        if stream.is_closed() {
+            self.transition_after(stream, is_pending_reset);
+        }
 
         ret
     }

@@ -167,14 +167,10 @@ impl FlowControl {
 
     /// Decrements the window reflecting data has actually been sent. The caller
     /// must ensure that the window has capacity.
+    /// codex-gateway patch (vendor/README.md, change 18): inlined, and without its `trace!`
+    /// (which made it a call with a frame of its own twice per DATA frame received).
+    #[inline]
     pub fn send_data(&mut self, sz: WindowSize) {
-        tracing::trace!(
-            "send_data; sz={}; window={}; available={}",
-            sz,
-            self.window_size,
-            self.available
-        );
-
         // If send size is zero it's meaningless to update flow control window
         if sz > 0 {
             // Ensure that the argument is correct

@@ -349,13 +349,10 @@ impl Recv {
     }
 
     /// Releases capacity of the connection
+    /// codex-gateway patch (vendor/README.md, change 18): inlined, without its `trace!`
+    /// (once per DATA frame received).
+    #[inline]
     pub fn release_connection_capacity(&mut self, capacity: WindowSize, task: &mut Option<Waker>) {
-        tracing::trace!(
-            "release_connection_capacity; size={}, connection in_flight_data={}",
-            capacity,
-            self.in_flight_data,
-        );
-
         // Decrement in-flight data
         self.in_flight_data -= capacity;
 
@@ -378,19 +375,21 @@ impl Recv {
     ) -> Result<(), UserError> {
         tracing::trace!("release_capacity; size={}", capacity);
 
-        if capacity > stream.in_flight_recv_data {
+        // codex-gateway patch (change 18): the stream resolved once (see `recv_data`).
+        let s: &mut Stream = stream;
+        if capacity > s.in_flight_recv_data {
             return Err(UserError::ReleaseCapacityTooBig);
         }
 
         self.release_connection_capacity(capacity, task);
 
         // Decrement in-flight data
-        stream.in_flight_recv_data -= capacity;
+        s.in_flight_recv_data -= capacity;
 
         // Assign capacity to stream
-        stream.recv_flow.assign_capacity(capacity);
+        s.recv_flow.assign_capacity(capacity);
 
-        if stream.recv_flow.unclaimed_capacity().is_some() {
+        if s.recv_flow.unclaimed_capacity().is_some() {
             // Queue the stream for sending the WINDOW_UPDATE frame.
             self.pending_window_updates.push(stream);
 
@@ -657,6 +656,7 @@ impl Recv {
         Ok(())
     }
 
+    #[inline]
     pub fn consume_connection_window(&mut self, sz: WindowSize) -> Result<(), Error> {
         if self.flow.window_size() < sz {
             tracing::debug!(

@@ -1273,6 +1273,27 @@ impl OpaqueStreamRef {
         me.actions.recv.poll_data(cx, &mut stream)
     }
 
+    /// `poll_data`, then `release_capacity` of the chunk (codex-gateway patch, change 17).
+    pub fn poll_data_released(
+        &mut self,
+        cx: &Context,
+    ) -> Poll<Option<Result<Bytes, proto::Error>>> {
+        let me = unsafe { &mut *self.inner.get() };
+
+        let mut stream = me.store.resolve(self.key);
+
+        let polled = me.actions.recv.poll_data(cx, &mut stream);
+        if let Poll::Ready(Some(Ok(ref data))) = polled {
+            // Cannot fail: the chunk's bytes were counted in flight when its frame came.
+            let _ = me.actions.recv.release_capacity(
+                data.len() as WindowSize,
+                &mut stream,
+                &mut me.actions.task,
+            );
+        }
+        polled
+    }
+
     pub fn poll_trailers(&mut self, cx: &Context) -> Poll<Option<Result<HeaderMap, proto::Error>>> {
         let me = unsafe { &mut *self.inner.get() };
 
