@@ -1512,10 +1512,11 @@ pub(crate) struct RequestParts {
 // ===== impl Peer =====
 
 impl Peer {
-    pub fn convert_send_message(
+    pub(crate) fn convert_send_message(
         id: StreamId,
         request: RequestParts,
         end_of_stream: bool,
+        uri_memo: &mut crate::h2::frame::UriMemo,
     ) -> Result<Headers, SendError> {
         let RequestParts {
             method,
@@ -1529,7 +1530,7 @@ impl Peer {
 
         // Build the set pseudo header set. All requests will include `method`
         // and `path`.
-        let mut pseudo = Pseudo::request(method, uri, protocol);
+        let mut pseudo = Pseudo::request_with(method, uri, protocol, uri_memo);
 
         if pseudo.scheme.is_none() {
             // If the scheme is not set, then there are a two options.

@@ -544,13 +544,47 @@ impl Continuation {
 
 // ===== impl Pseudo =====
 
+/// codex-gateway patch (vendor/README.md, change 20): the `:path` and `:authority` values
+/// of a connection's last request. A `Uri` does not give out its bytes, so each request's
+/// pseudo-header values were copied out of it into new buffers; a client sends the same
+/// path and authority on every request of a connection, and those share the copy made for
+/// the first (the encoder then finds them by pointer).
+#[derive(Debug, Default)]
+pub struct UriMemo {
+    path: Option<BytesStr>,
+    authority: Option<BytesStr>,
+}
+
+impl UriMemo {
+    fn get(slot: &mut Option<BytesStr>, text: &str) -> BytesStr {
+        match slot {
+            Some(v) if v.as_str() == text => v.clone(),
+            _ => {
+                let v = BytesStr::from(text);
+                *slot = Some(v.clone());
+                v
+            }
+        }
+    }
+}
+
 impl Pseudo {
     pub fn request(method: Method, uri: Uri, protocol: Option<Protocol>) -> Self {
+        Self::request_with(method, uri, protocol, &mut UriMemo::default())
+    }
+
+    /// `request`, with the values of the previous request's `memo` where they are equal.
+    pub(crate) fn request_with(
+        method: Method,
+        uri: Uri,
+        protocol: Option<Protocol>,
+        memo: &mut UriMemo,
+    ) -> Self {
         let parts = uri::Parts::from(uri);
 
         let mut path = parts
             .path_and_query
-            .map(|v| BytesStr::from(v.as_str()))
+            .map(|v| UriMemo::get(&mut memo.path, v.as_str()))
             .unwrap_or(BytesStr::from_static(""));
 
         match method {
@@ -580,7 +614,7 @@ impl Pseudo {
         // If the URI includes an authority component, add it to the pseudo
         // headers
         if let Some(authority) = parts.authority {
-            pseudo.set_authority(BytesStr::from(authority.as_str()));
+            pseudo.set_authority(UriMemo::get(&mut memo.authority, authority.as_str()));
         }
 
         pseudo
@@ -1355,6 +1389,46 @@ mod test {
             decode_block(&mut decoder, dst)
         };
         assert_eq!(got, f);
+    }
+
+    /// codex-gateway patch (change 20): a connection's requests share their path and
+    /// authority values while they stay the same, and get their own when they change.
+    #[test]
+    fn request_pseudo_fields_share_the_previous_request_values() {
+        let mut memo = UriMemo::default();
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        let ptr = |v: &Option<BytesStr>| v.as_ref().unwrap().as_str().as_ptr();
+        let a = Pseudo::request_with(
+            Method::POST,
+            uri("https://chatgpt.com/backend-api/codex/responses"),
+            None,
+            &mut memo,
+        );
+        let b = Pseudo::request_with(
+            Method::POST,
+            uri("https://chatgpt.com/backend-api/codex/responses"),
+            None,
+            &mut memo,
+        );
+        assert_eq!(a, b);
+        assert_eq!(ptr(&a.path), ptr(&b.path));
+        assert_eq!(ptr(&a.authority), ptr(&b.authority));
+        let c = Pseudo::request_with(
+            Method::GET,
+            uri("https://example.com:8443/models?x=1"),
+            None,
+            &mut memo,
+        );
+        assert_eq!(c.path.as_ref().unwrap().as_str(), "/models?x=1");
+        assert_eq!(c.authority.as_ref().unwrap().as_str(), "example.com:8443");
+        assert_eq!(c.scheme.as_ref().unwrap().as_str(), "https");
+        assert_eq!(
+            c,
+            Pseudo::request(Method::GET, uri("https://example.com:8443/models?x=1"), None)
+        );
+        // An empty path is `/` for every method but OPTIONS and CONNECT, as before.
+        let d = Pseudo::request_with(Method::GET, uri("https://example.com"), None, &mut memo);
+        assert_eq!(d.path.as_ref().unwrap().as_str(), "/");
     }
 
     fn huff_decode(src: &[u8]) -> BytesMut {

@@ -53,7 +53,9 @@ pub use self::{
     data::Data,
     go_away::GoAway,
     head::{Head, Kind},
-    headers::{parse_u64, Continuation, Headers, Pseudo, PushPromise, PushPromiseHeaderError},
+    headers::{
+        parse_u64, Continuation, Headers, Pseudo, PushPromise, PushPromiseHeaderError, UriMemo,
+    },
     ping::Ping,
     priority::{Priority, StreamDependency},
     reason::Reason,

@@ -125,7 +125,7 @@ impl Encoder {
                     }
                     if let Header::Path(ref v) = header {
                         if let Some((ref path, ref encoded)) = self.path {
-                            if path[..] == *v.as_ref() {
+                            if same_bytes(path, v.as_ref()) {
                                 dst.extend_from_slice(encoded);
                                 last_index = Some(Index::Name(PATH_INDEX, header));
                                 continue;

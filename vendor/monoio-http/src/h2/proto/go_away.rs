@@ -126,7 +126,28 @@ impl GoAway {
     /// Try to write a pending GOAWAY frame to the buffer.
     ///
     /// If a frame is written, the `Reason` of the GOAWAY is returned.
+    ///
+    /// codex-gateway patch (vendor/README.md, change 21): the connection asks before every
+    /// frame it reads; the common answer (nothing pending, not closing) is inlined, the rest
+    /// is `send_pending_go_away_slow`.
+    #[inline]
     pub fn send_pending_go_away<T, B>(
+        &mut self,
+        cx: &mut Context,
+        dst: &mut Codec<T, B>,
+    ) -> Poll<Option<io::Result<Reason>>>
+    where
+        T: AsyncWriteRent + Unpin + 'static,
+        B: Buf,
+    {
+        if self.pending.is_none() && !self.close_now {
+            return Poll::Ready(None);
+        }
+        self.send_pending_go_away_slow(cx, dst)
+    }
+
+    #[inline(never)]
+    fn send_pending_go_away_slow<T, B>(
         &mut self,
         cx: &mut Context,
         dst: &mut Codec<T, B>,

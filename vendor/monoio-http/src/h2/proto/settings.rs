@@ -92,7 +92,29 @@ impl Settings {
         }
     }
 
+    /// codex-gateway patch (vendor/README.md, change 21): asked before every frame read;
+    /// the common answer (nothing to send) is inlined, the rest is `poll_send_slow`.
+    #[inline]
     pub(crate) fn poll_send<T, B, C, P>(
+        &mut self,
+        cx: &mut Context,
+        dst: &mut Codec<T, B>,
+        streams: &mut Streams<C, P>,
+    ) -> Poll<Result<(), Error>>
+    where
+        T: AsyncWriteRent + Unpin + 'static,
+        B: Buf,
+        C: Buf,
+        P: Peer,
+    {
+        if self.remote.is_none() && !matches!(self.local, Local::ToSend(_)) {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_send_slow(cx, dst, streams)
+    }
+
+    #[inline(never)]
+    fn poll_send_slow<T, B, C, P>(
         &mut self,
         cx: &mut Context,
         dst: &mut Codec<T, B>,

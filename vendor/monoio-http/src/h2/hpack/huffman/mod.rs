@@ -22,26 +22,29 @@ pub fn decode(src: &[u8], buf: &mut BytesMut) -> Result<BytesMut, DecoderError> 
     buf.reserve(src.len() << 1);
     let out = &mut buf.spare_capacity_mut()[..src.len() << 1];
     let mut n = 0;
-    let mut state = 0;
-    let mut maybe_eos = false;
+    // A state is below 256 (the table's rows), a `u8`: no bounds check on the lookups.
+    let mut state: u8 = 0;
+    let mut flags = 0;
 
     for &b in src {
         for nibble in [b >> 4, b & 0xf] {
             // (next-state, byte, flags)
-            let (next, byte, flags) = DECODE_TABLE[state][nibble as usize];
-            if flags & ERROR == ERROR {
+            let (next, byte, f) = DECODE_TABLE[state as usize][nibble as usize];
+            if f & ERROR == ERROR {
                 // Data followed the EOS marker
                 return Err(DecoderError::InvalidHuffmanCode);
             }
-            if flags & DECODED == DECODED {
+            if f & DECODED == DECODED {
                 out[n].write(byte);
                 n += 1;
             }
-            state = next;
-            maybe_eos = flags & MAYBE_EOS == MAYBE_EOS;
+            state = next as u8;
+            flags = f;
         }
     }
 
+    // The last step's flags say whether what is left is a prefix of EOS (padding).
+    let maybe_eos = flags & MAYBE_EOS == MAYBE_EOS;
     if !(state == 0 || maybe_eos) {
         return Err(DecoderError::InvalidHuffmanCode);
     }
@@ -110,6 +113,11 @@ mod test {
         } else {
             Err(DecoderError::InvalidHuffmanCode)
         }
+    }
+
+    #[test]
+    fn decode_table_states_fit_a_byte() {
+        assert!(DECODE_TABLE.iter().flatten().all(|&(next, _, _)| next < 256));
     }
 
     #[test]

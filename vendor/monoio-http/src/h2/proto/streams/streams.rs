@@ -101,6 +101,9 @@ struct Actions {
 
     /// If the connection errors, a copy is kept for any StreamRefs.
     conn_error: Option<proto::Error>,
+
+    /// The last request's `:path` and `:authority` (codex-gateway patch, change 20).
+    uri_memo: frame::UriMemo,
 }
 
 /// Contains the buffer of frames to be written to the wire.
@@ -257,7 +260,12 @@ where
         }
 
         // Convert the message
-        let headers = client::Peer::convert_send_message(stream_id, request, end_of_stream)?;
+        let headers = client::Peer::convert_send_message(
+            stream_id,
+            request,
+            end_of_stream,
+            &mut me.actions.uri_memo,
+        )?;
 
         let mut stream = me.store.insert(stream.id, stream);
 
@@ -364,6 +372,7 @@ impl Inner {
                 send: Send::new(&config),
                 task: None,
                 conn_error: None,
+                uri_memo: Default::default(),
             },
             store: Store::new(),
             refs: 1,
