@@ -669,7 +669,8 @@ mod tests {
                     .send_response(http::Response::new(()), false)
                     .unwrap();
                 for chunk in body.chunks(16_384) {
-                    send.send_data(Bytes::copy_from_slice(chunk), false).unwrap();
+                    send.send_data(Bytes::copy_from_slice(chunk), false)
+                        .unwrap();
                 }
                 send.send_data(Bytes::new(), true).unwrap();
             }
@@ -709,8 +710,7 @@ mod tests {
             let mut rs = get(&send).await;
             let read = async {
                 let mut got = Vec::new();
-                while let Some(chunk) = std::future::poll_fn(|cx| rs.poll_data_released(cx)).await
-                {
+                while let Some(chunk) = std::future::poll_fn(|cx| rs.poll_data_released(cx)).await {
                     got.extend_from_slice(&chunk.unwrap());
                 }
                 got

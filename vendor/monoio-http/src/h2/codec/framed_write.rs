@@ -155,8 +155,7 @@ where
 
                         // Take ownership of the encoder's buffer
                         let next = self.encoder.spare.take().unwrap_or_default();
-                        let encoder_buf_bytes =
-                            std::mem::replace(self.encoder.buf.get_mut(), next);
+                        let encoder_buf_bytes = std::mem::replace(self.encoder.buf.get_mut(), next);
 
                         // Not a deep copy, just creates a new Bytes instance
                         let frame_payload = frame.payload_mut();

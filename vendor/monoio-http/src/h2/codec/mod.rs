@@ -333,19 +333,9 @@ mod tests {
             HeaderName::from_static("x-long"),
             HeaderValue::from_str(&"v".repeat(300)).unwrap(),
         );
-        fields.push(
-            http::header::SET_COOKIE,
-            HeaderValue::from_static("a=1"),
-        );
-        fields.push(
-            http::header::SET_COOKIE,
-            HeaderValue::from_static("b=2"),
-        );
-        let headers = Headers::new(
-            StreamId::from(1),
-            Pseudo::response(StatusCode::OK),
-            fields,
-        );
+        fields.push(http::header::SET_COOKIE, HeaderValue::from_static("a=1"));
+        fields.push(http::header::SET_COOKIE, HeaderValue::from_static("b=2"));
+        let headers = Headers::new(StreamId::from(1), Pseudo::response(StatusCode::OK), fields);
         let mut buf = BytesMut::new();
         assert!(headers
             .encode(encoder, &mut (&mut buf).limit(1 << 20))
@@ -435,8 +425,8 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                "settings", "window", "ping", "headers", "data", "data", "data", "headers",
-                "data", "priority", "data", "reset", "goaway"
+                "settings", "window", "ping", "headers", "data", "data", "data", "headers", "data",
+                "priority", "data", "reset", "goaway"
             ]
         );
         for i in [3, 7] {
@@ -545,7 +535,8 @@ mod tests {
         let mut boundaries = vec![0];
         let mut at = 0;
         while at < bytes.len() {
-            let len = (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
+            let len =
+                (bytes[at] as usize) << 16 | (bytes[at + 1] as usize) << 8 | bytes[at + 2] as usize;
             at += frame::HEADER_LEN + len;
             boundaries.push(at);
         }

@@ -70,7 +70,15 @@ impl Head {
         let len = (payload_len as u32).to_be_bytes();
         let id = u32::from(self.stream_id).to_be_bytes();
         [
-            len[1], len[2], len[3], self.kind as u8, self.flag, id[0], id[1], id[2], id[3],
+            len[1],
+            len[2],
+            len[3],
+            self.kind as u8,
+            self.flag,
+            id[0],
+            id[1],
+            id[2],
+            id[3],
         ]
     }
 

@@ -1355,7 +1355,10 @@ mod test {
                 HeaderName::from_static(name),
                 HeaderValue::from_static(value),
             );
-            f.push(HeaderName::from_static("x-after"), HeaderValue::from_static("1"));
+            f.push(
+                HeaderName::from_static("x-after"),
+                HeaderValue::from_static("1"),
+            );
             let mut dst = BytesMut::new();
             let headers = Headers::new(
                 StreamId::from(1),
@@ -1382,7 +1385,11 @@ mod test {
         f.push(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
         let (_, got) = {
             let mut dst = BytesMut::new();
-            let headers = Headers::new(StreamId::from(3), Pseudo::response(StatusCode::OK), f.clone());
+            let headers = Headers::new(
+                StreamId::from(3),
+                Pseudo::response(StatusCode::OK),
+                f.clone(),
+            );
             assert!(headers
                 .encode(&mut encoder, &mut (&mut dst).limit(1 << 20))
                 .is_none());
@@ -1424,7 +1431,11 @@ mod test {
         assert_eq!(c.scheme.as_ref().unwrap().as_str(), "https");
         assert_eq!(
             c,
-            Pseudo::request(Method::GET, uri("https://example.com:8443/models?x=1"), None)
+            Pseudo::request(
+                Method::GET,
+                uri("https://example.com:8443/models?x=1"),
+                None
+            )
         );
         // An empty path is `/` for every method but OPTIONS and CONNECT, as before.
         let d = Pseudo::request_with(Method::GET, uri("https://example.com"), None, &mut memo);

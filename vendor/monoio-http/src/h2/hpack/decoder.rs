@@ -177,11 +177,7 @@ impl Decoder {
     /// `src` once, when decoding stops (at its end, or at a field that needs more bytes),
     /// instead of splitting the buffer after every field. A resumed decode (a block
     /// continued in CONTINUATION frames) starts at the first field not decoded, as before.
-    pub fn decode<F>(
-        &mut self,
-        src: &mut Cursor<&mut BytesMut>,
-        f: F,
-    ) -> Result<(), DecoderError>
+    pub fn decode<F>(&mut self, src: &mut Cursor<&mut BytesMut>, f: F) -> Result<(), DecoderError>
     where
         F: FnMut(Header),
     {
@@ -497,7 +493,6 @@ impl StringMarker {
         }
     }
 }
-
 
 // ===== impl Table =====
 

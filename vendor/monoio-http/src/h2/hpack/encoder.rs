@@ -170,8 +170,12 @@ impl Encoder {
     /// place. `encode` takes each field as an owned `Header` (moved out of the list, moved
     /// again to be reified, dropped after), although a field sent as its remembered index
     /// (every constant field of a request after the first) needs no more than a look.
-    pub fn encode_fields<I>(&mut self, pseudo: I, fields: &[(HeaderName, HeaderValue)], dst: &mut BytesMut)
-    where
+    pub fn encode_fields<I>(
+        &mut self,
+        pseudo: I,
+        fields: &[(HeaderName, HeaderValue)],
+        dst: &mut BytesMut,
+    ) where
         I: IntoIterator<Item = Header<Option<HeaderName>>>,
     {
         // Pseudo-header fields first (with any table size update), as `encode` does.
@@ -967,7 +971,6 @@ mod test {
     /// codex-gateway patch (change 11): a request's pseudo-header fields, the path and
     /// authority remembered per connection.
     fn request(authority: &str, path: &str) -> Vec<Header<Option<HeaderName>>> {
-
         vec![
             method("POST"),
             Header::Scheme(BytesStr::from_static("https")),
@@ -1014,7 +1017,10 @@ mod test {
         assert_eq!(check(&mut encoder, request("chatgpt.com", path)), again);
         // The root path is in the static table.
         let root = check(&mut encoder, request("chatgpt.com", "/"));
-        assert_eq!(&root[..5], &[0x80 | 3, 0x80 | 7, 0x80 | 63, 0x80 | 4, 0x80 | 62]);
+        assert_eq!(
+            &root[..5],
+            &[0x80 | 3, 0x80 | 7, 0x80 | 63, 0x80 | 4, 0x80 | 62]
+        );
         // Another authority is inserted; the first one keeps its (moved) entry.
         let b = check(&mut encoder, request("example.com", path));
         assert_eq!(b[2], 0b0100_0000 | 1);

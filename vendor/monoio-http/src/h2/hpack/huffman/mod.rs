@@ -117,7 +117,10 @@ mod test {
 
     #[test]
     fn decode_table_states_fit_a_byte() {
-        assert!(DECODE_TABLE.iter().flatten().all(|&(next, _, _)| next < 256));
+        assert!(DECODE_TABLE
+            .iter()
+            .flatten()
+            .all(|&(next, _, _)| next < 256));
     }
 
     #[test]

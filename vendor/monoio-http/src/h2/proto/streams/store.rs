@@ -449,10 +449,19 @@ mod tests {
         store.insert(StreamId::from(1), stream(1));
         store.insert(StreamId::from(3), stream(3));
         for _ in 0..2 {
-            assert_eq!(store.find_mut(&StreamId::from(1)).unwrap().id, StreamId::from(1));
+            assert_eq!(
+                store.find_mut(&StreamId::from(1)).unwrap().id,
+                StreamId::from(1)
+            );
         }
-        assert_eq!(store.find_mut(&StreamId::from(3)).unwrap().id, StreamId::from(3));
-        assert_eq!(store.find_mut(&StreamId::from(1)).unwrap().id, StreamId::from(1));
+        assert_eq!(
+            store.find_mut(&StreamId::from(3)).unwrap().id,
+            StreamId::from(3)
+        );
+        assert_eq!(
+            store.find_mut(&StreamId::from(1)).unwrap().id,
+            StreamId::from(1)
+        );
         // Unlinked (still in the slab, as a stream awaiting its reset expiry is): not found.
         let mut one = store.find_mut(&StreamId::from(1)).unwrap();
         one.unlink();
@@ -465,11 +474,20 @@ mod tests {
         store.resolve(key).remove();
         store.insert(StreamId::from(5), stream(5));
         assert!(store.find_mut(&StreamId::from(1)).is_none());
-        assert_eq!(store.find_mut(&StreamId::from(5)).unwrap().id, StreamId::from(5));
-        assert_eq!(store.find_mut(&StreamId::from(3)).unwrap().id, StreamId::from(3));
+        assert_eq!(
+            store.find_mut(&StreamId::from(5)).unwrap().id,
+            StreamId::from(5)
+        );
+        assert_eq!(
+            store.find_mut(&StreamId::from(3)).unwrap().id,
+            StreamId::from(3)
+        );
         // Unlinking another stream keeps the remembered one.
         store.find_mut(&StreamId::from(3)).unwrap().unlink();
-        assert_eq!(store.find_mut(&StreamId::from(5)).unwrap().id, StreamId::from(5));
+        assert_eq!(
+            store.find_mut(&StreamId::from(5)).unwrap().id,
+            StreamId::from(5)
+        );
         assert!(store.find_mut(&StreamId::from(3)).is_none());
     }
 }
