@@ -694,6 +694,89 @@ mod tests {
         body
     }
 
+    /// codex-gateway patch (change 10): request bodies of every size up to past the kept
+    /// write buffers (64 KiB), one after another and two at once on one connection, reach
+    /// the server whole (the write buffers are reused, swapped and dropped on the way).
+    #[monoio::test(timer_enabled = true)]
+    async fn request_bodies_of_every_size_arrive_whole_on_one_connection() {
+        let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        monoio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = server::handshake(tcp).await.unwrap();
+            while let Some(Ok((req, mut respond))) = conn.accept().await {
+                monoio::spawn(async move {
+                    // Echo the body.
+                    let mut body = req.into_body();
+                    let mut got = Vec::new();
+                    while let Some(chunk) = body.data().await {
+                        let chunk = chunk.unwrap();
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                        got.extend_from_slice(&chunk);
+                    }
+                    let mut send = respond
+                        .send_response(http::Response::new(()), false)
+                        .unwrap();
+                    send.send_data(Bytes::from(got), true).unwrap();
+                });
+            }
+        });
+        let tcp = monoio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, conn) = client::handshake(tcp).await.unwrap();
+        monoio::spawn(async move {
+            let _ = conn.await;
+        });
+        let post = |body: Bytes| {
+            let send = send.clone();
+            async move {
+                let mut ready = send.ready().await.unwrap();
+                let uri: http::Uri = "http://example.test/echo".parse().unwrap();
+                let mut fields = Fields::new();
+                fields.push(
+                    http::header::CONTENT_LENGTH,
+                    http::HeaderValue::from(body.len()),
+                );
+                let (resp, mut stream) = ready
+                    .send_request_fields(http::Method::POST, uri, fields, body.is_empty())
+                    .unwrap();
+                if !body.is_empty() {
+                    stream.send_data(body.clone(), true).unwrap();
+                }
+                let (head, mut rs) = resp.await.unwrap();
+                assert_eq!(head.status, http::StatusCode::OK);
+                let mut got = Vec::new();
+                while let Some(chunk) =
+                    std::future::poll_fn(|cx| rs.poll_data_released(cx)).await
+                {
+                    got.extend_from_slice(&chunk.unwrap());
+                }
+                assert_eq!(got.len(), body.len());
+                assert!(got == body, "a {} byte body came back changed", body.len());
+            }
+        };
+        let body = |len: usize, seed: u8| -> Bytes {
+            (0..len)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+                .collect::<Vec<_>>()
+                .into()
+        };
+        let run = async {
+            for (i, len) in [0, 1, 190, 16_384, 16_385, 41_000, 65_000, 70_000, 200, 41_000]
+                .into_iter()
+                .enumerate()
+            {
+                post(body(len, i as u8)).await;
+            }
+            let (a, b) = (post(body(41_000, 1)), post(body(300, 2)));
+            let a = monoio::spawn(a);
+            b.await;
+            a.await;
+        };
+        monoio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .expect("a request stalled");
+    }
+
     /// codex-gateway patch (vendor/README.md, change 17): a body four times the default
     /// windows (65,535 bytes, stream and connection) comes whole, twice on one connection,
     /// to a client that reads it with `poll_data_released`: each chunk's capacity went back

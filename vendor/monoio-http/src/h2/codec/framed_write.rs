@@ -53,15 +53,16 @@ struct Encoder<B> {
     /// Last data frame
     last_data_frame: Option<frame::Data<B>>,
 
-    /// codex-gateway patch (vendor/README.md, change 10): the buffer of the last write,
-    /// back from it and cleared, for the next one. The published code replaced the write
-    /// buffer with an empty one on every flush, so every flush's first frame allocated a
-    /// new buffer and grew it. Only one of at most `DEFAULT_BUFFER_CAPACITY` is kept (one
-    /// that grew for a large body is dropped), so an idle connection holds 16 KiB.
-    spare: Option<BytesMut>,
-
     /// Max frame size, this is specified by the peer
     max_frame_size: FrameSize,
+
+    /// codex-gateway patch (vendor/README.md, change 10): the room the write buffer gets
+    /// when a frame is buffered into it empty (after a write took its bytes): as much as
+    /// the last write had (within `RESERVE_MIN..=RESERVE_MAX`). The published code grew it
+    /// from nothing on every flush, a few reallocations and copies each time (a 40 KB
+    /// request body: copied twice more on the way to 64 KiB). No buffer is kept between
+    /// writes, so an idle connection holds none, as before.
+    reserve_next: usize,
 }
 
 #[derive(Debug)]
@@ -88,6 +89,16 @@ const CHAIN_THRESHOLD: usize = 256;
 /// of at most one default-size frame costs far less than a second send.
 const COPY_LIMIT: usize = 16 * 1_024;
 
+/// The least and the most room given to an empty write buffer (codex-gateway patch, change
+/// 10; see `Encoder::reserve_next`).
+const RESERVE_MIN: usize = 4 * 1_024;
+const RESERVE_MAX: usize = 128 * 1_024;
+
+/// The room for the next write buffer after a write of `written` bytes.
+fn reserve_after(written: usize) -> usize {
+    written.clamp(RESERVE_MIN, RESERVE_MAX)
+}
+
 // TODO: Make generic
 impl<T, B> FramedWrite<T, B>
 where
@@ -102,8 +113,8 @@ where
                 buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
                 next: None,
                 last_data_frame: None,
-                spare: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
+                reserve_next: DEFAULT_BUFFER_CAPACITY,
                 // is_write_vectored,
             },
             write_fut: Default::default(),
@@ -140,8 +151,7 @@ where
     /// Flush buffered data to the wire
     pub fn flush(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
         if self.write_fut.armed() {
-            let (result, buf) = ready!(self.write_fut.poll(cx));
-            self.encoder.recycle(buf);
+            let (result, _) = ready!(self.write_fut.poll(cx));
             tracing::trace!("Framed write bytes written = {}", result?);
         }
 
@@ -154,8 +164,8 @@ where
                         tracing::trace!(queued_data_frame = true);
 
                         // Take ownership of the encoder's buffer
-                        let next = self.encoder.spare.take().unwrap_or_default();
-                        let encoder_buf_bytes = std::mem::replace(self.encoder.buf.get_mut(), next);
+                        let encoder_buf_bytes = std::mem::take(self.encoder.buf.get_mut());
+                        self.encoder.reserve_next = reserve_after(encoder_buf_bytes.len());
 
                         // Not a deep copy, just creates a new Bytes instance
                         let frame_payload = frame.payload_mut();
@@ -183,8 +193,7 @@ where
 
                         self.write_fut.arm_future(write_fut);
 
-                        let (result, buf) = ready!(self.write_fut.poll(cx));
-                        self.encoder.recycle(buf);
+                        let (result, _) = ready!(self.write_fut.poll(cx));
                         result?;
                     }
                     _ => {
@@ -200,8 +209,7 @@ where
                         let io = unsafe { &mut *(self.inner.get()) };
                         self.write_fut.arm_future(io.write_all(encoder_buf_bytes));
 
-                        let (result, buf) = ready!(self.write_fut.poll(cx));
-                        self.encoder.recycle(buf);
+                        let (result, _) = ready!(self.write_fut.poll(cx));
                         result?;
                     }
                 }
@@ -277,6 +285,9 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        if self.buf.get_ref().capacity() == 0 {
+            self.buf.get_mut().reserve(self.reserve_next);
+        }
         tracing::debug!(frame = ?item, "send");
 
         match item {
@@ -373,18 +384,12 @@ impl<B> Encoder<B> {
         self.max_frame_size as usize
     }
 
-    /// The buffered bytes, for a write; the buffer is replaced by the spare, if any.
+    /// The buffered bytes, for a write; the write buffer starts empty again (with no
+    /// allocation until a frame is buffered).
     fn take_buf(&mut self) -> BytesMut {
-        let next = self.spare.take().unwrap_or_default();
-        std::mem::replace(self.buf.get_mut(), next)
-    }
-
-    /// A buffer back from a write: kept, cleared, for a later one (see `spare`).
-    fn recycle(&mut self, mut buf: BytesMut) {
-        if self.spare.is_none() && buf.capacity() <= DEFAULT_BUFFER_CAPACITY {
-            buf.clear();
-            self.spare = Some(buf);
-        }
+        let buf = std::mem::take(self.buf.get_mut());
+        self.reserve_next = reserve_after(buf.len());
+        buf
     }
 }
 
@@ -435,6 +440,49 @@ mod unstable {
     impl<T, B> FramedWrite<T, B> {
         pub fn get_ref(&self) -> &T {
             unsafe { &*self.inner.get() }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    /// codex-gateway patch (change 10): the write buffer is given, when a frame comes to it
+    /// empty, the room the last write needed (within bounds); it keeps nothing between
+    /// writes.
+    #[test]
+    fn an_empty_write_buffer_gets_the_room_the_last_write_needed() {
+        let mut e: Encoder<Bytes> = Encoder {
+            hpack: hpack::Encoder::default(),
+            buf: Cursor::new(BytesMut::new()),
+            next: None,
+            last_data_frame: None,
+            max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
+            reserve_next: DEFAULT_BUFFER_CAPACITY,
+        };
+        let data = |len: usize| -> Frame<Bytes> {
+            frame::Data::new(frame::StreamId::from(1), Bytes::from(vec![7u8; len])).into()
+        };
+        // Frames buffered per write, and the room the next empty buffer gets.
+        for (frames, room) in [
+            (&[10][..], RESERVE_MIN),
+            (&[16_000, 16_000, 8_000][..], 40_027),
+            (&[100][..], RESERVE_MIN),
+            (&[16_384; 9][..], RESERVE_MAX),
+        ] {
+            for len in frames {
+                e.buffer(data(*len)).unwrap();
+            }
+            let written = e.take_buf();
+            assert_eq!(written.len(), frames.iter().map(|l| l + 9).sum::<usize>());
+            assert_eq!(e.buf.get_ref().capacity(), 0, "nothing kept");
+            e.buffer(data(1)).unwrap();
+            assert!(e.buf.get_ref().capacity() >= room, "{frames:?}");
+            assert!(e.buf.get_ref().capacity() < room + 64, "{frames:?}");
+            let _ = e.take_buf();
         }
     }
 }
