@@ -694,9 +694,10 @@ mod tests {
         body
     }
 
-    /// codex-gateway patch (change 10): request bodies of every size up to past the kept
-    /// write buffers (64 KiB), one after another and two at once on one connection, reach
-    /// the server whole (the write buffers are reused, swapped and dropped on the way).
+    /// codex-gateway patch (change 10): request bodies of every size, from empty to more
+    /// than a window and past the write buffer's largest initial room, one after another
+    /// and two at once on one connection, reach the server whole (each write buffer sized
+    /// by the write before it).
     #[monoio::test(timer_enabled = true)]
     async fn request_bodies_of_every_size_arrive_whole_on_one_connection() {
         let listener = monoio::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -745,9 +746,7 @@ mod tests {
                 let (head, mut rs) = resp.await.unwrap();
                 assert_eq!(head.status, http::StatusCode::OK);
                 let mut got = Vec::new();
-                while let Some(chunk) =
-                    std::future::poll_fn(|cx| rs.poll_data_released(cx)).await
-                {
+                while let Some(chunk) = std::future::poll_fn(|cx| rs.poll_data_released(cx)).await {
                     got.extend_from_slice(&chunk.unwrap());
                 }
                 assert_eq!(got.len(), body.len());
@@ -761,9 +760,11 @@ mod tests {
                 .into()
         };
         let run = async {
-            for (i, len) in [0, 1, 190, 16_384, 16_385, 41_000, 65_000, 70_000, 200, 41_000]
-                .into_iter()
-                .enumerate()
+            for (i, len) in [
+                0, 1, 190, 16_384, 16_385, 41_000, 65_000, 70_000, 200_000, 200, 41_000,
+            ]
+            .into_iter()
+            .enumerate()
             {
                 post(body(len, i as u8)).await;
             }
