@@ -31,7 +31,6 @@ use codex_protocol::{
     sse::SseEvent,
 };
 use shared_state::{UsageRecord, WorkerEvent};
-use sonic_rs::JsonValueTrait;
 
 use crate::{
     ctx::WorkerCtx,
@@ -160,9 +159,7 @@ impl Observed {
             return false;
         }
         if self.response_id.is_none() && ty == "response.created" {
-            self.response_id = sonic_rs::get(&ev.data, &["response", "id"])
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned));
+            self.response_id = events::response_id(&ev.data);
         }
         match events::classify_event(ty) {
             EventClass::Output => self.output = true,

@@ -12,6 +12,8 @@
 //!   ten levels, deep JSON-schema tool parameters a few dozen).
 //! - [`within`]: whether a text nests no deeper than a limit.
 //! - [`check`]: [`within`] at [`MAX_DEPTH`].
+//! - [`within_from`]: [`within`] for the rest of a text (a reader that measured its start
+//!   while reading it: [`crate::events::usage_of_terminal`]).
 //!
 //! # Usage
 //! The gateway's one body reader (`api::read_authenticated`) and its WebSocket reader refuse a
@@ -33,7 +35,13 @@ pub const MAX_DEPTH: usize = 128;
 /// `[]` depth 1). Brackets inside strings do not count; escaped quotes do not end a string.
 /// Malformed text is measured as far as it goes (an unterminated string ends the scan).
 pub fn within(json: &[u8], max: usize) -> bool {
-    let mut depth = 0usize;
+    within_from(json, 0, max)
+}
+
+/// [`within`] for the rest of a text whose start was already measured: the scan goes on at
+/// `open` levels (outside any string), as if it had measured the start itself.
+pub fn within_from(json: &[u8], open: usize, max: usize) -> bool {
+    let mut depth = open;
     let mut i = 0usize;
     while let Some(&b) = json.get(i) {
         match b {
@@ -140,6 +148,33 @@ mod tests {
         assert!(!within(&nested(200)[..150], MAX_DEPTH));
         assert!(within(b"\"\\", 0));
         assert!(within(b"", 0));
+    }
+
+    #[test]
+    fn the_rest_of_a_text_measures_as_the_whole() {
+        // Cut outside strings at depth `open`: the start measured, and the rest counted from
+        // `open`, measure as the whole text does, at every limit.
+        let text = br#"{"a":[1,{"b":"]]}}[["}],"c":[[[["x"]]]],"d":{}}"#;
+        for (cut, open) in [
+            (0, 0),
+            (1, 1),
+            (6, 2),
+            (8, 2),
+            (22, 2),
+            (23, 1),
+            (43, 1),
+            (44, 1),
+        ] {
+            for max in 0..8 {
+                assert_eq!(
+                    within(&text[..cut], max) && within_from(&text[cut..], open, max),
+                    within(text, max),
+                    "cut {cut}, max {max}"
+                );
+            }
+        }
+        assert!(!within_from(&nested(1), MAX_DEPTH, MAX_DEPTH));
+        assert!(within_from(b"]]]", MAX_DEPTH, MAX_DEPTH));
     }
 
     #[test]

@@ -2,15 +2,20 @@
 //! taxonomy the commit barrier uses.
 //!
 //! # Key Components
-//! - [`event_type`]: the JSON `type` without building a DOM.
+//! - [`event_type`]: the JSON `type` without building a DOM; [`known_type`]: a name as one
+//!   of the gateway's own `&'static str`s (what `SseEvent` keeps, once per event).
 //! - [`EventClass`] / [`classify_event`]: leading (held back before commit), output (commits),
 //!   terminal (completed / incomplete / failed / error).
-//! - [`Usage`] / [`usage_of_terminal`]: token usage from a terminal event.
+//! - [`Usage`] / [`usage_of_terminal`]: token usage from a terminal event; [`response_id`]:
+//!   the response's id (both in one flat pass over the event where it can vouch for its
+//!   answer, `flat`).
 //! - [`RateLimits`] / [`rate_limits_event`]: quota from a `codex.rate_limits` event.
 //! - [`stream_error`]: the error object of a `response.failed` / `error` event (every shape),
 //!   the one extraction every reader of in-stream failures uses.
 
 use sonic_rs::JsonValueTrait;
+
+mod flat;
 
 /// The JSON `type` of an event payload.
 ///
@@ -34,6 +39,49 @@ pub fn event_type(data: &[u8]) -> Option<&str> {
     let start = (inner.as_ptr() as usize).checked_sub(base)?;
     let bytes = data.get(start..start + inner.len())?;
     (bytes == inner.as_bytes()).then(|| std::str::from_utf8(bytes).ok())?
+}
+
+/// `name` as one of the event names the gateway knows (every Responses stream event it reads
+/// or forwards), if it is one: an event keeps its name as this `&'static str`, so reading it
+/// again is free. By length first (at most five names share one), the most frequent first.
+pub fn known_type(name: &[u8]) -> Option<&'static str> {
+    let candidates: &[&'static str] = match name.len() {
+        5 => &["error"],
+        13 => &["response.done"],
+        15 => &["response.queued", "response.failed"],
+        16 => &["response.created"],
+        17 => &["codex.rate_limits", "response.metadata"],
+        18 => &["response.completed"],
+        19 => &["response.incomplete"],
+        20 => &["response.in_progress"],
+        21 => &["response.refusal.done"],
+        22 => &["response.refusal.delta"],
+        23 => &["codex.response.metadata"],
+        25 => &["response.output_item.done", "response.output_text.done"],
+        26 => &[
+            "response.output_text.delta",
+            "response.output_item.added",
+            "response.content_part.done",
+        ],
+        27 => &["response.content_part.added"],
+        28 => &["response.reasoning_text.done"],
+        29 => &["response.reasoning_text.delta"],
+        36 => &[
+            "response.reasoning_summary_part.done",
+            "response.reasoning_summary_text.done",
+            "response.custom_tool_call_input.done",
+        ],
+        37 => &[
+            "response.reasoning_summary_text.delta",
+            "response.custom_tool_call_input.delta",
+            "response.reasoning_summary_part.added",
+            "response.function_call_arguments.done",
+            "response.output_text.annotation.added",
+        ],
+        38 => &["response.function_call_arguments.delta"],
+        _ => return None,
+    };
+    candidates.iter().copied().find(|k| k.as_bytes() == name)
 }
 
 /// Where an event stands relative to the commit barrier.
@@ -82,8 +130,33 @@ pub struct Usage {
     pub total_tokens: u64,
 }
 
-/// Reads `response.usage` from a terminal event's data.
+/// Reads `response.usage` from a terminal event's data: `None` when the event has none (no
+/// `response` object, no `usage` in it), is not JSON, or nests past [`crate::depth::MAX_DEPTH`].
+/// A counter that is absent or not a non-negative integer reads 0; `total_tokens` 0 (or absent)
+/// reads as input plus output.
+///
+/// One flat pass over the event (`flat`); an event that pass cannot vouch for (malformed
+/// JSON, escaped keys, numbers other than plain integers in the usage object) is read by the
+/// tree reader it replaced, whose answers it gives everywhere else.
 pub fn usage_of_terminal(data: &[u8]) -> Option<Usage> {
+    flat::usage(data).unwrap_or_else(|flat::Unsure| usage_by_tree(data))
+}
+
+/// The text of `response.id` (`response.created` carries it first), when it is a string:
+/// by the flat pass where it can vouch for its answer (`flat`), else by sonic-rs's lazy
+/// `get`, whose answers it gives.
+pub fn response_id(data: &[u8]) -> Option<String> {
+    match flat::response_id(data) {
+        Ok(id) => id.map(str::to_owned),
+        Err(flat::Unsure) => sonic_rs::get(data, &["response", "id"])
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned)),
+    }
+}
+
+/// `response.usage` through sonic-rs: the depth check, a validating `get` of the usage value,
+/// then a tree of it. The reference [`usage_of_terminal`] answers like, and its fallback.
+fn usage_by_tree(data: &[u8]) -> Option<Usage> {
     // Every reader below recurses through nesting ([`crate::depth`]).
     if !crate::depth::check(data) {
         return None;
@@ -105,8 +178,9 @@ pub fn usage_of_terminal(data: &[u8]) -> Option<Usage> {
         cached_tokens: n(&["input_tokens_details", "cached_tokens"]),
         output_tokens,
         reasoning_tokens: n(&["output_tokens_details", "reasoning_tokens"]),
+        // Wrapping, as release builds always added (a fuzz build checks overflow).
         total_tokens: if total == 0 {
-            input_tokens + output_tokens
+            input_tokens.wrapping_add(output_tokens)
         } else {
             total
         },
@@ -255,6 +329,57 @@ mod tests {
             EventClass::Output
         );
         assert_eq!(classify_event("response.failed"), EventClass::Failed);
+    }
+
+    #[test]
+    fn known_types_are_found_and_nothing_else() {
+        let known = [
+            "response.output_text.delta",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_text.delta",
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+            "response.refusal.delta",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.content_part.added",
+            "response.content_part.done",
+            "response.output_text.done",
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_part.done",
+            "response.reasoning_summary_text.done",
+            "response.reasoning_text.done",
+            "response.function_call_arguments.done",
+            "response.custom_tool_call_input.done",
+            "response.refusal.done",
+            "response.output_text.annotation.added",
+            "response.created",
+            "response.in_progress",
+            "response.queued",
+            "response.completed",
+            "response.done",
+            "response.incomplete",
+            "response.failed",
+            "error",
+            "codex.rate_limits",
+            "response.metadata",
+            "codex.response.metadata",
+        ];
+        for name in known {
+            assert_eq!(known_type(name.as_bytes()), Some(name));
+            let mut other = name.as_bytes().to_vec();
+            *other.last_mut().unwrap() ^= 0x20;
+            assert_eq!(known_type(&other), None, "{name}");
+            assert_eq!(known_type(&name.as_bytes()[1..]), None);
+        }
+        for name in [
+            "",
+            "message",
+            "response.mystery",
+            "response.output_text.deltaX",
+        ] {
+            assert_eq!(known_type(name.as_bytes()), None);
+        }
     }
 
     #[test]
