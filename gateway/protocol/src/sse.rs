@@ -248,6 +248,8 @@ fn parse_frame(frame: Bytes, breaks: &[u32]) -> Option<SseEvent> {
             (&line[..4], Some(pos + 5))
         } else if line.starts_with(b"event:") {
             (&line[..5], Some(pos + 6))
+        } else if line.is_empty() {
+            (line, None)
         } else {
             match memchr::memchr(b':', line) {
                 Some(0) => (&line[..0], None), // comment

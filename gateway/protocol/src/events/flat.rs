@@ -36,30 +36,21 @@ enum Stop {
     Deep,
 }
 
-impl From<Unsure> for Stop {
-    fn from(_: Unsure) -> Self {
-        Stop::Unsure
-    }
-}
-
 type Scanned<T> = Result<T, Stop>;
 
 /// The usage of a terminal event's data (`Ok(None)`: none, or the event is refused), or
 /// [`Unsure`].
 pub(super) fn usage(data: &[u8]) -> Result<Option<Usage>, Unsure> {
-    let mut s = Scan::new(data);
-    let span = match find(&mut s, b"response", b"usage") {
+    let mut notes = Notes::default();
+    let (start, end) = match find(data, b"response", b"usage", &mut notes) {
         Ok(Some(span)) => span,
         Ok(None) | Err(Stop::Deep) => return Ok(None),
         Err(Stop::Unsure) => return Err(Unsure),
     };
-    s.check_utf8(span.1)?;
-    let usage = match counters(&data[span.0..span.1]) {
-        Ok(u) => u,
-        Err(Stop::Unsure | Stop::Deep) => return Err(Unsure),
-    };
+    check_utf8(data, end, &notes)?;
+    let usage = counters(&data[start..end]).map_err(|_| Unsure)?;
     // The rest is only measured: the value sits inside `response`, two levels down.
-    if !depth::within_from(&data[span.1..], s.depth, MAX_DEPTH) {
+    if !depth::within_from(&data[end..], 2, MAX_DEPTH) {
         return Ok(None);
     }
     Ok(Some(usage))
@@ -68,15 +59,15 @@ pub(super) fn usage(data: &[u8]) -> Result<Option<Usage>, Unsure> {
 /// The text of `response.id` (`Ok(None)`: none, or not a string), or [`Unsure`]: what
 /// sonic-rs's `get` of `["response","id"]` and its `as_str` give.
 pub(super) fn response_id(data: &[u8]) -> Result<Option<&str>, Unsure> {
-    let mut s = Scan::new(data);
-    let (start, end) = match find(&mut s, b"response", b"id") {
+    let mut notes = Notes::default();
+    let (start, end) = match find(data, b"response", b"id", &mut notes) {
         Ok(Some(span)) => span,
         Ok(None) => return Ok(None),
         // That `get` has no depth check of its own: whatever it makes of a deep text is its
         // answer.
         Err(Stop::Deep | Stop::Unsure) => return Err(Unsure),
     };
-    s.check_utf8(end)?;
+    check_utf8(data, end, &notes)?;
     let Some(text) = data[start..end]
         .strip_prefix(b"\"")
         .and_then(|v| v.strip_suffix(b"\""))
@@ -89,42 +80,74 @@ pub(super) fn response_id(data: &[u8]) -> Result<Option<&str>, Unsure> {
     std::str::from_utf8(text).map(Some).map_err(|_| Unsure)
 }
 
+/// `get` validates the UTF-8 of the text up to the end of the value it returns: only strings
+/// may hold bytes past ASCII (the grammar refuses them anywhere else), so a text whose strings
+/// held none needs no check.
+fn check_utf8(data: &[u8], end: usize, notes: &Notes) -> Result<(), Unsure> {
+    if notes.high & HIGH != 0 && simdutf8::basic::from_utf8(&data[..end]).is_err() {
+        return Err(Unsure);
+    }
+    Ok(())
+}
+
 /// The span of the value of `outer.inner`, or `None` where sonic-rs's validating `get` finds
 /// none (the top is not an object, `outer` is missing or not an object, `inner` is missing).
-/// The first key of each name is the one read, as `get` reads it.
-fn find(s: &mut Scan<'_>, outer: &[u8], inner: &[u8]) -> Scanned<Option<(usize, usize)>> {
-    if s.peek_ws() != Some(b'{') {
+/// The first key of each name is the one read, as `get` reads it; the keys compared (every
+/// key of the top object, and of `outer` up to `inner`) must be unescaped, as `get` compares
+/// them unescaped.
+fn find(
+    s: &[u8],
+    outer: &[u8],
+    inner: &[u8],
+    notes: &mut Notes,
+) -> Scanned<Option<(usize, usize)>> {
+    let mut i = 0;
+    if byte(s, &mut i) != Ok(b'{') {
         return Ok(None);
     }
-    s.open(true)?;
-    if s.next_ws()? == b'}' {
-        return Ok(None);
-    }
+    i += 1;
+    // The members of the top object (level 1), then of `outer` (level 2).
+    let mut level = 1;
+    let mut first = true;
     loop {
-        if s.key()? == outer {
-            if s.next_ws()? != b'{' {
-                return Ok(None);
-            }
-            s.open(true)?;
-            if s.next_ws()? == b'}' {
-                return Ok(None);
-            }
-            loop {
-                if s.key()? == inner {
-                    s.next_ws()?;
-                    let start = s.i;
-                    s.value()?;
-                    return Ok(Some((start, s.i)));
-                }
-                s.value()?;
-                if !s.member_follows()? {
-                    return Ok(None);
-                }
-            }
-        }
-        s.value()?;
-        if !s.member_follows()? {
+        let b = byte(s, &mut i)?;
+        if first && b == b'}' {
+            // An empty object.
             return Ok(None);
+        }
+        first = false;
+        if b != b'"' {
+            return Err(Stop::Unsure);
+        }
+        let (end, escaped) = string_end(s, i, notes)?;
+        if escaped {
+            return Err(Stop::Unsure);
+        }
+        let key = &s[i + 1..end - 1];
+        i = end;
+        if byte(s, &mut i)? != b':' {
+            return Err(Stop::Unsure);
+        }
+        i += 1;
+        let b = byte(s, &mut i)?;
+        if level == 1 && key == outer {
+            if b != b'{' {
+                return Ok(None);
+            }
+            i += 1;
+            level = 2;
+            first = true;
+            continue;
+        }
+        let start = i;
+        i = skip(s, i, level, notes)?;
+        if level == 2 && key == inner {
+            return Ok(Some((start, i)));
+        }
+        match byte(s, &mut i)? {
+            b',' => i += 1,
+            b'}' => return Ok(None),
+            _ => return Err(Stop::Unsure),
         }
     }
 }
@@ -135,40 +158,124 @@ const CACHED: usize = 1;
 const OUTPUT: usize = 2;
 const REASONING: usize = 3;
 const TOTAL: usize = 4;
+/// Bits of the two `*_details` objects among the names seen.
+const INPUT_DETAILS: usize = 5;
+const OUTPUT_DETAILS: usize = 6;
 
 /// The five counters of a usage value (already validated by the scan that found it). A
 /// counter that is absent or not a number is 0, as the tree reader's `as_u64` gives it.
 fn counters(span: &[u8]) -> Scanned<Usage> {
-    let mut s = Scan::new(span);
+    let mut notes = Notes::default();
     let mut n = [0u64; 5];
     let mut seen = 0u8;
-    if s.next_ws()? == b'{' {
-        s.open(true)?;
-        if s.next_ws()? != b'}' {
-            loop {
-                match s.key()? {
-                    b"input_tokens" => s.counter(&mut n, &mut seen, INPUT)?,
-                    b"output_tokens" => s.counter(&mut n, &mut seen, OUTPUT)?,
-                    b"total_tokens" => s.counter(&mut n, &mut seen, TOTAL)?,
-                    b"input_tokens_details" => {
-                        s.details(&mut n, &mut seen, 5, b"cached_tokens", CACHED)?
-                    }
-                    b"output_tokens_details" => {
-                        s.details(&mut n, &mut seen, 6, b"reasoning_tokens", REASONING)?
-                    }
-                    _ => s.value()?,
-                }
-                if !s.member_follows()? {
-                    break;
-                }
-            }
-        }
-    } else {
-        s.value()?;
+    let mut i = 0;
+    if byte(span, &mut i)? != b'{' {
+        // Not an object: every counter is 0 (what the value holds still decides below
+        // whether the tree reader reads it).
+        skip(span, i, 0, &mut notes)?;
+        return finish(n, &notes);
     }
-    // The tree reader builds its tree from the span: escapes and numbers it might read
-    // differently (or refuse) are left to it.
-    if s.escaped || s.odd_number {
+    i += 1;
+    members(span, &mut i, &mut notes, |key, i, notes| {
+        let (slot, details) = match key {
+            b"input_tokens" => (INPUT, None),
+            b"output_tokens" => (OUTPUT, None),
+            b"total_tokens" => (TOTAL, None),
+            b"input_tokens_details" => (INPUT_DETAILS, Some((&b"cached_tokens"[..], CACHED))),
+            b"output_tokens_details" => {
+                (OUTPUT_DETAILS, Some((&b"reasoning_tokens"[..], REASONING)))
+            }
+            _ => {
+                *i = skip(span, *i, 1, notes)?;
+                return Ok(());
+            }
+        };
+        once(&mut seen, slot)?;
+        match details {
+            None => *i = counter(span, *i, &mut n[slot], notes)?,
+            Some((name, slot)) if span[*i] == b'{' => {
+                *i += 1;
+                members(span, i, notes, |key, i, notes| {
+                    if key == name {
+                        once(&mut seen, slot)?;
+                        *i = counter(span, *i, &mut n[slot], notes)?;
+                    } else {
+                        *i = skip(span, *i, 2, notes)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Some(_) => *i = skip(span, *i, 1, notes)?,
+        }
+        Ok(())
+    })?;
+    finish(n, &notes)
+}
+
+/// The first of its name (the tree reader's choice between duplicates is its own).
+fn once(seen: &mut u8, bit: usize) -> Scanned<()> {
+    if *seen & (1 << bit) != 0 {
+        return Err(Stop::Unsure);
+    }
+    *seen |= 1 << bit;
+    Ok(())
+}
+
+/// A counter's value at `i`: a plain integer into `n`, anything else leaves it 0. The index
+/// after it.
+fn counter(s: &[u8], i: usize, n: &mut u64, notes: &mut Notes) -> Scanned<usize> {
+    if !matches!(s[i], b'-' | b'0'..=b'9') {
+        return skip(s, i, 1, notes);
+    }
+    let (end, v) = number_end(s, i, notes)?;
+    *n = v.unwrap_or(0);
+    Ok(end)
+}
+
+/// The members of the object whose `{` is just behind `*i`, up to its `}`: `member` reads or
+/// skips each value (the cursor at its first byte), given the key (escaped keys are
+/// [`Stop::Unsure`]: the tree reader compares them unescaped).
+fn members(
+    s: &[u8],
+    i: &mut usize,
+    notes: &mut Notes,
+    mut member: impl FnMut(&[u8], &mut usize, &mut Notes) -> Scanned<()>,
+) -> Scanned<()> {
+    if byte(s, i)? == b'}' {
+        *i += 1;
+        return Ok(());
+    }
+    loop {
+        if byte(s, i)? != b'"' {
+            return Err(Stop::Unsure);
+        }
+        let (end, escaped) = string_end(s, *i, notes)?;
+        if escaped {
+            return Err(Stop::Unsure);
+        }
+        let key = &s[*i + 1..end - 1];
+        *i = end;
+        if byte(s, i)? != b':' {
+            return Err(Stop::Unsure);
+        }
+        *i += 1;
+        byte(s, i)?;
+        member(key, i, notes)?;
+        match byte(s, i)? {
+            b',' => *i += 1,
+            b'}' => {
+                *i += 1;
+                return Ok(());
+            }
+            _ => return Err(Stop::Unsure),
+        }
+    }
+}
+
+/// The usage from its counters, unless the usage value holds what the tree reader may read
+/// differently (or refuse): escapes, numbers other than plain integers.
+fn finish(n: [u64; 5], notes: &Notes) -> Scanned<Usage> {
+    if notes.escaped || notes.odd_number {
         return Err(Stop::Unsure);
     }
     let total = if n[TOTAL] == 0 {
@@ -220,387 +327,251 @@ fn min_and_or(run: &[u8]) -> (u8, u8) {
     (lo, hi)
 }
 
-/// A flat, validating JSON scanner: no recursion (open containers are bits of a mask).
-struct Scan<'a> {
-    s: &'a [u8],
-    i: usize,
-    depth: usize,
-    /// Bit `d - 1` is set when the container open at depth `d` is an object.
-    objects: u128,
-    /// The bytes of strings OR-ed together (a set high bit: a byte past ASCII, maybe).
+/// What a skip saw that matters to its caller.
+#[derive(Debug, Default, Clone, Copy)]
+struct Notes {
+    /// The words read in strings OR-ed together: a set high bit is a byte past ASCII, maybe
+    /// (a word may run a few bytes past its string).
     high: u64,
-    /// A string held an escape.
     escaped: bool,
-    /// A number other than a plain integer of at most 19 digits.
     odd_number: bool,
 }
 
-// === impl Scan ===
-
-impl<'a> Scan<'a> {
-    fn new(s: &'a [u8]) -> Self {
-        Self {
-            s,
-            i: 0,
-            depth: 0,
-            objects: 0,
-            high: 0,
-            escaped: false,
-            odd_number: false,
+/// The next byte at or after `*i` that is not JSON whitespace (not consumed); the end of the
+/// text is malformed.
+#[inline(always)]
+fn byte(s: &[u8], i: &mut usize) -> Scanned<u8> {
+    loop {
+        let b = *s.get(*i).ok_or(Stop::Unsure)?;
+        if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            return Ok(b);
         }
+        *i += 1;
     }
+}
 
-    /// `get` validates the UTF-8 of the text up to the end of the value it returns: only
-    /// strings may hold bytes past ASCII (the grammar refuses them anywhere else), so a text
-    /// whose strings held none needs no check.
-    fn check_utf8(&self, end: usize) -> Result<(), Unsure> {
-        if self.high & HIGH != 0 && simdutf8::basic::from_utf8(&self.s[..end]).is_err() {
-            return Err(Unsure);
-        }
-        Ok(())
+/// An object key at `i` (whitespace first) with its colon; the index after the colon.
+#[inline(always)]
+fn skip_key(s: &[u8], mut i: usize, notes: &mut Notes) -> Scanned<usize> {
+    if byte(s, &mut i)? != b'"' {
+        return Err(Stop::Unsure);
     }
-
-    /// The next byte that is not JSON whitespace (not consumed), `None` at the end.
-    #[inline]
-    fn peek_ws(&mut self) -> Option<u8> {
-        loop {
-            let b = *self.s.get(self.i)?;
-            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
-                return Some(b);
-            }
-            self.i += 1;
-        }
+    i = string_end(s, i, notes)?.0;
+    if byte(s, &mut i)? != b':' {
+        return Err(Stop::Unsure);
     }
+    Ok(i + 1)
+}
 
-    /// [`Scan::peek_ws`], where the end of the text is malformed.
-    #[inline]
-    fn next_ws(&mut self) -> Scanned<u8> {
-        self.peek_ws().ok_or(Stop::Unsure)
-    }
-
-    /// Consumes the `{` or `[` at the cursor.
-    #[inline]
-    fn open(&mut self, object: bool) -> Scanned<()> {
-        self.i += 1;
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(Stop::Deep);
-        }
-        let bit = 1u128 << (self.depth - 1);
-        if object {
-            self.objects |= bit;
-        } else {
-            self.objects &= !bit;
-        }
-        Ok(())
-    }
-
-    #[inline]
-    fn in_object(&self) -> bool {
-        self.depth > 0 && self.objects & (1u128 << (self.depth - 1)) != 0
-    }
-
-    /// An object key and its colon; the key's bytes, as they are written.
-    fn any_key(&mut self) -> Scanned<(&'a [u8], bool)> {
-        if self.next_ws()? != b'"' {
-            return Err(Stop::Unsure);
-        }
-        let start = self.i + 1;
-        let escaped = self.string()?;
-        let key = &self.s[start..self.i - 1];
-        if self.next_ws()? != b':' {
-            return Err(Stop::Unsure);
-        }
-        self.i += 1;
-        Ok((key, escaped))
-    }
-
-    /// [`Scan::any_key`] where the key is compared: an escaped one is [`Stop::Unsure`] (the
-    /// tree reader compares keys unescaped).
-    fn key(&mut self) -> Scanned<&'a [u8]> {
-        match self.any_key()? {
-            (key, false) => Ok(key),
-            (_, true) => Err(Stop::Unsure),
-        }
-    }
-
-    /// After a member of the object open at the cursor's level: `true` at a comma (consumed),
-    /// `false` at the closing brace (consumed, the level closed).
-    fn member_follows(&mut self) -> Scanned<bool> {
-        match self.next_ws()? {
-            b',' => {
-                self.i += 1;
-                Ok(true)
-            }
-            b'}' => {
-                self.i += 1;
-                self.depth -= 1;
-                Ok(false)
-            }
-            _ => Err(Stop::Unsure),
-        }
-    }
-
-    /// Skips the string whose opening quote is at the cursor; whether it held an escape.
-    fn string(&mut self) -> Scanned<bool> {
-        let s = self.s;
-        let mut i = self.i + 1;
-        let mut escaped = false;
-        loop {
-            i = self.special(i)?;
-            match s[i] {
-                b'"' => {
-                    self.i = i + 1;
-                    self.escaped |= escaped;
-                    return Ok(escaped);
+/// Skips the value at `i` (whitespace first), checking its grammar, without recursion; the
+/// index after it. `depth` is the nesting around it (containers past [`MAX_DEPTH`] are
+/// [`Stop::Deep`]).
+fn skip(s: &[u8], mut i: usize, depth: usize, notes: &mut Notes) -> Scanned<usize> {
+    // Levels opened inside the value: bit `d - 1` set when level `d` is an object.
+    let room = MAX_DEPTH.saturating_sub(depth);
+    let mut open = 0usize;
+    let mut objects = 0u128;
+    loop {
+        // A value starts here.
+        match byte(s, &mut i)? {
+            b'"' => i = string_end(s, i, notes)?.0,
+            b @ (b'{' | b'[') => {
+                if open == room {
+                    return Err(Stop::Deep);
                 }
-                b'\\' => {
-                    escaped = true;
-                    match s.get(i + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
-                        Some(b'u')
-                            if s.get(i + 2..i + 6)
-                                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
-                        {
-                            i += 6
-                        }
-                        _ => return Err(Stop::Unsure),
-                    }
-                }
-                // A control byte, raw.
-                _ => return Err(Stop::Unsure),
-            }
-        }
-    }
-
-    /// The index of the first quote, backslash or control byte at or after `i` (none before
-    /// the end is [`Stop::Unsure`]), noting bytes past ASCII on the way. Eight bytes at a
-    /// time in a word (the short strings most of an event is made of); past [`LONG`] bytes,
-    /// memchr (SIMD) finds the quote or backslash and a vectorised pass checks the run.
-    #[inline]
-    fn special(&mut self, mut i: usize) -> Scanned<usize> {
-        let s = self.s;
-        let start = i;
-        while let Some(w) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
-            let x = u64::from_le_bytes(*w);
-            let m = specials(x);
-            if m != 0 {
-                let k = (m.trailing_zeros() / 8) as usize;
-                // Only the bytes before it are the string's.
-                self.high |= x & ((1u64 << (8 * k)) - 1);
-                return Ok(i + k);
-            }
-            self.high |= x;
-            i += 8;
-            if i - start >= LONG {
-                return self.special_long(i);
-            }
-        }
-        while let Some(&b) = s.get(i) {
-            if b == b'"' || b == b'\\' || b < 0x20 {
-                return Ok(i);
-            }
-            self.high |= u64::from(b);
-            i += 1;
-        }
-        Err(Stop::Unsure)
-    }
-
-    /// [`Scan::special`] for the rest of a long string.
-    fn special_long(&mut self, i: usize) -> Scanned<usize> {
-        let rest = self.s.get(i..).ok_or(Stop::Unsure)?;
-        let k = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::Unsure)?;
-        let (min, or) = min_and_or(&rest[..k]);
-        if min < 0x20 {
-            // A control byte, raw, before the quote or backslash.
-            return Err(Stop::Unsure);
-        }
-        self.high |= u64::from(or);
-        Ok(i + k)
-    }
-
-    /// Skips the number at the cursor; its value when it is a plain integer of at most 19
-    /// digits (below `u64::MAX`), else `None` (and the scan remembers an odd number).
-    fn number(&mut self) -> Scanned<Option<u64>> {
-        let s = self.s;
-        let start = self.i;
-        let mut i = start;
-        let negative = s.get(i) == Some(&b'-');
-        if negative {
-            i += 1;
-        }
-        let digits = i;
-        let mut v = 0u64;
-        match s.get(i) {
-            // No leading zeros.
-            Some(b'0') if matches!(s.get(i + 1), Some(b'0'..=b'9')) => return Err(Stop::Unsure),
-            Some(b'0') => i += 1,
-            Some(b'1'..=b'9') => {
-                while let Some(&d @ b'0'..=b'9') = s.get(i) {
-                    v = v.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                i += 1;
+                let close = b + 2; // `}` or `]`
+                if byte(s, &mut i)? == close {
                     i += 1;
+                } else {
+                    let bit = 1u128 << open;
+                    open += 1;
+                    if b == b'{' {
+                        objects |= bit;
+                        i = skip_key(s, i, notes)?;
+                    } else {
+                        objects &= !bit;
+                    }
+                    continue;
                 }
             }
+            b'-' | b'0'..=b'9' => i = number_end(s, i, notes)?.0,
+            b't' => i = literal_end(s, i, b"true")?,
+            b'f' => i = literal_end(s, i, b"false")?,
+            b'n' => i = literal_end(s, i, b"null")?,
             _ => return Err(Stop::Unsure),
         }
-        let plain = !negative && i - digits <= 19;
-        let mut fraction = false;
-        if s.get(i) == Some(&b'.') {
-            fraction = true;
-            i += 1;
-            i = Self::digits(s, i)?;
-        }
-        if matches!(s.get(i), Some(b'e' | b'E')) {
-            fraction = true;
-            i += 1;
-            if matches!(s.get(i), Some(b'+' | b'-')) {
-                i += 1;
-            }
-            i = Self::digits(s, i)?;
-        }
-        self.i = i;
-        if plain && !fraction {
-            Ok(Some(v))
-        } else {
-            self.odd_number = true;
-            Ok(None)
-        }
-    }
-
-    /// One or more digits from `i`; the index after them.
-    fn digits(s: &[u8], mut i: usize) -> Scanned<usize> {
-        if !matches!(s.get(i), Some(b'0'..=b'9')) {
-            return Err(Stop::Unsure);
-        }
-        while matches!(s.get(i), Some(b'0'..=b'9')) {
-            i += 1;
-        }
-        Ok(i)
-    }
-
-    fn literal(&mut self, word: &[u8]) -> Scanned<()> {
-        if self.s.get(self.i..self.i + word.len()) != Some(word) {
-            return Err(Stop::Unsure);
-        }
-        self.i += word.len();
-        Ok(())
-    }
-
-    /// Skips one value (after optional whitespace), checking its grammar, without recursion.
-    fn value(&mut self) -> Scanned<()> {
-        let base = self.depth;
+        // After a value: close what ends here, up to the next member or element.
         loop {
-            // A value starts here.
-            match self.next_ws()? {
-                b'{' => {
-                    self.open(true)?;
-                    if self.next_ws()? == b'}' {
-                        self.i += 1;
-                        self.depth -= 1;
-                    } else {
-                        self.any_key()?;
-                        continue;
+            if open == 0 {
+                return Ok(i);
+            }
+            let object = objects & (1u128 << (open - 1)) != 0;
+            match byte(s, &mut i)? {
+                b',' => {
+                    i += 1;
+                    if object {
+                        i = skip_key(s, i, notes)?;
                     }
+                    break;
                 }
-                b'[' => {
-                    self.open(false)?;
-                    if self.next_ws()? == b']' {
-                        self.i += 1;
-                        self.depth -= 1;
-                    } else {
-                        continue;
-                    }
+                b'}' if object => {
+                    i += 1;
+                    open -= 1;
                 }
-                b'"' => {
-                    self.string()?;
-                }
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                b'-' | b'0'..=b'9' => {
-                    self.number()?;
+                b']' if !object => {
+                    i += 1;
+                    open -= 1;
                 }
                 _ => return Err(Stop::Unsure),
             }
-            // After a value: close what ends here, up to the next member or element.
-            loop {
-                if self.depth == base {
-                    return Ok(());
-                }
-                let object = self.in_object();
-                match self.next_ws()? {
-                    b',' => {
-                        self.i += 1;
-                        if object {
-                            self.any_key()?;
-                        }
-                        break;
-                    }
-                    b'}' if object => {
-                        self.i += 1;
-                        self.depth -= 1;
-                    }
-                    b']' if !object => {
-                        self.i += 1;
-                        self.depth -= 1;
+        }
+    }
+}
+
+/// The string whose opening quote is at `i`: the index after its closing quote, and whether
+/// it held an escape (noted too). A control byte or a bad escape is [`Stop::Unsure`].
+#[inline(always)]
+fn string_end(s: &[u8], mut i: usize, notes: &mut Notes) -> Scanned<(usize, bool)> {
+    let mut escaped = false;
+    i += 1;
+    loop {
+        i = special(s, i, notes)?;
+        match s[i] {
+            b'"' => {
+                notes.escaped |= escaped;
+                return Ok((i + 1, escaped));
+            }
+            b'\\' => {
+                escaped = true;
+                match s.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u')
+                        if s.get(i + 2..i + 6)
+                            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) =>
+                    {
+                        i += 6
                     }
                     _ => return Err(Stop::Unsure),
                 }
             }
+            // A control byte, raw.
+            _ => return Err(Stop::Unsure),
         }
     }
+}
 
-    /// The value of a counter into `n[slot]` (a second one of the same name is
-    /// [`Stop::Unsure`]: the tree reader's choice between duplicates is its own).
-    fn counter(&mut self, n: &mut [u64; 5], seen: &mut u8, slot: usize) -> Scanned<()> {
-        if *seen & (1 << slot) != 0 {
-            return Err(Stop::Unsure);
+/// The index of the first quote, backslash or control byte at or after `i` (none before the
+/// end is [`Stop::Unsure`]), noting bytes past ASCII on the way (of the words read: a few
+/// bytes after the string may count, which only costs a UTF-8 check). Eight bytes at a time
+/// in a word (the short strings most of an event is made of); past [`LONG`] bytes, memchr
+/// (SIMD) finds the quote or backslash and a vectorised pass checks the run.
+#[inline(always)]
+fn special(s: &[u8], mut i: usize, notes: &mut Notes) -> Scanned<usize> {
+    let start = i;
+    while let Some(w) = s.get(i..).and_then(<[u8]>::first_chunk::<8>) {
+        let x = u64::from_le_bytes(*w);
+        notes.high |= x;
+        let m = specials(x);
+        if m != 0 {
+            return Ok(i + (m.trailing_zeros() / 8) as usize);
         }
-        *seen |= 1 << slot;
-        if matches!(self.next_ws()?, b'-' | b'0'..=b'9') {
-            if let Some(v) = self.number()? {
-                n[slot] = v;
-            }
-            Ok(())
-        } else {
-            self.value()
+        i += 8;
+        if i - start >= LONG {
+            return special_long(s, i, notes);
         }
     }
+    special_short(s, i, notes)
+}
 
-    /// A `*_details` object: its counter `name` into `n[slot]`; `mark` is the object's own
-    /// bit in `seen`.
-    fn details(
-        &mut self,
-        n: &mut [u64; 5],
-        seen: &mut u8,
-        mark: usize,
-        name: &[u8],
-        slot: usize,
-    ) -> Scanned<()> {
-        if *seen & (1 << mark) != 0 {
-            return Err(Stop::Unsure);
+/// [`special`] for the last bytes of the text, fewer than a word.
+#[cold]
+fn special_short(s: &[u8], mut i: usize, notes: &mut Notes) -> Scanned<usize> {
+    while let Some(&b) = s.get(i) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            return Ok(i);
         }
-        *seen |= 1 << mark;
-        if self.next_ws()? != b'{' {
-            return self.value();
-        }
-        self.open(true)?;
-        if self.next_ws()? == b'}' {
-            self.i += 1;
-            self.depth -= 1;
-            return Ok(());
-        }
-        loop {
-            if self.key()? == name {
-                self.counter(n, seen, slot)?;
-            } else {
-                self.value()?;
-            }
-            if !self.member_follows()? {
-                return Ok(());
-            }
-        }
+        notes.high |= u64::from(b);
+        i += 1;
     }
+    Err(Stop::Unsure)
+}
+
+/// [`special`] for the rest of a long string.
+#[cold]
+fn special_long(s: &[u8], i: usize, notes: &mut Notes) -> Scanned<usize> {
+    let rest = s.get(i..).ok_or(Stop::Unsure)?;
+    let k = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::Unsure)?;
+    let (min, or) = min_and_or(&rest[..k]);
+    if min < 0x20 {
+        // A control byte, raw, before the quote or backslash.
+        return Err(Stop::Unsure);
+    }
+    notes.high |= u64::from(or);
+    Ok(i + k)
+}
+
+/// The number at `i`: the index after it, and its value when it is a plain integer of at most
+/// 19 digits (below `u64::MAX`; any other is noted as odd).
+#[inline(always)]
+fn number_end(s: &[u8], mut i: usize, notes: &mut Notes) -> Scanned<(usize, Option<u64>)> {
+    let negative = s.get(i) == Some(&b'-');
+    if negative {
+        i += 1;
+    }
+    let digits = i;
+    let mut v = 0u64;
+    match s.get(i) {
+        // No leading zeros.
+        Some(b'0') if matches!(s.get(i + 1), Some(b'0'..=b'9')) => return Err(Stop::Unsure),
+        Some(b'0') => i += 1,
+        Some(b'1'..=b'9') => {
+            while let Some(&d @ b'0'..=b'9') = s.get(i) {
+                v = v.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                i += 1;
+            }
+        }
+        _ => return Err(Stop::Unsure),
+    }
+    let mut plain = !negative && i - digits <= 19;
+    if s.get(i) == Some(&b'.') {
+        plain = false;
+        i = digits_end(s, i + 1)?;
+    }
+    if matches!(s.get(i), Some(b'e' | b'E')) {
+        plain = false;
+        i += 1;
+        if matches!(s.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits_end(s, i)?;
+    }
+    if plain {
+        Ok((i, Some(v)))
+    } else {
+        notes.odd_number = true;
+        Ok((i, None))
+    }
+}
+
+/// One or more digits from `i`; the index after them.
+fn digits_end(s: &[u8], mut i: usize) -> Scanned<usize> {
+    if !matches!(s.get(i), Some(b'0'..=b'9')) {
+        return Err(Stop::Unsure);
+    }
+    while matches!(s.get(i), Some(b'0'..=b'9')) {
+        i += 1;
+    }
+    Ok(i)
+}
+
+/// The literal `word` at `i`: the index after it.
+#[inline(always)]
+fn literal_end(s: &[u8], i: usize, word: &[u8]) -> Scanned<usize> {
+    if s.get(i..i + word.len()) != Some(word) {
+        return Err(Stop::Unsure);
+    }
+    Ok(i + word.len())
 }
 
 #[cfg(test)]

@@ -761,7 +761,7 @@ proptest! {
         let colons: Vec<usize> = data.match_indices(':').map(|(i, _)| i).collect();
         prop_assume!(!colons.is_empty());
         let c = colons[at.index(colons.len())] + 1;
-        let data = format!("{}{}1{}{}", &data[..c], "[".repeat(levels), "]".repeat(levels), &data[c..]);
+        let data = format!("{}{}null{}{}", &data[..c], "[".repeat(levels), "]".repeat(levels), &data[c..]);
         // The wrap may land inside a string (then it is text): the reference decides.
         let data = data.as_bytes();
         let want = reference(data);
