@@ -22,8 +22,8 @@
 
 use sonic_rs::{JsonContainerTrait, JsonValueMutTrait, JsonValueTrait, Value};
 
-/// The key every blob hides behind.
-const KEY: &[u8] = b"encrypted_content";
+/// The key every blob hides behind, with its quotes.
+const QUOTED_KEY: &[u8] = b"\"encrypted_content\"";
 
 /// What kind of item a blob came in (the `kind` label of
 /// `encrypted_items_stripped_total`).
@@ -110,32 +110,26 @@ impl Stripped {
     }
 }
 
-/// Whether `raw` may hold a blob: the key, or a `\u` escape that could spell it.
+/// Whether `raw` may hold a blob: the key with its quotes (the blob key is letters and `_`, and
+/// a letter can be escaped only as `\u00XX`, so any other spelling holds such an escape), or
+/// an escape of an ASCII character. A quoted key: `"reasoning.encrypted_content"` (what every
+/// Codex CLI request lists in `include`) is not a hit.
 fn maybe(raw: &[u8]) -> bool {
-    memchr::memmem::find(raw, KEY).is_some() || memchr::memmem::find(raw, b"\\u").is_some()
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(QUOTED_KEY));
+    KEY.find(raw).is_some() || crate::spans::may_escape_ascii(raw)
 }
 
-/// Whether `body` may carry a blob at all (one SIMD search; `false` is certain).
+/// Whether `body` may carry a blob at all (SIMD searches; `false` is certain).
 pub fn may_carry_blobs(body: &[u8]) -> bool {
     maybe(body)
 }
 
-/// The `input` array of a body: its raw bytes and where they are in `body`.
+/// The `input` array of a body: where its raw bytes are in `body`. `body` is JSON the gateway
+/// wrote (each top-level name once): found by a flat walk from both ends
+/// ([`crate::spans::unique_member`]), not a strict parse.
 fn input_span(body: &[u8]) -> Option<(usize, usize)> {
-    let mut found = None;
-    for entry in sonic_rs::to_object_iter(body) {
-        let (k, v) = entry.ok()?;
-        if k == "input" && v.is_array() {
-            let raw = v.as_raw_str().as_bytes();
-            let (at, base) = (raw.as_ptr() as usize, body.as_ptr() as usize);
-            if at < base || at + raw.len() > base + body.len() {
-                return None;
-            }
-            // A repeated name counts with its last value.
-            found = Some((at - base, at - base + raw.len()));
-        }
-    }
-    found
+    crate::spans::unique_member(body, "input", b'[').map(|r| (r.start, r.end))
 }
 
 /// The blob of an item (`encrypted_content` as a string) and the item's kind.
@@ -153,12 +147,10 @@ pub fn input_blobs(body: &[u8], mut f: impl FnMut(BlobKind, u64)) {
     let Some((start, end)) = input_span(body) else {
         return;
     };
-    for item in sonic_rs::to_array_iter(&body[start..end]) {
-        let Ok(item) = item else {
-            return;
-        };
-        let bytes = item.as_raw_str().as_bytes();
-        if !item.is_object() || !maybe(bytes) {
+    let raw = &body[start..end];
+    for item in crate::spans::items(raw) {
+        let bytes = &raw[item];
+        if bytes.first() != Some(&b'{') || !maybe(bytes) {
             continue;
         }
         let Ok(v) = sonic_rs::from_slice::<Value>(bytes) else {
@@ -203,9 +195,8 @@ pub fn strip(body: &[u8], keep: &dyn Fn(BlobKind, u64) -> bool) -> Option<(Vec<u
     let mut out = Vec::with_capacity(body.len());
     out.extend_from_slice(&body[..start]);
     out.push(b'[');
-    for item in sonic_rs::to_array_iter(raw) {
-        let item = item.ok()?;
-        let bytes = item.as_raw_str().as_bytes();
+    for item in crate::spans::items(raw) {
+        let bytes = &raw[item];
         let mut write = |out: &mut Vec<u8>, b: &[u8]| {
             if wrote > 0 {
                 out.push(b',');
@@ -213,7 +204,7 @@ pub fn strip(body: &[u8], keep: &dyn Fn(BlobKind, u64) -> bool) -> Option<(Vec<u
             out.extend_from_slice(b);
             wrote += 1;
         };
-        if !item.is_object() || !maybe(bytes) {
+        if bytes.first() != Some(&b'{') || !maybe(bytes) {
             write(&mut out, bytes);
             continue;
         }

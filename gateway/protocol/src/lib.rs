@@ -7,6 +7,8 @@
 //! - [`sse`]: incremental SSE event splitting of upstream bytes, and frame encoding.
 //! - [`normalize`]: client `/v1/responses` body -> Codex upstream body
 //!   (docs/protocol.md#request-bodies).
+//! - `spans`: where values are in JSON the gateway already validated or wrote (a flat walk,
+//!   no second strict parse): the top-level members of a body, the items of an array.
 //! - [`bound`]: account-bound blobs (reasoning `encrypted_content`, compaction items) in a
 //!   Responses body: fingerprints, and stripping the ones another account would refuse.
 //! - [`classify`]: the one failure classifier for upstream errors (HTTP bodies and in-stream
@@ -28,6 +30,8 @@
 //! share lives in the neutral modules above (`tests/tests/repo_docs.rs` checks it).
 
 pub mod anthropic;
+#[cfg(test)]
+mod before;
 pub mod bound;
 pub mod chat;
 pub mod classify;
@@ -37,6 +41,7 @@ pub mod events;
 mod json;
 pub mod normalize;
 pub mod openai_error;
+mod spans;
 pub mod sse;
 pub mod tools;
 mod turn;

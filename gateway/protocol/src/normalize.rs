@@ -174,13 +174,131 @@ pub fn normalize_responses_with(
     body: &[u8],
     choose: &dyn Fn(&str) -> ModelChoice,
 ) -> Result<Normalized, NormalizeError> {
+    let (written, n) = normalize_parts(body, choose)?;
+    let mut out = Vec::with_capacity(written.len());
+    out.extend_from_slice(&body[..written.kept]);
+    out.extend_from_slice(&written.tail);
+    Ok(Normalized { body: out, ..n })
+}
+
+/// [`normalize_responses_with`] on a body the caller gives up: the upstream body is written
+/// into the client's own buffer where it is the client's body up to a point (a compact body:
+/// the Codex CLI's, which differs only in the `instructions` added at its end), so the body
+/// is not copied at all. The same bytes as [`normalize_responses_with`].
+pub fn normalize_responses_owned(
+    mut body: Vec<u8>,
+    choose: &dyn Fn(&str) -> ModelChoice,
+) -> Result<Normalized, NormalizeError> {
+    let (written, n) = normalize_parts(&body, choose)?;
+    let (kept, tail) = (written.kept, written.tail);
+    // In place: the rest is copied twice (into the tail, then after the kept bytes), which
+    // beats copying the kept bytes once only while the rest is the smaller part.
+    if tail.len() >= kept {
+        let mut out = Vec::with_capacity(kept + tail.len());
+        out.extend_from_slice(&body[..kept]);
+        out.extend_from_slice(&tail);
+        return Ok(Normalized { body: out, ..n });
+    }
+    body.truncate(kept);
+    // Exact: a doubling would copy the body into a new block; the allocator usually has
+    // room for a few bytes more in place.
+    body.reserve_exact(tail.len());
+    body.extend_from_slice(&tail);
+    Ok(Normalized { body, ..n })
+}
+
+/// The upstream body as it is written. While it is the client's body byte for byte (a compact
+/// body that needs no change up to there), nothing is copied: the output so far is
+/// `body[..kept]`. From the first byte that differs, the rest goes to `tail`.
+struct Written<'a> {
+    body: &'a [u8],
+    kept: usize,
+    tail: Vec<u8>,
+    /// `tail` holds the rest of the output (the body diverged).
+    diverged: bool,
+    /// Scratch for a key.
+    key: Vec<u8>,
+}
+
+impl<'a> Written<'a> {
+    fn new(body: &'a [u8]) -> Self {
+        Self {
+            body,
+            kept: 0,
+            tail: Vec::new(),
+            diverged: false,
+            key: Vec::with_capacity(32),
+        }
+    }
+
+    /// Bytes written so far.
+    fn len(&self) -> usize {
+        self.kept + self.tail.len()
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        if !self.diverged {
+            let here = self.body.get(self.kept..self.kept + bytes.len());
+            // The client's own bytes at the same place (a slice of the body), or a few
+            // written bytes the body holds there too.
+            let same = here.is_some_and(|h| {
+                std::ptr::eq(h.as_ptr(), bytes.as_ptr()) || (bytes.len() <= 64 && h == bytes)
+            });
+            if same {
+                self.kept += bytes.len();
+                return;
+            }
+            self.diverged = true;
+            // Sized for the rest of the body and what the normaliser may add.
+            self.tail = Vec::with_capacity(self.body.len() - self.kept + 128);
+        }
+        self.tail.extend_from_slice(bytes);
+    }
+
+    /// Writes `s` as a JSON string.
+    fn put_str(&mut self, s: &str) {
+        let mut key = std::mem::take(&mut self.key);
+        key.clear();
+        write_str(&mut key, s);
+        self.put(&key);
+        self.key = key;
+    }
+
+    /// Writes a member's key (and the comma before it, but for the first).
+    fn put_key(&mut self, k: &str) {
+        let mut key = std::mem::take(&mut self.key);
+        key.clear();
+        if self.len() > 1 {
+            key.push(b',');
+        }
+        write_str(&mut key, k);
+        key.push(b':');
+        self.put(&key);
+        self.key = key;
+    }
+
+    /// Writes `v` as JSON.
+    fn put_json(&mut self, v: &Value) -> Result<(), sonic_rs::Error> {
+        let mut b = Vec::new();
+        sonic_rs::to_writer(&mut b, v)?;
+        self.put(&b);
+        Ok(())
+    }
+}
+
+/// The normaliser's one pass: the upstream body as written ([`Written`]) and the fields
+/// (`body` left empty).
+fn normalize_parts<'a>(
+    body: &'a [u8],
+    choose: &dyn Fn(&str) -> ModelChoice,
+) -> Result<(Written<'a>, Normalized), NormalizeError> {
     let parse_err = |e: &dyn std::fmt::Display| {
         err(
             format!("We could not parse the JSON body of your request: {e}"),
             None,
         )
     };
-    let fields = top_level_fields(body, &parse_err)?;
+    let (fields, escapes) = top_level_fields(body, &parse_err)?;
     // About twenty names are looked up, each once or twice: a scan each.
     let field = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v);
 
@@ -250,15 +368,8 @@ pub fn normalize_responses_with(
         .and_then(|t| t.as_str())
         .is_some_and(|t| t == "priority" || t == "fast");
 
-    let mut out = Vec::with_capacity(body.len() + 96);
-    out.push(b'{');
-    let put_key = |out: &mut Vec<u8>, k: &str| {
-        if out.len() > 1 {
-            out.push(b',');
-        }
-        write_str(out, k);
-        out.push(b':');
-    };
+    let mut out = Written::new(body);
+    out.put(b"{");
     for (k, v) in &fields {
         let k = k.as_ref();
         let raw = v.as_raw_str().as_bytes();
@@ -266,69 +377,54 @@ pub fn normalize_responses_with(
             "previous_response_id" | "type" | "generate" => {}
             k if DROPPED_FIELDS.contains(&k) => {}
             "model" => {
-                put_key(&mut out, k);
+                out.put_key(k);
                 match &slug {
-                    Some(slug) => write_str(&mut out, slug),
-                    None => out.extend_from_slice(raw),
+                    Some(slug) => out.put_str(slug),
+                    None => out.put(raw),
                 }
             }
             "stream" => {
-                put_key(&mut out, k);
-                out.extend_from_slice(b"true");
+                out.put_key(k);
+                out.put(b"true");
             }
             "store" => {
-                put_key(&mut out, k);
-                out.extend_from_slice(b"false");
+                out.put_key(k);
+                out.put(b"false");
             }
             "instructions" => {
-                put_key(&mut out, k);
+                out.put_key(k);
                 if v.is_null() {
-                    out.extend_from_slice(b"\"\"");
+                    out.put(b"\"\"");
                 } else {
-                    out.extend_from_slice(raw);
+                    out.put(raw);
                 }
             }
             "input" => {
-                put_key(&mut out, k);
+                out.put_key(k);
                 if v.is_str() {
-                    out.extend_from_slice(
+                    out.put(
                         br#"[{"type":"message","role":"user","content":[{"type":"input_text","text":"#,
                     );
-                    out.extend_from_slice(raw);
-                    out.extend_from_slice(b"}]}]");
+                    out.put(raw);
+                    out.put(b"}]}]");
                 } else {
-                    rewrite_items(
-                        &mut out,
-                        raw,
-                        br#""system""#,
-                        "role",
-                        &|r| r == "system",
-                        "developer",
-                    )
-                    .map_err(|e| parse_err(&e))?;
+                    rewrite_items(&mut out, raw, &SYSTEM_ROLE, escapes)
+                        .map_err(|e| parse_err(&e))?;
                 }
             }
             "tools" if v.is_array() => {
-                put_key(&mut out, k);
-                let legacy = |t: &str| t.starts_with("web_search") && t != "web_search";
-                rewrite_items(
-                    &mut out,
-                    raw,
-                    br#""web_search"#,
-                    "type",
-                    &legacy,
-                    "web_search",
-                )
-                .map_err(|e| parse_err(&e))?;
+                out.put_key(k);
+                rewrite_items(&mut out, raw, &LEGACY_WEB_SEARCH, escapes)
+                    .map_err(|e| parse_err(&e))?;
             }
             "service_tier" => {
                 if priority {
-                    put_key(&mut out, k);
-                    out.extend_from_slice(b"\"priority\"");
+                    out.put_key(k);
+                    out.put(b"\"priority\"");
                 }
             }
             "reasoning" => {
-                put_key(&mut out, k);
+                out.put_key(k);
                 match &effort {
                     Some(effort) => {
                         let mut r: Value = if v.is_object() {
@@ -339,23 +435,23 @@ pub fn normalize_responses_with(
                         if let Some(o) = r.as_object_mut() {
                             o.insert(&"effort", effort.as_str());
                         }
-                        sonic_rs::to_writer(&mut out, &r).map_err(|e| parse_err(&e))?;
+                        out.put_json(&r).map_err(|e| parse_err(&e))?;
                     }
-                    None => out.extend_from_slice(raw),
+                    None => out.put(raw),
                 }
             }
             _ => {
-                put_key(&mut out, k);
-                out.extend_from_slice(raw);
+                out.put_key(k);
+                out.put(raw);
             }
         }
     }
     // What the backend needs and the client did not send.
     if let (Some(e), None) = (&effort, field("reasoning")) {
-        put_key(&mut out, "reasoning");
-        out.extend_from_slice(br#"{"effort":"#);
-        write_str(&mut out, e);
-        out.push(b'}');
+        out.put_key("reasoning");
+        out.put(br#"{"effort":"#);
+        out.put_str(e);
+        out.put(b"}");
     }
     let defaults: [(&str, &[u8]); 4] = [
         ("instructions", b"\"\""),
@@ -365,13 +461,13 @@ pub fn normalize_responses_with(
     ];
     for (k, v) in defaults {
         if field(k).is_none() {
-            put_key(&mut out, k);
-            out.extend_from_slice(v);
+            out.put_key(k);
+            out.put(v);
         }
     }
-    out.push(b'}');
-    Ok(Normalized {
-        body: out,
+    out.put(b"}");
+    let n = Normalized {
+        body: Vec::new(),
         model,
         stream,
         previous_response_id,
@@ -382,16 +478,21 @@ pub fn normalize_responses_with(
             reasoning_effort,
             service_tier: priority.then(|| "priority".to_owned()),
         },
-    })
+    };
+    Ok((out, n))
 }
 
+/// The fields of a body's top level, in order, each with its value.
+type Fields<'a> = Vec<(std::borrow::Cow<'a, str>, sonic_rs::LazyValue<'a>)>;
+
 /// The top-level fields of a JSON object body, in order, a repeated name once (at its first
-/// place, with its last value). Every value is validated (strict pass, UTF-8 included), and
-/// nothing may follow the object.
+/// place, with its last value), and whether the body holds a `\u` anywhere (escaped or
+/// not). Every value is validated (strict pass, UTF-8 included), and nothing may follow the
+/// object.
 fn top_level_fields<'a>(
     body: &'a [u8],
     parse_err: &dyn Fn(&dyn std::fmt::Display) -> NormalizeError,
-) -> Result<Vec<(std::borrow::Cow<'a, str>, sonic_rs::LazyValue<'a>)>, NormalizeError> {
+) -> Result<(Fields<'a>, bool), NormalizeError> {
     let is_ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
     if body.iter().find(|b| !is_ws(b)) != Some(&b'{') {
         // Not an object: say whether it is JSON at all (the rare path).
@@ -400,7 +501,7 @@ fn top_level_fields<'a>(
             Err(e) => parse_err(&e),
         });
     }
-    let mut fields: Vec<(std::borrow::Cow<'a, str>, sonic_rs::LazyValue<'a>)> = Vec::new();
+    let mut fields: Fields<'a> = Vec::new();
     // Where each name is, once there are more than a few (a body of a million names must not
     // cost a million scans).
     let mut index: std::collections::HashMap<std::borrow::Cow<'a, str>, usize> =
@@ -448,16 +549,18 @@ fn top_level_fields<'a>(
         return Err(parse_err(&"trailing characters after the JSON object"));
     }
     // The strict pass checks an escape's form, not what a `\u` escape spells.
-    if !unicode_escapes_valid(body) {
-        return Err(parse_err(&"invalid unicode code point in a \\u escape"));
+    match unicode_escapes_valid(body) {
+        Some(escapes) => Ok((fields, escapes)),
+        None => Err(parse_err(&"invalid unicode code point in a \\u escape")),
     }
-    Ok(fields)
 }
 
 /// Every `\uXXXX` escape of `body` (a document the strict pass accepted: backslashes only in
 /// strings, each starting a well-formed escape) is four hex digits naming a code point, a
 /// high surrogate followed by a low one, as a parser that decodes the strings requires.
-fn unicode_escapes_valid(body: &[u8]) -> bool {
+/// `None`: one is not; else whether `body` holds a `\u` at all (an escape, or a backslash
+/// escaped before a `u`).
+fn unicode_escapes_valid(body: &[u8]) -> Option<bool> {
     let hex = |at: usize| -> Option<u32> {
         let digits = body.get(at..at + 4)?;
         if !digits.iter().all(u8::is_ascii_hexdigit) {
@@ -468,7 +571,9 @@ fn unicode_escapes_valid(body: &[u8]) -> bool {
     // Candidates by a SIMD search for `\u`; one is an escape when the run of backslashes it
     // ends is odd (escapes pair backslashes from the left: `\\u` is a backslash, then `u`).
     let mut from = 0;
+    let mut any = false;
     for at in memchr::memmem::find_iter(body, b"\\u") {
+        any = true;
         if at < from {
             continue; // the low half of a pair already checked
         }
@@ -480,9 +585,7 @@ fn unicode_escapes_valid(body: &[u8]) -> bool {
         if run % 2 == 0 {
             continue;
         }
-        let Some(cp) = hex(at + 2) else {
-            return false;
-        };
+        let cp = hex(at + 2)?;
         from = at + 6;
         match cp {
             0xD800..=0xDBFF => {
@@ -490,85 +593,145 @@ fn unicode_escapes_valid(body: &[u8]) -> bool {
                     .then(|| hex(at + 8))
                     .flatten();
                 if !low.is_some_and(|l| (0xDC00..=0xDFFF).contains(&l)) {
-                    return false;
+                    return None;
                 }
                 from = at + 12;
             }
-            0xDC00..=0xDFFF => return false,
+            0xDC00..=0xDFFF => return None,
             _ => {}
         }
     }
-    true
+    Some(any)
 }
 
-/// Writes the array `raw` (validated) to `out` with `key` set to `to` in every object item
-/// whose `key` is a string that `needs` it; every other item is copied as it is. Only an item
-/// whose text contains `hint` (the value's raw JSON, opening quote included: a letter can be
-/// escaped only as `\u`, so any other spelling contains one) has its `key` read, and only an
-/// item that changes is parsed and written again.
+/// A rewrite of one key in the object items of an array ([`rewrite_items`]).
+struct ItemRule {
+    /// Raw text every value that changes holds when written without `\u` escapes: its
+    /// opening quote and first letters.
+    hint: &'static [u8],
+    /// The hint closed by a quote is a whole value that never changes (`"web_search"`).
+    closed_keeps: bool,
+    /// The key.
+    key: &'static str,
+    /// Whether a string value changes.
+    needs: fn(&str) -> bool,
+    /// What it changes to.
+    to: &'static str,
+}
+
+/// Input items: the `system` role is `developer` upstream.
+const SYSTEM_ROLE: ItemRule = ItemRule {
+    hint: br#""system""#,
+    closed_keeps: false,
+    key: "role",
+    needs: |r| r == "system",
+    to: "developer",
+};
+
+/// Tools: the legacy web search types are `web_search` upstream.
+const LEGACY_WEB_SEARCH: ItemRule = ItemRule {
+    hint: br#""web_search"#,
+    closed_keeps: true,
+    key: "type",
+    needs: |t| t.starts_with("web_search") && t != "web_search",
+    to: "web_search",
+};
+
+/// Writes the array `raw` (validated) to `out` with `rule.key` set to `rule.to` in every
+/// object item whose `rule.key` is a string that `rule.needs`; every other item is copied as
+/// it is. `escapes`: whether the body holds a `\u` anywhere.
+///
+/// An array whose text holds neither the hint nor a `\u` is copied whole (one SIMD search);
+/// any other is written item by item (items found by a flat walk, [`crate::spans`]: the strict
+/// pass validated them), which drops the blanks between items. Only an item whose text may
+/// spell a value that changes (the hint, not closed when `closed_keeps`, or an escape of an
+/// ASCII character: a letter can be escaped only so) has its key read, and only an item
+/// that changes is parsed and written again.
 fn rewrite_items(
-    out: &mut Vec<u8>,
+    out: &mut Written<'_>,
     raw: &[u8],
-    hint: &[u8],
-    key: &str,
-    needs: &dyn Fn(&str) -> bool,
-    to: &str,
-) -> Result<(), sonic_rs::Error> {
-    let finder = memchr::memmem::Finder::new(hint);
-    let maybe = |b: &[u8]| finder.find(b).is_some() || memchr::memmem::find(b, b"\\u").is_some();
-    if !maybe(raw) {
-        // No item can need it (a SIMD search of the whole array): copied as it is.
-        out.extend_from_slice(raw);
+    rule: &ItemRule,
+    escapes: bool,
+) -> Result<(), String> {
+    let finder = memchr::memmem::Finder::new(rule.hint);
+    let rebuilt =
+        finder.find(raw).is_some() || (escapes && memchr::memmem::find(raw, b"\\u").is_some());
+    if !rebuilt {
+        out.put(raw);
         return Ok(());
     }
-    out.push(b'[');
-    for (i, item) in sonic_rs::to_array_iter(raw).enumerate() {
-        let item = item?;
+    let may_change = |b: &[u8]| {
+        finder
+            .find_iter(b)
+            .any(|at| !(rule.closed_keeps && b.get(at + rule.hint.len()) == Some(&b'"')))
+            || (escapes && crate::spans::may_escape_ascii(b))
+    };
+    out.put(b"[");
+    let mut items = crate::spans::items(raw);
+    for (i, item) in items.by_ref().enumerate() {
         if i > 0 {
-            out.push(b',');
+            out.put(b",");
         }
-        let bytes = item.as_raw_str().as_bytes();
-        let change = item.is_object()
-            && maybe(bytes)
-            && sonic_rs::get(bytes, &[key])
+        let bytes = &raw[item];
+        let change = bytes.first() == Some(&b'{')
+            && may_change(bytes)
+            && sonic_rs::get(bytes, &[rule.key])
                 .ok()
-                .is_some_and(|v| v.as_str().is_some_and(needs));
+                .is_some_and(|v| v.as_str().is_some_and(rule.needs));
         if change {
-            let mut v: Value = sonic_rs::from_slice(bytes)?;
+            let mut v: Value = sonic_rs::from_slice(bytes).map_err(|e| e.to_string())?;
             if let Some(o) = v.as_object_mut() {
-                o.insert(&key, to);
+                o.insert(&rule.key, rule.to);
             }
-            sonic_rs::to_writer(&mut *out, &v)?;
+            out.put_json(&v).map_err(|e| e.to_string())?;
         } else {
-            out.extend_from_slice(bytes);
+            out.put(bytes);
         }
     }
-    out.push(b']');
+    if !items.complete() {
+        return Err("an array the strict pass accepted could not be walked".into());
+    }
+    out.put(b"]");
     Ok(())
 }
 
 /// The installation id the Codex CLI repeats inside its payload (docs/protocol.md#one-installation-per-account):
 /// `body` with the body's `client_metadata` carrying `id` in place of the client's, in
 /// `x-codex-installation-id` and in the `installation_id` of the `x-codex-turn-metadata` JSON
-/// string it mirrors. `None`: nothing to change (one SIMD search when the body names no
+/// string it mirrors. `None`: nothing to change (SIMD searches when the body names no
 /// installation). Only the `client_metadata` object is rewritten; the rest of the body is
 /// copied byte for byte.
+///
+/// `body` is JSON the gateway wrote (a normalised or translated body, each top-level name
+/// once): `client_metadata` is found by a flat walk from both ends
+/// ([`crate::spans::unique_member`]), which reads only the members between it and the nearer
+/// end (the Codex CLI sends it last), and the ids are spliced in where the object is written
+/// as a tree would write it ([`metadata_spliced`]), else the object is written again from a
+/// tree.
 pub fn with_installation_id(body: &[u8], id: &str) -> Option<Vec<u8>> {
-    memchr::memmem::find(body, b"installation")?;
-    let mut span = None;
-    for entry in sonic_rs::to_object_iter(body) {
-        let (k, v) = entry.ok()?;
-        if k == "client_metadata" && v.is_object() {
-            let raw = v.as_raw_str().as_bytes();
-            let (at, base) = (raw.as_ptr() as usize, body.as_ptr() as usize);
-            if at < base || at + raw.len() > base + body.len() {
-                return None;
-            }
-            span = Some((at - base, at - base + raw.len()));
-        }
-    }
-    let (start, end) = span?;
-    let mut meta: Value = sonic_rs::from_slice(&body[start..end]).ok()?;
+    // Where the Codex CLI puts it first (its `client_metadata` ends its body), then anywhere.
+    const TAIL: usize = 4096;
+    let finder = memchr::memmem::Finder::new(b"installation");
+    let tail = &body[body.len().saturating_sub(TAIL)..];
+    finder.find(tail).or_else(|| finder.find(body))?;
+    let span = crate::spans::unique_member(body, "client_metadata", b'{')?;
+    let (start, end) = (span.start, span.end);
+    let raw = &body[start..end];
+    let meta = match metadata_spliced(raw, id) {
+        Some(spliced) => spliced?,
+        None => metadata_rewritten(raw, id)?,
+    };
+    let mut out = Vec::with_capacity(body.len() - raw.len() + meta.len());
+    out.extend_from_slice(&body[..start]);
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&body[end..]);
+    Some(out)
+}
+
+/// `client_metadata` (`raw`) with `id` in place of the client's installation id, the object
+/// read into a tree and written again; `None`: nothing to change.
+fn metadata_rewritten(raw: &[u8], id: &str) -> Option<Vec<u8>> {
+    let mut meta: Value = sonic_rs::from_slice(raw).ok()?;
     let o = meta.as_object_mut()?;
     let mut changed = false;
     if o.get(&"x-codex-installation-id")
@@ -589,11 +752,97 @@ pub fn with_installation_id(body: &[u8], id: &str) -> Option<Vec<u8>> {
     if !changed {
         return None;
     }
-    let mut out = Vec::with_capacity(body.len() + 16);
-    out.extend_from_slice(&body[..start]);
-    sonic_rs::to_writer(&mut out, &meta).ok()?;
-    out.extend_from_slice(&body[end..]);
-    Some(out)
+    sonic_rs::to_vec(&meta).ok()
+}
+
+/// [`metadata_rewritten`] without the tree, when `raw` and the turn metadata inside it are
+/// written as sonic-rs writes a tree ([`crate::spans::plain_object`]; the Codex CLI's are):
+/// the new ids are spliced in place of the old ones, and everything else is the client's
+/// bytes, in the client's order. The tree would give the same bytes but for the order of the
+/// members (a changed sonic-rs object is a hash map: its order is random). `None`: not so
+/// written (the tree writes it); `Some(None)`: nothing to change.
+fn metadata_spliced(raw: &[u8], id: &str) -> Option<Option<Vec<u8>>> {
+    let members = crate::spans::plain_object(raw)?;
+    let value_of = |name: &str| {
+        members
+            .iter()
+            .find(|m| raw.get(m.key.start + 1..m.key.end - 1) == Some(name.as_bytes()))
+            .map(|m| m.value.clone())
+            .filter(|v| raw[v.start] == b'"')
+    };
+    let mut edits: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::new();
+    if let Some(v) = value_of("x-codex-installation-id") {
+        if plain_decoded(&raw[v.clone()])? != id {
+            edits.push((v, quoted(id)));
+        }
+    }
+    if let Some(v) = value_of("x-codex-turn-metadata") {
+        let turn = plain_decoded(&raw[v.clone()])?;
+        if let Some(t) = turn_spliced(&turn, id)? {
+            edits.push((v, quoted(&t)));
+        }
+    }
+    if edits.is_empty() {
+        return Some(None);
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let mut out = Vec::with_capacity(raw.len() + 2 * id.len());
+    let mut at = 0;
+    for (r, new) in edits {
+        out.extend_from_slice(&raw[at..r.start]);
+        out.extend_from_slice(&new);
+        at = r.end;
+    }
+    out.extend_from_slice(&raw[at..]);
+    Some(Some(out))
+}
+
+/// [`turn_metadata_with_installation_id`] by splicing, when the turn metadata is written as
+/// sonic-rs writes it; `None`: it is not; `Some(None)`: nothing to change.
+fn turn_spliced(json: &str, id: &str) -> Option<Option<String>> {
+    if !json.contains("installation_id") {
+        return Some(None);
+    }
+    let members = crate::spans::plain_object(json.as_bytes())?;
+    let Some(v) = members
+        .iter()
+        .find(|m| json.get(m.key.start + 1..m.key.end - 1) == Some("installation_id"))
+        .map(|m| m.value.clone())
+        .filter(|v| json.as_bytes()[v.start] == b'"')
+    else {
+        return Some(None);
+    };
+    if plain_decoded(json[v.clone()].as_bytes())? == id {
+        return Some(None);
+    }
+    let mut out = String::with_capacity(json.len() + id.len());
+    out.push_str(&json[..v.start]);
+    out.push_str(std::str::from_utf8(&quoted(id)).ok()?);
+    out.push_str(&json[v.end..]);
+    Some(Some(out))
+}
+
+/// The text of a plain string ([`crate::spans::plain_object`]: its only escapes are `\"` and
+/// `\\`), quotes included in `quoted`.
+fn plain_decoded(quoted: &[u8]) -> Option<String> {
+    let inner = quoted.get(1..quoted.len().checked_sub(1)?)?;
+    let mut out = Vec::with_capacity(inner.len());
+    let mut at = 0;
+    while let Some(k) = inner.get(at..).and_then(|rest| memchr::memchr(b'\\', rest)) {
+        out.extend_from_slice(&inner[at..at + k]);
+        // The escaped character itself.
+        out.extend(inner.get(at + k + 1));
+        at += k + 2;
+    }
+    out.extend_from_slice(inner.get(at..).unwrap_or_default());
+    String::from_utf8(out).ok()
+}
+
+/// `s` as sonic-rs writes a JSON string.
+fn quoted(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() + 2);
+    write_str(&mut out, s);
+    out
 }
 
 /// The `x-codex-turn-metadata` JSON (header or `client_metadata` entry) with `installation_id`
