@@ -5,7 +5,10 @@
 use std::{io, rc::Rc, sync::Arc};
 
 use bytes::Bytes;
-use codex_protocol::{normalize::normalize_responses_with, sse::SseEvent};
+use codex_protocol::{
+    normalize::{normalize_responses_owned, normalize_responses_with},
+    sse::SseEvent,
+};
 use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use shared_state::ClientKey;
 use sonic_rs::{JsonValueMutTrait, JsonValueTrait};
@@ -81,23 +84,39 @@ pub(crate) fn normalize(
 ) -> Result<codex_protocol::normalize::Normalized, Error> {
     let catalog = ctx.catalog.load();
     let strict = ctx.cfg.strict_models;
-    normalize_responses_with(body, &|m| models::choose(&catalog, strict, m)).map_err(|e| {
-        match e.unknown_model {
-            Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
-            None => Error::bad_request(e.message, e.param),
-        }
-    })
+    normalize_responses_with(body, &|m| models::choose(&catalog, strict, m)).map_err(refusal)
+}
+
+/// [`normalize`] of a body the caller gives up: a compact body (the Codex CLI's) becomes the
+/// upstream body in its own buffer, without a copy
+/// ([`codex_protocol::normalize::normalize_responses_owned`]).
+fn normalize_owned(
+    ctx: &WorkerCtx,
+    body: Vec<u8>,
+) -> Result<codex_protocol::normalize::Normalized, Error> {
+    let catalog = ctx.catalog.load();
+    let strict = ctx.cfg.strict_models;
+    normalize_responses_owned(body, &|m| models::choose(&catalog, strict, m)).map_err(refusal)
+}
+
+/// The answer to a body the normaliser refused.
+fn refusal(e: codex_protocol::normalize::NormalizeError) -> Error {
+    match e.unknown_model {
+        Some(m) => Error::new(ErrorKind::ModelNotFound(m), Side::Downstream),
+        None => Error::bad_request(e.message, e.param),
+    }
 }
 
 /// Normalises the request, splices a continuation's history, and plans the turn.
 async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
     ctx: &'a WorkerCtx,
     conn: &mut Conn<S>,
-    req: Request,
+    mut req: Request,
     key: &ClientKey,
     keep: bool,
 ) -> Prepared<'a> {
-    let norm = match normalize(ctx, &req.body) {
+    // The request body becomes the upstream body (in its own buffer when it can).
+    let norm = match normalize_owned(ctx, std::mem::take(&mut req.body)) {
         Ok(n) => n,
         Err(e) => return Prepared::Answered(write_error(ctx, conn, ROUTE, &e, keep).await),
     };
@@ -155,8 +174,8 @@ async fn prepare<'a, S: AsyncReadRent + AsyncWriteRent>(
         parent,
         input: new_items,
     });
-    // The raw request body (a Codex CLI request is 40-60 KB) is dropped here with the rest
-    // of the request: not held for the stream's life.
+    // The raw request body (a Codex CLI request is 40-60 KB) became the plan's (or was dropped
+    // when normalising copied it): the request holds none for the stream's life.
     Prepared::Turn(Turn {
         plan,
         keeper,
