@@ -832,10 +832,16 @@ mod tests {
         // The recorded request: normalised in its own buffer (only `instructions` is added,
         // at its end), its installation id replaced, and it carries no blob.
         let mut own = recorded();
-        own.reserve(64);
+        own.reserve_exact(64);
         let at = own.as_ptr();
         let n = normalize::normalize_responses_owned(own, &|_| ModelChoice::Keep).unwrap();
         assert!(std::ptr::eq(n.body.as_ptr(), at), "copied");
+        // A buffer with far more room than the body needs is not kept.
+        let mut roomy = recorded();
+        roomy.reserve(roomy.len() + 64 * 1024);
+        let n2 = normalize::normalize_responses_owned(roomy, &|_| ModelChoice::Keep).unwrap();
+        assert!(n2.body.capacity() < n2.body.len() + 1024);
+        assert_eq!(n2, n);
         assert!(n.body.ends_with(br#"},"instructions":""}"#));
         assert_eq!(n, normalize::normalize_responses(&recorded()).unwrap());
         // Its metadata is written as a tree would write it: the ids are spliced in, in the

@@ -184,16 +184,21 @@ pub fn normalize_responses_with(
 /// [`normalize_responses_with`] on a body the caller gives up: the upstream body is written
 /// into the client's own buffer where it is the client's body up to a point (a compact body:
 /// the Codex CLI's, which differs only in the `instructions` added at its end), so the body
-/// is not copied at all. The same bytes as [`normalize_responses_with`].
+/// is not copied at all (unless the buffer has far more room than the body needs). The same
+/// bytes as [`normalize_responses_with`].
 pub fn normalize_responses_owned(
     mut body: Vec<u8>,
     choose: &dyn Fn(&str) -> ModelChoice,
 ) -> Result<Normalized, NormalizeError> {
+    // The upstream body lives as long as the stream (retries resend it): a buffer with much
+    // more room than it needs (a read buffer that doubled) is not kept for it.
+    const SLACK: usize = 16 * 1024;
     let (written, n) = normalize_parts(&body, choose)?;
     let (kept, tail) = (written.kept, written.tail);
+    let size = kept + tail.len();
     // In place: the rest is copied twice (into the tail, then after the kept bytes), which
     // beats copying the kept bytes once only while the rest is the smaller part.
-    if tail.len() >= kept {
+    if tail.len() >= kept || body.capacity() > size + size / 4 + SLACK {
         let mut out = Vec::with_capacity(kept + tail.len());
         out.extend_from_slice(&body[..kept]);
         out.extend_from_slice(&tail);

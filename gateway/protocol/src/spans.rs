@@ -316,7 +316,8 @@ pub(crate) fn plain_object(raw: &[u8]) -> Option<Vec<Member>> {
     if raw.first() != Some(&b'{') {
         return None;
     }
-    let mut out: Vec<Member> = Vec::new();
+    // Room for the Codex CLI's turn metadata (22 members) without regrowth.
+    let mut out: Vec<Member> = Vec::with_capacity(32);
     let mut i = 1;
     if raw.get(i) == Some(&b'}') {
         return (raw.len() == 2).then_some(out);
