@@ -27,7 +27,7 @@ THREADS = {
 PARTS = [
     ("request handling (api::handle)", r"gateway/src/api\.rs:gateway::api::handle::\{\{closure\}\} \[", None),
     ("JSON depth guard over the body (depth::check)", r"codex_protocol::depth::check \[", "request handling (api::handle)"),
-    ("request normalisation (normalize_responses_with)", r"codex_protocol::normalize::normalize_responses_with \[", "request handling (api::handle)"),
+    ("request normalisation (normalize_responses_with / _owned)", r"codex_protocol::normalize::normalize_responses_(with|owned) \[", "request handling (api::handle)"),
     ("attempt: account pick, body, send (lifecycle::open_with)", r"gateway::lifecycle::open_with::\{\{closure\}\} \[", "request handling (api::handle)"),
     ("account-bound state scan of the input (bound::input_blobs)", r"codex_protocol::bound::input_blobs \[", "attempt: account pick, body, send (lifecycle::open_with)"),
     ("per-account body (Connector::body_for)", r"Connector>::body_for \[", "attempt: account pick, body, send (lifecycle::open_with)"),
@@ -66,7 +66,7 @@ def main() -> None:
     summary = open(f"{out_dir}/summary.txt").read()
     m = re.search(r"\((?:callgrind[^,]*), (?:legacy driver, )?(\d+) requests", summary)
     n = int(m.group(1)) if m else 2000
-    names = sys.argv[2:] or sorted({re.sub(r".*callgrind-([a-z0-9]+)\..*", r"\1", f) for f in glob.glob(f"{out_dir}/callgrind-*.1")})
+    names = sys.argv[2:] or sorted({re.sub(r".*callgrind-([a-z0-9]+)\..*", r"\1", f) for f in glob.glob(f"{out_dir}/callgrind-*.1")} - {"nginx"})
     for name in names:
         f = sorted(glob.glob(f"{out_dir}/callgrind-{name}.*.1"))[-1]
         inc = annotate(f, True)
