@@ -885,6 +885,7 @@ mod tests {
             r#"{"model":"m","input":[[{"encrypted_content":"nested"}],{"x":{"encrypted_content":"deep"}}]}"#,
             r#"{"model":"m","x":"\\u0073","input":[{"role":"system"}]}"#,
             r#"{"model":"m","x":1e999}"#,
+            r#"{"model":"m","a\"b\\c\n":1,"\u0001":2,"caf\u00e9":3,"é😀":4}"#,
             r#"{"model":"m","input":5}"#,
             r#"{}"#,
             r#"[]"#,

@@ -253,11 +253,16 @@ impl<'a> Written<'a> {
                 self.kept += bytes.len();
                 return;
             }
-            self.diverged = true;
-            // Sized for the rest of the body and what the normaliser may add.
-            self.tail = Vec::with_capacity(self.body.len() - self.kept + 128);
+            self.diverge();
         }
         self.tail.extend_from_slice(bytes);
+    }
+
+    /// From here on, the output is written out.
+    fn diverge(&mut self) {
+        self.diverged = true;
+        // Sized for the rest of the body and what the normaliser may add.
+        self.tail = Vec::with_capacity(self.body.len() - self.kept + 128);
     }
 
     /// Writes `s` as a JSON string.
@@ -271,15 +276,36 @@ impl<'a> Written<'a> {
 
     /// Writes a member's key (and the comma before it, but for the first).
     fn put_key(&mut self, k: &str) {
-        let mut key = std::mem::take(&mut self.key);
-        key.clear();
-        if self.len() > 1 {
-            key.push(b',');
+        let first = self.len() <= 1;
+        if k.bytes().any(|c| c < 0x20 || c == b'"' || c == b'\\') {
+            // Written with its escapes.
+            let mut key = std::mem::take(&mut self.key);
+            key.clear();
+            if !first {
+                key.push(b',');
+            }
+            write_str(&mut key, k);
+            key.push(b':');
+            self.put(&key);
+            self.key = key;
+            return;
         }
-        write_str(&mut key, k);
-        key.push(b':');
-        self.put(&key);
-        self.key = key;
+        let open: &[u8] = if first { b"\"" } else { b",\"" };
+        let parts = [open, k.as_bytes(), b"\":"];
+        if !self.diverged {
+            let (o, n) = (open.len(), open.len() + k.len() + 2);
+            let same = self.body.get(self.kept..self.kept + n).is_some_and(|h| {
+                h[..o] == *open && h[n - 2..] == *b"\":" && h[o..n - 2] == *k.as_bytes()
+            });
+            if same {
+                self.kept += n;
+                return;
+            }
+            self.diverge();
+        }
+        for p in parts {
+            self.tail.extend_from_slice(p);
+        }
     }
 
     /// Writes `v` as JSON.
