@@ -603,7 +603,7 @@ fn unicode_escapes_valid(body: &[u8]) -> Option<bool> {
     // ends is odd (escapes pair backslashes from the left: `\\u` is a backslash, then `u`).
     let mut from = 0;
     let mut any = false;
-    for at in memchr::memmem::find_iter(body, b"\\u") {
+    for at in ESCAPE.find_iter(body) {
         any = true;
         if at < from {
             continue; // the low half of a pair already checked
@@ -640,6 +640,8 @@ struct ItemRule {
     /// Raw text every value that changes holds when written without `\u` escapes: its
     /// opening quote and first letters.
     hint: &'static [u8],
+    /// Its searcher (built once).
+    finder: &'static Finder,
     /// The hint closed by a quote is a whole value that never changes (`"web_search"`).
     closed_keeps: bool,
     /// The key.
@@ -650,9 +652,18 @@ struct ItemRule {
     to: &'static str,
 }
 
+/// A substring searcher built once (a build per search costs more than a short search).
+type Finder = std::sync::LazyLock<memchr::memmem::Finder<'static>>;
+
+static SYSTEM: Finder = Finder::new(|| memchr::memmem::Finder::new(br#""system""#));
+static WEB_SEARCH: Finder = Finder::new(|| memchr::memmem::Finder::new(br#""web_search"#));
+static ESCAPE: Finder = Finder::new(|| memchr::memmem::Finder::new(b"\\u"));
+static INSTALLATION: Finder = Finder::new(|| memchr::memmem::Finder::new(b"installation"));
+
 /// Input items: the `system` role is `developer` upstream.
-const SYSTEM_ROLE: ItemRule = ItemRule {
+static SYSTEM_ROLE: ItemRule = ItemRule {
     hint: br#""system""#,
+    finder: &SYSTEM,
     closed_keeps: false,
     key: "role",
     needs: |r| r == "system",
@@ -660,8 +671,9 @@ const SYSTEM_ROLE: ItemRule = ItemRule {
 };
 
 /// Tools: the legacy web search types are `web_search` upstream.
-const LEGACY_WEB_SEARCH: ItemRule = ItemRule {
+static LEGACY_WEB_SEARCH: ItemRule = ItemRule {
     hint: br#""web_search"#,
+    finder: &WEB_SEARCH,
     closed_keeps: true,
     key: "type",
     needs: |t| t.starts_with("web_search") && t != "web_search",
@@ -684,9 +696,8 @@ fn rewrite_items(
     rule: &ItemRule,
     escapes: bool,
 ) -> Result<(), String> {
-    let finder = memchr::memmem::Finder::new(rule.hint);
-    let rebuilt =
-        finder.find(raw).is_some() || (escapes && memchr::memmem::find(raw, b"\\u").is_some());
+    let finder: &memchr::memmem::Finder<'_> = rule.finder;
+    let rebuilt = finder.find(raw).is_some() || (escapes && ESCAPE.find(raw).is_some());
     if !rebuilt {
         out.put(raw);
         return Ok(());
@@ -742,9 +753,10 @@ fn rewrite_items(
 pub fn with_installation_id(body: &[u8], id: &str) -> Option<Vec<u8>> {
     // Where the Codex CLI puts it first (its `client_metadata` ends its body), then anywhere.
     const TAIL: usize = 4096;
-    let finder = memchr::memmem::Finder::new(b"installation");
     let tail = &body[body.len().saturating_sub(TAIL)..];
-    finder.find(tail).or_else(|| finder.find(body))?;
+    INSTALLATION
+        .find(tail)
+        .or_else(|| INSTALLATION.find(body))?;
     let span = crate::spans::unique_member(body, "client_metadata", b'{')?;
     let (start, end) = (span.start, span.end);
     let raw = &body[start..end];
