@@ -4,35 +4,11 @@ use sonic_rs::JsonValueTrait;
 use super::*;
 use crate::events::usage_of_terminal;
 
-/// The reader this module replaced, verbatim (the depth check, sonic-rs's validating `get`,
-/// a tree of the usage value): every answer of the flat pass must be its answer.
+/// The reader this module replaced (the depth check, sonic-rs's validating `get`, a tree of
+/// the usage value), kept unchanged as the flat pass's fallback: every answer of the flat pass
+/// must be its answer.
 fn reference(data: &[u8]) -> Option<Usage> {
-    if !crate::depth::check(data) {
-        return None;
-    }
-    let u = sonic_rs::get(data, &["response", "usage"]).ok()?;
-    let v: sonic_rs::Value = sonic_rs::from_str(u.as_raw_str()).ok()?;
-    let n = |p: &[&str]| {
-        let mut cur = Some(&v);
-        for k in p {
-            cur = cur.and_then(|c| c.get(k));
-        }
-        cur.and_then(|c| c.as_u64()).unwrap_or(0)
-    };
-    let input_tokens = n(&["input_tokens"]);
-    let output_tokens = n(&["output_tokens"]);
-    let total = n(&["total_tokens"]);
-    Some(Usage {
-        input_tokens,
-        cached_tokens: n(&["input_tokens_details", "cached_tokens"]),
-        output_tokens,
-        reasoning_tokens: n(&["output_tokens_details", "reasoning_tokens"]),
-        total_tokens: if total == 0 {
-            input_tokens + output_tokens
-        } else {
-            total
-        },
-    })
+    crate::events::usage_by_tree(data)
 }
 
 /// What the pipeline read the response id with: sonic-rs's lazy `get` and its `as_str`.
