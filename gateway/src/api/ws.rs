@@ -78,6 +78,11 @@ const HIGH_WATER: usize = 1 << 20;
 /// it without bound, and a client whose newer message types we do not know keeps working
 /// (the budget starts again at each turn).
 const READER_ERROR_BUDGET: u32 = 32;
+
+/// How long, and for how many bytes, a session closed on our side keeps reading (and
+/// discarding) what its client still sends, so the client reads our Close ([`linger`]).
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
 /// Characters of an unsupported message `type` echoed back in the error event.
 const MAX_ECHOED_TYPE: usize = 64;
 /// Turns a socket remembers for `previous_response_id`.
@@ -764,10 +769,30 @@ async fn reader(
     requests: mpsc::Sender<Vec<u8>>,
     metrics: Arc<WorkerMetrics>,
 ) {
+    let gone = read_messages(
+        &mut rd, &mut buf, deflate, limits, &shared, requests, &metrics,
+    )
+    .await;
+    if !gone {
+        linger(&mut rd, buf).await;
+    }
+}
+
+/// [`reader`]'s loop; `true` when the peer is gone (end of stream or a failed read), `false`
+/// when the session was closed on our side with the client's socket still open.
+async fn read_messages(
+    rd: &mut OwnedReadHalf<TcpStream>,
+    buf: &mut Vec<u8>,
+    deflate: Option<crate::ws::deflate::DeflateParams>,
+    limits: Limits,
+    shared: &WsShared,
+    requests: mpsc::Sender<Vec<u8>>,
+    metrics: &WorkerMetrics,
+) -> bool {
     let mut dec = codec::Decoder::new(Role::Server, limits, deflate);
     loop {
         loop {
-            match dec.decode(&mut buf) {
+            match dec.decode(buf) {
                 Ok(Some(msg)) => {
                     shared.last_seen.set(Instant::now());
                     match msg {
@@ -779,7 +804,7 @@ async fn reader(
                                 let e = super::too_deep();
                                 shared.send_text(&e.ws_error_event(&crate::request_id::generate()));
                                 shared.close(close_code::TOO_BIG, "JSON nested too deep");
-                                return;
+                                return false;
                             }
                             let ty = sonic_rs::get(p.as_slice(), &["type"])
                                 .ok()
@@ -791,11 +816,11 @@ async fn reader(
                                             "A response is already in progress on this WebSocket; send the next response.create after its terminal event.",
                                             None,
                                         );
-                                        if !shared.reader_error(&e, &metrics) {
-                                            return;
+                                        if !shared.reader_error(&e, metrics) {
+                                            return false;
                                         }
                                     } else if requests.send(p).await.is_err() {
-                                        return;
+                                        return false;
                                     }
                                 }
                                 // Acknowledgements of newer clients: nothing to do.
@@ -808,8 +833,8 @@ async fn reader(
                                         ),
                                         Some("type"),
                                     );
-                                    if !shared.reader_error(&e, &metrics) {
-                                        return;
+                                    if !shared.reader_error(&e, metrics) {
+                                        return false;
                                     }
                                 }
                             }
@@ -824,19 +849,19 @@ async fn reader(
                                 close_code::NORMAL
                             };
                             shared.close(code, "");
-                            return;
+                            return false;
                         }
                     }
                 }
                 Ok(None) => break,
                 Err(e) => {
                     shared.close(e.code, e.reason);
-                    return;
+                    return false;
                 }
             }
         }
         if shared.closed.get() {
-            return;
+            return false;
         }
         // The client is not reading what it is sent: read nothing more from it until the
         // writer has caught up (pongs and error events are queued like the pipeline's frames).
@@ -846,7 +871,7 @@ async fn reader(
                 shared.drained.notified().await;
             }
             if shared.closed.get() {
-                return;
+                return false;
             }
         }
         // Append the next read; cancelled (and awaited) only when the session closes.
@@ -855,10 +880,7 @@ async fn reader(
         }
         let len = buf.len();
         let canceller = Canceller::new();
-        let read = rd.cancelable_read(
-            std::mem::take(&mut buf).slice_mut(len..),
-            canceller.handle(),
-        );
+        let read = rd.cancelable_read(std::mem::take(buf).slice_mut(len..), canceller.handle());
         let mut read = std::pin::pin!(read);
         let (res, slice) = monoio::select! {
             r = &mut read => r,
@@ -867,13 +889,49 @@ async fn reader(
                 read.await
             }
         };
-        buf = slice.into_inner();
+        *buf = slice.into_inner();
         match res {
             Ok(0) | Err(_) => {
                 shared.gone();
-                return;
+                return true;
             }
             Ok(_) => {}
+        }
+    }
+}
+
+/// After our side closed the session: reads and discards what the client still sends, until it
+/// closes its side, [`LINGER`] passes or [`LINGER_BYTES`] were read. Closing a socket with
+/// unread bytes in its receive queue sends a reset, and the client's kernel then drops what the
+/// client had not read yet: the error events and the Close that explain why (a client that sent
+/// 100 invalid messages saw `ECONNRESET` instead of 32 error events and Close `1008`).
+async fn linger(rd: &mut OwnedReadHalf<TcpStream>, mut buf: Vec<u8>) {
+    let deadline = Instant::now() + LINGER;
+    let mut seen = 0usize;
+    buf.clear();
+    if buf.capacity() < 8192 {
+        buf.reserve(8192);
+    }
+    while seen < LINGER_BYTES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        let canceller = Canceller::new();
+        let read = rd.cancelable_read(buf, canceller.handle());
+        let mut read = std::pin::pin!(read);
+        let (res, back) = monoio::select! {
+            r = &mut read => r,
+            _ = monoio::time::sleep(left) => {
+                canceller.cancel();
+                read.await
+            }
+        };
+        buf = back;
+        buf.clear();
+        match res {
+            Ok(n) if n > 0 => seen += n,
+            _ => return,
         }
     }
 }
