@@ -13,6 +13,8 @@
 #   slow     SLOW_STREAMS open slow streams (SLOW_RATE events/s each)
 #   short    short streamed answers at full rate (closed loop, SHORT_CLIENTS clients, a
 #            12-event answer each: per-request costs of a stream)
+#   short-h1 `short` through a second gateway whose upstream is HTTP/1.1 (not in the default
+#            list; nginx runs it again, direct does not)
 #   codex    `short` with the request the Codex CLI 0.171.0 sent (38 KB, recorded:
 #            tests/fuzz/corpus/normalize/seed-codex-cli-0.171.0-recorded), not in the default
 #            list; bench-report does not tabulate it (read codex-*.json)
@@ -153,13 +155,16 @@ start_mock() {
 }
 
 # --- codex-gateway ---------------------------------------------------------------------------
+# start_gateway [h1]: the gateway (upstream h2c); with h1, a second one whose upstream is
+# HTTP/1.1 (its log gateway-h1.log), for the short-h1 workload.
 start_gateway() {
-  local data=$WORK/gateway n
+  local kind=${1:-h2c} sfx=${1:+-$1} n
+  local data=$WORK/gateway$sfx log=$OUT/gateway$sfx.log
   MAX_CONNECTIONS=$((SLOW_STREAMS > SSE_STREAMS ? SLOW_STREAMS : SSE_STREAMS))
   for n in $WS_IDLE_SESSIONS $WS_SESSIONS; do ((n > MAX_CONNECTIONS)) && MAX_CONNECTIONS=$n; done
   MAX_CONNECTIONS=$((MAX_CONNECTIONS + 500))
   mkdir -p "$data"
-  cat >"$WORK/gateway.toml" <<EOF
+  cat >"$WORK/gateway$sfx.toml" <<EOF
 listen = "127.0.0.1:0"
 admin_listen = "127.0.0.1:0"
 data_dir = "$data"
@@ -174,19 +179,19 @@ max_connections = $MAX_CONNECTIONS
 [upstream]
 base_url = "$MOCK_ORIGIN/backend-api/codex"
 oauth_token_url = "$MOCK_ORIGIN/oauth/token"
-plain_http = "h2c"
+plain_http = "$kind"
 h2_max_streams_per_connection = $GATEWAY_H2_STREAMS
 EOF
-  if [[ $GATEWAY_UPSTREAM_WS == 0 ]]; then echo "websockets = false" >>"$WORK/gateway.toml"; fi
-  if [[ -n $GATEWAY_H2_CONNECTIONS ]]; then echo "h2_max_connections = $GATEWAY_H2_CONNECTIONS" >>"$WORK/gateway.toml"; fi
+  if [[ $GATEWAY_UPSTREAM_WS == 0 ]]; then echo "websockets = false" >>"$WORK/gateway$sfx.toml"; fi
+  if [[ -n $GATEWAY_H2_CONNECTIONS ]]; then echo "h2_max_connections = $GATEWAY_H2_CONNECTIONS" >>"$WORK/gateway$sfx.toml"; fi
   RUST_LOG=warn "$BIN/codex-gateway" accounts import --data-dir "$data" \
-    --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$OUT/gateway.log" 2>&1
-  GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$OUT/gateway.log" | tail -1)
-  RUST_LOG=warn pinned_exec "$CPUS_GATEWAY" "$BIN/codex-gateway" serve --config "$WORK/gateway.toml" >>"$OUT/gateway.log" 2>&1 &
+    --oauth-token-url "$MOCK_ORIGIN/oauth/token" "$WORK"/auth/*.json >>"$log" 2>&1
+  GATEWAY_KEY=$(RUST_LOG=warn "$BIN/codex-gateway" keys create bench --data-dir "$data" 2>>"$log" | tail -1)
+  RUST_LOG=warn pinned_exec "$CPUS_GATEWAY" "$BIN/codex-gateway" serve --config "$WORK/gateway$sfx.toml" >>"$log" 2>&1 &
   GATEWAY_PID=$!
   PIDS+=("$GATEWAY_PID")
-  GATEWAY_ORIGIN=$(wait_line "$OUT/gateway.log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
-  log "codex-gateway $GATEWAY_ORIGIN (pid $GATEWAY_PID, $GATEWAY_WORKERS workers, upstream h2c${GATEWAY_UPSTREAM_WS:+, upstream websockets=$GATEWAY_UPSTREAM_WS})"
+  GATEWAY_ORIGIN=$(wait_line "$log" 'listening on http://127\.0\.0\.1:[0-9]+' | sed 's/listening on //')
+  log "codex-gateway $GATEWAY_ORIGIN (pid $GATEWAY_PID, $GATEWAY_WORKERS workers, upstream $kind${GATEWAY_UPSTREAM_WS:+, upstream websockets=$GATEWAY_UPSTREAM_WS})"
 }
 
 # --- nginx -----------------------------------------------------------------------------------
@@ -337,6 +342,23 @@ workload() {
       # costs of a stream (head, first and last writes, upstream stream set-up).
       run_one "$via" short --stream --concurrency "$SHORT_CLIENTS" --ramp-up-secs 1 \
         --duration-secs "$SHORT_SECS" --client-metadata "x-mock-deltas=4"
+      ;;
+    short-h1)
+      # `short` through a second gateway whose upstream is HTTP/1.1 (pooled keep-alive
+      # connections, like nginx's); nginx runs it again as it is (it always speaks HTTP/1.1 to
+      # the mock); direct is `short` itself.
+      [[ $via == direct ]] && return 0
+      local saved=("$GATEWAY_ORIGIN" "$GATEWAY_PID" "$GATEWAY_KEY")
+      if [[ $via == gateway ]]; then
+        if [[ -z ${H1_GATEWAY:-} ]]; then
+          start_gateway h1
+          H1_GATEWAY=("$GATEWAY_ORIGIN" "$GATEWAY_PID" "$GATEWAY_KEY")
+        fi
+        GATEWAY_ORIGIN=${H1_GATEWAY[0]} GATEWAY_PID=${H1_GATEWAY[1]} GATEWAY_KEY=${H1_GATEWAY[2]}
+      fi
+      run_one "$via" short-h1 --stream --concurrency "$SHORT_CLIENTS" --ramp-up-secs 1 \
+        --duration-secs "$SHORT_SECS" --client-metadata "x-mock-deltas=4"
+      GATEWAY_ORIGIN=${saved[0]} GATEWAY_PID=${saved[1]} GATEWAY_KEY=${saved[2]}
       ;;
     codex)
       # The same with the Codex CLI's real request body (the corpus file's first byte is the
