@@ -409,6 +409,28 @@ impl Idle {
     }
 }
 
+/// Awaits `fut` under `idle`'s idle deadline: `None` once it passes first (`fut` is dropped).
+/// A quiet stage is waited through: a read in flight that is not cancel-safe (an HTTP/1.1
+/// body, an upstream WebSocket) cannot be set aside to give buffers back. The wheel entry
+/// serves every wait of the stream, where a runtime timeout would insert and cancel a timer
+/// per awaited chunk. The caller touches `idle` on progress.
+pub async fn within<F: Future>(idle: &mut Idle, fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        loop {
+            match idle.poll_expired(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Expired::Quiet) => continue,
+                Poll::Ready(Expired::Idle) => return Poll::Ready(None),
+            }
+        }
+    })
+    .await
+}
+
 impl Drop for Idle {
     fn drop(&mut self) {
         if let Mode::Wheel(w, Some(idx)) = &self.mode {
@@ -425,6 +447,35 @@ mod tests {
 
     async fn expired(idle: &mut Idle) -> Expired {
         poll_fn(|cx| idle.poll_expired(cx)).await
+    }
+
+    /// `within` returns what the future gives before the deadline, waits through the quiet
+    /// stage, and gives `None` at the idle deadline (on the wheel and on a bare runtime).
+    #[monoio::test_all(timer_enabled = true)]
+    async fn within_waits_through_the_quiet_stage_until_the_idle_deadline() {
+        for wheel in [true, false] {
+            let _w = wheel.then(install);
+            let mut idle = Idle::with_quiet(Duration::from_millis(120), Duration::from_millis(20));
+            let quick = within(&mut idle, async {
+                monoio::time::sleep(Duration::from_millis(50)).await;
+                7
+            })
+            .await;
+            assert_eq!(
+                quick,
+                Some(7),
+                "wheel={wheel}: past the quiet stage, before idle"
+            );
+            idle.touch();
+            let t0 = std::time::Instant::now();
+            let never = within(&mut idle, std::future::pending::<()>()).await;
+            assert_eq!(never, None, "wheel={wheel}");
+            let took = t0.elapsed();
+            assert!(
+                took >= Duration::from_millis(120),
+                "wheel={wheel}: {took:?}"
+            );
+        }
     }
 
     #[monoio::test_all(timer_enabled = true)]

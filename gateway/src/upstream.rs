@@ -179,33 +179,38 @@ impl UpstreamBody {
 
     /// The next chunk of a committed stream, failing with a timeout once `idle` passes
     /// without one: the per-worker deadline wheel instead of a runtime timer per awaited
-    /// chunk (the h2 body; the others keep [`UpstreamBody::chunk`]'s timers). Every chunk
-    /// touches `idle`. [`Waited::Quiet`] once `idle`'s quiet stage passes first (the caller
+    /// chunk (the h2 body, and the HTTP/1.1 and WebSocket bodies through
+    /// [`crate::deadline::within`], which waits through the quiet stage: their reads cannot be
+    /// set aside). Every chunk touches `idle`. [`Waited::Quiet`] once `idle`'s quiet stage passes first (the caller
     /// then gives back its idle buffers and waits again).
     pub async fn chunk_within(&mut self, idle: &mut crate::deadline::Idle) -> Waited {
         use crate::deadline::Expired;
-        let Self::H2(rs, _) = self else {
-            let r = self.chunk(idle.span()).await;
-            idle.touch();
-            return Waited::Chunk(r);
-        };
-        let polled = std::future::poll_fn(|cx| {
-            if let std::task::Poll::Ready(r) = rs.poll_data_released(cx) {
-                return std::task::Poll::Ready(Ok(r));
-            }
-            idle.poll_expired(cx).map(Err)
-        })
-        .await;
-        Waited::Chunk(match polled {
-            Err(Expired::Quiet) => return Waited::Quiet,
-            Err(Expired::Idle) => Err(UpstreamError::Timeout { sent: true }),
-            Ok(r) => {
-                if matches!(r, Some(Ok(_))) {
-                    idle.touch();
+        let r = match self {
+            Self::H2(rs, _) => {
+                let polled = std::future::poll_fn(|cx| {
+                    if let std::task::Poll::Ready(r) = rs.poll_data_released(cx) {
+                        return std::task::Poll::Ready(Ok(r));
+                    }
+                    idle.poll_expired(cx).map(Err)
+                })
+                .await;
+                match polled {
+                    Err(Expired::Quiet) => return Waited::Quiet,
+                    Err(Expired::Idle) => Err(UpstreamError::Timeout { sent: true }),
+                    Ok(r) => h2_chunk(r),
                 }
-                h2_chunk(r)
             }
-        })
+            // Boxed: the read futures are large, and this one lives as long as the stream.
+            Self::H1(b) => Box::pin(crate::deadline::within(idle, b.chunk()))
+                .await
+                .unwrap_or(Err(UpstreamError::Timeout { sent: true })),
+            Self::Ws(t) => Box::pin(t.chunk_within(idle)).await,
+            _ => self.chunk(idle.span()).await,
+        };
+        if matches!(r, Ok(Some(_))) {
+            idle.touch();
+        }
+        Waited::Chunk(r)
     }
 
     /// A chunk that is already received, without waiting: `None` when the next one needs a

@@ -630,3 +630,53 @@ async fn a_turn_too_big_for_the_upstream_websocket_goes_over_http_once() {
         );
     }
 }
+
+/// An upstream WebSocket that hangs mid-turn, after output, ends the turn at the upstream idle
+/// timeout (kept on the worker's deadline wheel, not a runtime timer per event) with the
+/// failure in the turn's own events; the client's socket lives on for the next turn. Both
+/// drivers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_whose_upstream_socket_hangs_ends_at_the_idle_timeout() {
+    const IDLE: Duration = Duration::from_millis(400);
+    for legacy in [false, true] {
+        let s = StackBuilder {
+            legacy,
+            tweak: Some(Box::new(|c: &mut codex_gateway::config::Config| {
+                c.gateway.upstream.idle_timeout = IDLE;
+            })),
+            ..Default::default()
+        }
+        .start();
+        let mut ws = connect(&s).await;
+        let t0 = std::time::Instant::now();
+        let t = exchange(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":"x",
+            "client_metadata":{"x-mock-stall-after":"5"}}),
+        )
+        .await;
+        let took = t0.elapsed();
+        assert!(took >= IDLE, "legacy={legacy}: ended early: {took:?}");
+        assert!(
+            took < IDLE * 10,
+            "legacy={legacy}: not at the idle timeout: {took:?}"
+        );
+        assert!(types(&t).contains(&"response.output_text.delta"), "{t:?}");
+        let last = t.last().unwrap().to_string();
+        assert!(last.contains("upstream_timeout"), "legacy={legacy}: {last}");
+        assert!(
+            s.mock.ws_requests() >= 1,
+            "the turn went over an upstream WebSocket"
+        );
+        let t = exchange(
+            &mut ws,
+            json!({"type":"response.create","model":"gpt-5.5","input":"again"}),
+        )
+        .await;
+        assert_eq!(
+            types(&t).last(),
+            Some(&"response.completed"),
+            "legacy={legacy}"
+        );
+    }
+}

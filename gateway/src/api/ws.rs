@@ -54,6 +54,7 @@ use tokio::sync::{mpsc, Notify};
 use super::{affinity_key, authenticate, passthrough, responses::Capturing, write_error, Route};
 use crate::{
     ctx::WorkerCtx,
+    deadline::Idle,
     error::{Error, ErrorKind, Side},
     lifecycle::RequestPlan,
     metrics::{Guard, WorkerMetrics},
@@ -656,6 +657,7 @@ async fn writer(
     write_timeout: Duration,
     metrics: Arc<WorkerMetrics>,
 ) {
+    let mut deadline = Idle::new(write_timeout);
     while let Some(frame) = frames.recv().await {
         // What `push` counted (a pong's marker counts nothing).
         let counted = frame.len();
@@ -668,7 +670,7 @@ async fn writer(
             continue;
         }
         let n = frame.len();
-        let res = write_progressing(&mut wr, frame, write_timeout).await;
+        let res = write_progressing(&mut wr, frame, &mut deadline).await;
         shared
             .queued
             .set(shared.queued.get().saturating_sub(counted));
@@ -692,7 +694,7 @@ async fn writer(
                     close_code::POLICY,
                     "client did not read in time",
                 );
-                if write_progressing(&mut wr, rest, write_timeout)
+                if write_progressing(&mut wr, rest, &mut deadline)
                     .await
                     .is_ok()
                 {
@@ -717,14 +719,15 @@ enum WriteFail {
     Broken,
 }
 
-/// Writes all of `buf`, each `write` taking some bytes within `deadline`. A write past the
-/// deadline is cancelled and awaited (never abandoned: io_uring may have completed it), so
+/// Writes all of `buf`, each `write` taking some bytes within `deadline` (the writer's entry
+/// on the worker's deadline wheel, touched per write: no runtime timer per frame). A write
+/// past the deadline is cancelled and awaited (never abandoned: io_uring may have completed it), so
 /// exactly the bytes not written come back with [`WriteFail::Stalled`] and the frame can still
 /// be finished.
 async fn write_progressing<W: CancelableAsyncWriteRent>(
     wr: &mut W,
     buf: Vec<u8>,
-    deadline: Duration,
+    deadline: &mut Idle,
 ) -> Result<(), WriteFail> {
     let mut buf = buf;
     let mut done = 0;
@@ -733,9 +736,11 @@ async fn write_progressing<W: CancelableAsyncWriteRent>(
         let write = wr.cancelable_write(buf.slice(done..), canceller.handle());
         let mut write = std::pin::pin!(write);
         let mut late = false;
+        deadline.touch();
+        let passed = std::future::poll_fn(|cx| deadline.poll_expired(cx).map(|_| ()));
         let (res, slice) = monoio::select! {
             r = &mut write => r,
-            _ = monoio::time::sleep(deadline) => {
+            _ = passed => {
                 late = true;
                 canceller.cancel();
                 write.await
@@ -1076,7 +1081,7 @@ mod tests {
             got == want
         });
         let t0 = Instant::now();
-        let res = write_progressing(&mut wr, data, Duration::from_secs(1)).await;
+        let res = write_progressing(&mut wr, data, &mut Idle::new(Duration::from_secs(1))).await;
         assert!(res.is_ok(), "cut after {:?}", t0.elapsed());
         assert!(t0.elapsed() > Duration::from_secs(1), "{:?}", t0.elapsed());
         while !reader.is_finished() {
@@ -1093,7 +1098,12 @@ mod tests {
         let (mut wr, _rd, mut peer) = pair();
         let data = pattern(16 << 20);
         let t0 = Instant::now();
-        let rest = match write_progressing(&mut wr, data.clone(), Duration::from_millis(300)).await
+        let rest = match write_progressing(
+            &mut wr,
+            data.clone(),
+            &mut Idle::new(Duration::from_millis(300)),
+        )
+        .await
         {
             Err(WriteFail::Stalled(rest)) => rest,
             Err(WriteFail::Broken) => panic!("broken, not stalled"),
@@ -1119,7 +1129,7 @@ mod tests {
             got == want
         });
         assert!(
-            write_progressing(&mut wr, rest, Duration::from_secs(5))
+            write_progressing(&mut wr, rest, &mut Idle::new(Duration::from_secs(5)))
                 .await
                 .is_ok(),
             "the rest goes once the peer reads"

@@ -142,6 +142,10 @@ pub struct Conn<S> {
     /// The current request has a usage record ([`Conn::usage_id`]): its access-log line
     /// comes from that record.
     accounted: bool,
+    /// The write deadline (`limits.write`), touched per write: one entry on the worker's
+    /// deadline wheel for the connection's life instead of a runtime timer per write. Made by
+    /// the first write.
+    write_deadline: Option<crate::deadline::Idle>,
 }
 
 fn reject(status: u16, message: impl Into<String>) -> ReadError {
@@ -177,6 +181,7 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
             request_id: String::new(),
             started: None,
             accounted: false,
+            write_deadline: None,
         }
     }
 
@@ -500,26 +505,26 @@ impl<S: AsyncReadRent + monoio::io::AsyncWriteRent> Conn<S> {
         let mut done = 0;
         while done < total {
             let slice = buf.slice(done..);
-            // Boxed: the timer is 640 bytes aligned to 128 (monoio's cache-padded entry), and
-            // inline it would be reserved, padded, in every streaming task for its whole life.
-            match Box::pin(monoio::time::timeout(
-                self.limits.write,
-                self.io.write(slice),
-            ))
-            .await
-            {
-                Ok((Ok(0), slice)) => {
+            let write = self.limits.write;
+            let deadline = self
+                .write_deadline
+                .get_or_insert_with(|| crate::deadline::Idle::new(write));
+            deadline.touch();
+            // Boxed: inline, the write would be reserved in every streaming task for its
+            // whole life.
+            match Box::pin(crate::deadline::within(deadline, self.io.write(slice))).await {
+                Some((Ok(0), slice)) => {
                     return (
                         Err(io::Error::new(io::ErrorKind::WriteZero, "client closed")),
                         slice.into_inner(),
                     )
                 }
-                Ok((Ok(n), slice)) => {
+                Some((Ok(n), slice)) => {
                     done += n;
                     buf = slice.into_inner();
                 }
-                Ok((Err(e), slice)) => return (Err(e), slice.into_inner()),
-                Err(_) => {
+                Some((Err(e), slice)) => return (Err(e), slice.into_inner()),
+                None => {
                     return (
                         Err(io::Error::new(
                             io::ErrorKind::TimedOut,

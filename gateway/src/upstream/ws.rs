@@ -335,6 +335,32 @@ impl WsTurn {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout { sent: true }),
         };
+        self.settle(next)
+    }
+
+    /// [`WsTurn::chunk`] under a committed stream's idle deadline on the worker's wheel (no
+    /// runtime timer per event).
+    pub async fn chunk_within(
+        &mut self,
+        idle: &mut crate::deadline::Idle,
+    ) -> Result<Option<Bytes>, UpstreamError> {
+        if let Some(first) = self.first.take() {
+            return Ok(Some(first));
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(None);
+        };
+        let next = crate::deadline::within(idle, conn.next_text())
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout { sent: true }));
+        self.settle(next)
+    }
+
+    /// What a read of the socket means for the turn.
+    fn settle(
+        &mut self,
+        next: Result<Option<Vec<u8>>, UpstreamError>,
+    ) -> Result<Option<Bytes>, UpstreamError> {
         match next {
             Ok(Some(payload)) => Ok(Some(self.observe(payload))),
             Ok(None) => {
