@@ -688,20 +688,27 @@ fn websocket_error_events_are_bounded() {
         for _ in 0..100 {
             ws_send_text(&mut c, br#"{"type":"nonsense"}"#);
         }
-        let mut errors = 1;
-        let close = loop {
-            match ws_read_frame(&mut c).unwrap() {
-                (1, _) => errors += 1,
-                (8, p) => break p,
-                (op, _) => panic!("opcode {op}"),
-            }
-        };
-        assert_eq!(errors, 32, "legacy={legacy}");
-        assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1008);
+        let (errors, close) = errors_then_close(&mut c, legacy);
+        assert_eq!(1 + errors, 32, "legacy={legacy}");
+        assert_eq!(close, 1008);
         assert!(
             metrics(&s).contains("codex_gateway_ws_error_budget_closed_total 1"),
             "legacy={legacy}"
         );
+    }
+}
+
+/// Reads text frames (error events) up to the server's Close: how many, and the Close code. A
+/// failed read (a reset) fails the test.
+fn errors_then_close(c: &mut std::net::TcpStream, legacy: bool) -> (usize, u16) {
+    let mut errors = 0;
+    loop {
+        match ws_read_frame(c) {
+            Ok((1, _)) => errors += 1,
+            Ok((8, p)) => return (errors, u16::from_be_bytes([p[0], p[1]])),
+            Ok((op, _)) => panic!("opcode {op}"),
+            Err(e) => panic!("legacy={legacy}: after {errors} error events: {e}"),
+        }
     }
 }
 
@@ -730,17 +737,9 @@ fn a_websocket_closed_on_our_side_is_not_reset() {
         let mut c = ws_connect(&s, None).unwrap();
         c.write_all(&all)
             .unwrap_or_else(|e| panic!("legacy={legacy}: the gateway stopped reading: {e}"));
-        let mut errors = 0;
-        let close = loop {
-            match ws_read_frame(&mut c) {
-                Ok((1, _)) => errors += 1,
-                Ok((8, p)) => break p,
-                Ok((op, _)) => panic!("opcode {op}"),
-                Err(e) => panic!("legacy={legacy}: after {errors} error events: {e}"),
-            }
-        };
+        let (errors, close) = errors_then_close(&mut c, legacy);
         assert_eq!(errors, 32, "legacy={legacy}");
-        assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1008);
+        assert_eq!(close, 1008);
         // Then the gateway's end of the stream, not a reset.
         let mut rest = [0u8; 64];
         assert_eq!(c.read(&mut rest).unwrap(), 0, "legacy={legacy}");
