@@ -86,6 +86,9 @@ const LINGER: Duration = Duration::from_secs(2);
 const LINGER_BYTES: usize = 64 * 1024 * 1024;
 /// Characters of an unsupported message `type` echoed back in the error event.
 const MAX_ECHOED_TYPE: usize = 64;
+
+/// The read buffer of a session between messages (see [`read_messages`]).
+const IDLE_READ_BUF: usize = 1024;
 /// Turns a socket remembers for `previous_response_id`.
 const MAX_CHAINS: usize = 32;
 /// How often an idle session checks the drain flag and its idle deadline.
@@ -880,7 +883,14 @@ async fn read_messages(
             }
         }
         // Append the next read; cancelled (and awaited) only when the session closes.
-        if buf.capacity() - buf.len() < 4096 {
+        // Between messages the buffer is empty, and the read may wait for minutes: an idle
+        // session waits with a small buffer (a client's 40 KB turn grew this one), and the
+        // next message grows it again as it arrives.
+        if buf.is_empty() {
+            if buf.capacity() != IDLE_READ_BUF {
+                *buf = Vec::with_capacity(IDLE_READ_BUF);
+            }
+        } else if buf.capacity() - buf.len() < 4096 {
             buf.reserve(buf.capacity().max(8192));
         }
         let len = buf.len();
